@@ -1,0 +1,1003 @@
+// Package inbox turns a table of your own SQL database into a job queue.
+//
+// A [Queue] claims rows of the table as deliveries, keeps them out of every
+// other claim while a handler works, and settles them: [Delivery.Ack],
+// [Delivery.Retry], [Delivery.Release] or [Delivery.Dead]. The table's
+// description chooses how a claimed job is held: by the claim's transaction
+// (row lock, the default), by an expiry written into the row (lease, when
+// [Table.LockedUntil] is named) or by a session lock on a key (advisory, when
+// [Table.AdvisoryKey] is named). The package starts no goroutine unless asked
+// for a lease keeper ([Delivery.Keep]), and never polls, sleeps or logs.
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+var (
+	// ErrLeaseLost means the job is no longer held by this delivery: under a
+	// lease, the row no longer carries the delivery's token (id, attempt,
+	// expiry), because the lease ran out and another claim took the job or the
+	// job was settled elsewhere; under an advisory lock, the row changed
+	// attempt or went away. Nothing was changed. A keeper cancels its
+	// handler's context with this cause.
+	ErrLeaseLost = errors.New("inbox: lease lost")
+	// ErrSettled is returned by a settlement or an extension of a delivery
+	// that was already settled; nothing was changed.
+	ErrSettled = errors.New("inbox: delivery already settled")
+	// ErrNoDeadTable is returned by [Delivery.Dead] when the description names
+	// no dead table; nothing was changed.
+	ErrNoDeadTable = errors.New("inbox: no dead table named in Table.DeadTable")
+	// ErrNoNotBefore is returned by [Delivery.Retry] with a delay under the
+	// row lock or advisory form when the description names no not-before
+	// column; nothing was changed.
+	ErrNoNotBefore = errors.New("inbox: a retry delay needs Table.NotBefore")
+	// ErrOwnTx is returned by the Tx settlements of a row-lock delivery: its
+	// writes belong in [Delivery.Tx], which the settlement commits.
+	ErrOwnTx = errors.New("inbox: a row-lock delivery settles in its own transaction, Delivery.Tx")
+	// ErrPoolTooSmall is returned by Claim under the row lock and advisory
+	// forms when the pool allows a single connection: a job in work would
+	// take it, leaving none for its settlement.
+	ErrPoolTooSmall = errors.New("inbox: the pool allows one connection; the row lock and advisory forms need SetMaxOpenConns(n) with n ≥ 2")
+)
+
+// DefaultLease is the lease when [Config.Lease] is zero.
+const DefaultLease = 30 * time.Second
+
+// Table describes the caller's queue table. Only Name is required; the column
+// names default to the reference schema's id, attempt and payload.
+type Table struct {
+	// Name is the table, optionally schema-qualified ("jobs.report_jobs").
+	Name string
+	// ID is the primary key: an integer or text (a UUID, say). Default "id".
+	ID string
+	// Attempt holds the number of the attempt the next claim delivers (1 for
+	// a new row). Default "attempt".
+	Attempt string
+	// Data are the columns delivered with each job, scanned by
+	// [Delivery.Scan] in this order. Default ["payload"].
+	Data []string
+
+	// LockedUntil names the lease column and selects the lease form.
+	LockedUntil string
+	// AdvisoryKey names the key column and selects the advisory form: "id"
+	// holds each job alone; another column keeps the jobs sharing a value in
+	// work one at a time.
+	AdvisoryKey string
+
+	// NotBefore names an optional column: a job is not claimed before the
+	// time it holds. It carries Retry delays under the row lock and advisory
+	// forms. The lease form needs none: its delays are leases.
+	NotBefore string
+	// Claims names an optional row-lock counter of claims, committed outside
+	// the held transaction, so that a job that keeps killing its process is
+	// noticed: past MaxClaims claims without a committed settlement it is
+	// moved to DeadTable instead of delivered.
+	Claims string
+	// MaxClaims is the limit for Claims; required with it.
+	MaxClaims int
+	// DeadTable names the dead-letter table (optionally schema-qualified),
+	// with the columns ID, Attempt and Data of this table. Dead needs it.
+	DeadTable string
+}
+
+// Config configures a [Queue]. Its zero value, but for Table.Name and
+// Dialect, means the documented defaults. New takes it by value.
+type Config struct {
+	// Dialect is the engine: [Postgres], [MySQL] or [SQLite], or your own.
+	Dialect Dialect
+	// Table describes the queue table.
+	Table Table
+	// Lease is the lease form's lease: zero means [DefaultLease]. A negative
+	// lease, or one under a microsecond, is refused. Other forms refuse a
+	// lease.
+	Lease time.Duration
+	// Now replaces the database's clock with the caller's, passed to SQL as a
+	// parameter, so tests can stop time. Every worker of a table must share
+	// one clock. SQLite always uses the caller's clock: time.Now by default.
+	Now func() time.Time
+	// After replaces time.After in keepers, with Now, so that a test clock
+	// drives them too.
+	After func(time.Duration) <-chan time.Time
+	// KeepMargin is how long before the last expiry it knows of a keeper
+	// whose extensions keep failing cancels its handler. Zero means a tenth
+	// of the lease.
+	KeepMargin time.Duration
+}
+
+// Queue claims and settles the jobs of one table. It is immutable after [New]
+// and safe for concurrent use.
+type Queue struct {
+	db      *sql.DB
+	dialect Dialect
+	names   Names
+	st      *Statements
+	locker  Locker
+	lease   time.Duration
+	now     func() time.Time // nil: the database's clock
+	after   func(time.Duration) <-chan time.Time
+	margin  time.Duration
+	holds   *poolHolds
+	lockKey string // the key set's prefix: table as described
+
+	mu   sync.Mutex
+	live map[*Delivery]struct{} // held jobs (row lock, advisory), for Shutdown
+}
+
+// New returns a queue on db for the table cfg describes. It validates the
+// description and quotes every identifier for the dialect, and does no I/O.
+// An error names the field and the value that is wrong.
+func New(db *sql.DB, cfg Config) (*Queue, error) {
+	if db == nil {
+		return nil, errors.New("inbox: New: db is nil")
+	}
+	if cfg.Dialect == nil {
+		return nil, errors.New("inbox: New: Config.Dialect is nil (use inbox.Postgres, inbox.MySQL or inbox.SQLite)")
+	}
+	n, err := describe(cfg.Dialect, cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	q := &Queue{db: db, dialect: cfg.Dialect, after: cfg.After, margin: cfg.KeepMargin,
+		live: map[*Delivery]struct{}{}, lockKey: cfg.Table.Name}
+	switch {
+	case n.Form != Lease && cfg.Lease != 0:
+		return nil, fmt.Errorf("inbox: New: Config.Lease %v is for the lease form; name Table.LockedUntil to select it", cfg.Lease)
+	case cfg.Lease < 0:
+		return nil, fmt.Errorf("inbox: New: Config.Lease %v is negative", cfg.Lease)
+	case cfg.Lease > 0 && cfg.Lease < time.Microsecond:
+		return nil, fmt.Errorf("inbox: New: Config.Lease %v is under a microsecond, the columns' precision", cfg.Lease)
+	case cfg.Lease == 0:
+		q.lease = DefaultLease
+	default:
+		q.lease = cfg.Lease
+	}
+	if cfg.KeepMargin < 0 || (n.Form == Lease && cfg.KeepMargin >= q.lease/2) {
+		return nil, fmt.Errorf("inbox: New: Config.KeepMargin %v must be at least zero and under half the lease", cfg.KeepMargin)
+	}
+	if q.margin == 0 {
+		q.margin = q.lease / 10
+	}
+	q.now = cfg.Now
+	n.DBClock = cfg.Now == nil
+	if q.st, err = cfg.Dialect.Statements(&n); err != nil {
+		return nil, fmt.Errorf("inbox: New: %s: %w", cfg.Dialect.Name(), err)
+	}
+	q.names = n
+	if l, ok := cfg.Dialect.(Locker); ok && n.Form == Advisory {
+		q.locker = l
+	}
+	if n.Form != Lease {
+		q.holds = holdsOf(db)
+	}
+	return q, nil
+}
+
+// Form reports the queue's claim form.
+func (q *Queue) Form() Form { return q.names.Form }
+
+// Lease reports the lease of the lease form.
+func (q *Queue) Lease() time.Duration { return q.lease }
+
+// Statements returns the SQL the queue runs, for documentation and for
+// sqlmock expectations in the caller's own tests. The result must not be
+// changed.
+func (q *Queue) Statements() *Statements { return q.st }
+
+// describe validates t and quotes its identifiers with d.
+func describe(d Dialect, t Table) (Names, error) {
+	n := Names{Raw: t}
+	def := func(v, dflt string) string {
+		if v == "" {
+			return dflt
+		}
+		return v
+	}
+	var err error
+	if t.Name == "" {
+		return n, errors.New("inbox: Table.Name is empty")
+	}
+	if n.Table, n.Schema, n.TableName, err = quoteTable(d, "Table.Name", t.Name); err != nil {
+		return n, err
+	}
+	col := func(field, v string) (string, error) {
+		if v == "" {
+			return "", nil
+		}
+		if err := checkIdent(v); err != nil {
+			return "", fmt.Errorf("inbox: Table.%s %q: %v", field, v, err)
+		}
+		qv, err := d.QuoteIdent(v)
+		if err != nil {
+			return "", fmt.Errorf("inbox: Table.%s %q: %v", field, v, err)
+		}
+		return qv, nil
+	}
+	if n.ID, err = col("ID", def(t.ID, "id")); err != nil {
+		return n, err
+	}
+	if n.Attempt, err = col("Attempt", def(t.Attempt, "attempt")); err != nil {
+		return n, err
+	}
+	data := t.Data
+	if data == nil {
+		data = []string{"payload"}
+	}
+	for i, c := range data {
+		if c == "" {
+			return n, fmt.Errorf("inbox: Table.Data[%d] is empty", i)
+		}
+		qc, err := col("Data["+strconv.Itoa(i)+"]", c)
+		if err != nil {
+			return n, err
+		}
+		n.Data = append(n.Data, qc)
+	}
+	if n.LockedUntil, err = col("LockedUntil", t.LockedUntil); err != nil {
+		return n, err
+	}
+	if n.Key, err = col("AdvisoryKey", t.AdvisoryKey); err != nil {
+		return n, err
+	}
+	if n.NotBefore, err = col("NotBefore", t.NotBefore); err != nil {
+		return n, err
+	}
+	if n.Claims, err = col("Claims", t.Claims); err != nil {
+		return n, err
+	}
+	switch {
+	case t.LockedUntil != "" && t.AdvisoryKey != "":
+		return n, fmt.Errorf("inbox: Table names both LockedUntil %q and AdvisoryKey %q: name one, it selects the form", t.LockedUntil, t.AdvisoryKey)
+	case t.LockedUntil != "":
+		n.Form = Lease
+	case t.AdvisoryKey != "":
+		n.Form = Advisory
+	}
+	if t.DeadTable != "" {
+		if n.Dead, n.DeadSchema, n.DeadName, err = quoteTable(d, "Table.DeadTable", t.DeadTable); err != nil {
+			return n, err
+		}
+		if n.Dead == n.Table {
+			return n, fmt.Errorf("inbox: Table.DeadTable %q is the queue table itself", t.DeadTable)
+		}
+	}
+	switch {
+	case t.Claims != "" && n.Form != RowLock:
+		return n, fmt.Errorf("inbox: Table.Claims %q is for the row-lock form; under the %s form a crash already spends an attempt", t.Claims, n.Form)
+	case t.Claims != "" && t.MaxClaims <= 0:
+		return n, fmt.Errorf("inbox: Table.MaxClaims %d must be positive with Table.Claims %q", t.MaxClaims, t.Claims)
+	case t.Claims == "" && t.MaxClaims != 0:
+		return n, fmt.Errorf("inbox: Table.MaxClaims %d needs Table.Claims", t.MaxClaims)
+	case t.Claims != "" && t.DeadTable == "":
+		return n, fmt.Errorf("inbox: Table.Claims %q needs Table.DeadTable, where a job past MaxClaims goes", t.Claims)
+	case n.Form == Lease && t.NotBefore != "":
+		return n, fmt.Errorf("inbox: Table.NotBefore %q: the lease form delays jobs with its lease column %q", t.NotBefore, t.LockedUntil)
+	}
+	seen := map[string]string{}
+	for _, c := range []struct{ field, v string }{{"ID", n.ID}, {"Attempt", n.Attempt}, {"LockedUntil", n.LockedUntil}, {"NotBefore", n.NotBefore}, {"Claims", n.Claims}} {
+		if c.v == "" {
+			continue
+		}
+		if f, dup := seen[strings.ToLower(c.v)]; dup {
+			return n, fmt.Errorf("inbox: Table.%s and Table.%s name the same column %s", f, c.field, c.v)
+		}
+		seen[strings.ToLower(c.v)] = c.field
+	}
+	for i, c := range n.Data {
+		if f, dup := seen[strings.ToLower(c)]; dup && f != "ID" {
+			return n, fmt.Errorf("inbox: Table.Data[%d] names the column of Table.%s, %s", i, f, c)
+		}
+	}
+	return n, nil
+}
+
+// quoteTable validates and quotes a possibly schema-qualified table name.
+func quoteTable(d Dialect, field, name string) (quoted, schema, table string, err error) {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return "", "", "", fmt.Errorf("inbox: %s %q: at most one dot, between schema and table", field, name)
+	}
+	var q []string
+	for _, p := range parts {
+		if err := checkIdent(p); err != nil {
+			return "", "", "", fmt.Errorf("inbox: %s %q: %v", field, name, err)
+		}
+		qp, err := d.QuoteIdent(p)
+		if err != nil {
+			return "", "", "", fmt.Errorf("inbox: %s %q: %v", field, name, err)
+		}
+		q = append(q, qp)
+	}
+	if len(parts) == 2 {
+		schema = parts[0]
+	}
+	return strings.Join(q, "."), schema, parts[len(parts)-1], nil
+}
+
+// maxIdent is the longest identifier every supported engine keeps whole
+// (PostgreSQL truncates past 63 bytes).
+const maxIdent = 63
+
+// checkIdent enforces the package's identifier rule: an ASCII letter or
+// underscore, then letters, digits or underscores, at most 63 bytes. The rule
+// is narrower than what quoting could carry, so that every accepted name means
+// the same table or column on every engine and in every tool.
+func checkIdent(s string) error {
+	if s == "" {
+		return errors.New("empty identifier")
+	}
+	if len(s) > maxIdent {
+		return fmt.Errorf("identifier longer than %d bytes", maxIdent)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		letter := c == '_' || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z')
+		if !letter && (i == 0 || c < '0' || c > '9') {
+			return fmt.Errorf("character %q at byte %d: identifiers are letters, digits and underscores, not starting with a digit", c, i)
+		}
+	}
+	return nil
+}
+
+// Executor runs statements: *sql.DB, *sql.Tx and *sql.Conn all are one.
+type Executor interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Job is a job to enqueue.
+type Job struct {
+	// ID, when not nil, is the new row's id; otherwise the database assigns it.
+	ID any
+	// Data are the values of the table's data columns, in their order.
+	Data []any
+	// NotBefore, when not zero, keeps the job from claims until then. The
+	// lease form writes it into the lease column; other forms need
+	// Table.NotBefore.
+	NotBefore time.Time
+}
+
+// Enqueue inserts job through ex (a *sql.DB, *sql.Tx or *sql.Conn, so that it
+// commits with the caller's own writes) and returns its id: an int64 or a
+// string.
+func (q *Queue) Enqueue(ctx context.Context, ex Executor, job Job) (any, error) {
+	if len(job.Data) != len(q.names.Data) {
+		return nil, fmt.Errorf("inbox: enqueue: %d data values for the %d data columns %v", len(job.Data), len(q.names.Data), q.dataNames())
+	}
+	s := q.st.Enqueue
+	switch {
+	case job.ID != nil && !job.NotBefore.IsZero():
+		s = q.st.EnqueueIDAt
+	case job.ID != nil:
+		s = q.st.EnqueueID
+	case !job.NotBefore.IsZero():
+		s = q.st.EnqueueAt
+	}
+	if !job.NotBefore.IsZero() && s.SQL == "" {
+		return nil, fmt.Errorf("inbox: enqueue: a not-before time needs Table.NotBefore under the %s form", q.names.Form)
+	}
+	v := values{id: job.ID, data: job.Data, notBefore: job.NotBefore}
+	args := q.args(s, &v)
+	if s.Rows {
+		var id any
+		if err := ex.QueryRowContext(ctx, s.SQL, args...).Scan(&id); err != nil {
+			return nil, fmt.Errorf("inbox: enqueue: %w", err)
+		}
+		return normID(id), nil
+	}
+	res, err := ex.ExecContext(ctx, s.SQL, args...)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: enqueue: %w", err)
+	}
+	if job.ID != nil {
+		return job.ID, nil
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return nil, fmt.Errorf("inbox: enqueue: reading the new id: %w", err)
+	}
+	return id, nil
+}
+
+func (q *Queue) dataNames() []string {
+	if q.names.Raw.Data == nil {
+		return []string{"payload"}
+	}
+	return q.names.Raw.Data
+}
+
+// normID turns an id as a driver returned it into an int64 or a string.
+func normID(v any) any {
+	switch x := v.(type) {
+	case []byte:
+		return string(x)
+	case int32:
+		return int64(x)
+	case int:
+		return int64(x)
+	case uint64:
+		return int64(x)
+	}
+	return v
+}
+
+// values are what a statement's parameters are filled from.
+type values struct {
+	id         any
+	attempt    int64 // delivered
+	expiry     time.Time
+	now, until time.Time
+	micros     int64
+	limit      int
+	notBefore  time.Time
+	data       []any
+}
+
+func (q *Queue) args(s Stmt, v *values) []any {
+	out := make([]any, len(s.Args))
+	for i, a := range s.Args {
+		switch a {
+		case ArgID:
+			out[i] = v.id
+		case ArgAttempt:
+			out[i] = v.attempt + 1
+		case ArgDelivered:
+			out[i] = v.attempt
+		case ArgExpiry:
+			out[i] = q.dialect.TimeArg(v.expiry)
+		case ArgNow:
+			out[i] = q.dialect.TimeArg(v.now)
+		case ArgUntil:
+			out[i] = q.dialect.TimeArg(v.until)
+		case ArgMicros:
+			out[i] = v.micros
+		case ArgLimit:
+			out[i] = v.limit
+		case ArgNotBefore:
+			out[i] = q.dialect.TimeArg(micro(v.notBefore))
+		default:
+			out[i] = v.data[a-ArgData]
+		}
+	}
+	return out
+}
+
+// micro is t in UTC truncated to the columns' precision, a microsecond, as
+// every time becomes before it is written or compared.
+func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// clockNeeded reports whether any of the statements takes a time computed
+// from now.
+func clockNeeded(ss ...Stmt) bool {
+	for _, s := range ss {
+		if s.has(ArgNow) || s.has(ArgUntil) {
+			return true
+		}
+	}
+	return false
+}
+
+// readNow returns now for statements that take it: the caller's clock, the
+// engine's read with Statements.Now through ex, or (SQLite) time.Now.
+func (q *Queue) readNow(ctx context.Context, ex Executor) (time.Time, error) {
+	if q.now != nil {
+		return micro(q.now()), nil
+	}
+	if q.st.Now.SQL == "" {
+		return micro(time.Now()), nil
+	}
+	var raw any
+	if err := ex.QueryRowContext(ctx, q.st.Now.SQL).Scan(&raw); err != nil {
+		return time.Time{}, err
+	}
+	t, err := q.dialect.ScanTime(raw)
+	return micro(t), err
+}
+
+// monoNow is the clock keepers measure with: the caller's, or time.Now with
+// its monotonic reading.
+func (q *Queue) monoNow() time.Time {
+	if q.now != nil {
+		return q.now()
+	}
+	return time.Now()
+}
+
+// Delivery is one claimed job. Its methods are safe for concurrent use; a
+// delivery settles once.
+type Delivery struct {
+	q       *Queue
+	id      any
+	attempt int64
+	key     string
+	data    []any
+
+	mu      sync.Mutex
+	expiry  time.Time // lease: the token's expiry as stored
+	sentAt  time.Time // lease: when the statement that set expiry was sent (monoNow)
+	settled bool
+	tx      *sql.Tx   // row lock: the held transaction
+	conn    *sql.Conn // advisory: the pinned connection holding the lock
+	keeper  *keeper
+}
+
+// ID returns the job's id: an int64 or a string.
+func (d *Delivery) ID() any { return d.id }
+
+// Attempt returns the number of this attempt, 1 for the first.
+func (d *Delivery) Attempt() int { return int(d.attempt) }
+
+// Expiry returns the lease's current expiry (lease form; zero otherwise).
+func (d *Delivery) Expiry() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.expiry
+}
+
+// Key returns the advisory key the delivery holds (advisory form).
+func (d *Delivery) Key() string { return d.key }
+
+// Tx returns the claim's transaction (row-lock form; nil otherwise). Writes
+// through it commit with the settlement or roll back with Release.
+func (d *Delivery) Tx() *sql.Tx { return d.tx }
+
+// Scan copies the data columns into dest, in the order of Table.Data, as
+// sql.Row.Scan would for the usual destinations (pointers to []byte, string,
+// integers, floats, bool, time.Time, any, or an sql.Scanner).
+func (d *Delivery) Scan(dest ...any) error {
+	if len(dest) != len(d.data) {
+		return fmt.Errorf("inbox: scan: %d destinations for %d data columns", len(dest), len(d.data))
+	}
+	for i, v := range d.data {
+		if err := convert(dest[i], v); err != nil {
+			return fmt.Errorf("inbox: scan data column %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// Claim claims up to max jobs and returns them; none claimable is an empty
+// result. Under the row lock and advisory forms each job holds a connection
+// until it settles, and Claim never takes the pool's last one: it returns
+// fewer jobs instead.
+func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
+	if max <= 0 {
+		return nil, fmt.Errorf("inbox: claim: max %d must be positive", max)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("inbox: claim: %w", err)
+	}
+	var ds []*Delivery
+	var err error
+	switch q.names.Form {
+	case Lease:
+		ds, err = q.claimLease(ctx, max)
+	case RowLock:
+		ds, err = q.claimRowLock(ctx, max)
+	case Advisory:
+		ds, err = q.claimAdvisory(ctx, max)
+	}
+	if err != nil {
+		return ds, fmt.Errorf("inbox: claim: %w", err)
+	}
+	return ds, nil
+}
+
+// scanClaimed reads the rows of a claim: id, delivered attempt, (lease)
+// expiry, data columns.
+func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery) ([]*Delivery, error) {
+	defer rows.Close()
+	nd := len(q.names.Data)
+	for rows.Next() {
+		d := &Delivery{q: q, data: make([]any, nd)}
+		dest := make([]any, 0, nd+3)
+		var id any
+		var rawExp any
+		dest = append(dest, &id, &d.attempt)
+		if withExpiry {
+			dest = append(dest, &rawExp)
+		}
+		for i := range d.data {
+			dest = append(dest, &d.data[i])
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return into, err
+		}
+		d.id = normID(id)
+		if withExpiry {
+			t, err := q.dialect.ScanTime(rawExp)
+			if err != nil {
+				return into, err
+			}
+			d.expiry = micro(t)
+		}
+		into = append(into, d)
+	}
+	return into, rows.Err()
+}
+
+// tokenValues are the parameters of a statement checking d's token.
+func (d *Delivery) tokenValues() values {
+	return values{id: d.id, attempt: d.attempt, expiry: d.expiry}
+}
+
+// Ack settles the job as done: its row is deleted.
+func (d *Delivery) Ack(ctx context.Context) error { return d.settle(ctx, nil, outAck, 0) }
+
+// Retry settles the job for a later attempt, not before after has passed.
+// The attempt stays spent. Under the row lock and advisory forms a delay
+// needs Table.NotBefore ([ErrNoNotBefore]).
+func (d *Delivery) Retry(ctx context.Context, after time.Duration) error {
+	return d.settle(ctx, nil, outRetry, after)
+}
+
+// Release gives the job back at once without spending its attempt.
+func (d *Delivery) Release(ctx context.Context) error {
+	return d.settle(ctx, nil, outRelease, 0)
+}
+
+// Dead moves the job to Table.DeadTable, in one transaction, with the
+// attempt it was delivered with. Without a dead table it returns
+// [ErrNoDeadTable].
+func (d *Delivery) Dead(ctx context.Context) error { return d.settle(ctx, nil, outDead, 0) }
+
+// AckTx is Ack inside the caller's transaction, so that the handler's writes
+// and the acknowledgement commit together; the token check fences a stale
+// holder. If tx rolls back, the job comes back (lease form: when its lease
+// runs out). Row-lock deliveries return [ErrOwnTx]: write through Tx instead.
+func (d *Delivery) AckTx(ctx context.Context, tx *sql.Tx) error {
+	return d.settle(ctx, tx, outAck, 0)
+}
+
+// RetryTx is Retry inside the caller's transaction; see [Delivery.AckTx].
+func (d *Delivery) RetryTx(ctx context.Context, tx *sql.Tx, after time.Duration) error {
+	return d.settle(ctx, tx, outRetry, after)
+}
+
+// ReleaseTx is Release inside the caller's transaction; see [Delivery.AckTx].
+func (d *Delivery) ReleaseTx(ctx context.Context, tx *sql.Tx) error {
+	return d.settle(ctx, tx, outRelease, 0)
+}
+
+// DeadTx is Dead inside the caller's transaction; see [Delivery.AckTx].
+func (d *Delivery) DeadTx(ctx context.Context, tx *sql.Tx) error {
+	return d.settle(ctx, tx, outDead, 0)
+}
+
+type outcome int
+
+const (
+	outAck outcome = iota
+	outRetry
+	outRelease
+	outDead
+)
+
+func (o outcome) String() string {
+	return [...]string{"ack", "retry", "release", "dead"}[o]
+}
+
+// settle runs outcome o, inside tx when not nil. A settlement that reached a
+// verdict (done, or the lease lost) finishes the delivery; one that failed on
+// the way (a cut connection) leaves it to be settled again where the form
+// allows.
+func (d *Delivery) settle(ctx context.Context, tx *sql.Tx, o outcome, after time.Duration) error {
+	d.stopKeeper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return fmt.Errorf("inbox: %v: %w", o, ErrSettled)
+	}
+	if o == outDead && d.q.names.Dead == "" {
+		return fmt.Errorf("inbox: %v: %w", o, ErrNoDeadTable)
+	}
+	if after < 0 {
+		return fmt.Errorf("inbox: %v: delay %v is negative", o, after)
+	}
+	if o == outRetry && after > 0 && d.q.names.Form != Lease && d.q.st.Retry.SQL == "" {
+		return fmt.Errorf("inbox: %v: %w", o, ErrNoNotBefore)
+	}
+	var err error
+	switch d.q.names.Form {
+	case Lease:
+		err = d.settleLease(ctx, tx, o, after)
+	case RowLock:
+		if tx != nil {
+			return fmt.Errorf("inbox: %v: %w", o, ErrOwnTx)
+		}
+		err = d.settleRowLock(ctx, o, after)
+	case Advisory:
+		err = d.settleAdvisory(ctx, tx, o, after)
+	}
+	if err != nil {
+		return fmt.Errorf("inbox: %v: %w", o, err)
+	}
+	return nil
+}
+
+// exec runs s with v through ex and returns the rows it affected.
+func (q *Queue) exec(ctx context.Context, ex Executor, s Stmt, v *values) (int64, error) {
+	res, err := ex.ExecContext(ctx, s.SQL, q.args(s, v)...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// moveDead copies the row into the dead table and deletes it, in one
+// transaction: ex's own when ex is a transaction already, else a new one
+// begun on beginner. It returns the rows moved.
+func (q *Queue) moveDead(ctx context.Context, ex Executor, v *values) (int64, error) {
+	n, err := q.exec(ctx, ex, q.st.DeadInsert, v)
+	if err != nil || n == 0 || q.st.DeadDelete.SQL == "" {
+		return n, err
+	}
+	m, err := q.exec(ctx, ex, q.st.DeadDelete, v)
+	if err == nil && m != n {
+		err = fmt.Errorf("moved %d rows to the dead table but deleted %d", n, m)
+	}
+	return n, err
+}
+
+// inTx runs f in a new transaction on db or conn (whichever is not nil),
+// committing when f succeeds with more than zero rows and rolling back
+// otherwise.
+func inTx(ctx context.Context, b interface {
+	BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+}, f func(tx *sql.Tx) (int64, error)) (int64, error) {
+	tx, err := b.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	n, err := f(tx)
+	if err != nil || n == 0 {
+		_ = tx.Rollback()
+		return n, err
+	}
+	return n, tx.Commit()
+}
+
+// Shutdown gives back every job this queue holds by a transaction or an
+// advisory lock, at once, as Release would (their connections go back to the
+// pool), and stops the keepers of lease deliveries, which keep their leases
+// and may still settle. It returns the first error met; the rest are still
+// released.
+func (q *Queue) Shutdown(ctx context.Context) error {
+	q.mu.Lock()
+	held := make([]*Delivery, 0, len(q.live))
+	for d := range q.live {
+		held = append(held, d)
+	}
+	q.mu.Unlock()
+	var first error
+	for _, d := range held {
+		if q.names.Form == Lease {
+			d.stopKeeper()
+			continue
+		}
+		if err := d.Release(ctx); err != nil && !errors.Is(err, ErrSettled) && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (q *Queue) track(d *Delivery) {
+	q.mu.Lock()
+	q.live[d] = struct{}{}
+	q.mu.Unlock()
+}
+
+func (q *Queue) untrack(d *Delivery) {
+	q.mu.Lock()
+	delete(q.live, d)
+	q.mu.Unlock()
+}
+
+// InWork reports how many jobs this queue holds by transaction, advisory lock
+// or a running keeper.
+func (q *Queue) InWork() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.live)
+}
+
+// SchemaError lists every problem a schema check found.
+type SchemaError struct {
+	Table    string
+	Problems []string
+}
+
+func (e *SchemaError) Error() string {
+	return fmt.Sprintf("inbox: schema of %s: %s", e.Table, strings.Join(e.Problems, "; "))
+}
+
+// CheckSchema verifies the table against the description: the table and
+// every column exist with fitting types, the dead table too, and the server
+// supports the form. It reports every problem at once in a [*SchemaError].
+// It changes nothing.
+func (q *Queue) CheckSchema(ctx context.Context) error {
+	c, ok := q.dialect.(SchemaChecker)
+	if !ok {
+		return fmt.Errorf("inbox: check schema: dialect %s has no schema check", q.dialect.Name())
+	}
+	problems, err := c.CheckSchema(ctx, q.db, &q.names)
+	if err != nil {
+		return fmt.Errorf("inbox: check schema: %w", err)
+	}
+	if len(problems) > 0 {
+		return &SchemaError{Table: q.names.Raw.Name, Problems: problems}
+	}
+	return nil
+}
+
+// poolHolds counts, per *sql.DB, the connections held by jobs in work and the
+// advisory keys in work, shared by every queue on that pool.
+type poolHolds struct {
+	db   *sql.DB
+	mu   sync.Mutex
+	n    int
+	keys map[string]struct{}
+}
+
+var (
+	holdsMu  sync.Mutex
+	holdsFor = map[*sql.DB]*poolHolds{}
+)
+
+func holdsOf(db *sql.DB) *poolHolds {
+	holdsMu.Lock()
+	defer holdsMu.Unlock()
+	h := holdsFor[db]
+	if h == nil {
+		h = &poolHolds{db: db, keys: map[string]struct{}{}}
+		holdsFor[db] = h
+	}
+	return h
+}
+
+// reserve takes up to want connections for jobs in work, leaving the pool's
+// last connection free, and returns how many it took.
+func (h *poolHolds) reserve(want int) (int, error) {
+	max := h.db.Stats().MaxOpenConnections
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if max == 1 {
+		return 0, ErrPoolTooSmall
+	}
+	if max > 0 && h.n+want > max-1 {
+		want = max - 1 - h.n
+		if want < 0 {
+			want = 0
+		}
+	}
+	h.n += want
+	return want, nil
+}
+
+func (h *poolHolds) unreserve(n int) {
+	h.mu.Lock()
+	h.n -= n
+	h.mu.Unlock()
+}
+
+// takeKey marks key in work, reporting false when it already was.
+func (h *poolHolds) takeKey(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, busy := h.keys[key]; busy {
+		return false
+	}
+	h.keys[key] = struct{}{}
+	return true
+}
+
+func (h *poolHolds) dropKey(key string) {
+	h.mu.Lock()
+	delete(h.keys, key)
+	h.mu.Unlock()
+}
+
+// discard closes conn instead of returning it to the pool: its session may
+// still hold a lock.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
+}
+
+// convert stores src, as a driver returned it, into dest.
+func convert(dest, src any) error {
+	if s, ok := dest.(sql.Scanner); ok {
+		return s.Scan(src)
+	}
+	switch d := dest.(type) {
+	case *any:
+		*d = src
+		return nil
+	case *[]byte:
+		switch s := src.(type) {
+		case []byte:
+			*d = append([]byte(nil), s...)
+			return nil
+		case string:
+			*d = []byte(s)
+			return nil
+		case nil:
+			*d = nil
+			return nil
+		}
+	case *string:
+		switch s := src.(type) {
+		case []byte:
+			*d = string(s)
+			return nil
+		case string:
+			*d = s
+			return nil
+		case int64:
+			*d = strconv.FormatInt(s, 10)
+			return nil
+		}
+	case *int64:
+		n, err := toInt(src)
+		*d = n
+		return err
+	case *int:
+		n, err := toInt(src)
+		*d = int(n)
+		return err
+	case *int32:
+		n, err := toInt(src)
+		*d = int32(n)
+		return err
+	case *float64:
+		switch s := src.(type) {
+		case float64:
+			*d = s
+			return nil
+		case int64:
+			*d = float64(s)
+			return nil
+		case []byte:
+			f, err := strconv.ParseFloat(string(s), 64)
+			*d = f
+			return err
+		}
+	case *bool:
+		switch s := src.(type) {
+		case bool:
+			*d = s
+			return nil
+		case int64:
+			*d = s != 0
+			return nil
+		}
+	case *time.Time:
+		if s, ok := src.(time.Time); ok {
+			*d = s
+			return nil
+		}
+	}
+	return fmt.Errorf("cannot store %T into %T", src, dest)
+}
+
+func toInt(src any) (int64, error) {
+	switch s := src.(type) {
+	case int64:
+		return s, nil
+	case []byte:
+		return strconv.ParseInt(string(s), 10, 64)
+	case string:
+		return strconv.ParseInt(s, 10, 64)
+	}
+	return 0, fmt.Errorf("cannot store %T into an integer", src)
+}

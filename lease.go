@@ -1,0 +1,308 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// claimLease claims up to max jobs by writing their leases: one statement
+// where the engine returns what it wrote, else a locking SELECT and one
+// UPDATE per row in a READ COMMITTED transaction.
+func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
+	sent := q.monoNow()
+	v := values{limit: max, micros: q.lease.Microseconds()}
+	if q.st.Claim.SQL != "" {
+		if clockNeeded(q.st.Claim) {
+			now, err := q.readNow(ctx, q.db)
+			if err != nil {
+				return nil, err
+			}
+			v.now, v.until = now, now.Add(q.lease)
+		}
+		rows, err := q.db.QueryContext(ctx, q.st.Claim.SQL, q.args(q.st.Claim, &v)...)
+		if err != nil {
+			return nil, err
+		}
+		ds, err := q.scanClaimed(rows, true, make([]*Delivery, 0, max))
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range ds {
+			d.sentAt = sent
+		}
+		return ds, nil
+	}
+	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	now, err := q.readNow(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	v.now, v.until = now, now.Add(q.lease)
+	rows, err := tx.QueryContext(ctx, q.st.ClaimSelect.SQL, q.args(q.st.ClaimSelect, &v)...)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := q.scanClaimed(rows, false, make([]*Delivery, 0, max))
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range ds {
+		mv := values{id: d.id, until: v.until}
+		if _, err := q.exec(ctx, tx, q.st.ClaimMark, &mv); err != nil {
+			return nil, err
+		}
+		d.expiry, d.sentAt = v.until, sent
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	return ds, nil
+}
+
+// Extend moves the lease's expiry to now plus the lease, if the delivery
+// still holds it, and adopts the new expiry as its token. It returns
+// [ErrLeaseLost] when the row no longer carries the token, [ErrSettled]
+// after a settlement; either way nothing changed. Under the other forms there
+// is nothing to extend and it returns nil while the job is held.
+func (d *Delivery) Extend(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return fmt.Errorf("inbox: extend: %w", ErrSettled)
+	}
+	if d.q.names.Form != Lease {
+		return nil
+	}
+	if err := d.extendLocked(ctx); err != nil {
+		return fmt.Errorf("inbox: extend: %w", err)
+	}
+	return nil
+}
+
+func (d *Delivery) extendLocked(ctx context.Context) error {
+	q := d.q
+	s := q.st.Extend
+	sent := q.monoNow()
+	v := d.tokenValues()
+	v.micros = q.lease.Microseconds()
+	if clockNeeded(s) {
+		now, err := q.readNow(ctx, q.db)
+		if err != nil {
+			return err
+		}
+		v.now, v.until = now, now.Add(q.lease)
+	}
+	if s.Rows {
+		var raw any
+		err := q.db.QueryRowContext(ctx, s.SQL, q.args(s, &v)...).Scan(&raw)
+		if errors.Is(err, sql.ErrNoRows) {
+			d.settled = true
+			return ErrLeaseLost
+		}
+		if err != nil {
+			return err
+		}
+		t, err := q.dialect.ScanTime(raw)
+		if err != nil {
+			return err
+		}
+		d.expiry, d.sentAt = micro(t), sent
+		return nil
+	}
+	n, err := q.exec(ctx, q.db, s, &v)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		if held, err := q.unchanged(ctx, q.db, &v); err != nil || !held {
+			if err == nil {
+				d.settled = true
+				err = ErrLeaseLost
+			}
+			return err
+		}
+	}
+	d.expiry, d.sentAt = v.until, sent
+	return nil
+}
+
+// unchanged tells, after a token statement affected no row, whether the row
+// is still there with the token it would have written: engines that count
+// only changed rows (MySQL) report zero for a write of the value a row
+// already holds, which is not a lost lease.
+func (q *Queue) unchanged(ctx context.Context, ex Executor, v *values) (bool, error) {
+	if q.st.Exists.SQL == "" || !v.until.Equal(v.expiry) {
+		return false, nil
+	}
+	var n int64
+	err := ex.QueryRowContext(ctx, q.st.Exists.SQL, q.args(q.st.Exists, v)...).Scan(&n)
+	return n > 0, err
+}
+
+// settleLease runs a settlement as a compare-and-set on the token.
+func (d *Delivery) settleLease(ctx context.Context, tx *sql.Tx, o outcome, after time.Duration) error {
+	q := d.q
+	var ex Executor = q.db
+	if tx != nil {
+		ex = tx
+	}
+	v := d.tokenValues()
+	var n int64
+	var err error
+	switch o {
+	case outAck:
+		n, err = q.exec(ctx, ex, q.st.Ack, &v)
+	case outRelease:
+		n, err = q.exec(ctx, ex, q.st.Release, &v)
+	case outRetry:
+		v.micros = after.Microseconds()
+		if clockNeeded(q.st.Retry) {
+			now, err := q.readNow(ctx, ex)
+			if err != nil {
+				return err
+			}
+			v.now, v.until = now, now.Add(after)
+		}
+		n, err = q.exec(ctx, ex, q.st.Retry, &v)
+		if err == nil && n == 0 {
+			var held bool
+			held, err = q.unchanged(ctx, ex, &v)
+			if held {
+				n = 1
+			}
+		}
+	case outDead:
+		if tx != nil {
+			n, err = q.moveDead(ctx, tx, &v)
+		} else {
+			n, err = inTx(ctx, q.db, func(tx *sql.Tx) (int64, error) { return q.moveDead(ctx, tx, &v) })
+		}
+	}
+	if err != nil {
+		return err
+	}
+	d.settled = true
+	if n == 0 {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// keeper extends one delivery's lease while its handler runs.
+type keeper struct {
+	d      *Delivery
+	cancel context.CancelCauseFunc
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// Keep starts a keeper for the delivery and returns the context the handler
+// should run under. Under the lease form the keeper extends the lease every
+// half lease; it cancels the returned context with cause [ErrLeaseLost] when
+// an extension finds the lease gone, or when extensions keep failing until
+// the last expiry it knows of, less [Config.KeepMargin], measured from when
+// that extension was sent: the holder stops before anyone else may start.
+// The stop function stops the keeper, waits for it, and cancels the
+// context, as a deferred call should once the handler returns; every
+// settlement stops the keeper too. Under the other forms nothing needs
+// extending and Keep starts no goroutine.
+func (d *Delivery) Keep(ctx context.Context) (context.Context, func()) {
+	kctx, cancel := context.WithCancelCause(ctx)
+	d.mu.Lock()
+	if d.q.names.Form != Lease || d.settled || d.keeper != nil {
+		d.mu.Unlock()
+		return kctx, func() { cancel(context.Canceled) }
+	}
+	k := &keeper{d: d, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{})}
+	d.keeper = k
+	sentAt := d.sentAt
+	d.mu.Unlock()
+	d.q.track(d)
+	go k.run(ctx, sentAt)
+	return kctx, func() {
+		d.stopKeeper()
+		cancel(context.Canceled)
+	}
+}
+
+// stopKeeper stops the delivery's keeper, if any, and waits for it.
+func (d *Delivery) stopKeeper() {
+	d.mu.Lock()
+	k := d.keeper
+	d.keeper = nil
+	d.mu.Unlock()
+	if k == nil {
+		return
+	}
+	close(k.stop)
+	<-k.done
+	d.q.untrack(d)
+}
+
+func (k *keeper) wait(d time.Duration) <-chan time.Time {
+	if k.d.q.after != nil {
+		return k.d.q.after(d)
+	}
+	return time.After(d)
+}
+
+func (k *keeper) run(ctx context.Context, sentAt time.Time) {
+	defer close(k.done)
+	q := k.d.q
+	half := q.lease / 2
+	retry := q.lease / 10
+	next := sentAt.Add(half)
+	giveUp := sentAt.Add(q.lease - q.margin)
+	for {
+		now := q.monoNow()
+		if !now.Before(giveUp) {
+			k.cancel(ErrLeaseLost)
+			return
+		}
+		wake := next
+		if giveUp.Before(wake) {
+			wake = giveUp
+		}
+		select {
+		case <-k.stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-k.wait(wake.Sub(now)):
+		}
+		if q.monoNow().Before(next) {
+			continue
+		}
+		// The extension must not outlive the lease it defends: past giveUp
+		// another worker may hold the job.
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveUp.Sub(q.monoNow()))
+		k.d.mu.Lock()
+		var err error
+		if k.d.settled {
+			err = ErrSettled
+		} else {
+			err = k.d.extendLocked(ectx)
+		}
+		sent := k.d.sentAt
+		k.d.mu.Unlock()
+		cancel()
+		switch {
+		case err == nil:
+			next, giveUp = sent.Add(half), sent.Add(q.lease-q.margin)
+		case errors.Is(err, ErrSettled):
+			return
+		case errors.Is(err, ErrLeaseLost):
+			k.cancel(ErrLeaseLost)
+			return
+		default:
+			next = q.monoNow().Add(retry)
+		}
+	}
+}

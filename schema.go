@@ -1,0 +1,210 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// colKind is what a column of the description must hold.
+type colKind int
+
+const (
+	kindID   colKind = iota // integer or text
+	kindInt                 // integer
+	kindTime                // the engine's time representation
+	kindAny                 // data: whatever the caller stores
+)
+
+var kindText = map[colKind]string{kindID: "an integer or text type", kindInt: "an integer type", kindAny: "any type"}
+
+type colWant struct {
+	field, name string
+	kind        colKind
+}
+
+// wantedColumns lists the columns the description names, unquoted; for the
+// dead table, the ones a move copies.
+func wantedColumns(n *Names, dead bool) []colWant {
+	r := n.Raw
+	def := func(v, d string) string {
+		if v == "" {
+			return d
+		}
+		return v
+	}
+	w := []colWant{{"ID", def(r.ID, "id"), kindID}, {"Attempt", def(r.Attempt, "attempt"), kindInt}}
+	data := r.Data
+	if data == nil {
+		data = []string{"payload"}
+	}
+	for i, c := range data {
+		w = append(w, colWant{"Data[" + strconv.Itoa(i) + "]", c, kindAny})
+	}
+	if dead {
+		return w
+	}
+	if r.LockedUntil != "" {
+		w = append(w, colWant{"LockedUntil", r.LockedUntil, kindTime})
+	}
+	if r.AdvisoryKey != "" && r.AdvisoryKey != def(r.ID, "id") {
+		w = append(w, colWant{"AdvisoryKey", r.AdvisoryKey, kindID})
+	}
+	if r.NotBefore != "" {
+		w = append(w, colWant{"NotBefore", r.NotBefore, kindTime})
+	}
+	if r.Claims != "" {
+		w = append(w, colWant{"Claims", r.Claims, kindInt})
+	}
+	return w
+}
+
+// readColumns runs a query returning (name, type) rows, keyed by lower-case
+// name.
+func readColumns(ctx context.Context, db *sql.DB, query string, args ...any) (map[string]string, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	cols := map[string]string{}
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			return nil, err
+		}
+		cols[strings.ToLower(name)] = typ
+	}
+	return cols, rows.Err()
+}
+
+// compareColumns reports the wanted columns that are missing or of a type
+// fits refuses.
+func compareColumns(schema, table string, cols map[string]string, want []colWant, fits func(colKind, string) bool, timeType string) []string {
+	name := table
+	if schema != "" {
+		name = schema + "." + table
+	}
+	if len(cols) == 0 {
+		return []string{fmt.Sprintf("table %s does not exist", name)}
+	}
+	var problems []string
+	for _, w := range want {
+		typ, ok := cols[strings.ToLower(w.name)]
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("table %s has no column %s (Table.%s)", name, w.name, w.field))
+		case !fits(w.kind, typ):
+			wantText := kindText[w.kind]
+			if w.kind == kindTime {
+				wantText = timeType
+			}
+			problems = append(problems, fmt.Sprintf("column %s.%s (Table.%s) is %s, want %s", name, w.name, w.field, typ, wantText))
+		}
+	}
+	return problems
+}
+
+// versionBelow reports whether a version string ("10.11.19-MariaDB",
+// "8.0.36", "3.46.1") is below major.minor.
+func versionBelow(v string, major, minor int) bool {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return true
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(strings.TrimFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	return ma < major || (ma == major && mi < minor)
+}
+
+func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+	var problems []string
+	var num int
+	if err := db.QueryRowContext(ctx, "SELECT current_setting('server_version_num')::int").Scan(&num); err != nil {
+		return nil, err
+	}
+	if num < 120000 {
+		problems = append(problems, fmt.Sprintf("PostgreSQL %d is older than 12, which brought MATERIALIZED", num))
+	}
+	kind := func(k colKind, t string) bool {
+		switch k {
+		case kindID:
+			return t == "bigint" || t == "integer" || t == "smallint" || t == "text" || t == "uuid" || t == "character varying"
+		case kindInt:
+			return t == "bigint" || t == "integer" || t == "smallint"
+		case kindTime:
+			return t == "timestamp with time zone"
+		}
+		return true
+	}
+	const q = "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2"
+	for _, tb := range []struct {
+		schema, name string
+		dead         bool
+	}{{n.Schema, n.TableName, false}, {n.DeadSchema, n.DeadName, true}} {
+		if tb.name == "" {
+			continue
+		}
+		cols, err := readColumns(ctx, db, q, tb.schema, tb.name)
+		if err != nil {
+			return nil, err
+		}
+		problems = append(problems, compareColumns(tb.schema, tb.name, cols, wantedColumns(n, tb.dead), kind, "timestamptz")...)
+	}
+	return problems, nil
+}
+
+func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+	var problems []string
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return nil, err
+	}
+	if strings.Contains(strings.ToLower(version), "mariadb") {
+		if versionBelow(version, 10, 6) {
+			problems = append(problems, fmt.Sprintf("MariaDB %s is older than 10.6, which brought SKIP LOCKED", version))
+		}
+	} else if versionBelow(version, 8, 0) {
+		problems = append(problems, fmt.Sprintf("MySQL %s is older than 8.0, which brought SKIP LOCKED", version))
+	}
+	kind := func(k colKind, t string) bool {
+		t = strings.ToLower(t)
+		isInt := strings.Contains(t, "int")
+		switch k {
+		case kindID:
+			return isInt || strings.Contains(t, "char") || strings.Contains(t, "text") || strings.Contains(t, "binary")
+		case kindInt:
+			return isInt
+		case kindTime:
+			// A bare DATETIME drops the microseconds of the token;
+			// TIMESTAMP follows the session's time zone.
+			return t == "datetime(6)"
+		}
+		return true
+	}
+	const q = "SELECT column_name, column_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
+	for _, tb := range []struct {
+		schema, name string
+		dead         bool
+	}{{n.Schema, n.TableName, false}, {n.DeadSchema, n.DeadName, true}} {
+		if tb.name == "" {
+			continue
+		}
+		cols, err := readColumns(ctx, db, q, tb.schema, tb.name)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range compareColumns(tb.schema, tb.name, cols, wantedColumns(n, tb.dead), kind, "DATETIME(6)") {
+			if strings.Contains(p, "is datetime,") || strings.Contains(p, "is datetime(") {
+				p += " (fractional seconds missing: the lease token needs DATETIME(6))"
+			}
+			problems = append(problems, p)
+		}
+	}
+	return problems, nil
+}

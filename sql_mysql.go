@@ -1,0 +1,206 @@
+package inbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// MySQL is the dialect of MySQL 8 and MariaDB 10.6 or later (SKIP LOCKED)
+// through go-sql-driver/mysql, with or without parseTime. Times are
+// DATETIME(6) in UTC; the engine's clock is UTC_TIMESTAMP(6), never the
+// session-zoned NOW(). UPDATE cannot return what it wrote, so the queue reads
+// the clock first (Statements.Now) and writes the times it computed.
+var MySQL Dialect = mysql{}
+
+type mysql struct{}
+
+func (mysql) Name() string { return "mysql" }
+
+func (mysql) QuoteIdent(s string) (string, error) {
+	return "`" + strings.ReplaceAll(s, "`", "``") + "`", nil
+}
+
+// mysqlTime is how times go to the server: text it reads as DATETIME(6)
+// whatever the connection's time zone or parseTime setting.
+const mysqlTime = "2006-01-02 15:04:05.000000"
+
+// mysqlLayout reads DATETIME text with or without fractional seconds.
+const mysqlLayout = "2006-01-02 15:04:05.999999"
+
+func (mysql) TimeArg(t time.Time) any { return t.UTC().Format(mysqlTime) }
+
+func (mysql) ScanTime(src any) (time.Time, error) {
+	switch s := src.(type) {
+	case time.Time:
+		// parseTime=true: the driver read the UTC wall clock in its loc.
+		return time.Date(s.Year(), s.Month(), s.Day(), s.Hour(), s.Minute(), s.Second(), s.Nanosecond(), time.UTC), nil
+	case []byte:
+		return time.Parse(mysqlLayout, string(s))
+	case string:
+		return time.Parse(mysqlLayout, s)
+	}
+	return time.Time{}, fmt.Errorf("mysql: time column returned %T", src)
+}
+
+func (mysql) Statements(n *Names) (*Statements, error) {
+	st := &Statements{}
+	b := func() *sqlBuilder { return &sqlBuilder{mark: question} }
+	t, id, att := n.Table, n.ID, n.Attempt
+	data := ""
+	if len(n.Data) > 0 {
+		data = ", " + joinCols("", n.Data)
+	}
+	if n.DBClock {
+		st.Now = Stmt{SQL: "SELECT UTC_TIMESTAMP(6)", Rows: true}
+	}
+	// Conditions only compare, so they read the clock in place when it is
+	// the engine's.
+	now := func(s *sqlBuilder) string {
+		if n.DBClock {
+			return "UTC_TIMESTAMP(6)"
+		}
+		return s.p(ArgNow)
+	}
+	ready := func(s *sqlBuilder, prefix string) string {
+		if n.NotBefore == "" {
+			return ""
+		}
+		return prefix + "(" + n.NotBefore + " IS NULL OR " + n.NotBefore + " <= " + now(s) + ")"
+	}
+	switch n.Form {
+	case Lease:
+		lu := n.LockedUntil
+		// No UPDATE … RETURNING: lock the rows with a SELECT in a READ
+		// COMMITTED transaction, then write each lease. SKIP LOCKED lets
+		// concurrent claims pass each other's rows.
+		s := b()
+		s.w("SELECT ", id, ", ", att, data, " FROM ", t, " WHERE (", lu, " IS NULL OR ", lu, " <= ", s.p(ArgNow),
+			") ORDER BY ", id, " LIMIT ", s.p(ArgLimit), " FOR UPDATE SKIP LOCKED")
+		st.ClaimSelect = s.stmt(true)
+		s = b()
+		s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1, ", lu, " = ", s.p(ArgUntil), " WHERE ", id, " = ", s.p(ArgID))
+		st.ClaimMark = s.stmt(false)
+		tok := func(s *sqlBuilder) string {
+			return id + " = " + s.p(ArgID) + " AND " + att + " = " + s.p(ArgAttempt) + " AND " + lu + " = " + s.p(ArgExpiry)
+		}
+		s = b()
+		s.w("UPDATE ", t, " SET ", lu, " = ", s.p(ArgUntil), " WHERE ", tok(s))
+		st.Extend = s.stmt(false)
+		st.Retry = st.Extend
+		// MySQL reports changed rows, not matched ones: a write of the
+		// expiry a row already holds is confirmed by counting the token.
+		s = b()
+		s.w("SELECT COUNT(*) FROM ", t, " WHERE ", tok(s))
+		st.Exists = s.stmt(true)
+		s = b()
+		s.w("DELETE FROM ", t, " WHERE ", tok(s))
+		st.Ack = s.stmt(false)
+		s = b()
+		s.w("UPDATE ", t, " SET ", lu, " = NULL, ", att, " = ", att, " - 1 WHERE ", tok(s))
+		st.Release = s.stmt(false)
+		if n.Dead != "" {
+			st.DeadInsert, st.DeadDelete = deadMove(n, b, tok, false)
+		}
+	case RowLock:
+		s := b()
+		if n.Claims != "" {
+			s.w("SELECT ", id, ", ", att, data, " FROM ", t, " WHERE ", id, " = ", s.p(ArgID), ready(s, " AND "), " FOR UPDATE SKIP LOCKED")
+		} else {
+			s.w("SELECT ", id, ", ", att, data, " FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT 1 FOR UPDATE SKIP LOCKED")
+		}
+		st.ClaimSelect = s.stmt(true)
+		// Counted inside the held transaction: a crash rolls it back.
+		s = b()
+		s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1 WHERE ", id, " = ", s.p(ArgID))
+		st.ClaimMark = s.stmt(false)
+		tok := func(s *sqlBuilder) string { return id + " = " + s.p(ArgID) }
+		s = b()
+		s.w("DELETE FROM ", t, " WHERE ", tok(s))
+		st.Ack = s.stmt(false)
+		if n.NotBefore != "" {
+			s = b()
+			s.w("UPDATE ", t, " SET ", n.NotBefore, " = ", s.p(ArgUntil), " WHERE ", tok(s))
+			st.Retry = s.stmt(false)
+		}
+		if n.Claims != "" {
+			// Without RETURNING the count is a locking SELECT, then its
+			// UPDATE, in a short transaction of their own.
+			s = b()
+			s.w("SELECT ", id, ", ", n.Claims, " + 1 FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT 1 FOR UPDATE SKIP LOCKED")
+			st.ClaimsCount = s.stmt(true)
+			s = b()
+			s.w("UPDATE ", t, " SET ", n.Claims, " = ", n.Claims, " + 1 WHERE ", id, " = ", s.p(ArgID))
+			st.ClaimsMark = s.stmt(false)
+			s = b()
+			s.w("UPDATE ", t, " SET ", n.Claims, " = 0 WHERE ", id, " = ", s.p(ArgID))
+			st.ClaimsReset = s.stmt(false)
+		}
+		if n.Dead != "" {
+			st.DeadInsert, st.DeadDelete = deadMove(n, b, tok, false)
+		}
+	case Advisory:
+		s := b()
+		s.w("SELECT ", id, ", ", n.Key, " FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT ", s.p(ArgLimit))
+		st.Candidates = s.stmt(true)
+		// Under the lock: re-read the row, then count the attempt, which
+		// commits at once so that a crash spends it.
+		s = b()
+		s.w("SELECT ", id, ", ", att, data, " FROM ", t, " WHERE ", id, " = ", s.p(ArgID), ready(s, " AND "))
+		st.ClaimSelect = s.stmt(true)
+		s = b()
+		s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1 WHERE ", id, " = ", s.p(ArgID), " AND ", att, " = ", s.p(ArgDelivered))
+		st.ClaimMark = s.stmt(false)
+		tok := func(s *sqlBuilder) string {
+			return id + " = " + s.p(ArgID) + " AND " + att + " = " + s.p(ArgAttempt)
+		}
+		s = b()
+		s.w("DELETE FROM ", t, " WHERE ", tok(s))
+		st.Ack = s.stmt(false)
+		s = b()
+		s.w("UPDATE ", t, " SET ", att, " = ", att, " - 1 WHERE ", tok(s))
+		st.Release = s.stmt(false)
+		if n.NotBefore != "" {
+			s = b()
+			s.w("UPDATE ", t, " SET ", n.NotBefore, " = ", s.p(ArgUntil), " WHERE ", tok(s))
+			st.Retry = s.stmt(false)
+		}
+		if n.Dead != "" {
+			st.DeadInsert, st.DeadDelete = deadMove(n, b, tok, false)
+		}
+	}
+	enqueue(st, n, b, false)
+	return st, nil
+}
+
+// MySQLLockName is the GET_LOCK name of one key value of a table: "inbox_"
+// and 32 hex digits of SHA-256 over the table name, a zero byte and the value,
+// 38 characters whatever the key, under the server's limit of 64.
+func MySQLLockName(table, key string) string {
+	h := sha256.Sum256([]byte(table + "\x00" + key))
+	return "inbox_" + hex.EncodeToString(h[:16])
+}
+
+func (mysql) TryLock(ctx context.Context, conn *sql.Conn, table, key string) (bool, error) {
+	var got sql.NullInt64
+	err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", MySQLLockName(table, key)).Scan(&got)
+	if err == nil && !got.Valid {
+		err = fmt.Errorf("GET_LOCK returned NULL")
+	}
+	return got.Int64 == 1, err
+}
+
+func (mysql) Unlock(ctx context.Context, conn *sql.Conn, table, key string) error {
+	var released sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", MySQLLockName(table, key)).Scan(&released); err != nil {
+		return err
+	}
+	if released.Int64 != 1 {
+		return fmt.Errorf("RELEASE_LOCK: the session did not hold the lock")
+	}
+	return nil
+}

@@ -1,0 +1,301 @@
+package inbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Postgres is the dialect of PostgreSQL (12 or later, for MATERIALIZED; SKIP
+// LOCKED needs 9.5), through lib/pq or pgx/v5/stdlib. Times are timestamptz;
+// the engine's clock is statement_timestamp(), fixed for one statement, and
+// never now(), which would stand still for a whole held transaction.
+var Postgres Dialect = postgres{}
+
+type postgres struct{}
+
+func (postgres) Name() string { return "postgres" }
+
+func (postgres) QuoteIdent(s string) (string, error) {
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`, nil
+}
+
+func (postgres) TimeArg(t time.Time) any { return t }
+
+func (postgres) ScanTime(src any) (time.Time, error) {
+	if t, ok := src.(time.Time); ok {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("postgres: time column returned %T, want time.Time (is the column timestamptz?)", src)
+}
+
+func (postgres) Statements(n *Names) (*Statements, error) {
+	return pgLike(n, dollar, "statement_timestamp()", true)
+}
+
+// pgLike builds the statements of engines with UPDATE … RETURNING and
+// FOR UPDATE SKIP LOCKED. clock is the engine's clock expression (empty: the
+// caller's); skipLocked is false for SQLite, whose single writer needs none.
+func pgLike(n *Names, mark func(int) string, clock string, skipLocked bool) (*Statements, error) {
+	st := &Statements{}
+	b := func() *sqlBuilder { return &sqlBuilder{mark: mark} }
+	dbClock := n.DBClock && clock != ""
+	// now and until write the current time and a time after it: the engine's
+	// clock, or the caller's passed as parameters.
+	now := func(s *sqlBuilder) string {
+		if dbClock {
+			return clock
+		}
+		return s.p(ArgNow)
+	}
+	until := func(s *sqlBuilder) string {
+		if dbClock {
+			return "(" + clock + " + " + s.p(ArgMicros) + " * interval '1 microsecond')"
+		}
+		return s.p(ArgUntil)
+	}
+	t, id, att, data := n.Table, n.ID, n.Attempt, n.Data
+	ready := func(s *sqlBuilder, prefix string) string {
+		if n.NotBefore == "" {
+			return ""
+		}
+		return prefix + "(" + n.NotBefore + " IS NULL OR " + n.NotBefore + " <= " + now(s) + ")"
+	}
+	lock := ""
+	if skipLocked {
+		// SKIP LOCKED lets concurrent claims pass each other's rows instead
+		// of queueing on them.
+		lock = " FOR UPDATE SKIP LOCKED"
+	}
+	switch n.Form {
+	case Lease:
+		lu := n.LockedUntil
+		// The candidate ids are MATERIALIZED so the planner runs the locking
+		// subquery once, rather than re-evaluating it per joined row.
+		s := b()
+		if skipLocked {
+			s.w("WITH picked AS MATERIALIZED (SELECT ", id, " FROM ", t,
+				" WHERE (", lu, " IS NULL OR ", lu, " <= ", now(s), ") ORDER BY ", id, " LIMIT ", s.p(ArgLimit), lock, ") ",
+				"UPDATE ", t, " AS j SET ", att, " = j.", att, " + 1, ", lu, " = ", until(s),
+				" FROM picked WHERE j.", id, " = picked.", id,
+				" RETURNING j.", id, ", j.", att, " - 1, j.", lu)
+		} else {
+			// SQLite: the statement holds the single write lock from its
+			// subquery to its end, so no other claim can interleave.
+			set := until(s)
+			s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1, ", lu, " = ", set,
+				" WHERE ", id, " IN (SELECT ", id, " FROM ", t,
+				" WHERE ", lu, " IS NULL OR ", lu, " <= ", now(s), " ORDER BY ", id, " LIMIT ", s.p(ArgLimit), ")",
+				" RETURNING ", id, ", ", att, " - 1, ", lu)
+		}
+		if len(data) > 0 {
+			if skipLocked {
+				s.w(", ", joinCols("j.", data))
+			} else {
+				s.w(", ", joinCols("", data))
+			}
+		}
+		st.Claim = s.stmt(true)
+
+		tok := func(s *sqlBuilder) string {
+			return id + " = " + s.p(ArgID) + " AND " + att + " = " + s.p(ArgAttempt) + " AND " + lu + " = " + s.p(ArgExpiry)
+		}
+		s = b()
+		set := until(s)
+		s.w("UPDATE ", t, " SET ", lu, " = ", set, " WHERE ", tok(s))
+		if dbClock {
+			// The engine chose the new expiry: it comes back as the token.
+			s.w(" RETURNING ", lu)
+		}
+		st.Extend = s.stmt(dbClock)
+		s = b()
+		s.w("DELETE FROM ", t, " WHERE ", tok(s))
+		st.Ack = s.stmt(false)
+		s = b()
+		set = until(s)
+		s.w("UPDATE ", t, " SET ", lu, " = ", set, " WHERE ", tok(s))
+		st.Retry = s.stmt(false)
+		s = b()
+		s.w("UPDATE ", t, " SET ", lu, " = NULL, ", att, " = ", att, " - 1 WHERE ", tok(s))
+		st.Release = s.stmt(false)
+		if n.Dead != "" {
+			st.DeadInsert, st.DeadDelete = deadMove(n, b, tok, skipLocked)
+		}
+	case RowLock, Advisory:
+		if n.Form == RowLock && !skipLocked {
+			return nil, fmt.Errorf("SQLite has no row locks: name Table.LockedUntil for the lease form or Table.AdvisoryKey for the advisory form")
+		}
+		s := b()
+		if n.Form == RowLock {
+			// The attempt is counted inside the held transaction, so a
+			// crash rolls it back with everything else.
+			var pick string
+			if n.Claims != "" {
+				pick = s.p(ArgID)
+			} else {
+				pick = "(SELECT " + id + " FROM " + t + ready(s, " WHERE ") + " ORDER BY " + id + " LIMIT 1" + lock + ")"
+			}
+			s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1 WHERE ", id, " = ", pick)
+			if n.Claims != "" {
+				// The row was counted outside; lock it now, or skip it if
+				// another worker was faster.
+				s.w(" AND ", id, " IN (SELECT ", id, " FROM ", t, " WHERE ", id, " = ", s.p(ArgID), ready(s, " AND "), lock, ")")
+			}
+		} else {
+			// The lock was taken from Go; this re-reads the row under it and
+			// commits the attempt, so a crash spends it.
+			s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1 WHERE ", id, " = ", s.p(ArgID), ready(s, " AND "))
+		}
+		s.w(" RETURNING ", id, ", ", att, " - 1")
+		if len(data) > 0 {
+			s.w(", ", joinCols("", data))
+		}
+		st.Claim = s.stmt(true)
+
+		// Row lock: the held transaction is the fence. Advisory: the
+		// attempt is, against a holder whose session was cut.
+		tok := func(s *sqlBuilder) string {
+			if n.Form == RowLock {
+				return id + " = " + s.p(ArgID)
+			}
+			return id + " = " + s.p(ArgID) + " AND " + att + " = " + s.p(ArgAttempt)
+		}
+		s = b()
+		s.w("DELETE FROM ", t, " WHERE ", tok(s))
+		st.Ack = s.stmt(false)
+		if n.NotBefore != "" {
+			s = b()
+			set := until(s)
+			s.w("UPDATE ", t, " SET ", n.NotBefore, " = ", set, " WHERE ", tok(s))
+			st.Retry = s.stmt(false)
+		}
+		if n.Form == Advisory {
+			s = b()
+			s.w("UPDATE ", t, " SET ", att, " = ", att, " - 1 WHERE ", tok(s))
+			st.Release = s.stmt(false)
+			s = b()
+			s.w("SELECT ", id, ", ", n.Key, " FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT ", s.p(ArgLimit))
+			st.Candidates = s.stmt(true)
+		}
+		if n.Claims != "" {
+			s = b()
+			s.w("UPDATE ", t, " SET ", n.Claims, " = ", n.Claims, " + 1 WHERE ", id,
+				" = (SELECT ", id, " FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT 1", lock, ")",
+				" RETURNING ", id, ", ", n.Claims)
+			st.ClaimsCount = s.stmt(true)
+			s = b()
+			s.w("UPDATE ", t, " SET ", n.Claims, " = 0 WHERE ", id, " = ", s.p(ArgID))
+			st.ClaimsReset = s.stmt(false)
+			// Release hands back the claim it counted, unless another worker
+			// holds the row by now: waiting for it would stall the caller.
+			s = b()
+			s.w("UPDATE ", t, " SET ", n.Claims, " = ", n.Claims, " - 1 WHERE ", id,
+				" = (SELECT ", id, " FROM ", t, " WHERE ", id, " = ", s.p(ArgID), " AND ", n.Claims, " > 0", lock, ")")
+			st.Release = s.stmt(false)
+		}
+		if n.Dead != "" {
+			st.DeadInsert, st.DeadDelete = deadMove(n, b, tok, skipLocked)
+		}
+	}
+	enqueue(st, n, b, true)
+	return st, nil
+}
+
+// deadMove builds the move to the dead table: on Postgres one statement
+// (DELETE … RETURNING feeding the INSERT), elsewhere a copy then a delete.
+func deadMove(n *Names, b func() *sqlBuilder, tok func(*sqlBuilder) string, oneStatement bool) (ins, del Stmt) {
+	cols := n.ID + ", " + n.Attempt
+	src := n.ID + ", "
+	if len(n.Data) > 0 {
+		cols += ", " + joinCols("", n.Data)
+	}
+	s := b()
+	if oneStatement {
+		s.w("WITH gone AS (DELETE FROM ", n.Table, " WHERE ", tok(s), " RETURNING ", n.ID)
+		if len(n.Data) > 0 {
+			s.w(", ", joinCols("", n.Data))
+		}
+		s.w(") INSERT INTO ", n.Dead, " (", cols, ") SELECT ", src, s.p(ArgDelivered))
+		if len(n.Data) > 0 {
+			s.w(", ", joinCols("", n.Data))
+		}
+		s.w(" FROM gone")
+		return s.stmt(false), Stmt{}
+	}
+	s.w("INSERT INTO ", n.Dead, " (", cols, ") SELECT ", src, s.p(ArgDelivered))
+	if len(n.Data) > 0 {
+		s.w(", ", joinCols("", n.Data))
+	}
+	s.w(" FROM ", n.Table, " WHERE ", tok(s))
+	ins = s.stmt(false)
+	s = b()
+	s.w("DELETE FROM ", n.Table, " WHERE ", tok(s))
+	return ins, s.stmt(false)
+}
+
+// enqueue builds the four inserts. returning is false for engines without
+// INSERT … RETURNING (MySQL), which read LastInsertId instead.
+func enqueue(st *Statements, n *Names, b func() *sqlBuilder, returning bool) {
+	at := n.NotBefore
+	if n.Form == Lease {
+		// A lease form delays a job the way it delays a retry: an expiry.
+		at = n.LockedUntil
+	}
+	build := func(withID, withAt bool) Stmt {
+		s := b()
+		var cols, vals []string
+		if withID {
+			cols, vals = append(cols, n.ID), append(vals, s.p(ArgID))
+		}
+		for i, c := range n.Data {
+			cols, vals = append(cols, c), append(vals, s.p(ArgData+Arg(i)))
+		}
+		if withAt {
+			cols, vals = append(cols, at), append(vals, s.p(ArgNotBefore))
+		}
+		if len(cols) == 0 {
+			s.w("INSERT INTO ", n.Table, " DEFAULT VALUES")
+		} else {
+			s.w("INSERT INTO ", n.Table, " (", strings.Join(cols, ", "), ") VALUES (", strings.Join(vals, ", "), ")")
+		}
+		if returning {
+			s.w(" RETURNING ", n.ID)
+		}
+		return s.stmt(returning)
+	}
+	st.Enqueue = build(false, false)
+	st.EnqueueID = build(true, false)
+	if at != "" {
+		st.EnqueueAt = build(false, true)
+		st.EnqueueIDAt = build(true, true)
+	}
+}
+
+// PostgresLockKey is the 64-bit advisory lock key of one key value of a
+// table: the first eight bytes of SHA-256 over the table name, a zero byte and
+// the value. Hashing the table in keeps queues on different tables apart.
+func PostgresLockKey(table, key string) int64 {
+	h := sha256.Sum256([]byte(table + "\x00" + key))
+	return int64(binary.BigEndian.Uint64(h[:8]))
+}
+
+func (postgres) TryLock(ctx context.Context, conn *sql.Conn, table, key string) (bool, error) {
+	var ok bool
+	err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", PostgresLockKey(table, key)).Scan(&ok)
+	return ok, err
+}
+
+func (postgres) Unlock(ctx context.Context, conn *sql.Conn, table, key string) error {
+	var ok bool
+	if err := conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1)", PostgresLockKey(table, key)).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("pg_advisory_unlock: the session did not hold the lock")
+	}
+	return nil
+}

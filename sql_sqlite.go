@@ -1,0 +1,103 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// SQLite is the dialect of SQLite 3.35 or later (RETURNING), through
+// mattn/go-sqlite3 or modernc.org/sqlite. SQLite has no row locks: a SQLite
+// table names the lease or the advisory form. Times are TEXT in one
+// fixed-width UTC format ([SQLiteTimeFormat]) that the package writes and
+// compares itself, so that both drivers agree; the clock is the caller's
+// (time.Now unless [Config.Now] is set). Under the advisory form the process
+// holds the keys in work, so one process serves a database file.
+var SQLite Dialect = sqlite{}
+
+// SQLiteTimeFormat is the text of a time in a SQLite table: UTC, microseconds,
+// fixed width, so that text order is time order.
+const SQLiteTimeFormat = "2006-01-02T15:04:05.000000Z"
+
+type sqlite struct{}
+
+func (sqlite) Name() string { return "sqlite" }
+
+func (sqlite) QuoteIdent(s string) (string, error) {
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`, nil
+}
+
+func (sqlite) TimeArg(t time.Time) any { return t.UTC().Format(SQLiteTimeFormat) }
+
+func (sqlite) ScanTime(src any) (time.Time, error) {
+	switch s := src.(type) {
+	case string:
+		return time.Parse(SQLiteTimeFormat, s)
+	case []byte:
+		return time.Parse(SQLiteTimeFormat, string(s))
+	case time.Time:
+		// mattn/go-sqlite3 parses columns declared DATETIME or TIMESTAMP;
+		// the schema check asks for TEXT.
+		return s.UTC(), nil
+	}
+	return time.Time{}, fmt.Errorf("sqlite: time column returned %T, want TEXT", src)
+}
+
+// Statements are those of Postgres without SKIP LOCKED: a SQLite write holds
+// the database's one write lock from its first read to its end, so one
+// UPDATE … RETURNING claims atomically. The engine's clock is not used.
+func (sqlite) Statements(n *Names) (*Statements, error) {
+	return pgLike(n, question, "", false)
+}
+
+func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+	var problems []string
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&version); err != nil {
+		return nil, err
+	}
+	if versionBelow(version, 3, 35) {
+		problems = append(problems, fmt.Sprintf("SQLite %s is older than 3.35, which brought RETURNING", version))
+	}
+	check := func(schema, table string, want []colWant) error {
+		q := "SELECT name, type FROM pragma_table_info(?)"
+		args := []any{table}
+		if schema != "" {
+			q = "SELECT name, type FROM pragma_table_info(?, ?)"
+			args = append(args, schema)
+		}
+		cols, err := readColumns(ctx, db, q, args...)
+		if err != nil {
+			return err
+		}
+		problems = append(problems, compareColumns(schema, table, cols, want, sqliteKind, "TEXT")...)
+		return nil
+	}
+	if err := check(n.Schema, n.TableName, wantedColumns(n, false)); err != nil {
+		return nil, err
+	}
+	if n.Dead != "" {
+		if err := check(n.DeadSchema, n.DeadName, wantedColumns(n, true)); err != nil {
+			return nil, err
+		}
+	}
+	return problems, nil
+}
+
+// sqliteKind tells whether a declared SQLite type fits a column kind.
+func sqliteKind(k colKind, declared string) bool {
+	d := strings.ToUpper(declared)
+	switch k {
+	case kindID:
+		return strings.Contains(d, "INT") || strings.Contains(d, "TEXT") || strings.Contains(d, "CHAR") || d == "BLOB" || d == ""
+	case kindInt:
+		return strings.Contains(d, "INT")
+	case kindTime:
+		// TEXT affinity keeps the package's format as written; mattn would
+		// turn DATETIME into Go times.
+		return d == "TEXT"
+	}
+	return true
+}
