@@ -32,7 +32,7 @@ func (q *Queue) claimAdvisory(ctx context.Context, max int) ([]*Delivery, error)
 	// Enough candidates to get past the keys this process holds and a few
 	// taken by others.
 	v := values{limit: 2*got + q.holdsKeys() + 8}
-	rows, err := q.db.QueryContext(ctx, q.st.Candidates.SQL, q.args(q.st.Candidates, &v)...)
+	rows, err := q.query(ctx, q.db, q.st.Candidates, &v)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +133,7 @@ func (q *Queue) lockOne(ctx context.Context, id any, key string) (*Delivery, err
 	v := values{id: id, limit: 1}
 	var d *Delivery
 	if q.st.Claim.SQL != "" {
-		rows, err := ex.QueryContext(ctx, q.st.Claim.SQL, q.args(q.st.Claim, &v)...)
+		rows, err := q.query(ctx, ex, q.st.Claim, &v)
 		if err != nil {
 			return fail(err)
 		}
@@ -146,7 +146,7 @@ func (q *Queue) lockOne(ctx context.Context, id any, key string) (*Delivery, err
 		}
 		d = ds[0]
 	} else {
-		rows, err := ex.QueryContext(ctx, q.st.ClaimSelect.SQL, q.args(q.st.ClaimSelect, &v)...)
+		rows, err := q.query(ctx, ex, q.st.ClaimSelect, &v)
 		if err != nil {
 			return fail(err)
 		}

@@ -386,15 +386,14 @@ func (q *Queue) Enqueue(ctx context.Context, ex Executor, job Job) (any, error) 
 		return nil, fmt.Errorf("inbox: enqueue: a not-before time needs Table.NotBefore under the %s form", q.names.Form)
 	}
 	v := values{id: job.ID, data: job.Data, notBefore: job.NotBefore}
-	args := q.args(s, &v)
 	if s.Rows {
 		var id any
-		if err := ex.QueryRowContext(ctx, s.SQL, args...).Scan(&id); err != nil {
+		if err := q.queryRow(ctx, ex, s, &v).Scan(&id); err != nil {
 			return nil, fmt.Errorf("inbox: enqueue: %w", err)
 		}
 		return normID(id), nil
 	}
-	res, err := ex.ExecContext(ctx, s.SQL, args...)
+	res, err := q.run(ctx, ex, s, &v)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: enqueue: %w", err)
 	}
@@ -496,7 +495,7 @@ func (q *Queue) readNow(ctx context.Context, ex Executor) (time.Time, error) {
 		return micro(time.Now()), nil
 	}
 	var raw any
-	if err := ex.QueryRowContext(ctx, q.st.Now.SQL).Scan(&raw); err != nil {
+	if err := q.queryRow(ctx, ex, q.st.Now, &values{}).Scan(&raw); err != nil {
 		return time.Time{}, err
 	}
 	t, err := q.dialect.ScanTime(raw)
@@ -726,11 +725,25 @@ func (d *Delivery) settle(ctx context.Context, tx *sql.Tx, o outcome, after time
 
 // exec runs s with v through ex and returns the rows it affected.
 func (q *Queue) exec(ctx context.Context, ex Executor, s Stmt, v *values) (int64, error) {
-	res, err := ex.ExecContext(ctx, s.SQL, q.args(s, v)...)
+	res, err := q.run(ctx, ex, s, v)
 	if err != nil {
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// run, query and queryRow are the only places statements are sent: one place
+// to observe, and to change how they are sent.
+func (q *Queue) run(ctx context.Context, ex Executor, s Stmt, v *values) (sql.Result, error) {
+	return ex.ExecContext(ctx, s.SQL, q.args(s, v)...)
+}
+
+func (q *Queue) query(ctx context.Context, ex Executor, s Stmt, v *values) (*sql.Rows, error) {
+	return ex.QueryContext(ctx, s.SQL, q.args(s, v)...)
+}
+
+func (q *Queue) queryRow(ctx context.Context, ex Executor, s Stmt, v *values) *sql.Row {
+	return ex.QueryRowContext(ctx, s.SQL, q.args(s, v)...)
 }
 
 // moveDead copies the row into the dead table and deletes it, in one

@@ -22,7 +22,7 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 			}
 			v.now, v.until = now, now.Add(q.lease)
 		}
-		rows, err := q.db.QueryContext(ctx, q.st.Claim.SQL, q.args(q.st.Claim, &v)...)
+		rows, err := q.query(ctx, q.db, q.st.Claim, &v)
 		if err != nil {
 			return nil, err
 		}
@@ -45,7 +45,7 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 		return nil, err
 	}
 	v.now, v.until = now, now.Add(q.lease)
-	rows, err := tx.QueryContext(ctx, q.st.ClaimSelect.SQL, q.args(q.st.ClaimSelect, &v)...)
+	rows, err := q.query(ctx, tx, q.st.ClaimSelect, &v)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +101,7 @@ func (d *Delivery) extendLocked(ctx context.Context) error {
 	}
 	if s.Rows {
 		var raw any
-		err := q.db.QueryRowContext(ctx, s.SQL, q.args(s, &v)...).Scan(&raw)
+		err := q.queryRow(ctx, q.db, s, &v).Scan(&raw)
 		if errors.Is(err, sql.ErrNoRows) {
 			d.settled = true
 			return ErrLeaseLost
@@ -142,7 +142,7 @@ func (q *Queue) unchanged(ctx context.Context, ex Executor, v *values) (bool, er
 		return false, nil
 	}
 	var n int64
-	err := ex.QueryRowContext(ctx, q.st.Exists.SQL, q.args(q.st.Exists, v)...).Scan(&n)
+	err := q.queryRow(ctx, ex, q.st.Exists, v).Scan(&n)
 	return n > 0, err
 }
 

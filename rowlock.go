@@ -78,7 +78,7 @@ func (q *Queue) countClaim(ctx context.Context) (any, int64, error) {
 	var claims int64
 	var v values
 	if q.st.ClaimsMark.SQL == "" {
-		err := q.db.QueryRowContext(ctx, q.st.ClaimsCount.SQL, q.args(q.st.ClaimsCount, &v)...).Scan(&id, &claims)
+		err := q.queryRow(ctx, q.db, q.st.ClaimsCount, &v).Scan(&id, &claims)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, 0, nil
 		}
@@ -89,7 +89,7 @@ func (q *Queue) countClaim(ctx context.Context) (any, int64, error) {
 		return nil, 0, err
 	}
 	defer tx.Rollback()
-	err = tx.QueryRowContext(ctx, q.st.ClaimsCount.SQL, q.args(q.st.ClaimsCount, &v)...).Scan(&id, &claims)
+	err = q.queryRow(ctx, tx, q.st.ClaimsCount, &v).Scan(&id, &claims)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, 0, nil
 	}
@@ -108,7 +108,7 @@ func (q *Queue) countClaim(ctx context.Context) (any, int64, error) {
 func (q *Queue) claimInTx(ctx context.Context, tx *sql.Tx, id any) (*Delivery, error) {
 	v := values{id: id, limit: 1}
 	if q.st.Claim.SQL != "" {
-		rows, err := tx.QueryContext(ctx, q.st.Claim.SQL, q.args(q.st.Claim, &v)...)
+		rows, err := q.query(ctx, tx, q.st.Claim, &v)
 		if err != nil {
 			return nil, err
 		}
@@ -118,7 +118,7 @@ func (q *Queue) claimInTx(ctx context.Context, tx *sql.Tx, id any) (*Delivery, e
 		}
 		return ds[0], nil
 	}
-	rows, err := tx.QueryContext(ctx, q.st.ClaimSelect.SQL, q.args(q.st.ClaimSelect, &v)...)
+	rows, err := q.query(ctx, tx, q.st.ClaimSelect, &v)
 	if err != nil {
 		return nil, err
 	}
