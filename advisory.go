@@ -29,9 +29,13 @@ func (q *Queue) claimAdvisory(ctx context.Context, max int) ([]*Delivery, error)
 	if got == 0 {
 		return ds, nil
 	}
+	now, err := q.claimNow(ctx, q.st.Candidates, q.st.Claim, q.st.ClaimSelect)
+	if err != nil {
+		return ds, err
+	}
 	// Enough candidates to get past the keys this process holds and a few
 	// taken by others.
-	v := values{limit: 2*got + q.holdsKeys() + 8}
+	v := values{limit: 2*got + q.holdsKeys() + 8, now: now}
 	rows, err := q.query(ctx, q.db, q.st.Candidates, &v)
 	if err != nil {
 		return nil, err
@@ -57,7 +61,7 @@ func (q *Queue) claimAdvisory(ctx context.Context, max int) ([]*Delivery, error)
 		if len(ds) == got {
 			break
 		}
-		d, err := q.lockOne(ctx, c.id, c.key)
+		d, err := q.lockOne(ctx, c.id, c.key, now)
 		if err != nil {
 			return ds, err
 		}
@@ -92,7 +96,7 @@ func keyString(v any) string {
 
 // lockOne takes the key of candidate id and claims the row, or returns nil
 // when the key is busy or the row was settled since the candidates were read.
-func (q *Queue) lockOne(ctx context.Context, id any, key string) (*Delivery, error) {
+func (q *Queue) lockOne(ctx context.Context, id any, key string, now time.Time) (*Delivery, error) {
 	setKey := q.lockKey + "\x00" + key
 	if !q.holds.takeKey(setKey) {
 		return nil, nil
@@ -130,7 +134,7 @@ func (q *Queue) lockOne(ctx context.Context, id any, key string) (*Delivery, err
 		ex = conn
 	}
 	// Re-read under the lock: the row may have been settled meanwhile.
-	v := values{id: id, limit: 1}
+	v := values{id: id, limit: 1, now: now}
 	var d *Delivery
 	if q.st.Claim.SQL != "" {
 		rows, err := q.query(ctx, ex, q.st.Claim, &v)
@@ -203,8 +207,9 @@ func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, af
 			n, err = q.exec(ctx, ex, q.st.Retry, &v)
 		}
 	case outDead:
-		if tx != nil {
-			n, err = q.moveDead(ctx, tx, &v)
+		// One statement (Postgres) is atomic alone: no transaction for it.
+		if tx != nil || q.st.DeadDelete.SQL == "" {
+			n, err = q.moveDead(ctx, ex, &v)
 		} else if d.conn != nil {
 			n, err = inTx(ctx, d.conn, func(tx *sql.Tx) (int64, error) { return q.moveDead(ctx, tx, &v) })
 		} else {

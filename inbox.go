@@ -117,6 +117,7 @@ type Config struct {
 // and safe for concurrent use.
 type Queue struct {
 	db      *sql.DB
+	cfg     Config
 	dialect Dialect
 	names   Names
 	st      *Statements
@@ -142,11 +143,15 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if cfg.Dialect == nil {
 		return nil, errors.New("inbox: New: Config.Dialect is nil (use inbox.Postgres, inbox.MySQL or inbox.SQLite)")
 	}
+	if cfg.Table.Data != nil {
+		// The queue is immutable: it keeps its own copy of the caller's slice.
+		cfg.Table.Data = append([]string{}, cfg.Table.Data...)
+	}
 	n, err := describe(cfg.Dialect, cfg.Table)
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{db: db, dialect: cfg.Dialect, after: cfg.After, margin: cfg.KeepMargin,
+	q := &Queue{db: db, cfg: cfg, dialect: cfg.Dialect, after: cfg.After, margin: cfg.KeepMargin,
 		live: map[*Delivery]struct{}{}, lockKey: cfg.Table.Name}
 	switch {
 	case n.Form != Lease && cfg.Lease != 0:
@@ -179,6 +184,19 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 		q.holds = holdsOf(db)
 	}
 	return q, nil
+}
+
+// WithLease returns a queue like q with lease d, for a table whose jobs need
+// another lease than the configuration's. Unlike [Config.Lease], where zero
+// means the default, a zero lease is an error here, as is a negative one or
+// one under a microsecond; so is any lease under a form other than the lease.
+func (q *Queue) WithLease(d time.Duration) (*Queue, error) {
+	if d == 0 {
+		return nil, errors.New("inbox: WithLease: the lease is zero")
+	}
+	cfg := q.cfg
+	cfg.Lease = d
+	return New(q.db, cfg)
 }
 
 // Form reports the queue's claim form.
@@ -502,6 +520,16 @@ func (q *Queue) readNow(ctx context.Context, ex Executor) (time.Time, error) {
 	return micro(t), err
 }
 
+// claimNow returns now for a claim whose statements ss compare with the
+// caller's clock (ArgNow), read once per claim; zero when none does, as
+// under the engine's clock, where they read it in place.
+func (q *Queue) claimNow(ctx context.Context, ss ...Stmt) (time.Time, error) {
+	if !clockNeeded(ss...) {
+		return time.Time{}, nil
+	}
+	return q.readNow(ctx, q.db)
+}
+
 // monoNow is the clock keepers measure with: the caller's, or time.Now with
 // its monotonic reading.
 func (q *Queue) monoNow() time.Time {
@@ -565,7 +593,8 @@ func (d *Delivery) Scan(dest ...any) error {
 }
 
 // Claim claims up to max jobs and returns them; none claimable is an empty
-// result. Under the row lock and advisory forms each job holds a connection
+// result. On an error nothing is claimed: jobs claimed before the error are
+// given back as by Release. Under the row lock and advisory forms each job holds a connection
 // until it settles, and Claim never takes the pool's last one: it returns
 // fewer jobs instead.
 func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
@@ -585,8 +614,19 @@ func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
 	case Advisory:
 		ds, err = q.claimAdvisory(ctx, max)
 	}
+	if err == nil && len(ds) > 0 {
+		// A context cancelled while a statement ran can break the
+		// connection a delivery holds even though the statement succeeded
+		// (lib/pq closes it): such a claim counts as cancelled.
+		err = ctx.Err()
+	}
 	if err != nil {
-		return ds, fmt.Errorf("inbox: claim: %w", err)
+		// A claim that failed part way gives back what it took, so that an
+		// error means nothing was claimed.
+		for _, d := range ds {
+			_ = d.Release(context.WithoutCancel(ctx))
+		}
+		return nil, fmt.Errorf("inbox: claim: %w", err)
 	}
 	return ds, nil
 }

@@ -179,8 +179,9 @@ func (d *Delivery) settleLease(ctx context.Context, tx *sql.Tx, o outcome, after
 			}
 		}
 	case outDead:
-		if tx != nil {
-			n, err = q.moveDead(ctx, tx, &v)
+		// One statement (Postgres) is atomic alone: no transaction for it.
+		if tx != nil || q.st.DeadDelete.SQL == "" {
+			n, err = q.moveDead(ctx, ex, &v)
 		} else {
 			n, err = inTx(ctx, q.db, func(tx *sql.Tx) (int64, error) { return q.moveDead(ctx, tx, &v) })
 		}

@@ -17,8 +17,12 @@ func (q *Queue) claimRowLock(ctx context.Context, max int) ([]*Delivery, error) 
 	}
 	ds := make([]*Delivery, 0, got)
 	defer func() { q.holds.unreserve(got - len(ds)) }()
+	now, err := q.claimNow(ctx, q.st.Claim, q.st.ClaimSelect, q.st.ClaimsCount)
+	if err != nil {
+		return ds, err
+	}
 	for len(ds) < got {
-		d, err := q.claimOneRowLock(ctx)
+		d, err := q.claimOneRowLock(ctx, now)
 		if err != nil {
 			return ds, err
 		}
@@ -32,7 +36,7 @@ func (q *Queue) claimRowLock(ctx context.Context, max int) ([]*Delivery, error) 
 
 // claimOneRowLock returns one job in its held transaction, or nil when none
 // is claimable.
-func (q *Queue) claimOneRowLock(ctx context.Context) (*Delivery, error) {
+func (q *Queue) claimOneRowLock(ctx context.Context, now time.Time) (*Delivery, error) {
 	for {
 		var counted any
 		if q.st.ClaimsCount.SQL != "" {
@@ -40,11 +44,11 @@ func (q *Queue) claimOneRowLock(ctx context.Context) (*Delivery, error) {
 			// held transaction, so that a crash cannot roll it back.
 			var claims int64
 			var err error
-			if counted, claims, err = q.countClaim(ctx); err != nil || counted == nil {
+			if counted, claims, err = q.countClaim(ctx, now); err != nil || counted == nil {
 				return nil, err
 			}
 			if claims > int64(q.names.Raw.MaxClaims) {
-				if err := q.deadPoison(ctx, counted); err != nil {
+				if err := q.deadPoison(ctx, counted, now); err != nil {
 					return nil, err
 				}
 				continue
@@ -56,7 +60,7 @@ func (q *Queue) claimOneRowLock(ctx context.Context) (*Delivery, error) {
 		if err != nil {
 			return nil, err
 		}
-		d, err := q.claimInTx(ctx, tx, counted)
+		d, err := q.claimInTx(ctx, tx, counted, now)
 		if err != nil || d == nil {
 			_ = tx.Rollback()
 			if err == nil && counted != nil {
@@ -73,10 +77,10 @@ func (q *Queue) claimOneRowLock(ctx context.Context) (*Delivery, error) {
 
 // countClaim counts a claim of the first claimable row and commits it,
 // returning the row's id and its claims, or a nil id when none is claimable.
-func (q *Queue) countClaim(ctx context.Context) (any, int64, error) {
+func (q *Queue) countClaim(ctx context.Context, now time.Time) (any, int64, error) {
 	var id any
 	var claims int64
-	var v values
+	v := values{now: now}
 	if q.st.ClaimsMark.SQL == "" {
 		err := q.queryRow(ctx, q.db, q.st.ClaimsCount, &v).Scan(&id, &claims)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -105,8 +109,8 @@ func (q *Queue) countClaim(ctx context.Context) (any, int64, error) {
 
 // claimInTx claims one row inside tx: the row id when id is not nil (a row
 // counted by ClaimsCount), else the first claimable one.
-func (q *Queue) claimInTx(ctx context.Context, tx *sql.Tx, id any) (*Delivery, error) {
-	v := values{id: id, limit: 1}
+func (q *Queue) claimInTx(ctx context.Context, tx *sql.Tx, id any, now time.Time) (*Delivery, error) {
+	v := values{id: id, limit: 1, now: now}
 	if q.st.Claim.SQL != "" {
 		rows, err := q.query(ctx, tx, q.st.Claim, &v)
 		if err != nil {
@@ -135,13 +139,13 @@ func (q *Queue) claimInTx(ctx context.Context, tx *sql.Tx, id any) (*Delivery, e
 
 // deadPoison moves a job past MaxClaims to the dead table, if no other
 // worker holds it now.
-func (q *Queue) deadPoison(ctx context.Context, id any) error {
+func (q *Queue) deadPoison(ctx context.Context, id any, now time.Time) error {
 	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	d, err := q.claimInTx(ctx, tx, id)
+	d, err := q.claimInTx(ctx, tx, id, now)
 	if err != nil || d == nil {
 		return err
 	}

@@ -139,6 +139,14 @@ func (mysql) Statements(n *Names) (*Statements, error) {
 			s = b()
 			s.w("UPDATE ", t, " SET ", n.Claims, " = 0 WHERE ", id, " = ", s.p(ArgID))
 			st.ClaimsReset = s.stmt(false)
+			// Release hands back the claim it counted, unless another worker
+			// holds the row by now: waiting for it would stall the caller.
+			// The derived table lets the UPDATE read its own table, and its
+			// SKIP LOCKED finds no id (so nothing to lock) for a held row.
+			s = b()
+			s.w("UPDATE ", t, " SET ", n.Claims, " = ", n.Claims, " - 1 WHERE ", id, " = (SELECT ", id, " FROM (SELECT ", id,
+				" FROM ", t, " WHERE ", id, " = ", s.p(ArgID), " AND ", n.Claims, " > 0 FOR UPDATE SKIP LOCKED) AS held)")
+			st.Release = s.stmt(false)
 		}
 		if n.Dead != "" {
 			st.DeadInsert, st.DeadDelete = deadMove(n, b, tok, false)
@@ -203,4 +211,45 @@ func (mysql) Unlock(ctx context.Context, conn *sql.Conn, table, key string) erro
 		return fmt.Errorf("RELEASE_LOCK: the session did not hold the lock")
 	}
 	return nil
+}
+
+// BatchStatements builds the lease settlements of size tokens at once
+// ([BatchDialect]). The tokens are compared as row values, (id, attempt,
+// expiry) IN ((…), …), which both MySQL and MariaDB plan as a range of
+// primary-key lookups. MySQL 8 has no DELETE … RETURNING (MariaDB has), so
+// one approach serves both: the statement runs in a transaction whose rows
+// affected is checked against the number of tokens; when it falls short,
+// Lock (SELECT … FOR UPDATE of the tokens still in place) names the rows
+// first and the statement runs again under those locks.
+func (mysql) BatchStatements(n *Names, size int) (*BatchStatements, error) {
+	if n.Form != Lease {
+		return nil, fmt.Errorf("batched settlement is for the lease form")
+	}
+	st := &BatchStatements{Size: size}
+	s := &batchBuilder{mark: question}
+	s.w("DELETE FROM ", n.Table, " WHERE ")
+	s.tokensIn(n, size)
+	st.Ack = s.stmt(false)
+	s = &batchBuilder{mark: question}
+	s.w("UPDATE ", n.Table, " SET ", n.LockedUntil, " = NULL, ", n.Attempt, " = ", n.Attempt, " - 1 WHERE ")
+	s.tokensIn(n, size)
+	st.Release = s.stmt(false)
+	// The new expiry is not returned, as the delivery ends here, so the
+	// engine's clock can be read in place rather than first.
+	s = &batchBuilder{mark: question}
+	s.w("UPDATE ", n.Table, " SET ", n.LockedUntil, " = ")
+	if n.DBClock {
+		s.w("DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ", s.p(ArgMicros, 0), " MICROSECOND)")
+	} else {
+		s.w(s.p(ArgUntil, 0))
+	}
+	s.w(" WHERE ")
+	s.tokensIn(n, size)
+	st.Retry = s.stmt(false)
+	s = &batchBuilder{mark: question}
+	s.w("SELECT ", n.ID, " FROM ", n.Table, " WHERE ")
+	s.tokensIn(n, size)
+	s.w(" FOR UPDATE")
+	st.Lock = s.stmt(true)
+	return st, nil
 }

@@ -101,3 +101,11 @@ func sqliteKind(k colKind, declared string) bool {
 	}
 	return true
 }
+
+// BatchStatements builds the lease settlements of size tokens at once
+// ([BatchDialect]): those of Postgres with the tokens as an OR of
+// per-token conditions, each searched by rowid, where a row-value IN would
+// scan the table.
+func (sqlite) BatchStatements(n *Names, size int) (*BatchStatements, error) {
+	return pgLikeBatch(n, size, question, "", true)
+}

@@ -1,0 +1,34 @@
+package main
+
+import "github.com/sqlinbox/inbox"
+
+// The descriptions of the README's PostgreSQL and MySQL schemas, one per form
+// (the README's SQLite lease schema is reportTable's). readme_test.go creates
+// each schema on its engine and runs a queue with these descriptions on it.
+
+// leaseTable: naming the lease column selects the lease form.
+var leaseTable = inbox.Table{
+	Name:        "jobs",
+	LockedUntil: "locked_until",
+	DeadTable:   "jobs_dead",
+}
+
+// rowLockTable: naming neither a lease column nor an advisory key selects the
+// row lock. NotBefore (optional) carries Retry delays; Claims and MaxClaims
+// (optional) move a job that keeps killing its process to the dead table.
+var rowLockTable = inbox.Table{
+	Name:      "jobs",
+	NotBefore: "not_before",
+	Claims:    "claims",
+	MaxClaims: 5,
+	DeadTable: "jobs_dead",
+}
+
+// advisoryTable: naming the key column selects the advisory lock; a key on
+// id holds each job alone.
+var advisoryTable = inbox.Table{
+	Name:        "jobs",
+	AdvisoryKey: "id",
+	NotBefore:   "not_before",
+	DeadTable:   "jobs_dead",
+}

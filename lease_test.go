@@ -1,0 +1,429 @@
+package inbox_test
+
+// Keeper tests: a fake clock drives Delivery.Keep through Config.Now and
+// Config.After, and sqlmock answers its extensions.
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// fakeClock is a Config.Now and Config.After whose time moves only on
+// Advance; a waiter fires when the clock reaches its instant.
+type fakeClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []fakeWaiter
+	// registered signals each new waiter, so a test can wait for one
+	// without sleeping.
+	registered chan struct{}
+}
+
+type fakeWaiter struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func newClock(start time.Time) *fakeClock {
+	return &fakeClock{now: start, registered: make(chan struct{}, 1)}
+}
+
+// Now is Config.Now.
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// After is Config.After.
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if d <= 0 {
+		ch <- c.now
+		return ch
+	}
+	c.waiters = append(c.waiters, fakeWaiter{at: c.now.Add(d), ch: ch})
+	select {
+	case c.registered <- struct{}{}:
+	default:
+	}
+	return ch
+}
+
+// Advance moves the clock by d and fires the waiters due by then.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if w.at.After(c.now) {
+			kept = append(kept, w)
+			continue
+		}
+		w.ch <- c.now
+	}
+	c.waiters = kept
+}
+
+// waiter waits until something waits on the clock and returns the earliest
+// instant waited for.
+func (c *fakeClock) waiter(t testing.TB) time.Time {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		c.mu.Lock()
+		if len(c.waiters) > 0 {
+			first := c.waiters[0].at
+			for _, w := range c.waiters[1:] {
+				if w.at.Before(first) {
+					first = w.at
+				}
+			}
+			c.mu.Unlock()
+			return first
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.registered:
+		case <-deadline:
+			t.Fatal("nothing waited on the fake clock within 10s")
+		}
+	}
+}
+
+// eventually polls cond until it holds, failing the test after 10s.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// keepers returns the ids of the goroutines running a keeper, from a dump of
+// every goroutine's stack: exact where a count of goroutines would also see
+// those of other tests coming and going.
+func keepers() map[string]bool {
+	buf := make([]byte, 1<<16)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	ids := map[string]bool{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		// Matched by its creator: a goroutine not yet scheduled shows
+		// Keep's go-statement wrapper rather than keeper.run.
+		if strings.Contains(g, "created by github.com/sqlinbox/inbox.(*Delivery).Keep") {
+			ids[strings.Fields(g)[1]] = true
+		}
+	}
+	return ids
+}
+
+// startedKeeper returns the id of the one keeper goroutine not in before.
+func startedKeeper(t testing.TB, before map[string]bool) string {
+	t.Helper()
+	var started []string
+	for id := range keepers() {
+		if !before[id] {
+			started = append(started, id)
+		}
+	}
+	if len(started) != 1 {
+		t.Fatalf("%d keeper goroutines started, want 1", len(started))
+	}
+	return started[0]
+}
+
+// keeperGone waits until the keeper goroutine id has ended.
+func keeperGone(t testing.TB, id string) {
+	t.Helper()
+	eventually(t, "keeper goroutine "+id+" gone", func() bool { return !keepers()[id] })
+}
+
+// done waits for ctx to end, failing the test after 10s.
+func done(t testing.TB, ctx context.Context) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("context not cancelled within 10s")
+	}
+}
+
+// keeperSetup claims job 7 (attempt 1) at utc0 on a Postgres lease queue
+// of one minute driven by clk.
+func keeperSetup(t *testing.T, clk *fakeClock, margin time.Duration) (*mock, *inbox.Queue, *inbox.Delivery) {
+	t.Helper()
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute,
+		Now: clk.Now, After: clk.After, KeepMargin: margin})
+	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(at(utc0), 1, at(utc0.Add(time.Minute))).
+		WillReturnRows(rows("id,attempt,locked_until,payload", row(int64(7), int64(1), utc0.Add(time.Minute), []byte("p"))))
+	d := claim(t, q, 1, 7)[0]
+	return m, q, d
+}
+
+// A keeper extends every half lease, each time with the expiry the last
+// extension wrote as the token: five minutes of work on a one-minute lease.
+func TestKeeperExtendsEveryHalfLease(t *testing.T) {
+	clk := newClock(t0)
+	m, q, d := keeperSetup(t, clk, 0)
+	ctx, stop := d.Keep(context.Background())
+	defer stop()
+	token := utc0.Add(time.Minute)
+	for i := 1; i <= 10; i++ {
+		if w, want := clk.waiter(t), clk.Now().Add(30*time.Second); !w.Equal(want) {
+			t.Fatalf("extension %d: keeper waits until %v, want half a lease later, %v", i, w, want)
+		}
+		next := utc0.Add(time.Duration(i)*30*time.Second + time.Minute)
+		m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(next), int64(7), int64(2), at(token)).WillReturnResult(affected(1))
+		clk.Advance(30 * time.Second)
+		clk.waiter(t) // the extension is done once the keeper waits again
+		if got := d.Expiry(); !got.Equal(next) {
+			t.Fatalf("extension %d: Expiry() = %v, want %v", i, got, next)
+		}
+		token = next
+		if ctx.Err() != nil {
+			t.Fatalf("extension %d: handler context ended: %v", i, context.Cause(ctx))
+		}
+	}
+	if q.InWork() != 1 {
+		t.Errorf("InWork() = %d with a keeper running, want 1", q.InWork())
+	}
+	m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(token)).WillReturnResult(affected(1))
+	ok(t, "Ack after five minutes", d.Ack(context.Background()))
+	m.met(t)
+}
+
+// An extension that finds the token gone cancels the handler's context
+// with cause ErrLeaseLost, and the delivery is finished.
+func TestKeeperLeaseLost(t *testing.T) {
+	clk := newClock(t0)
+	m, q, d := keeperSetup(t, clk, 0)
+	before := keepers()
+	ctx, stop := d.Keep(context.Background())
+	defer stop()
+	id := startedKeeper(t, before)
+	clk.waiter(t)
+	m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(utc0.Add(90*time.Second)), int64(7), int64(2), at(utc0.Add(time.Minute))).
+		WillReturnResult(affected(0))
+	clk.Advance(30 * time.Second)
+	done(t, ctx)
+	if cause := context.Cause(ctx); !errors.Is(cause, inbox.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want ErrLeaseLost", cause)
+	}
+	m.quiet(t, "Ack after a lost lease", func() {
+		if err := d.Ack(context.Background()); !errors.Is(err, inbox.ErrSettled) {
+			t.Errorf("Ack after a lost lease = %v, want ErrSettled", err)
+		}
+	})
+	keeperGone(t, id)
+	if q.InWork() != 0 {
+		t.Errorf("InWork() = %d after the keeper ended", q.InWork())
+	}
+	m.met(t)
+}
+
+// Extensions failing with driver errors are retried; when the clock reaches
+// the last known expiry less KeepMargin the keeper cancels the handler,
+// before the lease runs out, without sending a doomed extension.
+func TestKeeperGivesUpBeforeExpiry(t *testing.T) {
+	errDown := errors.New("connection refused")
+	for _, tc := range []struct {
+		name   string
+		margin time.Duration
+		// fails are the instants (after the claim) of the extensions that
+		// fail: first at half the lease, then every tenth of it.
+		fails  []time.Duration
+		giveUp time.Duration
+	}{
+		{"default margin, a tenth", 0, []time.Duration{30 * time.Second, 36 * time.Second, 42 * time.Second, 48 * time.Second}, 54 * time.Second},
+		{"margin 20s", 20 * time.Second, []time.Duration{30 * time.Second, 36 * time.Second}, 40 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock(t0)
+			m, _, d := keeperSetup(t, clk, tc.margin)
+			before := keepers()
+			ctx, stop := d.Keep(context.Background())
+			defer stop()
+			id := startedKeeper(t, before)
+			expiry := utc0.Add(time.Minute)
+			for _, at0 := range tc.fails {
+				w := clk.waiter(t)
+				if want := t0.Add(at0); !w.Equal(want) {
+					t.Fatalf("keeper waits until %v, want %v", w.Sub(t0), at0)
+				}
+				m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(utc0.Add(at0+time.Minute)), int64(7), int64(2), at(expiry)).
+					WillReturnError(errDown)
+				clk.Advance(w.Sub(clk.Now()))
+				clk.waiter(t)
+				if ctx.Err() != nil {
+					t.Fatalf("cancelled at %v, before the margin: %v", clk.Now().Sub(t0), context.Cause(ctx))
+				}
+			}
+			m.quiet(t, "giving up", func() {
+				w := clk.waiter(t)
+				if want := t0.Add(tc.giveUp); !w.Equal(want) {
+					t.Fatalf("keeper waits until %v, want %v", w.Sub(t0), tc.giveUp)
+				}
+				clk.Advance(w.Sub(clk.Now()))
+				done(t, ctx)
+			})
+			if cause := context.Cause(ctx); !errors.Is(cause, inbox.ErrLeaseLost) {
+				t.Fatalf("cause = %v, want ErrLeaseLost", cause)
+			}
+			if now := clk.Now(); !now.Before(expiry) {
+				t.Errorf("cancelled at %v, not before the expiry %v", now, expiry)
+			}
+			if !d.Expiry().Equal(expiry) {
+				t.Errorf("Expiry() = %v after failed extensions, want %v", d.Expiry(), expiry)
+			}
+			keeperGone(t, id)
+			m.met(t)
+		})
+	}
+}
+
+// A failed extension followed by a good one puts the keeper back on its
+// half-lease schedule from the good one.
+func TestKeeperRecovers(t *testing.T) {
+	clk := newClock(t0)
+	m, _, d := keeperSetup(t, clk, 0)
+	ctx, stop := d.Keep(context.Background())
+	defer stop()
+	clk.waiter(t)
+	m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(utc0.Add(90*time.Second)), int64(7), int64(2), at(utc0.Add(time.Minute))).
+		WillReturnError(errors.New("connection reset"))
+	clk.Advance(30 * time.Second)
+	if w := clk.waiter(t); !w.Equal(t0.Add(36 * time.Second)) {
+		t.Fatalf("retry at %v, want 36s", w.Sub(t0))
+	}
+	m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(utc0.Add(96*time.Second)), int64(7), int64(2), at(utc0.Add(time.Minute))).
+		WillReturnResult(affected(1))
+	clk.Advance(6 * time.Second)
+	if w := clk.waiter(t); !w.Equal(t0.Add(66 * time.Second)) {
+		t.Fatalf("next extension at %v, want 66s", w.Sub(t0))
+	}
+	if ctx.Err() != nil || !d.Expiry().Equal(utc0.Add(96*time.Second)) {
+		t.Fatalf("after recovery: ctx %v, expiry %v", context.Cause(ctx), d.Expiry())
+	}
+	stop()
+	m.met(t)
+}
+
+// stop() stops the keeper, cancels the context, and leaves no goroutine.
+func TestKeeperStop(t *testing.T) {
+	clk := newClock(t0)
+	m, q, d := keeperSetup(t, clk, 0)
+	before := keepers()
+	ctx, stop := d.Keep(context.Background())
+	id := startedKeeper(t, before)
+	clk.waiter(t)
+	stop()
+	if !errors.Is(context.Cause(ctx), context.Canceled) {
+		t.Errorf("after stop: cause %v, want context.Canceled", context.Cause(ctx))
+	}
+	keeperGone(t, id)
+	if q.InWork() != 0 {
+		t.Errorf("InWork() = %d after stop, want 0", q.InWork())
+	}
+	m.quiet(t, "a stopped keeper", func() { clk.Advance(5 * time.Minute) })
+	stop() // twice is harmless
+	m.met(t)
+}
+
+// A settlement stops the keeper; Shutdown does too, leaving the lease to
+// the delivery, which may still settle.
+func TestKeeperStoppedBySettlement(t *testing.T) {
+	t.Run("Ack", func(t *testing.T) {
+		clk := newClock(t0)
+		m, q, d := keeperSetup(t, clk, 0)
+		before := keepers()
+		_, stop := d.Keep(context.Background())
+		defer stop()
+		id := startedKeeper(t, before)
+		clk.waiter(t)
+		m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(utc0.Add(time.Minute))).WillReturnResult(affected(1))
+		ok(t, "Ack", d.Ack(context.Background()))
+		keeperGone(t, id)
+		if q.InWork() != 0 {
+			t.Errorf("InWork() = %d after Ack, want 0", q.InWork())
+		}
+		m.quiet(t, "after Ack", func() { clk.Advance(5 * time.Minute) })
+		m.met(t)
+	})
+	t.Run("Shutdown", func(t *testing.T) {
+		clk := newClock(t0)
+		m, q, d := keeperSetup(t, clk, 0)
+		before := keepers()
+		ctx, stop := d.Keep(context.Background())
+		defer stop()
+		id := startedKeeper(t, before)
+		clk.waiter(t)
+		m.quiet(t, "Shutdown of a lease queue", func() { ok(t, "Shutdown", q.Shutdown(context.Background())) })
+		keeperGone(t, id)
+		if ctx.Err() != nil {
+			t.Errorf("Shutdown cancelled the handler: %v", context.Cause(ctx))
+		}
+		m.quiet(t, "after Shutdown", func() { clk.Advance(40 * time.Second) })
+		m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(utc0.Add(time.Minute))).WillReturnResult(affected(1))
+		ok(t, "Ack after Shutdown", d.Ack(context.Background()))
+		m.met(t)
+	})
+}
+
+// Keep outside the lease form, or on a settled delivery, starts nothing and
+// still hands back a context that stop cancels.
+func TestKeepWithoutLease(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: rowLockTable})
+	m.ExpectBegin()
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), []byte("p"))))
+	d := claim(t, q, 1, 7)[0]
+	m.quiet(t, "Keep and Extend under a row lock", func() {
+		before := keepers()
+		ctx, stop := d.Keep(context.Background())
+		for id := range keepers() {
+			if !before[id] {
+				t.Errorf("Keep under a row lock started keeper goroutine %s", id)
+			}
+		}
+		ok(t, "Extend under a row lock", d.Extend(context.Background()))
+		if ctx.Err() != nil {
+			t.Fatal("context done before stop")
+		}
+		stop()
+		if ctx.Err() == nil {
+			t.Fatal("stop did not cancel the context")
+		}
+	})
+	m.ExpectExec(pgRowLockAck).WithArgs(int64(7)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Ack", d.Ack(context.Background()))
+	m.quiet(t, "Keep after settling", func() {
+		ctx, stop := d.Keep(context.Background())
+		stop()
+		if ctx.Err() == nil {
+			t.Fatal("stop did not cancel the context")
+		}
+	})
+	m.met(t)
+}

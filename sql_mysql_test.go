@@ -1,0 +1,457 @@
+package inbox_test
+
+// The SQL the MySQL/MariaDB dialect sends, pinned with sqlmock's exact
+// matcher, for every form and both clocks. MySQL has no UPDATE … RETURNING:
+// under the engine's clock the queue reads SELECT UTC_TIMESTAMP(6) first and
+// passes the times it computes; every time goes as DATETIME(6) text in UTC.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+
+	"github.com/sqlinbox/inbox"
+)
+
+const myNow = "SELECT UTC_TIMESTAMP(6)"
+
+// Lease form.
+const (
+	myLeaseSelect     = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE (`locked_until` IS NULL OR `locked_until` <= ?) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	myLeaseMark       = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE `id` = ?"
+	myLeaseExtend     = "UPDATE `jobs` SET `locked_until` = ? WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?" // also Retry
+	myLeaseExists     = "SELECT COUNT(*) FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?"
+	myLeaseAck        = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?" // also the dead move's delete
+	myLeaseRelease    = "UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?"
+	myLeaseDeadInsert = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?"
+)
+
+// Row-lock form, and its claims counter.
+const (
+	myRowLockSelect         = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT 1 FOR UPDATE SKIP LOCKED"
+	myRowLockSelectInjected = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT 1 FOR UPDATE SKIP LOCKED"
+	myRowLockMark           = "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ?"
+	myRowLockAck            = "DELETE FROM `jobs` WHERE `id` = ?" // also the dead move's delete
+	myRowLockRetry          = "UPDATE `jobs` SET `not_before` = ? WHERE `id` = ?"
+	myRowLockDeadInsert     = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ?"
+
+	myClaimsCount          = "SELECT `id`, `claims` + 1 FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT 1 FOR UPDATE SKIP LOCKED"
+	myClaimsCountInjected  = "SELECT `id`, `claims` + 1 FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT 1 FOR UPDATE SKIP LOCKED"
+	myClaimsMark           = "UPDATE `jobs` SET `claims` = `claims` + 1 WHERE `id` = ?"
+	myClaimsSelect         = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ? AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) FOR UPDATE SKIP LOCKED"
+	myClaimsSelectInjected = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ? AND (`not_before` IS NULL OR `not_before` <= ?) FOR UPDATE SKIP LOCKED"
+	myClaimsReset          = "UPDATE `jobs` SET `claims` = 0 WHERE `id` = ?"
+	myClaimsRelease        = "UPDATE `jobs` SET `claims` = `claims` - 1 WHERE `id` = (SELECT `id` FROM (SELECT `id` FROM `jobs` WHERE `id` = ? AND `claims` > 0 FOR UPDATE SKIP LOCKED) AS held)"
+)
+
+// Advisory form.
+const (
+	myAdvCandidates         = "SELECT `id`, `id` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?"
+	myAdvCandidatesInjected = "SELECT `id`, `id` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?"
+	myAdvSelect             = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ? AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6))"
+	myAdvSelectInjected     = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ? AND (`not_before` IS NULL OR `not_before` <= ?)"
+	myAdvMark               = "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ? AND `attempt` = ?"
+	myAdvAck                = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ?" // also the dead move's delete
+	myAdvRetry              = "UPDATE `jobs` SET `not_before` = ? WHERE `id` = ? AND `attempt` = ?"
+	myAdvRelease            = "UPDATE `jobs` SET `attempt` = `attempt` - 1 WHERE `id` = ? AND `attempt` = ?"
+	myAdvDeadInsert         = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ?"
+	myGetLock               = "SELECT GET_LOCK(?, 0)"
+	myReleaseLock           = "SELECT RELEASE_LOCK(?)"
+)
+
+// myClock answers the read of the engine's clock.
+func myClock(m *mock, v any) {
+	m.ExpectQuery(myNow).WithoutArgs().WillReturnRows(rows("UTC_TIMESTAMP(6)", row(v)))
+}
+
+func TestMySQLLease(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute})
+	const exp = "2024-03-01 12:01:00.123456"
+	// Without parseTime the driver returns DATETIME text.
+	m.ExpectBegin()
+	myClock(m, []byte("2024-03-01 12:00:00.123456"))
+	m.ExpectQuery(myLeaseSelect).WithArgs("2024-03-01 12:00:00.123456", 4).WillReturnRows(rows("id,attempt,payload",
+		row(int64(7), int64(1), []byte("p7")), row(int64(8), int64(3), []byte("p8")),
+		row(int64(9), int64(1), []byte("p9")), row(int64(10), int64(2), []byte("p10"))))
+	for id := int64(7); id <= 10; id++ {
+		m.ExpectExec(myLeaseMark).WithArgs(exp, id).WillReturnResult(affected(1))
+	}
+	m.ExpectCommit()
+	ds := claim(t, q, 4, 7, 8, 9, 10)
+	if iso := m.isolations(); len(iso) != 1 || iso[0] != sql.LevelReadCommitted {
+		t.Errorf("claim transaction isolation %v, want READ COMMITTED", iso)
+	}
+	if !ds[1].Expiry().Equal(utc0.Add(time.Minute)) || ds[1].Attempt() != 3 {
+		t.Fatalf("delivery 8: expiry %v attempt %d", ds[1].Expiry(), ds[1].Attempt())
+	}
+
+	// With parseTime the driver returns the UTC wall clock in its own
+	// location: the wall clock is what counts.
+	myClock(m, time.Date(2024, 3, 1, 12, 0, 30, 500000000, time.FixedZone("driver", 3600)))
+	m.ExpectExec(myLeaseExtend).WithArgs("2024-03-01 12:01:30.500000", int64(7), int64(2), exp).WillReturnResult(affected(1))
+	ok(t, "Extend", ds[0].Extend(context.Background()))
+	if want := time.Date(2024, 3, 1, 12, 1, 30, 500000000, time.UTC); !ds[0].Expiry().Equal(want) {
+		t.Fatalf("Expiry() after Extend = %v, want %v", ds[0].Expiry(), want)
+	}
+	m.ExpectExec(myLeaseAck).WithArgs(int64(7), int64(2), "2024-03-01 12:01:30.500000").WillReturnResult(affected(1))
+	ok(t, "Ack", ds[0].Ack(context.Background()))
+	myClock(m, []byte("2024-03-01 12:00:40"))
+	m.ExpectExec(myLeaseExtend).WithArgs("2024-03-01 12:02:10.000000", int64(8), int64(4), exp).WillReturnResult(affected(1))
+	ok(t, "Retry", ds[1].Retry(context.Background(), 90*time.Second))
+	m.ExpectExec(myLeaseRelease).WithArgs(int64(9), int64(2), exp).WillReturnResult(affected(1))
+	ok(t, "Release", ds[2].Release(context.Background()))
+	m.ExpectBegin()
+	m.ExpectExec(myLeaseDeadInsert).WithArgs(int64(2), int64(10), int64(3), exp).WillReturnResult(affected(1))
+	m.ExpectExec(myLeaseAck).WithArgs(int64(10), int64(3), exp).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Dead", ds[3].Dead(context.Background()))
+	m.met(t)
+}
+
+func TestMySQLLeaseInjectedClock(t *testing.T) {
+	m := newMock(t)
+	clk := newClock(t0)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
+	const exp = "2024-03-01 12:01:00.123456"
+	m.ExpectBegin()
+	m.ExpectQuery(myLeaseSelect).WithArgs("2024-03-01 12:00:00.123456", 2).WillReturnRows(rows("id,attempt,payload",
+		row(int64(7), int64(1), []byte("p7")), row(int64(8), int64(1), []byte("p8"))))
+	m.ExpectExec(myLeaseMark).WithArgs(exp, int64(7)).WillReturnResult(affected(1))
+	m.ExpectExec(myLeaseMark).WithArgs(exp, int64(8)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ds := claim(t, q, 2, 7, 8)
+
+	clk.Advance(20 * time.Second)
+	m.ExpectExec(myLeaseExtend).WithArgs("2024-03-01 12:01:20.123456", int64(7), int64(2), exp).WillReturnResult(affected(1))
+	ok(t, "Extend", ds[0].Extend(context.Background()))
+	m.ExpectExec(myLeaseExtend).WithArgs("2024-03-01 12:02:20.123456", int64(7), int64(2), "2024-03-01 12:01:20.123456").WillReturnResult(affected(1))
+	ok(t, "Retry", ds[0].Retry(context.Background(), 2*time.Minute))
+	m.ExpectExec(myLeaseAck).WithArgs(int64(8), int64(2), exp).WillReturnResult(affected(1))
+	ok(t, "Ack", ds[1].Ack(context.Background()))
+	m.met(t)
+}
+
+// MySQL counts changed rows: an extension or retry writing the expiry the
+// row already holds affects none. The token's count confirms it; only a
+// count of zero is a lost lease.
+func TestMySQLSameExpiryIsNotLost(t *testing.T) {
+	m := newMock(t)
+	clk := newClock(t0) // frozen: every new expiry equals the old one
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
+	const exp = "2024-03-01 12:01:00.123456"
+	m.ExpectBegin()
+	m.ExpectQuery(myLeaseSelect).WithArgs("2024-03-01 12:00:00.123456", 3).WillReturnRows(rows("id,attempt,payload",
+		row(int64(7), int64(1), nil), row(int64(8), int64(1), nil), row(int64(9), int64(1), nil)))
+	for id := int64(7); id <= 9; id++ {
+		m.ExpectExec(myLeaseMark).WithArgs(exp, id).WillReturnResult(affected(1))
+	}
+	m.ExpectCommit()
+	ds := claim(t, q, 3, 7, 8, 9)
+	ctx := context.Background()
+
+	m.ExpectExec(myLeaseExtend).WithArgs(exp, int64(7), int64(2), exp).WillReturnResult(affected(0))
+	m.ExpectQuery(myLeaseExists).WithArgs(int64(7), int64(2), exp).WillReturnRows(rows("COUNT(*)", row(int64(1))))
+	ok(t, "Extend to the same expiry", ds[0].Extend(ctx))
+	m.ExpectExec(myLeaseExtend).WithArgs(exp, int64(7), int64(2), exp).WillReturnResult(affected(0))
+	m.ExpectQuery(myLeaseExists).WithArgs(int64(7), int64(2), exp).WillReturnRows(rows("COUNT(*)", row(int64(1))))
+	ok(t, "Retry to the same expiry", ds[0].Retry(ctx, time.Minute))
+
+	// The token is gone: lost, and the delivery is finished.
+	m.ExpectExec(myLeaseExtend).WithArgs(exp, int64(8), int64(2), exp).WillReturnResult(affected(0))
+	m.ExpectQuery(myLeaseExists).WithArgs(int64(8), int64(2), exp).WillReturnRows(rows("COUNT(*)", row(int64(0))))
+	if err := ds[1].Extend(ctx); !errors.Is(err, inbox.ErrLeaseLost) {
+		t.Fatalf("Extend of a gone token = %v, want ErrLeaseLost", err)
+	}
+	m.quiet(t, "Ack after a lost lease", func() {
+		if err := ds[1].Ack(ctx); !errors.Is(err, inbox.ErrSettled) {
+			t.Errorf("Ack after a lost lease = %v, want ErrSettled", err)
+		}
+	})
+
+	// A new expiry that changed nothing needs no count: the token is gone.
+	clk.Advance(time.Second)
+	m.ExpectExec(myLeaseExtend).WithArgs("2024-03-01 12:01:01.123456", int64(9), int64(2), exp).WillReturnResult(affected(0))
+	if err := ds[2].Extend(ctx); !errors.Is(err, inbox.ErrLeaseLost) {
+		t.Fatalf("Extend = %v, want ErrLeaseLost", err)
+	}
+	m.met(t)
+}
+
+func TestMySQLLeaseTx(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute})
+	const exp = "2024-03-01 12:01:00.123456"
+	m.ExpectBegin()
+	myClock(m, []byte("2024-03-01 12:00:00.123456"))
+	m.ExpectQuery(myLeaseSelect).WithArgs("2024-03-01 12:00:00.123456", 4).WillReturnRows(rows("id,attempt,payload",
+		row(int64(1), int64(1), nil), row(int64(2), int64(1), nil), row(int64(3), int64(1), nil), row(int64(4), int64(1), nil)))
+	for id := int64(1); id <= 4; id++ {
+		m.ExpectExec(myLeaseMark).WithArgs(exp, id).WillReturnResult(affected(1))
+	}
+	m.ExpectCommit()
+	ds := claim(t, q, 4, 1, 2, 3, 4)
+	ctx := context.Background()
+	inTx := func(name string, expect func(), settle func(tx *sql.Tx) error) {
+		t.Helper()
+		m.ExpectBegin()
+		tx, err := m.DB.Begin()
+		ok(t, "Begin", err)
+		expect()
+		ok(t, name, settle(tx))
+		m.ExpectCommit()
+		ok(t, name+" commit", tx.Commit())
+	}
+	inTx("AckTx", func() {
+		m.ExpectExec(myLeaseAck).WithArgs(int64(1), int64(2), exp).WillReturnResult(affected(1))
+	}, func(tx *sql.Tx) error { return ds[0].AckTx(ctx, tx) })
+	// The clock is read inside the caller's transaction.
+	inTx("RetryTx", func() {
+		myClock(m, []byte("2024-03-01 12:00:10.000000"))
+		m.ExpectExec(myLeaseExtend).WithArgs("2024-03-01 12:00:40.000000", int64(2), int64(2), exp).WillReturnResult(affected(1))
+	}, func(tx *sql.Tx) error { return ds[1].RetryTx(ctx, tx, 30*time.Second) })
+	inTx("ReleaseTx", func() {
+		m.ExpectExec(myLeaseRelease).WithArgs(int64(3), int64(2), exp).WillReturnResult(affected(1))
+	}, func(tx *sql.Tx) error { return ds[2].ReleaseTx(ctx, tx) })
+	inTx("DeadTx", func() {
+		m.ExpectExec(myLeaseDeadInsert).WithArgs(int64(1), int64(4), int64(2), exp).WillReturnResult(affected(1))
+		m.ExpectExec(myLeaseAck).WithArgs(int64(4), int64(2), exp).WillReturnResult(affected(1))
+	}, func(tx *sql.Tx) error { return ds[3].DeadTx(ctx, tx) })
+	m.met(t)
+}
+
+func TestMySQLRowLock(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: rowLockTable})
+	cols := "id,attempt,payload"
+	m.ExpectBegin()
+	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
+	m.ExpectExec(myRowLockMark).WithArgs(int64(7)).WillReturnResult(affected(1))
+	m.ExpectBegin()
+	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(int64(8), int64(2), []byte("p8"))))
+	m.ExpectExec(myRowLockMark).WithArgs(int64(8)).WillReturnResult(affected(1))
+	m.ExpectBegin()
+	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols))
+	m.ExpectRollback()
+	ctx, cancel := context.WithCancel(context.Background())
+	ds, err := q.Claim(ctx, 5)
+	ok(t, "Claim", err)
+	cancel()
+	if len(ds) != 2 || ds[0].ID() != int64(7) || ds[1].Attempt() != 2 {
+		t.Fatalf("Claim returned %d deliveries", len(ds))
+	}
+	checkHeldTx(t, m, ds, 3)
+
+	m.ExpectExec(myRowLockAck).WithArgs(int64(7)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Ack", ds[0].Ack(context.Background()))
+	// The clock is read inside the held transaction.
+	myClock(m, []byte("2024-03-01 12:00:00.123456"))
+	m.ExpectExec(myRowLockRetry).WithArgs("2024-03-01 12:00:30.123456", int64(8)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Retry", ds[1].Retry(context.Background(), 30*time.Second))
+
+	for id := int64(9); id <= 11; id++ {
+		m.ExpectBegin()
+		m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(id, int64(4), []byte("p"))))
+		m.ExpectExec(myRowLockMark).WithArgs(id).WillReturnResult(affected(1))
+	}
+	ds = claim(t, q, 3, 9, 10, 11)
+	m.ExpectCommit()
+	ok(t, "Retry(0)", ds[0].Retry(context.Background(), 0))
+	m.ExpectRollback()
+	ok(t, "Release", ds[1].Release(context.Background()))
+	m.ExpectExec(myRowLockDeadInsert).WithArgs(int64(4), int64(11)).WillReturnResult(affected(1))
+	m.ExpectExec(myRowLockAck).WithArgs(int64(11)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Dead", ds[2].Dead(context.Background()))
+	m.met(t)
+}
+
+func TestMySQLRowLockInjectedClock(t *testing.T) {
+	m := newMock(t)
+	clk := newClock(t0)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: rowLockTable, Now: clk.Now})
+	m.ExpectBegin()
+	m.ExpectQuery(myRowLockSelectInjected).WithArgs("2024-03-01 12:00:00.123456").WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
+	m.ExpectExec(myRowLockMark).WithArgs(int64(7)).WillReturnResult(affected(1))
+	d := claim(t, q, 1, 7)[0]
+	clk.Advance(time.Second)
+	m.ExpectExec(myRowLockRetry).WithArgs("2024-03-01 12:00:31.123456", int64(7)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Retry", d.Retry(context.Background(), 30*time.Second))
+	m.met(t)
+}
+
+// The counter is a locking SELECT and its UPDATE in a short transaction of
+// their own, committed before the held one begins.
+func TestMySQLClaimsCounter(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: claimsTable})
+	cols := "id,attempt,payload"
+	count := func(id, claims int64) {
+		m.ExpectBegin()
+		m.ExpectQuery(myClaimsCount).WithoutArgs().WillReturnRows(rows("id,claims", row(id, claims)))
+		m.ExpectExec(myClaimsMark).WithArgs(id).WillReturnResult(affected(1))
+		m.ExpectCommit()
+	}
+	count(7, 1)
+	m.ExpectBegin()
+	m.ExpectQuery(myClaimsSelect).WithArgs(int64(7)).WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
+	m.ExpectExec(myRowLockMark).WithArgs(int64(7)).WillReturnResult(affected(1))
+	// Job 8's fourth claim is past MaxClaims 3: moved to the dead table.
+	count(8, 4)
+	m.ExpectBegin()
+	m.ExpectQuery(myClaimsSelect).WithArgs(int64(8)).WillReturnRows(rows(cols, row(int64(8), int64(4), []byte("p8"))))
+	m.ExpectExec(myRowLockMark).WithArgs(int64(8)).WillReturnResult(affected(1))
+	m.ExpectExec(myRowLockDeadInsert).WithArgs(int64(4), int64(8)).WillReturnResult(affected(1))
+	m.ExpectExec(myRowLockAck).WithArgs(int64(8)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	// Job 9 was counted, but another worker locked it first: look again.
+	count(9, 1)
+	m.ExpectBegin()
+	m.ExpectQuery(myClaimsSelect).WithArgs(int64(9)).WillReturnRows(rows(cols))
+	m.ExpectRollback()
+	m.ExpectBegin()
+	m.ExpectQuery(myClaimsCount).WithoutArgs().WillReturnRows(rows("id,claims"))
+	m.ExpectRollback()
+	ds := claim(t, q, 2, 7)
+	for i, l := range m.isolations() {
+		if l != sql.LevelReadCommitted {
+			t.Errorf("transaction %d: isolation %v, want READ COMMITTED", i, l)
+		}
+	}
+	m.ExpectExec(myClaimsReset).WithArgs(int64(7)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Retry", ds[0].Retry(context.Background(), 0))
+	m.met(t)
+}
+
+func TestMySQLClaimsCounterInjectedClock(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: claimsTable, Now: newClock(t0).Now})
+	m.ExpectBegin()
+	m.ExpectQuery(myClaimsCountInjected).WithArgs("2024-03-01 12:00:00.123456").WillReturnRows(rows("id,claims", row(int64(7), int64(1))))
+	m.ExpectExec(myClaimsMark).WithArgs(int64(7)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	m.ExpectBegin()
+	m.ExpectQuery(myClaimsSelectInjected).WithArgs(int64(7), "2024-03-01 12:00:00.123456").WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
+	m.ExpectExec(myRowLockMark).WithArgs(int64(7)).WillReturnResult(affected(1))
+	d := claim(t, q, 1, 7)[0]
+	// Release rolls back, then gives back the claim it counted.
+	m.ExpectRollback()
+	m.ExpectExec(myClaimsRelease).WithArgs(int64(7)).WillReturnResult(affected(1))
+	ok(t, "Release", d.Release(context.Background()))
+	m.met(t)
+}
+
+func TestMySQLAdvisory(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable})
+	cols := "id,attempt,payload"
+	locked := func(k string, got int64) {
+		m.ExpectQuery(myGetLock).WithArgs(myLock[k]).WillReturnRows(rows("got", row(got)))
+	}
+	unlocked := func(k string) {
+		m.ExpectQuery(myReleaseLock).WithArgs(myLock[k]).WillReturnRows(rows("RELEASE_LOCK(?)", row(int64(1))))
+	}
+	m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(rows("id,id",
+		row(int64(1), int64(1)), row(int64(2), int64(2)), row(int64(3), int64(3)), row(int64(4), int64(4))))
+	locked("1", 0) // another session holds it
+	locked("2", 1)
+	m.ExpectQuery(myAdvSelect).WithArgs(int64(2)).WillReturnRows(rows(cols, row(int64(2), int64(1), nil)))
+	m.ExpectExec(myAdvMark).WithArgs(int64(2), int64(1)).WillReturnResult(affected(0)) // its attempt moved on
+	unlocked("2")
+	locked("3", 1)
+	m.ExpectQuery(myAdvSelect).WithArgs(int64(3)).WillReturnRows(rows(cols)) // settled meanwhile
+	unlocked("3")
+	locked("4", 1)
+	m.ExpectQuery(myAdvSelect).WithArgs(int64(4)).WillReturnRows(rows(cols, row(int64(4), int64(1), []byte("p4"))))
+	m.ExpectExec(myAdvMark).WithArgs(int64(4), int64(1)).WillReturnResult(affected(1))
+	ds := claim(t, q, 2, 4)
+	m.ExpectExec(myAdvAck).WithArgs(int64(4), int64(2)).WillReturnResult(affected(1))
+	unlocked("4")
+	ok(t, "Ack", ds[0].Ack(context.Background()))
+
+	m.ExpectQuery(myAdvCandidates).WithArgs(16).WillReturnRows(rows("id,id",
+		row(int64(5), int64(5)), row(int64(6), int64(6)), row(int64(7), int64(7)), row(int64(8), int64(8))))
+	for id := int64(5); id <= 8; id++ {
+		locked(string(rune('0'+id)), 1)
+		m.ExpectQuery(myAdvSelect).WithArgs(id).WillReturnRows(rows(cols, row(id, int64(1), nil)))
+		m.ExpectExec(myAdvMark).WithArgs(id, int64(1)).WillReturnResult(affected(1))
+	}
+	ds = claim(t, q, 4, 5, 6, 7, 8)
+	// The clock is read on the pinned connection.
+	myClock(m, []byte("2024-03-01 12:00:00.123456"))
+	m.ExpectExec(myAdvRetry).WithArgs("2024-03-01 12:00:30.123456", int64(5), int64(2)).WillReturnResult(affected(1))
+	unlocked("5")
+	ok(t, "Retry", ds[0].Retry(context.Background(), 30*time.Second))
+	unlocked("6")
+	ok(t, "Retry(0)", ds[1].Retry(context.Background(), 0))
+	m.ExpectExec(myAdvRelease).WithArgs(int64(7), int64(2)).WillReturnResult(affected(1))
+	unlocked("7")
+	ok(t, "Release", ds[2].Release(context.Background()))
+	m.ExpectBegin()
+	m.ExpectExec(myAdvDeadInsert).WithArgs(int64(1), int64(8), int64(2)).WillReturnResult(affected(1))
+	m.ExpectExec(myAdvAck).WithArgs(int64(8), int64(2)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	unlocked("8")
+	ok(t, "Dead", ds[3].Dead(context.Background()))
+	m.met(t)
+}
+
+func TestMySQLAdvisoryInjectedClock(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable, Now: newClock(t0).Now})
+	m.ExpectQuery(myAdvCandidatesInjected).WithArgs("2024-03-01 12:00:00.123456", 10).WillReturnRows(rows("id,id", row(int64(3), int64(3))))
+	m.ExpectQuery(myGetLock).WithArgs(myLock["3"]).WillReturnRows(rows("got", row(int64(1))))
+	m.ExpectQuery(myAdvSelectInjected).WithArgs(int64(3), "2024-03-01 12:00:00.123456").WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
+	m.ExpectExec(myAdvMark).WithArgs(int64(3), int64(1)).WillReturnResult(affected(1))
+	d := claim(t, q, 1, 3)[0]
+	m.ExpectExec(myAdvRetry).WithArgs("2024-03-01 12:00:30.123456", int64(3), int64(2)).WillReturnResult(affected(1))
+	m.ExpectQuery(myReleaseLock).WithArgs(myLock["3"]).WillReturnRows(rows("RELEASE_LOCK(?)", row(int64(1))))
+	ok(t, "Retry", d.Retry(context.Background(), 30*time.Second))
+	m.sameConn(t, myGetLock, myAdvSelectInjected, myAdvMark, myAdvRetry, myReleaseLock)
+	m.met(t)
+}
+
+// MySQL has no INSERT … RETURNING: the id is LastInsertId, or the one given.
+func TestMySQLEnqueue(t *testing.T) {
+	m := newMock(t)
+	leaseQ := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable})
+	rowQ := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: rowLockTable})
+	ctx := context.Background()
+	p := []byte("p")
+	const later = "2024-03-01 13:00:00.123456"
+	enqueue := func(q *inbox.Queue, ex inbox.Executor, job inbox.Job, want any) {
+		t.Helper()
+		id, err := q.Enqueue(ctx, ex, job)
+		ok(t, "Enqueue", err)
+		if id != want {
+			t.Fatalf("Enqueue returned %#v, want %#v", id, want)
+		}
+	}
+	m.ExpectExec("INSERT INTO `jobs` (`payload`) VALUES (?)").WithArgs(p).WillReturnResult(sqlmock.NewResult(41, 1))
+	enqueue(leaseQ, m.DB, inbox.Job{Data: []any{p}}, int64(41))
+	const uuid = "0190c0de-0000-7000-8000-000000000001"
+	m.ExpectBegin()
+	tx, err := m.DB.Begin()
+	ok(t, "Begin", err)
+	m.ExpectExec("INSERT INTO `jobs` (`id`, `payload`) VALUES (?, ?)").WithArgs(uuid, p).WillReturnResult(sqlmock.NewResult(0, 1))
+	enqueue(leaseQ, tx, inbox.Job{ID: uuid, Data: []any{p}}, uuid)
+	m.ExpectCommit()
+	ok(t, "Commit", tx.Commit())
+	m.ExpectExec("INSERT INTO `jobs` (`payload`, `locked_until`) VALUES (?, ?)").WithArgs(p, later).WillReturnResult(sqlmock.NewResult(43, 1))
+	enqueue(leaseQ, m.DB, inbox.Job{Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(43))
+	m.ExpectExec("INSERT INTO `jobs` (`id`, `payload`, `locked_until`) VALUES (?, ?, ?)").WithArgs(int64(44), p, later).WillReturnResult(sqlmock.NewResult(44, 1))
+	enqueue(leaseQ, m.DB, inbox.Job{ID: int64(44), Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(44))
+	m.ExpectExec("INSERT INTO `jobs` (`payload`, `not_before`) VALUES (?, ?)").WithArgs(p, later).WillReturnResult(sqlmock.NewResult(45, 1))
+	enqueue(rowQ, m.DB, inbox.Job{Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(45))
+	m.ExpectExec("INSERT INTO `jobs` (`id`, `payload`, `not_before`) VALUES (?, ?, ?)").WithArgs(int64(46), p, later).WillReturnResult(sqlmock.NewResult(0, 1))
+	enqueue(rowQ, m.DB, inbox.Job{ID: int64(46), Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(46))
+	m.met(t)
+}

@@ -1,0 +1,524 @@
+package inbox_test
+
+// The SQL the Postgres dialect sends, pinned with sqlmock's exact matcher,
+// for every form and both clocks. "Engine clock" is Config.Now nil:
+// statement_timestamp() in the SQL and lengths as microseconds; "injected"
+// passes the caller's times as timestamptz parameters.
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// Lease form.
+const (
+	pgLeaseClaim = `WITH picked AS MATERIALIZED (SELECT "id" FROM "jobs" WHERE ("locked_until" IS NULL OR "locked_until" <= statement_timestamp()) ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED) ` +
+		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = (statement_timestamp() + $2 * interval '1 microsecond') FROM picked WHERE j."id" = picked."id" ` +
+		`RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload"`
+	pgLeaseClaimInjected = `WITH picked AS MATERIALIZED (SELECT "id" FROM "jobs" WHERE ("locked_until" IS NULL OR "locked_until" <= $1) ORDER BY "id" LIMIT $2 FOR UPDATE SKIP LOCKED) ` +
+		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $3 FROM picked WHERE j."id" = picked."id" ` +
+		`RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload"`
+	pgLeaseExtend         = `UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE "id" = $2 AND "attempt" = $3 AND "locked_until" = $4 RETURNING "locked_until"`
+	pgLeaseExtendInjected = `UPDATE "jobs" SET "locked_until" = $1 WHERE "id" = $2 AND "attempt" = $3 AND "locked_until" = $4`
+	pgLeaseAck            = `DELETE FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 AND "locked_until" = $3`
+	pgLeaseRetry          = `UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE "id" = $2 AND "attempt" = $3 AND "locked_until" = $4`
+	pgLeaseRetryInjected  = `UPDATE "jobs" SET "locked_until" = $1 WHERE "id" = $2 AND "attempt" = $3 AND "locked_until" = $4`
+	pgLeaseRelease        = `UPDATE "jobs" SET "locked_until" = NULL, "attempt" = "attempt" - 1 WHERE "id" = $1 AND "attempt" = $2 AND "locked_until" = $3`
+	pgLeaseDead           = `WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 AND "locked_until" = $3 RETURNING "id", "payload") ` +
+		`INSERT INTO "dead_jobs" ("id", "attempt", "payload") SELECT "id", $4, "payload" FROM gone`
+)
+
+// Row-lock form, and its claims counter.
+const (
+	pgRowLockClaim = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = (SELECT "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED) ` +
+		`RETURNING "id", "attempt" - 1, "payload"`
+	pgRowLockClaimInjected = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = (SELECT "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= $1) ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED) ` +
+		`RETURNING "id", "attempt" - 1, "payload"`
+	pgRowLockAck           = `DELETE FROM "jobs" WHERE "id" = $1`
+	pgRowLockRetry         = `UPDATE "jobs" SET "not_before" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE "id" = $2`
+	pgRowLockRetryInjected = `UPDATE "jobs" SET "not_before" = $1 WHERE "id" = $2`
+	pgRowLockDead          = `WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 RETURNING "id", "payload") INSERT INTO "dead_jobs" ("id", "attempt", "payload") SELECT "id", $2, "payload" FROM gone`
+
+	pgClaimsCount = `UPDATE "jobs" SET "claims" = "claims" + 1 WHERE "id" = (SELECT "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED) ` +
+		`RETURNING "id", "claims"`
+	pgClaimsCountInjected = `UPDATE "jobs" SET "claims" = "claims" + 1 WHERE "id" = (SELECT "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= $1) ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED) ` +
+		`RETURNING "id", "claims"`
+	pgClaimsClaim = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND "id" IN (SELECT "id" FROM "jobs" WHERE "id" = $2 AND ("not_before" IS NULL OR "not_before" <= statement_timestamp()) FOR UPDATE SKIP LOCKED) ` +
+		`RETURNING "id", "attempt" - 1, "payload"`
+	pgClaimsClaimInjected = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND "id" IN (SELECT "id" FROM "jobs" WHERE "id" = $2 AND ("not_before" IS NULL OR "not_before" <= $3) FOR UPDATE SKIP LOCKED) ` +
+		`RETURNING "id", "attempt" - 1, "payload"`
+	pgClaimsReset   = `UPDATE "jobs" SET "claims" = 0 WHERE "id" = $1`
+	pgClaimsRelease = `UPDATE "jobs" SET "claims" = "claims" - 1 WHERE "id" = (SELECT "id" FROM "jobs" WHERE "id" = $1 AND "claims" > 0 FOR UPDATE SKIP LOCKED)`
+)
+
+// Advisory form.
+const (
+	pgAdvCandidates         = `SELECT "id", "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT $1`
+	pgAdvCandidatesInjected = `SELECT "id", "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= $1) ORDER BY "id" LIMIT $2`
+	pgAdvClaim              = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND ("not_before" IS NULL OR "not_before" <= statement_timestamp()) RETURNING "id", "attempt" - 1, "payload"`
+	pgAdvClaimInjected      = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND ("not_before" IS NULL OR "not_before" <= $2) RETURNING "id", "attempt" - 1, "payload"`
+	pgAdvAck                = `DELETE FROM "jobs" WHERE "id" = $1 AND "attempt" = $2`
+	pgAdvRetry              = `UPDATE "jobs" SET "not_before" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE "id" = $2 AND "attempt" = $3`
+	pgAdvRetryInjected      = `UPDATE "jobs" SET "not_before" = $1 WHERE "id" = $2 AND "attempt" = $3`
+	pgAdvRelease            = `UPDATE "jobs" SET "attempt" = "attempt" - 1 WHERE "id" = $1 AND "attempt" = $2`
+	pgAdvDead               = `WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 RETURNING "id", "payload") INSERT INTO "dead_jobs" ("id", "attempt", "payload") SELECT "id", $3, "payload" FROM gone`
+	pgTryLock               = `SELECT pg_try_advisory_lock($1)`
+	pgUnlock                = `SELECT pg_advisory_unlock($1)`
+)
+
+const minute = int64(time.Minute / time.Microsecond)
+
+func TestPostgresLease(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
+	exp := utc0.Add(time.Minute)
+	// The driver returns timestamptz in the session's zone; the token is the
+	// same instant, in UTC.
+	zoned := exp.In(time.FixedZone("EST", -5*3600))
+	m.ExpectQuery(pgLeaseClaim).WithArgs(4, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
+		row(int64(7), int64(1), zoned, []byte("p7")), row(int64(8), int64(3), zoned, []byte("p8")),
+		row(int64(9), int64(1), zoned, []byte("p9")), row(int64(10), int64(2), zoned, []byte("p10"))))
+	ds := claim(t, q, 4, 7, 8, 9, 10)
+	if ds[1].Attempt() != 3 || !ds[1].Expiry().Equal(exp) || ds[1].Expiry().Location() != time.UTC {
+		t.Fatalf("delivery 8: attempt %d, expiry %v", ds[1].Attempt(), ds[1].Expiry())
+	}
+	var p []byte
+	ok(t, "Scan", ds[1].Scan(&p))
+	if string(p) != "p8" {
+		t.Fatalf("payload %q", p)
+	}
+
+	// Extend: the engine chooses the new expiry and returns it as the token.
+	ext := exp.Add(30 * time.Second)
+	m.ExpectQuery(pgLeaseExtend).WithArgs(minute, int64(7), int64(2), at(exp)).WillReturnRows(rows("locked_until", row(ext)))
+	ok(t, "Extend", ds[0].Extend(context.Background()))
+	if !ds[0].Expiry().Equal(ext) {
+		t.Fatalf("Expiry() after Extend = %v, want %v", ds[0].Expiry(), ext)
+	}
+	m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(ext)).WillReturnResult(affected(1))
+	ok(t, "Ack", ds[0].Ack(context.Background()))
+	m.ExpectExec(pgLeaseRetry).WithArgs(int64(90_000_000), int64(8), int64(4), at(exp)).WillReturnResult(affected(1))
+	ok(t, "Retry", ds[1].Retry(context.Background(), 90*time.Second))
+	m.ExpectExec(pgLeaseRelease).WithArgs(int64(9), int64(2), at(exp)).WillReturnResult(affected(1))
+	ok(t, "Release", ds[2].Release(context.Background()))
+	// Dead is one statement: no transaction around it.
+	m.ExpectExec(pgLeaseDead).WithArgs(int64(10), int64(3), at(exp), int64(2)).WillReturnResult(affected(1))
+	ok(t, "Dead", ds[3].Dead(context.Background()))
+	m.met(t)
+}
+
+func TestPostgresLeaseInjectedClock(t *testing.T) {
+	m := newMock(t)
+	clk := newClock(t0)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
+	exp := utc0.Add(time.Minute)
+	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(at(utc0), 2, at(exp)).WillReturnRows(rows("id,attempt,locked_until,payload",
+		row(int64(7), int64(1), exp, []byte("p7")), row(int64(8), int64(1), exp, []byte("p8"))))
+	ds := claim(t, q, 2, 7, 8)
+
+	clk.Advance(20 * time.Second)
+	ext := utc0.Add(80 * time.Second)
+	m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(ext), int64(7), int64(2), at(exp)).WillReturnResult(affected(1))
+	ok(t, "Extend", ds[0].Extend(context.Background()))
+	if !ds[0].Expiry().Equal(ext) {
+		t.Fatalf("Expiry() after Extend = %v, want %v", ds[0].Expiry(), ext)
+	}
+	m.ExpectExec(pgLeaseRetryInjected).WithArgs(at(utc0.Add(20*time.Second+2*time.Minute)), int64(7), int64(2), at(ext)).WillReturnResult(affected(1))
+	ok(t, "Retry", ds[0].Retry(context.Background(), 2*time.Minute))
+	m.ExpectExec(pgLeaseAck).WithArgs(int64(8), int64(2), at(exp)).WillReturnResult(affected(1))
+	ok(t, "Ack", ds[1].Ack(context.Background()))
+	m.met(t)
+}
+
+// The Tx settlements run their statement in the caller's transaction and
+// leave its commit to the caller.
+func TestPostgresLeaseTx(t *testing.T) {
+	m := newMock(t)
+	clk := newClock(t0)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
+	exp := utc0.Add(time.Minute)
+	r := rows("id,attempt,locked_until,payload")
+	for id := int64(1); id <= 4; id++ {
+		r.AddRow(id, int64(1), exp, []byte("p"))
+	}
+	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(at(utc0), 4, at(exp)).WillReturnRows(r)
+	ds := claim(t, q, 4, 1, 2, 3, 4)
+	ctx := context.Background()
+	for i, step := range []struct {
+		name   string
+		expect func()
+		settle func(tx *inbox.Delivery, sqlTx func() error) error
+	}{
+		{"AckTx", func() {
+			m.ExpectExec(pgLeaseAck).WithArgs(int64(1), int64(2), at(exp)).WillReturnResult(affected(1))
+		}, nil},
+		{"RetryTx", func() {
+			m.ExpectExec(pgLeaseRetryInjected).WithArgs(at(utc0.Add(time.Hour)), int64(2), int64(2), at(exp)).WillReturnResult(affected(1))
+		}, nil},
+		{"ReleaseTx", func() {
+			m.ExpectExec(pgLeaseRelease).WithArgs(int64(3), int64(2), at(exp)).WillReturnResult(affected(1))
+		}, nil},
+		{"DeadTx", func() {
+			m.ExpectExec(pgLeaseDead).WithArgs(int64(4), int64(2), at(exp), int64(1)).WillReturnResult(affected(1))
+		}, nil},
+	} {
+		m.ExpectBegin()
+		tx, err := m.DB.Begin()
+		ok(t, "Begin", err)
+		step.expect()
+		m.ExpectCommit()
+		d := ds[i]
+		switch step.name {
+		case "AckTx":
+			err = d.AckTx(ctx, tx)
+		case "RetryTx":
+			err = d.RetryTx(ctx, tx, time.Hour)
+		case "ReleaseTx":
+			err = d.ReleaseTx(ctx, tx)
+		case "DeadTx":
+			err = d.DeadTx(ctx, tx)
+		}
+		ok(t, step.name, err)
+		ok(t, step.name+" commit", tx.Commit())
+	}
+	m.met(t)
+}
+
+func TestPostgresRowLock(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: rowLockTable})
+	cols := "id,attempt,payload"
+	m.ExpectBegin()
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
+	m.ExpectBegin()
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(8), int64(2), []byte("p8"))))
+	m.ExpectBegin()
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols))
+	m.ExpectRollback()
+	ctx, cancel := context.WithCancel(context.Background())
+	ds, err := q.Claim(ctx, 5)
+	ok(t, "Claim", err)
+	cancel()
+	if len(ds) != 2 || ds[0].ID() != int64(7) || ds[1].ID() != int64(8) || ds[1].Attempt() != 2 {
+		t.Fatalf("Claim returned %d deliveries", len(ds))
+	}
+	checkHeldTx(t, m, ds, 3)
+
+	// The handler writes through the held transaction; its write commits
+	// with the acknowledgement.
+	const audit = `INSERT INTO audit (job) VALUES ($1)`
+	m.ExpectExec(audit).WithArgs(int64(7)).WillReturnResult(affected(1))
+	_, err = ds[0].Tx().ExecContext(context.Background(), audit, int64(7))
+	ok(t, "write through Tx", err)
+	m.ExpectExec(pgRowLockAck).WithArgs(int64(7)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Ack", ds[0].Ack(context.Background()))
+	m.sameConn(t, audit, pgRowLockAck)
+	m.ExpectExec(pgRowLockRetry).WithArgs(int64(30_000_000), int64(8)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Retry", ds[1].Retry(context.Background(), 30*time.Second))
+
+	m.ExpectBegin()
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(9), int64(1), []byte("p9"))))
+	m.ExpectBegin()
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(10), int64(1), []byte("p10"))))
+	m.ExpectBegin()
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(11), int64(4), []byte("p11"))))
+	ds = claim(t, q, 3, 9, 10, 11)
+	// Retry without a delay commits the counted attempt, nothing more.
+	m.ExpectCommit()
+	ok(t, "Retry(0)", ds[0].Retry(context.Background(), 0))
+	m.ExpectRollback()
+	ok(t, "Release", ds[1].Release(context.Background()))
+	m.ExpectExec(pgRowLockDead).WithArgs(int64(11), int64(4)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Dead", ds[2].Dead(context.Background()))
+	if q.InWork() != 0 {
+		t.Errorf("InWork() = %d after settling all", q.InWork())
+	}
+	m.met(t)
+}
+
+// checkHeldTx checks the row-lock claim's transactions: READ COMMITTED, and
+// still open once Claim has returned and its context has been cancelled,
+// which makes database/sql roll back a transaction begun with it.
+func checkHeldTx(t *testing.T, m *mock, ds []*inbox.Delivery, begins int) {
+	t.Helper()
+	iso := m.isolations()
+	if len(iso) != begins {
+		t.Fatalf("%d transactions begun, want %d", len(iso), begins)
+	}
+	for i, l := range iso {
+		if l != 2 { // sql.LevelReadCommitted
+			t.Errorf("transaction %d begun with isolation %v, want READ COMMITTED", i, l)
+		}
+	}
+	m.mu.Lock()
+	ctxs := append([]context.Context(nil), m.beginCtx...)
+	m.mu.Unlock()
+	for i, c := range ctxs {
+		if c.Err() != nil {
+			t.Errorf("transaction %d began with a context that ended with Claim's: %v", i, c.Err())
+		}
+	}
+	for _, d := range ds {
+		if d.Tx() == nil {
+			t.Fatalf("delivery %v holds no transaction", d.ID())
+		}
+	}
+}
+
+func TestPostgresRowLockInjectedClock(t *testing.T) {
+	m := newMock(t)
+	clk := newClock(t0)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: rowLockTable, Now: clk.Now})
+	m.ExpectBegin()
+	m.ExpectQuery(pgRowLockClaimInjected).WithArgs(at(utc0)).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), []byte("p"))))
+	d := claim(t, q, 1, 7)[0]
+	clk.Advance(time.Second)
+	m.ExpectExec(pgRowLockRetryInjected).WithArgs(at(utc0.Add(31*time.Second)), int64(7)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Retry", d.Retry(context.Background(), 30*time.Second))
+	m.met(t)
+}
+
+// The claims counter is committed on its own, before the row is locked in
+// the held transaction; a job past MaxClaims goes to the dead table.
+func TestPostgresClaimsCounter(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: claimsTable})
+	cols := "id,attempt,payload"
+	m.ExpectQuery(pgClaimsCount).WithoutArgs().WillReturnRows(rows("id,claims", row(int64(7), int64(1))))
+	m.ExpectBegin()
+	m.ExpectQuery(pgClaimsClaim).WithArgs(int64(7), int64(7)).WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
+	// Job 8's fourth claim is past MaxClaims 3.
+	m.ExpectQuery(pgClaimsCount).WithoutArgs().WillReturnRows(rows("id,claims", row(int64(8), int64(4))))
+	m.ExpectBegin()
+	m.ExpectQuery(pgClaimsClaim).WithArgs(int64(8), int64(8)).WillReturnRows(rows(cols, row(int64(8), int64(4), []byte("p8"))))
+	m.ExpectExec(pgRowLockDead).WithArgs(int64(8), int64(4)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	// Job 9 was counted, but another worker locked it first: look again.
+	m.ExpectQuery(pgClaimsCount).WithoutArgs().WillReturnRows(rows("id,claims", row(int64(9), int64(1))))
+	m.ExpectBegin()
+	m.ExpectQuery(pgClaimsClaim).WithArgs(int64(9), int64(9)).WillReturnRows(rows(cols))
+	m.ExpectRollback()
+	m.ExpectQuery(pgClaimsCount).WithoutArgs().WillReturnRows(rows("id,claims"))
+	ds := claim(t, q, 2, 7)
+
+	// Retry clears the counter with the commit that proves the job survived.
+	m.ExpectExec(pgClaimsReset).WithArgs(int64(7)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Retry", ds[0].Retry(context.Background(), 0))
+
+	// Release rolls back, then gives back the claim it counted.
+	m.ExpectQuery(pgClaimsCount).WithoutArgs().WillReturnRows(rows("id,claims", row(int64(7), int64(1))))
+	m.ExpectBegin()
+	m.ExpectQuery(pgClaimsClaim).WithArgs(int64(7), int64(7)).WillReturnRows(rows(cols, row(int64(7), int64(2), []byte("p7"))))
+	ds = claim(t, q, 1, 7)
+	m.ExpectRollback()
+	m.ExpectExec(pgClaimsRelease).WithArgs(int64(7)).WillReturnResult(affected(1))
+	ok(t, "Release", ds[0].Release(context.Background()))
+	m.met(t)
+}
+
+func TestPostgresClaimsCounterInjectedClock(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: claimsTable, Now: newClock(t0).Now})
+	m.ExpectQuery(pgClaimsCountInjected).WithArgs(at(utc0)).WillReturnRows(rows("id,claims", row(int64(7), int64(1))))
+	m.ExpectBegin()
+	m.ExpectQuery(pgClaimsClaimInjected).WithArgs(int64(7), int64(7), at(utc0)).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), []byte("p"))))
+	d := claim(t, q, 1, 7)[0]
+	m.ExpectExec(pgRowLockAck).WithArgs(int64(7)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Ack", d.Ack(context.Background()))
+	m.met(t)
+}
+
+func TestPostgresAdvisory(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
+	cols := "id,attempt,payload"
+	locked := func(k string, got bool) {
+		m.ExpectQuery(pgTryLock).WithArgs(pgKey[k]).WillReturnRows(rows("pg_try_advisory_lock", row(got)))
+	}
+	unlocked := func(k string) {
+		m.ExpectQuery(pgUnlock).WithArgs(pgKey[k]).WillReturnRows(rows("pg_advisory_unlock", row(true)))
+	}
+	// Enough candidates for max 2: twice max, the keys held here, and 8.
+	m.ExpectQuery(pgAdvCandidates).WithArgs(12).WillReturnRows(rows("id,id",
+		row(int64(1), int64(1)), row(int64(2), int64(2)), row(int64(3), int64(3))))
+	locked("1", false) // another session holds it
+	locked("2", true)
+	m.ExpectQuery(pgAdvClaim).WithArgs(int64(2)).WillReturnRows(rows(cols)) // settled since the candidates were read
+	unlocked("2")
+	locked("3", true)
+	m.ExpectQuery(pgAdvClaim).WithArgs(int64(3)).WillReturnRows(rows(cols, row(int64(3), int64(1), []byte("p3"))))
+	ds := claim(t, q, 2, 3)
+	if ds[0].Key() != "3" || ds[0].Attempt() != 1 {
+		t.Fatalf("key %q attempt %d", ds[0].Key(), ds[0].Attempt())
+	}
+	m.ExpectExec(pgAdvAck).WithArgs(int64(3), int64(2)).WillReturnResult(affected(1))
+	unlocked("3")
+	ok(t, "Ack", ds[0].Ack(context.Background()))
+
+	m.ExpectQuery(pgAdvCandidates).WithArgs(16).WillReturnRows(rows("id,id",
+		row(int64(4), int64(4)), row(int64(5), int64(5)), row(int64(6), int64(6)), row(int64(7), int64(7))))
+	for id := int64(4); id <= 7; id++ {
+		k := string(rune('0' + id))
+		locked(k, true)
+		m.ExpectQuery(pgAdvClaim).WithArgs(id).WillReturnRows(rows(cols, row(id, int64(1), []byte("p"))))
+	}
+	ds = claim(t, q, 4, 4, 5, 6, 7)
+	if q.InWork() != 4 {
+		t.Errorf("InWork() = %d, want 4", q.InWork())
+	}
+	m.ExpectExec(pgAdvRetry).WithArgs(int64(30_000_000), int64(4), int64(2)).WillReturnResult(affected(1))
+	unlocked("4")
+	ok(t, "Retry", ds[0].Retry(context.Background(), 30*time.Second))
+	unlocked("5") // the attempt was committed at claim: nothing to write
+	ok(t, "Retry(0)", ds[1].Retry(context.Background(), 0))
+	m.ExpectExec(pgAdvRelease).WithArgs(int64(6), int64(2)).WillReturnResult(affected(1))
+	unlocked("6")
+	ok(t, "Release", ds[2].Release(context.Background()))
+	m.ExpectExec(pgAdvDead).WithArgs(int64(7), int64(2), int64(1)).WillReturnResult(affected(1))
+	unlocked("7")
+	ok(t, "Dead", ds[3].Dead(context.Background()))
+	if q.InWork() != 0 {
+		t.Errorf("InWork() = %d after settling all", q.InWork())
+	}
+	m.met(t)
+}
+
+func TestPostgresAdvisoryInjectedClock(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable, Now: newClock(t0).Now})
+	m.ExpectQuery(pgAdvCandidatesInjected).WithArgs(at(utc0), 10).WillReturnRows(rows("id,id", row(int64(3), int64(3))))
+	m.ExpectQuery(pgTryLock).WithArgs(pgKey["3"]).WillReturnRows(rows("pg_try_advisory_lock", row(true)))
+	m.ExpectQuery(pgAdvClaimInjected).WithArgs(int64(3), at(utc0)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), []byte("p"))))
+	d := claim(t, q, 1, 3)[0]
+	m.ExpectExec(pgAdvRetryInjected).WithArgs(at(utc0.Add(30*time.Second)), int64(3), int64(2)).WillReturnResult(affected(1))
+	m.ExpectQuery(pgUnlock).WithArgs(pgKey["3"]).WillReturnRows(rows("pg_advisory_unlock", row(true)))
+	ok(t, "Retry", d.Retry(context.Background(), 30*time.Second))
+	// The lock, the claim, the settlement and the unlock share the pinned
+	// connection: the session that holds the lock.
+	m.sameConn(t, pgTryLock, pgAdvClaimInjected, pgAdvRetryInjected, pgUnlock)
+	m.met(t)
+}
+
+// A key on another column keeps the jobs sharing a value in work one at a
+// time: the second job of tenant "a" is passed over without a lock call.
+func TestPostgresAdvisorySharedKey(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "tenant"}})
+	m.ExpectQuery(`SELECT "id", "tenant" FROM "jobs" ORDER BY "id" LIMIT $1`).WithArgs(12).
+		WillReturnRows(rows("id,tenant", row(int64(1), []byte("a")), row(int64(2), []byte("a"))))
+	m.ExpectQuery(pgTryLock).WithArgs(pgKey["a"]).WillReturnRows(rows("pg_try_advisory_lock", row(true)))
+	m.ExpectQuery(`UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 RETURNING "id", "attempt" - 1, "payload"`).
+		WithArgs(int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(1), int64(1), []byte("p"))))
+	d := claim(t, q, 2, 1)[0]
+	if d.Key() != "a" {
+		t.Fatalf("Key() = %q, want a", d.Key())
+	}
+	m.ExpectExec(pgAdvAck).WithArgs(int64(1), int64(2)).WillReturnResult(affected(1))
+	m.ExpectQuery(pgUnlock).WithArgs(pgKey["a"]).WillReturnRows(rows("pg_advisory_unlock", row(true)))
+	ok(t, "Ack", d.Ack(context.Background()))
+	m.met(t)
+}
+
+// Advisory Tx settlements write in the caller's transaction, then let the
+// lock go on the pinned connection.
+func TestPostgresAdvisoryTx(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
+	m.ExpectQuery(pgAdvCandidates).WithArgs(16).WillReturnRows(rows("id,id",
+		row(int64(1), int64(1)), row(int64(2), int64(2)), row(int64(3), int64(3)), row(int64(4), int64(4))))
+	for id := int64(1); id <= 4; id++ {
+		m.ExpectQuery(pgTryLock).WithArgs(pgKey[string(rune('0'+id))]).WillReturnRows(rows("pg_try_advisory_lock", row(true)))
+		m.ExpectQuery(pgAdvClaim).WithArgs(id).WillReturnRows(rows("id,attempt,payload", row(id, int64(1), []byte("p"))))
+	}
+	ds := claim(t, q, 4, 1, 2, 3, 4)
+	ctx := context.Background()
+	settle := []func(d *inbox.Delivery, tx *sql.Tx) error{
+		func(d *inbox.Delivery, tx *sql.Tx) error { return d.AckTx(ctx, tx) },
+		func(d *inbox.Delivery, tx *sql.Tx) error { return d.RetryTx(ctx, tx, 30*time.Second) },
+		func(d *inbox.Delivery, tx *sql.Tx) error { return d.ReleaseTx(ctx, tx) },
+		func(d *inbox.Delivery, tx *sql.Tx) error { return d.DeadTx(ctx, tx) },
+	}
+	expect := []func(){
+		func() { m.ExpectExec(pgAdvAck).WithArgs(int64(1), int64(2)).WillReturnResult(affected(1)) },
+		func() {
+			m.ExpectExec(pgAdvRetry).WithArgs(int64(30_000_000), int64(2), int64(2)).WillReturnResult(affected(1))
+		},
+		func() { m.ExpectExec(pgAdvRelease).WithArgs(int64(3), int64(2)).WillReturnResult(affected(1)) },
+		func() { m.ExpectExec(pgAdvDead).WithArgs(int64(4), int64(2), int64(1)).WillReturnResult(affected(1)) },
+	}
+	for i, d := range ds {
+		m.ExpectBegin()
+		tx, err := m.DB.Begin()
+		ok(t, "Begin", err)
+		expect[i]()
+		m.ExpectQuery(pgUnlock).WithArgs(pgKey[string(rune('1'+i))]).WillReturnRows(rows("pg_advisory_unlock", row(true)))
+		ok(t, "settle in tx", settle[i](d, tx))
+		m.ExpectCommit()
+		ok(t, "commit", tx.Commit())
+	}
+	m.met(t)
+}
+
+func TestPostgresEnqueue(t *testing.T) {
+	m := newMock(t)
+	leaseQ := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable})
+	rowQ := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: rowLockTable})
+	ctx := context.Background()
+	p := []byte("p")
+	later := utc0.Add(time.Hour)
+	enqueue := func(q *inbox.Queue, ex inbox.Executor, job inbox.Job, want any) {
+		t.Helper()
+		id, err := q.Enqueue(ctx, ex, job)
+		ok(t, "Enqueue", err)
+		if id != want {
+			t.Fatalf("Enqueue returned %#v, want %#v", id, want)
+		}
+	}
+
+	m.ExpectQuery(`INSERT INTO "jobs" ("payload") VALUES ($1) RETURNING "id"`).WithArgs(p).
+		WillReturnRows(rows("id", row(int64(41))))
+	enqueue(leaseQ, m.DB, inbox.Job{Data: []any{p}}, int64(41))
+
+	// Through the caller's transaction, with a text id: it comes back as a
+	// string whatever the driver returns.
+	m.ExpectBegin()
+	tx, err := m.DB.Begin()
+	ok(t, "Begin", err)
+	const uuid = "0190c0de-0000-7000-8000-000000000001"
+	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload") VALUES ($1, $2) RETURNING "id"`).WithArgs(uuid, p).
+		WillReturnRows(rows("id", row([]byte(uuid))))
+	enqueue(leaseQ, tx, inbox.Job{ID: uuid, Data: []any{p}}, uuid)
+	m.ExpectCommit()
+	ok(t, "Commit", tx.Commit())
+
+	// Through a pinned connection, not before a time: the lease form writes
+	// it into its lease column.
+	conn, err := m.DB.Conn(ctx)
+	ok(t, "Conn", err)
+	m.ExpectQuery(`INSERT INTO "jobs" ("payload", "locked_until") VALUES ($1, $2) RETURNING "id"`).WithArgs(p, at(later)).
+		WillReturnRows(rows("id", row(int64(43))))
+	enqueue(leaseQ, conn, inbox.Job{Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(43))
+	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload", "locked_until") VALUES ($1, $2, $3) RETURNING "id"`).WithArgs(int64(44), p, at(later)).
+		WillReturnRows(rows("id", row(int64(44))))
+	enqueue(leaseQ, conn, inbox.Job{ID: int64(44), Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(44))
+	conn.Close()
+
+	// The other forms write it into the not-before column.
+	m.ExpectQuery(`INSERT INTO "jobs" ("payload", "not_before") VALUES ($1, $2) RETURNING "id"`).WithArgs(p, at(later)).
+		WillReturnRows(rows("id", row(int64(45))))
+	enqueue(rowQ, m.DB, inbox.Job{Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(45))
+	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload", "not_before") VALUES ($1, $2, $3) RETURNING "id"`).WithArgs(int64(46), p, at(later)).
+		WillReturnRows(rows("id", row(int64(46))))
+	enqueue(rowQ, m.DB, inbox.Job{ID: int64(46), Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(46))
+	m.met(t)
+}

@@ -1,0 +1,244 @@
+package inbox_test
+
+// The SQL the SQLite dialect sends, pinned with sqlmock's exact matcher.
+// SQLite has the lease and advisory forms only, always runs on the caller's
+// clock (time.Now unless Config.Now is set), and passes every time as
+// fixed-width UTC text, 2006-01-02T15:04:05.000000Z.
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// Lease form.
+const (
+	sqLeaseClaim = `UPDATE "jobs" SET "attempt" = "attempt" + 1, "locked_until" = ? WHERE "id" IN (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL OR "locked_until" <= ? ORDER BY "id" LIMIT ?) ` +
+		`RETURNING "id", "attempt" - 1, "locked_until", "payload"`
+	sqLeaseExtend     = `UPDATE "jobs" SET "locked_until" = ? WHERE "id" = ? AND "attempt" = ? AND "locked_until" = ?` // also Retry
+	sqLeaseAck        = `DELETE FROM "jobs" WHERE "id" = ? AND "attempt" = ? AND "locked_until" = ?`                   // also the dead move's delete
+	sqLeaseRelease    = `UPDATE "jobs" SET "locked_until" = NULL, "attempt" = "attempt" - 1 WHERE "id" = ? AND "attempt" = ? AND "locked_until" = ?`
+	sqLeaseDeadInsert = `INSERT INTO "dead_jobs" ("id", "attempt", "payload") SELECT "id", ?, "payload" FROM "jobs" WHERE "id" = ? AND "attempt" = ? AND "locked_until" = ?`
+)
+
+// Advisory form: the keys in work are held by the process, so no lock
+// statement is sent.
+const (
+	sqAdvCandidates = `SELECT "id", "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= ?) ORDER BY "id" LIMIT ?`
+	sqAdvClaim      = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = ? AND ("not_before" IS NULL OR "not_before" <= ?) RETURNING "id", "attempt" - 1, "payload"`
+	sqAdvAck        = `DELETE FROM "jobs" WHERE "id" = ? AND "attempt" = ?` // also the dead move's delete
+	sqAdvRetry      = `UPDATE "jobs" SET "not_before" = ? WHERE "id" = ? AND "attempt" = ?`
+	sqAdvRelease    = `UPDATE "jobs" SET "attempt" = "attempt" - 1 WHERE "id" = ? AND "attempt" = ?`
+	sqAdvDeadInsert = `INSERT INTO "dead_jobs" ("id", "attempt", "payload") SELECT "id", ?, "payload" FROM "jobs" WHERE "id" = ? AND "attempt" = ?`
+)
+
+// sqliteTime parses a captured time argument, failing the test unless it is
+// the package's fixed-width UTC text.
+func sqliteTime(t *testing.T, c *capture) time.Time {
+	t.Helper()
+	s, isText := c.v.(string)
+	if !isText || len(s) != len("2006-01-02T15:04:05.000000Z") {
+		t.Fatalf("time argument %#v is not fixed-width text", c.v)
+	}
+	v, err := time.Parse("2006-01-02T15:04:05.000000Z", s)
+	if err != nil {
+		t.Fatalf("time argument %q: %v", s, err)
+	}
+	return v
+}
+
+// Without Config.Now, SQLite runs on time.Now: the times are the real
+// clock's, as text.
+func TestSQLiteLease(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: leaseTable, Lease: time.Minute})
+	var now, until capture
+	before := time.Now().UTC().Truncate(time.Microsecond)
+	m.ExpectQuery(sqLeaseClaim).WithArgs(&until, &now, 4).WillReturnRows(rows("id,attempt,locked_until,payload"))
+	claim(t, q, 4)
+	after := time.Now()
+	n, u := sqliteTime(t, &now), sqliteTime(t, &until)
+	if n.Before(before) || n.After(after) || u.Sub(n) != time.Minute {
+		t.Fatalf("claim at %v until %v, between %v and %v", n, u, before, after)
+	}
+	// The expiry comes back as the driver returns TEXT: a string (mattn) or
+	// bytes (modernc).
+	exp := "2024-03-01T12:01:00.123456Z"
+	m.ExpectQuery(sqLeaseClaim).WithArgs(&until, &now, 4).WillReturnRows(rows("id,attempt,locked_until,payload",
+		row(int64(7), int64(1), exp, []byte("p7")), row(int64(8), int64(3), []byte(exp), []byte("p8")),
+		row(int64(9), int64(1), exp, []byte("p9")), row(int64(10), int64(2), exp, []byte("p10"))))
+	ds := claim(t, q, 4, 7, 8, 9, 10)
+	if !ds[1].Expiry().Equal(utc0.Add(time.Minute)) {
+		t.Fatalf("Expiry() = %v", ds[1].Expiry())
+	}
+	var ext capture
+	m.ExpectExec(sqLeaseExtend).WithArgs(&ext, int64(7), int64(2), exp).WillReturnResult(affected(1))
+	ok(t, "Extend", ds[0].Extend(context.Background()))
+	if e := sqliteTime(t, &ext); !ds[0].Expiry().Equal(e) || e.Before(before.Add(time.Minute)) {
+		t.Fatalf("Expiry() after Extend = %v, written %v", ds[0].Expiry(), e)
+	}
+	m.ExpectExec(sqLeaseAck).WithArgs(int64(7), int64(2), ext.v).WillReturnResult(affected(1))
+	ok(t, "Ack", ds[0].Ack(context.Background()))
+	var retry capture
+	m.ExpectExec(sqLeaseExtend).WithArgs(&retry, int64(8), int64(4), exp).WillReturnResult(affected(1))
+	ok(t, "Retry", ds[1].Retry(context.Background(), time.Hour))
+	if r := sqliteTime(t, &retry); r.Before(before.Add(time.Hour)) || r.After(time.Now().Add(time.Hour)) {
+		t.Fatalf("Retry wrote %v", r)
+	}
+	m.ExpectExec(sqLeaseRelease).WithArgs(int64(9), int64(2), exp).WillReturnResult(affected(1))
+	ok(t, "Release", ds[2].Release(context.Background()))
+	m.ExpectBegin()
+	m.ExpectExec(sqLeaseDeadInsert).WithArgs(int64(2), int64(10), int64(3), exp).WillReturnResult(affected(1))
+	m.ExpectExec(sqLeaseAck).WithArgs(int64(10), int64(3), exp).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Dead", ds[3].Dead(context.Background()))
+	m.met(t)
+}
+
+func TestSQLiteLeaseInjectedClock(t *testing.T) {
+	m := newMock(t)
+	clk := newClock(t0)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
+	const exp = "2024-03-01T12:01:00.123456Z"
+	m.ExpectQuery(sqLeaseClaim).WithArgs(exp, "2024-03-01T12:00:00.123456Z", 2).WillReturnRows(rows("id,attempt,locked_until,payload",
+		row(int64(7), int64(1), exp, nil), row(int64(8), int64(1), exp, nil)))
+	ds := claim(t, q, 2, 7, 8)
+	clk.Advance(20 * time.Second)
+	m.ExpectExec(sqLeaseExtend).WithArgs("2024-03-01T12:01:20.123456Z", int64(7), int64(2), exp).WillReturnResult(affected(1))
+	ok(t, "Extend", ds[0].Extend(context.Background()))
+	m.ExpectExec(sqLeaseExtend).WithArgs("2024-03-01T12:02:20.123456Z", int64(7), int64(2), "2024-03-01T12:01:20.123456Z").WillReturnResult(affected(1))
+	ok(t, "Retry", ds[0].Retry(context.Background(), 2*time.Minute))
+	m.ExpectExec(sqLeaseAck).WithArgs(int64(8), int64(2), exp).WillReturnResult(affected(1))
+	ok(t, "Ack", ds[1].Ack(context.Background()))
+	m.met(t)
+}
+
+func TestSQLiteLeaseTx(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: leaseTable, Lease: time.Minute, Now: newClock(t0).Now})
+	const exp = "2024-03-01T12:01:00.123456Z"
+	r := rows("id,attempt,locked_until,payload")
+	for id := int64(1); id <= 4; id++ {
+		r.AddRow(id, int64(1), exp, nil)
+	}
+	m.ExpectQuery(sqLeaseClaim).WithArgs(exp, "2024-03-01T12:00:00.123456Z", 4).WillReturnRows(r)
+	ds := claim(t, q, 4, 1, 2, 3, 4)
+	ctx := context.Background()
+	inTx := func(name string, expect func(), settle func(tx *sql.Tx) error) {
+		t.Helper()
+		m.ExpectBegin()
+		tx, err := m.DB.Begin()
+		ok(t, "Begin", err)
+		expect()
+		ok(t, name, settle(tx))
+		m.ExpectCommit()
+		ok(t, name+" commit", tx.Commit())
+	}
+	inTx("AckTx", func() {
+		m.ExpectExec(sqLeaseAck).WithArgs(int64(1), int64(2), exp).WillReturnResult(affected(1))
+	}, func(tx *sql.Tx) error { return ds[0].AckTx(ctx, tx) })
+	inTx("RetryTx", func() {
+		m.ExpectExec(sqLeaseExtend).WithArgs("2024-03-01T12:00:30.123456Z", int64(2), int64(2), exp).WillReturnResult(affected(1))
+	}, func(tx *sql.Tx) error { return ds[1].RetryTx(ctx, tx, 30*time.Second) })
+	inTx("ReleaseTx", func() {
+		m.ExpectExec(sqLeaseRelease).WithArgs(int64(3), int64(2), exp).WillReturnResult(affected(1))
+	}, func(tx *sql.Tx) error { return ds[2].ReleaseTx(ctx, tx) })
+	inTx("DeadTx", func() {
+		m.ExpectExec(sqLeaseDeadInsert).WithArgs(int64(1), int64(4), int64(2), exp).WillReturnResult(affected(1))
+		m.ExpectExec(sqLeaseAck).WithArgs(int64(4), int64(2), exp).WillReturnResult(affected(1))
+	}, func(tx *sql.Tx) error { return ds[3].DeadTx(ctx, tx) })
+	m.met(t)
+}
+
+// The SQLite advisory form holds its keys in the process, shared by every
+// queue on the same *sql.DB and table: a key in work is passed over without
+// a statement.
+func TestSQLiteAdvisory(t *testing.T) {
+	m := newMock(t)
+	clk := newClock(t0)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: advisoryTable, Now: clk.Now})
+	other := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: advisoryTable, Now: clk.Now})
+	const now = "2024-03-01T12:00:00.123456Z"
+	cols := "id,attempt,payload"
+	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 10).WillReturnRows(rows("id,id", row(int64(1), int64(1))))
+	m.ExpectQuery(sqAdvClaim).WithArgs(int64(1), now).WillReturnRows(rows(cols, row(int64(1), int64(1), nil)))
+	d1 := claim(t, q, 1, 1)[0]
+	// Key 1 is in work; job 2 was settled since the candidates were read.
+	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 13).WillReturnRows(rows("id,id", row(int64(1), int64(1)), row(int64(2), int64(2))))
+	m.ExpectQuery(sqAdvClaim).WithArgs(int64(2), now).WillReturnRows(rows(cols))
+	claim(t, other, 2)
+
+	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 15).WillReturnRows(rows("id,id",
+		row(int64(3), int64(3)), row(int64(4), int64(4)), row(int64(5), int64(5))))
+	for id := int64(3); id <= 5; id++ {
+		m.ExpectQuery(sqAdvClaim).WithArgs(id, now).WillReturnRows(rows(cols, row(id, int64(1), nil)))
+	}
+	ds := claim(t, q, 3, 3, 4, 5)
+	m.ExpectExec(sqAdvAck).WithArgs(int64(1), int64(2)).WillReturnResult(affected(1))
+	ok(t, "Ack", d1.Ack(context.Background()))
+	m.ExpectExec(sqAdvRetry).WithArgs("2024-03-01T12:00:30.123456Z", int64(3), int64(2)).WillReturnResult(affected(1))
+	ok(t, "Retry", ds[0].Retry(context.Background(), 30*time.Second))
+	m.ExpectExec(sqAdvRelease).WithArgs(int64(4), int64(2)).WillReturnResult(affected(1))
+	ok(t, "Release", ds[1].Release(context.Background()))
+	m.ExpectBegin()
+	m.ExpectExec(sqAdvDeadInsert).WithArgs(int64(1), int64(5), int64(2)).WillReturnResult(affected(1))
+	m.ExpectExec(sqAdvAck).WithArgs(int64(5), int64(2)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Dead", ds[2].Dead(context.Background()))
+
+	// Settled keys are free again.
+	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 10).WillReturnRows(rows("id,id", row(int64(1), int64(1))))
+	m.ExpectQuery(sqAdvClaim).WithArgs(int64(1), now).WillReturnRows(rows(cols))
+	claim(t, other, 1)
+	m.met(t)
+}
+
+// Without Config.Now the advisory statements compare with time.Now, as text.
+func TestSQLiteAdvisoryRealClock(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: advisoryTable})
+	var now1, now2 capture
+	before := time.Now().UTC().Truncate(time.Microsecond)
+	m.ExpectQuery(sqAdvCandidates).WithArgs(&now1, 10).WillReturnRows(rows("id,id", row(int64(1), int64(1))))
+	m.ExpectQuery(sqAdvClaim).WithArgs(int64(1), &now2).WillReturnRows(rows("id,attempt,payload"))
+	claim(t, q, 1)
+	for _, c := range []*capture{&now1, &now2} {
+		if n := sqliteTime(t, c); n.Before(before) || n.After(time.Now()) {
+			t.Errorf("now %v not between %v and the end of the claim", n, before)
+		}
+	}
+	m.met(t)
+}
+
+func TestSQLiteEnqueue(t *testing.T) {
+	m := newMock(t)
+	leaseQ := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: leaseTable})
+	advQ := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: advisoryTable})
+	ctx := context.Background()
+	p := []byte("p")
+	const later = "2024-03-01T13:00:00.123456Z"
+	enqueue := func(q *inbox.Queue, job inbox.Job, want any) {
+		t.Helper()
+		id, err := q.Enqueue(ctx, m.DB, job)
+		ok(t, "Enqueue", err)
+		if id != want {
+			t.Fatalf("Enqueue returned %#v, want %#v", id, want)
+		}
+	}
+	m.ExpectQuery(`INSERT INTO "jobs" ("payload") VALUES (?) RETURNING "id"`).WithArgs(p).WillReturnRows(rows("id", row(int64(41))))
+	enqueue(leaseQ, inbox.Job{Data: []any{p}}, int64(41))
+	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload") VALUES (?, ?) RETURNING "id"`).WithArgs("j42", p).WillReturnRows(rows("id", row("j42")))
+	enqueue(leaseQ, inbox.Job{ID: "j42", Data: []any{p}}, "j42")
+	m.ExpectQuery(`INSERT INTO "jobs" ("payload", "locked_until") VALUES (?, ?) RETURNING "id"`).WithArgs(p, later).WillReturnRows(rows("id", row(int64(43))))
+	enqueue(leaseQ, inbox.Job{Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(43))
+	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload", "locked_until") VALUES (?, ?, ?) RETURNING "id"`).WithArgs(int64(44), p, later).WillReturnRows(rows("id", row(int64(44))))
+	enqueue(leaseQ, inbox.Job{ID: int64(44), Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(44))
+	m.ExpectQuery(`INSERT INTO "jobs" ("payload", "not_before") VALUES (?, ?) RETURNING "id"`).WithArgs(p, later).WillReturnRows(rows("id", row(int64(45))))
+	enqueue(advQ, inbox.Job{Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(45))
+	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload", "not_before") VALUES (?, ?, ?) RETURNING "id"`).WithArgs(int64(46), p, later).WillReturnRows(rows("id", row(int64(46))))
+	enqueue(advQ, inbox.Job{ID: int64(46), Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(46))
+	m.met(t)
+}

@@ -1,0 +1,410 @@
+package inbox_test
+
+// The sqlmock harness shared by the unit tests. The SQL pins themselves are
+// in sql_postgres_test.go, sql_mysql_test.go and sql_sqlite_test.go: each
+// writes the statements of its engine out literally, so that a change to the
+// SQL shows up in a test diff.
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// t0 is the injected clock's first instant: 14:00 at +02:00 with
+// nanoseconds, so that the pins show every time passed as UTC truncated to
+// the microsecond (utc0).
+var (
+	t0   = time.Date(2024, 3, 1, 14, 0, 0, 123456789, time.FixedZone("CEST", 2*3600))
+	utc0 = time.Date(2024, 3, 1, 12, 0, 0, 123456000, time.UTC)
+)
+
+// The descriptions the pins use: one per form, each with a dead table, the
+// row-lock and advisory ones with a not-before column.
+var (
+	leaseTable    = inbox.Table{Name: "jobs", LockedUntil: "locked_until", DeadTable: "dead_jobs"}
+	rowLockTable  = inbox.Table{Name: "jobs", NotBefore: "not_before", DeadTable: "dead_jobs"}
+	claimsTable   = inbox.Table{Name: "jobs", NotBefore: "not_before", Claims: "claims", MaxClaims: 3, DeadTable: "dead_jobs"}
+	advisoryTable = inbox.Table{Name: "jobs", AdvisoryKey: "id", NotBefore: "not_before", DeadTable: "dead_jobs"}
+)
+
+// mock is a sqlmock database with exact SQL matching, reached through a thin
+// driver wrapper that logs every call arriving at the driver. sqlmock alone
+// cannot tell that nothing was sent (an unexpected call only fails the
+// caller, who may ignore it), nor which isolation level or context a
+// transaction began with.
+type mock struct {
+	sqlmock.Sqlmock
+	DB *sql.DB
+
+	mu       sync.Mutex
+	calls    []string
+	on       []int // the connection of each call, numbered from 1
+	nconns   int
+	begins   []driver.TxOptions
+	beginCtx []context.Context
+}
+
+// newMock returns a mock whose database the test closes at its end.
+func newMock(t testing.TB) *mock {
+	t.Helper()
+	mdb, sm, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sqlmock's connection object serves every connection of the wrapped
+	// pool; sqlmock's own *sql.DB only keeps it alive.
+	conn, err := mdb.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw driver.Conn
+	if err := conn.Raw(func(dc any) error { raw = dc.(driver.Conn); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	m := &mock{Sqlmock: sm}
+	m.DB = sql.OpenDB(connector{m: m, c: raw})
+	t.Cleanup(func() {
+		m.DB.Close()
+		mdb.Close()
+	})
+	return m
+}
+
+// sent returns how many calls reached the driver so far.
+func (m *mock) sent() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.calls)
+}
+
+// log returns the calls that reached the driver, from the n-th on.
+func (m *mock) log(n int) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.calls[n:]...)
+}
+
+// isolations returns the isolation level of every transaction begun.
+func (m *mock) isolations() []sql.IsolationLevel {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []sql.IsolationLevel
+	for _, o := range m.begins {
+		out = append(out, sql.IsolationLevel(o.Isolation))
+	}
+	return out
+}
+
+func (m *mock) add(c *conn, call string) {
+	m.mu.Lock()
+	m.calls = append(m.calls, call)
+	m.on = append(m.on, c.n)
+	m.mu.Unlock()
+}
+
+// connsOf returns the connection of every call of the statement q (a query
+// or an exec), in order.
+func (m *mock) connsOf(q string) []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []int
+	for i, c := range m.calls {
+		if c == "query "+q || c == "exec "+q {
+			out = append(out, m.on[i])
+		}
+	}
+	return out
+}
+
+// met fails the test if an expectation is left.
+func (m *mock) met(t testing.TB) {
+	t.Helper()
+	if err := m.ExpectationsWereMet(); err != nil {
+		t.Error(err)
+	}
+}
+
+// quiet runs f and fails the test if any call reached the driver meanwhile.
+func (m *mock) quiet(t testing.TB, what string, f func()) {
+	t.Helper()
+	n := m.sent()
+	f()
+	if got := m.log(n); len(got) > 0 {
+		t.Errorf("%s sent %q, want nothing", what, got)
+	}
+}
+
+type connector struct {
+	m *mock
+	c driver.Conn
+}
+
+func (c connector) Connect(context.Context) (driver.Conn, error) {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	c.m.nconns++
+	return &conn{m: c.m, c: c.c, n: c.m.nconns}, nil
+}
+func (c connector) Driver() driver.Driver { return wrapDriver{} }
+
+type wrapDriver struct{}
+
+func (wrapDriver) Open(string) (driver.Conn, error) {
+	return nil, fmt.Errorf("open the mock through its connector")
+}
+
+// conn passes every call on to sqlmock, logging it first. Closing it does
+// not close sqlmock's connection, which the other pooled conns share.
+type conn struct {
+	m *mock
+	c driver.Conn
+	n int
+}
+
+func (c *conn) Prepare(q string) (driver.Stmt, error) {
+	c.m.add(c, "prepare "+q)
+	return c.c.Prepare(q)
+}
+
+func (c *conn) Close() error { return nil }
+
+func (c *conn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	c.m.mu.Lock()
+	c.m.calls = append(c.m.calls, "begin")
+	c.m.on = append(c.m.on, c.n)
+	c.m.begins = append(c.m.begins, opts)
+	c.m.beginCtx = append(c.m.beginCtx, ctx)
+	c.m.mu.Unlock()
+	tx, err := c.c.(driver.ConnBeginTx).BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return wrapTx{c: c, tx: tx}, nil
+}
+
+func (c *conn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+	c.m.add(c, "query "+q)
+	return c.c.(driver.QueryerContext).QueryContext(ctx, q, args)
+}
+
+func (c *conn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+	c.m.add(c, "exec "+q)
+	return c.c.(driver.ExecerContext).ExecContext(ctx, q, args)
+}
+
+func (c *conn) CheckNamedValue(nv *driver.NamedValue) error {
+	return c.c.(driver.NamedValueChecker).CheckNamedValue(nv)
+}
+
+type wrapTx struct {
+	c  *conn
+	tx driver.Tx
+}
+
+func (t wrapTx) Commit() error   { t.c.m.add(t.c, "commit"); return t.tx.Commit() }
+func (t wrapTx) Rollback() error { t.c.m.add(t.c, "rollback"); return t.tx.Rollback() }
+
+// sameConn fails the test unless every call of the statements qs ran on
+// one connection.
+func (m *mock) sameConn(t testing.TB, qs ...string) {
+	t.Helper()
+	var all []int
+	for _, q := range qs {
+		c := m.connsOf(q)
+		if len(c) == 0 {
+			t.Errorf("no call of %s", q)
+		}
+		all = append(all, c...)
+	}
+	for _, c := range all {
+		if c != all[0] {
+			t.Errorf("calls of %q ran on connections %v, want one", qs, all)
+			return
+		}
+	}
+}
+
+// at matches a time.Time argument at the instant, in UTC: how the Postgres
+// dialect passes times.
+type at time.Time
+
+func (a at) Match(v driver.Value) bool {
+	t, ok := v.(time.Time)
+	return ok && t.Equal(time.Time(a)) && t.Location() == time.UTC
+}
+
+// capture matches any argument and keeps it, for times read from the real
+// clock.
+type capture struct{ v driver.Value }
+
+func (c *capture) Match(v driver.Value) bool { c.v = v; return true }
+
+// newQueue returns a queue on m, failing the test on an error.
+func newQueue(t testing.TB, m *mock, cfg inbox.Config) *inbox.Queue {
+	t.Helper()
+	q, err := inbox.New(m.DB, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// claim claims up to max jobs and checks that want ids came back, in order.
+func claim(t testing.TB, q *inbox.Queue, max int, want ...int64) []*inbox.Delivery {
+	t.Helper()
+	ds, err := q.Claim(context.Background(), max)
+	if err != nil {
+		t.Fatalf("Claim(%d): %v", max, err)
+	}
+	var got []any
+	for _, d := range ds {
+		got = append(got, d.ID())
+	}
+	var wantIDs []any
+	for _, id := range want {
+		wantIDs = append(wantIDs, id)
+	}
+	if !reflect.DeepEqual(got, wantIDs) {
+		t.Fatalf("Claim(%d) ids = %v, want %v", max, got, wantIDs)
+	}
+	return ds
+}
+
+// ok fails the test if err is not nil.
+func ok(t testing.TB, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// affected is an Exec result of n rows.
+func affected(n int64) driver.Result { return sqlmock.NewResult(0, n) }
+
+// rows is a result set with columns cols.
+func rows(cols string, vals ...[]driver.Value) *sqlmock.Rows {
+	r := sqlmock.NewRows(strings.Split(cols, ","))
+	for _, v := range vals {
+		r.AddRow(v...)
+	}
+	return r
+}
+
+// row is one row of values.
+func row(vals ...driver.Value) []driver.Value { return vals }
+
+// TestStatementsPlaceholders checks, for every form, dialect and clock,
+// that each statement has as many placeholders as arguments: numbered ones
+// ($1…$n, each once and in order) on Postgres, ? elsewhere.
+func TestStatementsPlaceholders(t *testing.T) {
+	m := newMock(t)
+	named := map[inbox.Dialect]bool{inbox.Postgres: true}
+	tables := map[string]inbox.Table{
+		"lease": leaseTable, "row lock": rowLockTable, "claims": claimsTable, "advisory": advisoryTable,
+		"advisory tenant": {Name: "app.jobs", AdvisoryKey: "tenant", Data: []string{"kind", "body"}},
+		"lease no data":   {Name: "jobs", LockedUntil: "locked_until", Data: []string{}},
+	}
+	checked := 0
+	for _, d := range []inbox.Dialect{inbox.Postgres, inbox.MySQL, inbox.SQLite} {
+		for name, tb := range tables {
+			for _, clock := range []func() time.Time{nil, func() time.Time { return t0 }} {
+				q, err := inbox.New(m.DB, inbox.Config{Dialect: d, Table: tb, Now: clock})
+				if err != nil {
+					if d == inbox.SQLite && tb.LockedUntil == "" && tb.AdvisoryKey == "" {
+						continue // no row lock on SQLite: TestNewRefuses
+					}
+					t.Fatalf("%s %s: %v", d.Name(), name, err)
+				}
+				st := reflect.ValueOf(*q.Statements())
+				for i := 0; i < st.NumField(); i++ {
+					s := st.Field(i).Interface().(inbox.Stmt)
+					if s.SQL == "" {
+						continue
+					}
+					checked++
+					where := fmt.Sprintf("%s %s (clock injected %v) %s: %s", d.Name(), name, clock != nil, st.Type().Field(i).Name, s.SQL)
+					if named[d] {
+						n := 0
+						for strings.Contains(s.SQL, fmt.Sprintf("$%d", n+1)) {
+							n++
+						}
+						if n != len(s.Args) || strings.Contains(s.SQL, "?") {
+							t.Errorf("%s: placeholders $1..$%d for %d args", where, n, len(s.Args))
+						}
+						for k := 1; k <= n; k++ {
+							if c := strings.Count(s.SQL, fmt.Sprintf("$%d", k)); c != 1 {
+								t.Errorf("%s: $%d appears %d times", where, k, c)
+							}
+						}
+					} else if c := strings.Count(s.SQL, "?"); c != len(s.Args) || strings.Contains(s.SQL, "$") {
+						t.Errorf("%s: %d placeholders for %d args", where, c, len(s.Args))
+					}
+				}
+			}
+		}
+	}
+	if checked < 100 {
+		t.Errorf("checked %d statements, want every statement of 3 dialects × 6 tables × 2 clocks", checked)
+	}
+	m.met(t)
+	if n := m.sent(); n != 0 {
+		t.Errorf("New sent %d calls", n)
+	}
+}
+
+// pgKey and myLock are the advisory lock keys of the table "jobs", written
+// out: SHA-256 over the table name, a zero byte and the key value; Postgres
+// takes its first eight bytes as a big-endian int64, MySQL "inbox_" and its
+// first sixteen in hex.
+var (
+	pgKey = map[string]int64{
+		"1": 3132248017834150072, "2": -9182432790832211709, "3": 1731320263346932827,
+		"4": 556740937918543268, "5": -5177242269338732827, "6": 5584494680366660591,
+		"7": -1300819036334788276, "8": -3219844572846781396, "a": 5700252879219179736,
+	}
+	myLock = map[string]string{
+		"1": "inbox_2b77fafa136d08b8f1ef3a69428d71ec", "2": "inbox_80917207008c190368bb7fdec69abc51",
+		"3": "inbox_1806e29b493acc5b9de5b7741b550743", "4": "inbox_07b9f0eeec8d75a4262c92151cd34e44",
+		"5": "inbox_b826bd9613ed76e5a6fa7bda4fd0e295", "6": "inbox_4d801c52e9503beff2bef574cc248354",
+		"7": "inbox_edf28ffa7e32f14ca35cc75582e666e2", "8": "inbox_d350d06ba37f8c2c18bf7b88df70f8a1",
+		"a": "inbox_4f1b5dcadbc1c0d874377f774d05c993",
+	}
+)
+
+// The lock keys are part of the on-the-wire contract: two versions of the
+// package must lock the same job with the same key.
+func TestLockKeys(t *testing.T) {
+	for k, want := range pgKey {
+		if got := inbox.PostgresLockKey("jobs", k); got != want {
+			t.Errorf("PostgresLockKey(jobs, %s) = %d, want %d", k, got, want)
+		}
+	}
+	for k, want := range myLock {
+		if got := inbox.MySQLLockName("jobs", k); got != want {
+			t.Errorf("MySQLLockName(jobs, %s) = %s, want %s", k, got, want)
+		}
+	}
+	long := inbox.MySQLLockName(strings.Repeat("t", 63), strings.Repeat("k", 1000))
+	if len(long) != 38 {
+		t.Errorf("MySQLLockName of a long key has %d characters, want 38", len(long))
+	}
+	if inbox.PostgresLockKey("jobs", "1") == inbox.PostgresLockKey("jobs2", "1") {
+		t.Error("PostgresLockKey does not tell tables apart")
+	}
+}
