@@ -1,0 +1,518 @@
+package inbox
+
+// Unit tests of the Batcher: sqlmock (exact SQL) pins the batch statements
+// of every engine and the way each caller gets its own verdict; the fake
+// driver of bench_test.go blocks a statement for the cancellation test and
+// serves the concurrency test. The tests live inside the package so that
+// they can wait for a settlement to be pending (Batcher.pending) instead of
+// sleeping; everything they check is public behaviour.
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+)
+
+// btNow is the injected clock; btExp a lease expiry after it.
+var (
+	btNow = time.Date(2024, 3, 1, 12, 0, 0, 123456000, time.UTC)
+	btExp = btNow.Add(30 * time.Second)
+)
+
+var btLease = Table{Name: "jobs", LockedUntil: "locked_until"}
+
+func btMock(t *testing.T) (*sql.DB, sqlmock.Sqlmock) {
+	t.Helper()
+	db, sm, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		db.Close()
+	})
+	return db, sm
+}
+
+// btNew returns a lease queue on db; callerClock injects btNow as Config.Now.
+func btNew(t *testing.T, db *sql.DB, d Dialect, callerClock bool) *Queue {
+	t.Helper()
+	cfg := Config{Dialect: d, Table: btLease}
+	if callerClock {
+		cfg.Now = func() time.Time { return btNow }
+	}
+	q, err := New(db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+func btBatcher(t *testing.T, q *Queue, cfg BatchConfig) *Batcher {
+	t.Helper()
+	b, err := q.NewBatcher(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+// btDel is a lease delivery as a claim would have made it: delivered
+// attempt, stored attempt+1, expiry as stored.
+func btDel(q *Queue, id any, attempt int64, expiry time.Time) *Delivery {
+	return &Delivery{q: q, id: id, attempt: attempt, expiry: expiry, data: []any{[]byte("p")}}
+}
+
+func btPending(b *Batcher) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pending)
+}
+
+// btStart runs settle in a goroutine and waits until the batcher holds one
+// more pending settlement (or the goroutine returned), so that settlements
+// enter the batch in the order they are started.
+func btStart(t *testing.T, b *Batcher, settle func() error) <-chan error {
+	t.Helper()
+	before := btPending(b)
+	res := make(chan error, 1)
+	go func() { res <- settle() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for btPending(b) <= before {
+		if len(res) > 0 {
+			return res
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the settlement never became pending")
+		}
+		runtime.Gosched()
+		time.Sleep(100 * time.Microsecond)
+	}
+	return res
+}
+
+// btWait returns the result of a settlement, failing the test if it takes
+// longer than a generous deadline.
+func btWait(t *testing.T, res <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-res:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("settlement did not return")
+		return nil
+	}
+}
+
+func btWant(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if want == nil && err != nil || want != nil && !errors.Is(err, want) {
+		t.Fatalf("%s: got %v, want %v", what, err, want)
+	}
+}
+
+func btMet(t *testing.T, sm sqlmock.Sqlmock) {
+	t.Helper()
+	if err := sm.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A batch smaller than its statement is padded with its last token; the ids
+// returned name the jobs acknowledged, and the others lost their leases.
+// Every delivery is finished: settling again changes nothing.
+func TestBatchAckPostgresPadded(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 8, MaxWait: time.Hour})
+	e3 := btExp.Add(time.Microsecond)
+	ds := []*Delivery{btDel(q, int64(1), 1, btExp), btDel(q, int64(2), 1, btExp), btDel(q, int64(3), 2, e3)}
+	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6), ($7, $8, $9), ($10, $11, $12)) RETURNING "id"`).
+		WithArgs(int64(1), int64(2), btExp, int64(2), int64(2), btExp, int64(3), int64(3), e3, int64(3), int64(3), e3).
+		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)).AddRow(int64(3)))
+	var res []<-chan error
+	for _, d := range ds {
+		d := d
+		res = append(res, btStart(t, b, func() error { return b.Ack(context.Background(), d) }))
+	}
+	b.Close() // sends what is pending: three tokens, under MaxBatch
+	btWant(t, "ack 1", btWait(t, res[0]), nil)
+	btWant(t, "ack 2 (stale)", btWait(t, res[1]), ErrLeaseLost)
+	btWant(t, "ack 3", btWait(t, res[2]), nil)
+	for i, d := range ds {
+		btWant(t, "ack again "+string(rune('1'+i)), d.Ack(context.Background()), ErrSettled)
+	}
+	btWant(t, "after Close", b.Ack(context.Background(), btDel(q, int64(4), 1, btExp)), ErrBatcherClosed)
+	btMet(t, sm)
+}
+
+// Text ids come back as bytes from some drivers: they are matched as text.
+func TestBatchAckTextIDs(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, true)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 2, MaxWait: time.Hour})
+	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6)) RETURNING "id"`).
+		WithArgs("a", int64(2), btExp, "b", int64(2), btExp).
+		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow([]byte("b")))
+	ra := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, "a", 1, btExp)) })
+	rb := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, "b", 1, btExp)) })
+	btWant(t, "ack a", btWait(t, ra), ErrLeaseLost)
+	btWant(t, "ack b", btWait(t, rb), nil)
+	btMet(t, sm)
+}
+
+// SQLite tests each token by rowid in an OR, and times are its fixed text.
+func TestBatchAckSQLite(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, SQLite, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 2, MaxWait: time.Hour})
+	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ("id" = ? AND "attempt" = ? AND "locked_until" = ?) OR ("id" = ? AND "attempt" = ? AND "locked_until" = ?) RETURNING "id"`).
+		WithArgs(int64(5), int64(2), "2024-03-01T12:00:30.123456Z", int64(6), int64(4), "2024-03-01T12:00:30.123456Z").
+		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(5)).AddRow(int64(6)))
+	r5 := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(5), 1, btExp)) })
+	r6 := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(6), 3, btExp)) })
+	btWant(t, "ack 5", btWait(t, r5), nil)
+	btWant(t, "ack 6", btWait(t, r6), nil)
+	btMet(t, sm)
+}
+
+const btMySQLAck2 = "DELETE FROM `jobs` WHERE (`id`, `attempt`, `locked_until`) IN ((?, ?, ?), (?, ?, ?))"
+
+// MySQL: one DELETE in a transaction; when it deleted a row per token,
+// every token matched and it commits.
+func TestBatchAckMySQL(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, MySQL, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 2, MaxWait: time.Hour})
+	sm.ExpectBegin()
+	sm.ExpectExec(btMySQLAck2).
+		WithArgs(int64(1), int64(2), "2024-03-01 12:00:30.123456", int64(2), int64(2), "2024-03-01 12:00:30.123456").
+		WillReturnResult(sqlmock.NewResult(0, 2))
+	sm.ExpectCommit()
+	r1 := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(1), 1, btExp)) })
+	r2 := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(2), 1, btExp)) })
+	btWant(t, "ack 1", btWait(t, r1), nil)
+	btWant(t, "ack 2", btWait(t, r2), nil)
+	btMet(t, sm)
+}
+
+// MySQL, a stale token: the DELETE falls short, rolls back, and the tokens
+// still in place are locked and named before the DELETE runs again.
+func TestBatchAckMySQLStale(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, MySQL, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 2, MaxWait: time.Hour})
+	args := []driver.Value{int64(1), int64(2), "2024-03-01 12:00:30.123456", int64(2), int64(2), "2024-03-01 12:00:30.123456"}
+	sm.ExpectBegin()
+	sm.ExpectExec(btMySQLAck2).WithArgs(args...).WillReturnResult(sqlmock.NewResult(0, 1))
+	sm.ExpectRollback()
+	sm.ExpectBegin()
+	sm.ExpectQuery("SELECT `id` FROM `jobs` WHERE (`id`, `attempt`, `locked_until`) IN ((?, ?, ?), (?, ?, ?)) FOR UPDATE").
+		WithArgs(args...).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(2)))
+	sm.ExpectExec(btMySQLAck2).WithArgs(args...).WillReturnResult(sqlmock.NewResult(0, 1))
+	sm.ExpectCommit()
+	r1 := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(1), 1, btExp)) })
+	r2 := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(2), 1, btExp)) })
+	btWant(t, "ack 1 (stale)", btWait(t, r1), ErrLeaseLost)
+	btWant(t, "ack 2", btWait(t, r2), nil)
+	btMet(t, sm)
+}
+
+// A batch of mixed outcomes runs one statement per outcome and delay, in the
+// order each first arrived, with the engine's clock on Postgres.
+func TestBatchOutcomesPostgres(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 6, MaxWait: time.Hour})
+	tok := func(id int64) []driver.Value { return []driver.Value{id, int64(2), btExp} }
+	cat := func(parts ...[]driver.Value) []driver.Value {
+		var out []driver.Value
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	ids := func(ids ...int64) *sqlmock.Rows {
+		r := sqlmock.NewRows([]string{"id"})
+		for _, id := range ids {
+			r.AddRow(id)
+		}
+		return r
+	}
+	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6)) RETURNING "id"`).
+		WithArgs(cat(tok(1), tok(6))...).WillReturnRows(ids(1, 6))
+	sm.ExpectQuery(`UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE ("id", "attempt", "locked_until") IN (($2, $3, $4), ($5, $6, $7)) RETURNING "id"`).
+		WithArgs(cat([]driver.Value{int64(5000000)}, tok(2), tok(4))...).WillReturnRows(ids(2))
+	sm.ExpectQuery(`UPDATE "jobs" SET "locked_until" = NULL, "attempt" = "attempt" - 1 WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3)) RETURNING "id"`).
+		WithArgs(tok(3)...).WillReturnRows(ids(3))
+	sm.ExpectQuery(`UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE ("id", "attempt", "locked_until") IN (($2, $3, $4)) RETURNING "id"`).
+		WithArgs(cat([]driver.Value{int64(1000000)}, tok(5))...).WillReturnRows(ids(5))
+	ctx := context.Background()
+	d := func(id int64) *Delivery { return btDel(q, id, 1, btExp) }
+	r1 := btStart(t, b, func() error { return b.Ack(ctx, d(1)) })
+	r2 := btStart(t, b, func() error { return b.Retry(ctx, d(2), 5*time.Second) })
+	r3 := btStart(t, b, func() error { return b.Release(ctx, d(3)) })
+	r4 := btStart(t, b, func() error { return b.Retry(ctx, d(4), 5*time.Second) })
+	r5 := btStart(t, b, func() error { return b.Retry(ctx, d(5), time.Second) })
+	r6 := btStart(t, b, func() error { return b.Ack(ctx, d(6)) })
+	btWant(t, "ack 1", btWait(t, r1), nil)
+	btWant(t, "retry 2", btWait(t, r2), nil)
+	btWant(t, "release 3", btWait(t, r3), nil)
+	btWant(t, "retry 4 (stale)", btWait(t, r4), ErrLeaseLost)
+	btWant(t, "retry 5", btWait(t, r5), nil)
+	btWant(t, "ack 6", btWait(t, r6), nil)
+	btMet(t, sm)
+}
+
+// MySQL Retry and Release: the engine's clock is read in place; with the
+// caller's clock the new expiry is a parameter.
+func TestBatchOutcomesMySQL(t *testing.T) {
+	for _, callerClock := range []bool{false, true} {
+		db, sm := btMock(t)
+		q := btNew(t, db, MySQL, callerClock)
+		b := btBatcher(t, q, BatchConfig{MaxBatch: 2, MaxWait: time.Hour})
+		exp := "2024-03-01 12:00:30.123456"
+		sm.ExpectBegin()
+		if callerClock {
+			sm.ExpectExec("UPDATE `jobs` SET `locked_until` = ? WHERE (`id`, `attempt`, `locked_until`) IN ((?, ?, ?))").
+				WithArgs("2024-03-01 12:00:02.123456", int64(1), int64(2), exp).WillReturnResult(sqlmock.NewResult(0, 1))
+		} else {
+			sm.ExpectExec("UPDATE `jobs` SET `locked_until` = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND) WHERE (`id`, `attempt`, `locked_until`) IN ((?, ?, ?))").
+				WithArgs(int64(2000000), int64(1), int64(2), exp).WillReturnResult(sqlmock.NewResult(0, 1))
+		}
+		sm.ExpectCommit()
+		sm.ExpectBegin()
+		sm.ExpectExec("UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE (`id`, `attempt`, `locked_until`) IN ((?, ?, ?))").
+			WithArgs(int64(2), int64(2), exp).WillReturnResult(sqlmock.NewResult(0, 1))
+		sm.ExpectCommit()
+		ctx := context.Background()
+		r1 := btStart(t, b, func() error { return b.Retry(ctx, btDel(q, int64(1), 1, btExp), 2*time.Second) })
+		r2 := btStart(t, b, func() error { return b.Release(ctx, btDel(q, int64(2), 1, btExp)) })
+		btWant(t, "retry", btWait(t, r1), nil)
+		btWant(t, "release", btWait(t, r2), nil)
+		btMet(t, sm)
+	}
+}
+
+// SQLite Retry: the caller's clock, as always on SQLite.
+func TestBatchRetrySQLite(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, SQLite, true)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 1})
+	sm.ExpectQuery(`UPDATE "jobs" SET "locked_until" = ? WHERE ("id" = ? AND "attempt" = ? AND "locked_until" = ?) RETURNING "id"`).
+		WithArgs("2024-03-01T12:01:00.123456Z", int64(9), int64(2), "2024-03-01T12:00:30.123456Z").
+		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(9)))
+	btWant(t, "retry", b.Retry(context.Background(), btDel(q, int64(9), 1, btExp), time.Minute), nil)
+	btMet(t, sm)
+}
+
+// Two deliveries of one job (one stale) never share a statement, whose
+// returned ids could not tell them apart: the later waits for the next.
+func TestBatchDuplicateIDs(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 4, MaxWait: time.Hour})
+	e2 := btExp.Add(time.Second)
+	const one = `DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3)) RETURNING "id"`
+	sm.ExpectQuery(one).WithArgs(int64(7), int64(2), btExp).WillReturnRows(sqlmock.NewRows([]string{"id"}))
+	sm.ExpectQuery(one).WithArgs(int64(7), int64(3), e2).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(7)))
+	stale := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(7), 1, btExp)) })
+	live := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(7), 2, e2)) })
+	b.Close() // sends what is pending, under MaxBatch, in two batches
+	btWant(t, "stale", btWait(t, stale), ErrLeaseLost)
+	btWant(t, "live", btWait(t, live), nil)
+	btMet(t, sm)
+}
+
+// A driver error fails every job of the batch and finishes none: each can
+// be settled again.
+func TestBatchDriverError(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 2, MaxWait: time.Hour})
+	boom := errors.New("connection reset")
+	const two = `DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6)) RETURNING "id"`
+	args := []driver.Value{int64(1), int64(2), btExp, int64(2), int64(2), btExp}
+	sm.ExpectQuery(two).WithArgs(args...).WillReturnError(boom)
+	sm.ExpectQuery(two).WithArgs(args...).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)).AddRow(int64(2)))
+	d1, d2 := btDel(q, int64(1), 1, btExp), btDel(q, int64(2), 1, btExp)
+	for round, want := range []error{boom, nil} {
+		r1 := btStart(t, b, func() error { return b.Ack(context.Background(), d1) })
+		r2 := btStart(t, b, func() error { return b.Ack(context.Background(), d2) })
+		btWant(t, "round "+string(rune('1'+round))+" ack 1", btWait(t, r1), want)
+		btWant(t, "round "+string(rune('1'+round))+" ack 2", btWait(t, r2), want)
+	}
+	btMet(t, sm)
+}
+
+// A caller whose context ends while its settlement is pending withdraws it:
+// nothing is sent and the delivery can still be settled.
+func TestBatchCancelPending(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 2, MaxWait: time.Hour})
+	d := btDel(q, int64(1), 1, btExp)
+	ctx, cancel := context.WithCancel(context.Background())
+	res := btStart(t, b, func() error { return b.Ack(ctx, d) })
+	cancel()
+	btWant(t, "cancelled ack", btWait(t, res), context.Canceled)
+	if n := btPending(b); n != 0 {
+		t.Fatalf("%d settlements still pending after the withdrawal", n)
+	}
+	b.Close()
+	btMet(t, sm) // nothing was sent
+	sm.ExpectExec(q.st.Ack.SQL).WithArgs(int64(1), int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, 1))
+	btWant(t, "plain ack after", d.Ack(context.Background()), nil)
+	btMet(t, sm)
+}
+
+// A caller whose context ends while its batch is in flight returns at once;
+// when every caller of the batch has given up, the statement is cancelled.
+func TestBatchCancelInFlight(t *testing.T) {
+	f := newBTFake()
+	f.block = make(chan struct{})
+	q := btQueue(t, f)
+	b, err := q.NewBatcher(BatchConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := btDel(q, int64(1), 1, btExp)
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { res <- b.Ack(ctx, d) }()
+	select {
+	case <-f.block: // the statement is in flight
+	case <-time.After(20 * time.Second):
+		t.Fatal("the batch was never sent")
+	}
+	cancel()
+	btWant(t, "ack", btWait(t, res), context.Canceled)
+	closed := make(chan error, 1)
+	go func() { b.Close(); closed <- nil }()
+	// Close returns only once the flush ended: its statement was cancelled.
+	btWait(t, closed)
+	if d.settled {
+		t.Fatal("a cancelled, failed batch settled the delivery")
+	}
+}
+
+// The settlement stops the delivery's keeper first, as a plain one does.
+func TestBatchStopsKeeper(t *testing.T) {
+	db, sm := btMock(t)
+	q, err := New(db, Config{Dialect: Postgres, Table: btLease,
+		After: func(time.Duration) <-chan time.Time { return nil }}) // a keeper that never fires
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := btBatcher(t, q, BatchConfig{})
+	d := btDel(q, int64(1), 1, btExp)
+	_, stop := d.Keep(context.Background())
+	defer stop()
+	if n := q.InWork(); n != 1 {
+		t.Fatalf("InWork %d with a keeper running, want 1", n)
+	}
+	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3)) RETURNING "id"`).
+		WithArgs(int64(1), int64(2), btExp).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)))
+	btWant(t, "ack", b.Ack(context.Background(), d), nil)
+	if n := q.InWork(); n != 0 {
+		t.Fatalf("InWork %d after the ack, want 0: the keeper still runs", n)
+	}
+	btMet(t, sm)
+}
+
+// Bad configurations and misuse return errors and send nothing.
+func TestBatchErrors(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, false)
+	for _, c := range []struct {
+		cfg  BatchConfig
+		want string
+	}{
+		{BatchConfig{MaxBatch: -1}, "MaxBatch -1"},
+		{BatchConfig{MaxBatch: 257}, "MaxBatch 257"},
+		{BatchConfig{MaxWait: -time.Second}, "MaxWait -1s is negative"},
+		{BatchConfig{Flushers: -1}, "Flushers -1 is negative"},
+	} {
+		if _, err := q.NewBatcher(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewBatcher(%+v): got %v, want an error with %q", c.cfg, err, c.want)
+		}
+	}
+	rl, err := New(db, Config{Dialect: Postgres, Table: Table{Name: "jobs"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rl.NewBatcher(BatchConfig{}); err == nil || !strings.Contains(err.Error(), "lease form") {
+		t.Errorf("NewBatcher on a row-lock queue: %v", err)
+	}
+	nb, err := New(db, Config{Dialect: btNoBatch{Postgres}, Table: btLease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nb.NewBatcher(BatchConfig{}); err == nil || !strings.Contains(err.Error(), "BatchDialect") {
+		t.Errorf("NewBatcher with a dialect lacking batches: %v", err)
+	}
+
+	b := btBatcher(t, q, BatchConfig{})
+	other := btNew(t, db, Postgres, false)
+	if err := b.Ack(context.Background(), btDel(other, int64(1), 1, btExp)); err == nil || !strings.Contains(err.Error(), "another queue") {
+		t.Errorf("ack of another queue's delivery: %v", err)
+	}
+	d := btDel(q, int64(1), 1, btExp)
+	if err := b.Retry(context.Background(), d, -time.Second); err == nil || !strings.Contains(err.Error(), "negative") {
+		t.Errorf("retry with a negative delay: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	btWant(t, "ack with an ended context", b.Ack(ctx, d), context.Canceled)
+	d.settled = true
+	btWant(t, "ack of a settled delivery", b.Ack(context.Background(), d), ErrSettled)
+	b.Close()
+	b.Close() // idempotent
+	btWant(t, "ack after close", b.Ack(context.Background(), btDel(q, int64(2), 1, btExp)), ErrBatcherClosed)
+	btMet(t, sm)
+}
+
+// btNoBatch is a dialect without batch statements.
+type btNoBatch struct{ Dialect }
+
+// Many callers and two flushers: every job gets its result, in fewer
+// statements than jobs; run under -race, this is the concurrency check.
+func TestBatchConcurrent(t *testing.T) {
+	f := newBTFake()
+	q := btQueue(t, f)
+	for _, cfg := range []BatchConfig{{MaxBatch: 16, Flushers: 2}, {MaxBatch: 5, MaxWait: time.Millisecond}} {
+		before := f.queries.Load()
+		b := btBatcher(t, q, cfg)
+		const jobs = 200
+		errs := make(chan error, jobs)
+		var wg sync.WaitGroup
+		for i := 0; i < jobs; i++ {
+			d := btDel(q, int64(i), 1, btExp)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- b.Ack(context.Background(), d)
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.Close()
+		n := f.queries.Load() - before
+		if n < int64((jobs+cfg.MaxBatch-1)/cfg.MaxBatch) || n > jobs {
+			t.Fatalf("%+v: %d statements for %d jobs", cfg, n, jobs)
+		}
+	}
+}
