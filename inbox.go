@@ -594,7 +594,8 @@ func (d *Delivery) Scan(dest ...any) error {
 
 // Claim claims up to max jobs and returns them; none claimable is an empty
 // result. On an error nothing is claimed: jobs claimed before the error are
-// given back as by Release. Under the row lock and advisory forms each job holds a connection
+// given back as by Release, and a context that ends during the call is such
+// an error. Under the row lock and advisory forms each job holds a connection
 // until it settles, and Claim never takes the pool's last one: it returns
 // fewer jobs instead.
 func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {

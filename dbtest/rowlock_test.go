@@ -1,0 +1,351 @@
+package dbtest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/inbox"
+)
+
+func rowlockOnly(e Engine) []string {
+	if e.IsSQLite() {
+		return nil
+	}
+	return []string{"rowlock"}
+}
+
+// holdingForms are the forms that hold a connection per job in work.
+func holdingForms(e Engine) []string {
+	if e.IsSQLite() {
+		return nil
+	}
+	return []string{"rowlock", "advisory"}
+}
+
+// TestRowLockHolds: the claim's transaction holds the row from every other
+// claim, and its attempt increment commits only with the settlement.
+func TestRowLockHolds(t *testing.T) {
+	confEach(t, rowlockOnly, func(t *testing.T, e Engine, form string) {
+		db, db2 := confOpenTwo(t, e, 4)
+		table := confTable(t, e, db, "holds")
+		tb := Table(table, form)
+		q := confNew(t, db, confConfig(e, tb, nil))
+		same := confNew(t, db, confConfig(e, tb, nil))
+		other := confNew(t, db2, confConfig(e, tb, nil))
+		ctx := context.Background()
+		id := confEnqueue(t, q, db, "h")
+
+		d := confClaimOne(t, q)
+		confClaimNone(t, same, "held by a queue on the same pool")
+		confClaimNone(t, other, "held by another process")
+		if a := confAttempt(t, e, db, table, id); a != 1 {
+			t.Fatalf("attempt %d visible outside the held transaction, want 1", a)
+		}
+		if err := d.Retry(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if a := confAttempt(t, e, db, table, id); a != 2 {
+			t.Fatalf("attempt %d after Retry committed, want 2", a)
+		}
+		d = confClaimOne(t, other)
+		if d.Attempt() != 2 {
+			t.Fatalf("delivered attempt %d, want 2", d.Attempt())
+		}
+		confClaimNone(t, q, "held by another process")
+		if err := d.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if a := confAttempt(t, e, db, table, id); a != 2 {
+			t.Fatalf("attempt %d after Release, want 2: the increment must roll back", a)
+		}
+		d = confClaimOne(t, same)
+		if d.Attempt() != 2 {
+			t.Fatalf("delivered attempt %d after Release, want 2", d.Attempt())
+		}
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		confIdle(t, db, q, same)
+		confIdle(t, db2, other)
+	})
+}
+
+// TestRowLockTx: the handler's writes through Delivery.Tx commit with Ack
+// and vanish with Release, and cancelling Claim's context after it returned
+// does not roll the delivery's transaction back.
+func TestRowLockTx(t *testing.T) {
+	confEach(t, rowlockOnly, func(t *testing.T, e Engine, form string) {
+		db := e.Open(t, 4)
+		table := confTable(t, e, db, "tx")
+		effects := confName(e, "effects")
+		for _, s := range []string{"DROP TABLE IF EXISTS " + effects, "CREATE TABLE " + effects + " (job_id bigint NOT NULL, note varchar(20) NOT NULL)"} {
+			confExec(t, e, db, s)
+		}
+		confDropAtEnd(t, e, db, effects)
+		q := confNew(t, db, confConfig(e, Table(table, form), nil))
+		id := confEnqueue(t, q, db, "t")
+		write := func(d *inbox.Delivery, note string) {
+			t.Helper()
+			if d.Tx() == nil {
+				t.Fatal("a row-lock delivery has no transaction")
+			}
+			if _, err := d.Tx().Exec(confQuery(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, ?)"), d.ID(), note); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx := context.Background()
+
+		d := confClaimOne(t, q)
+		// The caller's own transaction is refused: the claim's is the one.
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.AckTx(ctx, tx); !errors.Is(err, inbox.ErrOwnTx) {
+			t.Fatalf("AckTx of a row-lock delivery: %v, want ErrOwnTx", err)
+		}
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		write(d, "released")
+		if n := confCount(t, db, effects); n != 0 {
+			t.Fatalf("%d effects visible before the settlement", n)
+		}
+		if err := d.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := confCount(t, db, effects); n != 0 {
+			t.Fatalf("%d effects left by a released job", n)
+		}
+
+		claimCtx, cancel := context.WithCancel(ctx)
+		ds, err := q.Claim(claimCtx, 1)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("claim: %d, %v", len(ds), err)
+		}
+		cancel()
+		d = ds[0]
+		write(d, "acked")
+		if err := d.Ack(ctx); err != nil {
+			t.Fatalf("ack after Claim's context was cancelled: %v", err)
+		}
+		rows := confDump(t, db, effects)
+		if len(rows) != 1 || !strings.Contains(rows[0], "acked") {
+			t.Fatalf("effects after Ack: %q, want the acked write alone", rows)
+		}
+		if n := confCount(t, db, table); n != 0 {
+			t.Fatalf("job %v still in the table after Ack", id)
+		}
+		confIdle(t, db, q)
+	})
+}
+
+// TestPoolRule: with SetMaxOpenConns(n) the forms that hold a connection per
+// job keep at most n-1 jobs in work, across every queue on the pool, and
+// claim fewer rather than wait; a pool of one is refused.
+func TestPoolRule(t *testing.T) {
+	confEach(t, holdingForms, func(t *testing.T, e Engine, form string) {
+		const conns = 4
+		db := e.Open(t, conns)
+		table := confTable(t, e, db, "pool_"+form)
+		tb := Table(table, form)
+		q1 := confNew(t, db, confConfig(e, tb, nil))
+		q2 := confNew(t, db, confConfig(e, tb, nil))
+		for range 10 {
+			confEnqueue(t, q1, db, "p")
+		}
+		// A claim that waited for a connection would hang: the deadline
+		// turns that into a failure.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		claim := func(q *inbox.Queue, max, want int) []*inbox.Delivery {
+			t.Helper()
+			ds, err := q.Claim(ctx, max)
+			if err != nil {
+				t.Fatalf("claim %d: %v", max, err)
+			}
+			if len(ds) != want {
+				t.Fatalf("claim %d: got %d jobs, want %d (pool of %d)", max, len(ds), want, conns)
+			}
+			return ds
+		}
+		ackAll := func(ds []*inbox.Delivery) {
+			t.Helper()
+			for _, d := range ds {
+				if err := d.Ack(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		held := claim(q1, 10, conns-1)
+		claim(q1, 1, 0)
+		claim(q2, 10, 0)
+		// The last connection serves everything else.
+		var one int
+		if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+			t.Fatalf("the pool's last connection: %v", err)
+		}
+		confEnqueue(t, q2, db, "p")
+		ackAll(held[:1])
+		more := claim(q2, 10, 1)
+		ackAll(append(held[1:], more...))
+
+		a := claim(q1, 2, 2)
+		b := claim(q2, 5, 1)
+		claim(q1, 1, 0)
+		ackAll(append(a, b...))
+		confIdle(t, db, q1, q2)
+		left := confCount(t, db, table)
+		if want := 11 - (conns - 1 + 1 + 2 + 1); left != want {
+			t.Fatalf("%d jobs left, want %d", left, want)
+		}
+
+		// A pool of one connection has none to spare.
+		one1 := e.Open(t, 1)
+		qs := confNew(t, one1, confConfig(e, tb, nil))
+		before := confDump(t, db, table)
+		ds, err := qs.Claim(ctx, 1)
+		if !errors.Is(err, inbox.ErrPoolTooSmall) || len(ds) != 0 {
+			t.Fatalf("claim on a pool of one: %d jobs, %v; want ErrPoolTooSmall", len(ds), err)
+		}
+		confSameDump(t, "a refused claim", before, confDump(t, db, table))
+		confIdle(t, one1, qs)
+	})
+}
+
+// TestSQLiteRefusesRowLock: SQLite has no row locks; asking for them fails at
+// construction and names the two forms it has.
+func TestSQLiteRefusesRowLock(t *testing.T) {
+	confEach(t, func(e Engine) []string {
+		if !e.IsSQLite() {
+			return nil
+		}
+		return []string{"rowlock"}
+	}, func(t *testing.T, e Engine, form string) {
+		db := e.Open(t, 2)
+		q, err := inbox.New(db, confConfig(e, Table(confName(e, "norowlock"), form), nil))
+		if err == nil || q != nil {
+			t.Fatal("New accepted the row-lock form on SQLite")
+		}
+		for _, want := range []string{"LockedUntil", "lease", "AdvisoryKey", "advisory"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not name %q", err, want)
+			}
+		}
+	})
+}
+
+// TestRowLockPoisonPill: a job whose handler keeps killing its process comes
+// back with the same attempt (a crash spends none), and after MaxClaims such
+// crashes the next claim moves it to the dead table instead of delivering it.
+func TestRowLockPoisonPill(t *testing.T) {
+	confEach(t, rowlockOnly, func(t *testing.T, e Engine, form string) {
+		const maxClaims = 2
+		dsn := e.DSN(t, "")
+		db := e.OpenDSN(t, dsn, 4)
+		table := confTable(t, e, db, "poison")
+		tb := Table(table, form)
+		tb.Claims, tb.MaxClaims = "claims", maxClaims
+		q := confNew(t, db, confConfig(e, tb, nil))
+		ctx := context.Background()
+		claimsOf := func(id any) int {
+			t.Helper()
+			var n int
+			if err := db.QueryRow(confQuery(e, "SELECT claims FROM "+table+" WHERE id = ?"), id).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+
+		// A Release or a Retry is no crash: it gives the count back.
+		other := confEnqueue(t, q, db, "retried")
+		d := confClaimOne(t, q)
+		if err := d.Retry(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if c, a := claimsOf(other), confAttempt(t, e, db, table, other); c != 0 || a != 2 {
+			t.Fatalf("after Retry: claims %d attempt %d, want 0 and 2", c, a)
+		}
+		confExec(t, e, db, "DELETE FROM "+table)
+		id := confEnqueue(t, q, db, "poison")
+		d = confClaimOne(t, q)
+		if err := d.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if c := claimsOf(id); c != 0 {
+			t.Fatalf("after Release: claims %d, want 0", c)
+		}
+
+		for crash := 1; crash <= maxClaims; crash++ {
+			// Each crash is a process of its own whose transaction ends
+			// without a settlement.
+			pdb := e.OpenDSN(t, dsn, 3)
+			pq := confNew(t, pdb, confConfig(e, tb, nil))
+			d := confClaimOne(t, pq)
+			if d.ID() != id || d.Attempt() != 1 {
+				t.Fatalf("crash %d: delivered %v attempt %d, want %v attempt 1", crash, d.ID(), d.Attempt(), id)
+			}
+			if err := d.Tx().Rollback(); err != nil {
+				t.Fatal(err)
+			}
+			if err := pdb.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if c, a := claimsOf(id), confAttempt(t, e, db, table, id); c != crash || a != 1 {
+				t.Fatalf("after crash %d: claims %d attempt %d, want %d and 1", crash, c, a, crash)
+			}
+		}
+		confClaimNone(t, q, "a job past MaxClaims")
+		if n := confCount(t, db, table); n != 0 {
+			t.Fatalf("the poison pill is still in the table (%d rows)", n)
+		}
+		dead := confDump(t, db, table+"_dead")
+		if len(dead) != 1 || !strings.HasPrefix(dead[0], "id=") || !strings.Contains(dead[0], "attempt=1 ") || !strings.Contains(dead[0], `"poison"`) {
+			t.Fatalf("dead table %q, want the job with attempt 1", dead)
+		}
+		confIdle(t, db, q)
+	})
+}
+
+// TestRowLockShutdown: Shutdown rolls back every held transaction at once.
+func TestRowLockShutdown(t *testing.T) {
+	confEach(t, rowlockOnly, func(t *testing.T, e Engine, form string) {
+		db := e.Open(t, 4)
+		table := confTable(t, e, db, "shutdown_rl")
+		tb := Table(table, form)
+		q := confNew(t, db, confConfig(e, tb, nil))
+		ctx := context.Background()
+		confEnqueue(t, q, db, "a")
+		confEnqueue(t, q, db, "b")
+		ds, err := q.Claim(ctx, 2)
+		if err != nil || len(ds) != 2 {
+			t.Fatalf("claimed %d, %v", len(ds), err)
+		}
+		if err := q.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		confIdle(t, db, q)
+		for _, d := range ds {
+			if err := d.Ack(ctx); !errors.Is(err, inbox.ErrSettled) {
+				t.Errorf("ack after Shutdown: %v, want ErrSettled", err)
+			}
+		}
+		q2 := confNew(t, db, confConfig(e, tb, nil))
+		got, err := q2.Claim(ctx, 5)
+		if err != nil || len(got) != 2 {
+			t.Fatalf("after Shutdown claimed %d, %v; want 2", len(got), err)
+		}
+		for _, d := range got {
+			if d.Attempt() != 1 {
+				t.Errorf("attempt %d after Shutdown, want 1", d.Attempt())
+			}
+			if err := d.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		confIdle(t, db, q2)
+	})
+}

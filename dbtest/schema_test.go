@@ -1,0 +1,163 @@
+package dbtest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// confDefinition returns table's definition as the engine states it, empty
+// when there is no such table.
+func confDefinition(t testing.TB, e Engine, db *sql.DB, table string) string {
+	t.Helper()
+	var def sql.NullString
+	var err error
+	switch {
+	case e.IsPostgres():
+		err = db.QueryRow("SELECT string_agg(column_name || ' ' || data_type || ' ' || is_nullable || ' ' || COALESCE(column_default, ''), ', ' ORDER BY ordinal_position) "+
+			"FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1", table).Scan(&def)
+	case e.IsMySQL():
+		err = db.QueryRow("SELECT GROUP_CONCAT(CONCAT(column_name, ' ', column_type, ' ', is_nullable, ' ', COALESCE(column_default, '')) ORDER BY ordinal_position SEPARATOR ', ') "+
+			"FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ?", table).Scan(&def)
+	default:
+		err = db.QueryRow("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", table).Scan(&def)
+		if errors.Is(err, sql.ErrNoRows) {
+			err = nil
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return def.String
+}
+
+// confCheck runs the schema check and asserts that it changed nothing: the
+// definitions and rows of the named tables are as before.
+func confCheck(t *testing.T, e Engine, db *sql.DB, q *inbox.Queue, tables ...string) error {
+	t.Helper()
+	snap := func() string {
+		var b strings.Builder
+		for _, tb := range tables {
+			def := confDefinition(t, e, db, tb)
+			b.WriteString(tb + ": " + def + "\n")
+			if def != "" {
+				b.WriteString(strings.Join(confDump(t, db, tb), "\n") + "\n")
+			}
+		}
+		return b.String()
+	}
+	before := snap()
+	err := q.CheckSchema(context.Background())
+	if after := snap(); after != before {
+		t.Errorf("the schema check changed the database:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	confIdle(t, db, q)
+	return err
+}
+
+// confProblems expects a *SchemaError and returns its problems.
+func confProblems(t *testing.T, err error) []string {
+	t.Helper()
+	var se *inbox.SchemaError
+	if !errors.As(err, &se) {
+		t.Fatalf("schema check: %v, want a *SchemaError", err)
+	}
+	return se.Problems
+}
+
+// confHas fails unless some problem contains every one of words, in any
+// case.
+func confHas(t *testing.T, problems []string, words ...string) {
+	t.Helper()
+	for _, p := range problems {
+		all := true
+		for _, w := range words {
+			all = all && strings.Contains(strings.ToLower(p), strings.ToLower(w))
+		}
+		if all {
+			return
+		}
+	}
+	t.Errorf("no problem names %q among:\n%s", words, strings.Join(problems, "\n"))
+}
+
+// TestSchemaCheck: the check passes a correct table in every form, reports a
+// missing table, reports every problem of a wrong table at once, refuses
+// each engine's wrong time type for the lease column, and changes nothing.
+func TestSchemaCheck(t *testing.T) {
+	confEngines(t, nil, func(t *testing.T, e Engine) {
+		db := e.Open(t, 2)
+		table := confTable(t, e, db, "schema")
+		confExec(t, e, db, "INSERT INTO "+table+" (payload) VALUES (?)", []byte("keep me"))
+
+		for _, form := range formsWithKey(e) {
+			q := confNew(t, db, confConfig(e, Table(table, form), nil))
+			if err := confCheck(t, e, db, q, table, table+"_dead"); err != nil {
+				t.Errorf("%s: a correct table: %v", form, err)
+			}
+		}
+		claims := Table(table, "lease")
+		if !e.IsSQLite() {
+			claims = Table(table, "rowlock")
+			claims.Claims, claims.MaxClaims = "claims", 3
+		}
+		if err := confCheck(t, e, db, confNew(t, db, confConfig(e, claims, nil)), table, table+"_dead"); err != nil {
+			t.Errorf("a correct table with a claims counter: %v", err)
+		}
+
+		missing := confName(e, "schema_missing")
+		confExec(t, e, db, "DROP TABLE IF EXISTS "+missing)
+		confExec(t, e, db, "DROP TABLE IF EXISTS "+missing+"_dead")
+		q := confNew(t, db, confConfig(e, Table(missing, "lease"), nil))
+		ps := confProblems(t, confCheck(t, e, db, q, missing, missing+"_dead"))
+		confHas(t, ps, missing, "does not exist")
+		confHas(t, ps, missing+"_dead", "does not exist")
+
+		// attempt of a text type, locked_until and the data column note
+		// missing: three problems, one error.
+		bad := confName(e, "schema_bad")
+		attemptType := "text"
+		if e.IsMySQL() {
+			attemptType = "varchar(10)"
+		}
+		confExec(t, e, db, "DROP TABLE IF EXISTS "+bad)
+		confExec(t, e, db, "CREATE TABLE "+bad+" (id integer PRIMARY KEY, attempt "+attemptType+" NOT NULL, payload "+map[bool]string{true: "bytea", false: "blob"}[e.IsPostgres()]+")")
+		confDropAtEnd(t, e, db, bad)
+		btb := Table(bad, "lease")
+		btb.DeadTable = ""
+		btb.Data = []string{"payload", "note"}
+		ps = confProblems(t, confCheck(t, e, db, confNew(t, db, confConfig(e, btb, nil)), bad))
+		if len(ps) != 3 {
+			t.Errorf("%d problems, want 3:\n%s", len(ps), strings.Join(ps, "\n"))
+		}
+		confHas(t, ps, "attempt", attemptType)
+		confHas(t, ps, "locked_until")
+		confHas(t, ps, "note")
+
+		// Each engine's tempting but wrong lease column.
+		wrong := confName(e, "schema_time")
+		var timeType, want string
+		switch {
+		case e.IsPostgres():
+			timeType, want = "timestamp", "timestamp without time zone"
+		case e.IsMySQL():
+			timeType, want = "DATETIME NULL", "fractional seconds"
+		default:
+			timeType, want = "DATETIME", "DATETIME"
+		}
+		confExec(t, e, db, "DROP TABLE IF EXISTS "+wrong)
+		confExec(t, e, db, "CREATE TABLE "+wrong+" (id integer PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, locked_until "+timeType+", payload "+map[bool]string{true: "bytea", false: "blob"}[e.IsPostgres()]+")")
+		confDropAtEnd(t, e, db, wrong)
+		wtb := Table(wrong, "lease")
+		wtb.DeadTable = ""
+		ps = confProblems(t, confCheck(t, e, db, confNew(t, db, confConfig(e, wtb, nil)), wrong))
+		if len(ps) != 1 {
+			t.Errorf("%d problems, want 1:\n%s", len(ps), strings.Join(ps, "\n"))
+		}
+		confHas(t, ps, "locked_until", want)
+	})
+}
