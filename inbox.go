@@ -593,9 +593,12 @@ func (d *Delivery) Scan(dest ...any) error {
 }
 
 // Claim claims up to max jobs and returns them; none claimable is an empty
-// result. On an error nothing is claimed: jobs claimed before the error are
-// given back as by Release, and a context that ends during the call is such
-// an error. Under the row lock and advisory forms each job holds a connection
+// result. On an error no job is handed over: jobs claimed before the error
+// are given back as by Release, and a context that ends during the call is
+// such an error. One case cannot be undone from here: a context that ends
+// after a lease or advisory claim committed but before its rows were read
+// leaves those jobs as a crash would, their attempt spent, back when the
+// lease runs out (lease) or at once (advisory). Under the row lock and advisory forms each job holds a connection
 // until it settles, and Claim never takes the pool's last one: it returns
 // fewer jobs instead.
 func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
