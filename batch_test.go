@@ -272,6 +272,22 @@ func TestBatchOutcomesPostgres(t *testing.T) {
 	btMet(t, sm)
 }
 
+// MySQL, a lone Ack: one statement outside any transaction, whose rows
+// affected, one or none, is the verdict.
+func TestBatchAckMySQLAlone(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, MySQL, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 1})
+	// One token: plain conditions, which MariaDB plans by key where it
+	// scans for a one-row IN.
+	const one = "DELETE FROM `jobs` WHERE (`id` = ? AND `attempt` = ? AND `locked_until` = ?)"
+	sm.ExpectExec(one).WithArgs(int64(1), int64(2), "2024-03-01 12:00:30.123456").WillReturnResult(sqlmock.NewResult(0, 1))
+	sm.ExpectExec(one).WithArgs(int64(2), int64(2), "2024-03-01 12:00:30.123456").WillReturnResult(sqlmock.NewResult(0, 0))
+	btWant(t, "ack 1", b.Ack(context.Background(), btDel(q, int64(1), 1, btExp)), nil)
+	btWant(t, "ack 2 (stale)", b.Ack(context.Background(), btDel(q, int64(2), 1, btExp)), ErrLeaseLost)
+	btMet(t, sm)
+}
+
 // MySQL Retry and Release: the engine's clock is read in place; with the
 // caller's clock the new expiry is a parameter.
 func TestBatchOutcomesMySQL(t *testing.T) {
@@ -282,17 +298,16 @@ func TestBatchOutcomesMySQL(t *testing.T) {
 		exp := "2024-03-01 12:00:30.123456"
 		sm.ExpectBegin()
 		if callerClock {
-			sm.ExpectExec("UPDATE `jobs` SET `locked_until` = ? WHERE (`id`, `attempt`, `locked_until`) IN ((?, ?, ?))").
+			sm.ExpectExec("UPDATE `jobs` SET `locked_until` = ? WHERE (`id` = ? AND `attempt` = ? AND `locked_until` = ?)").
 				WithArgs("2024-03-01 12:00:02.123456", int64(1), int64(2), exp).WillReturnResult(sqlmock.NewResult(0, 1))
 		} else {
-			sm.ExpectExec("UPDATE `jobs` SET `locked_until` = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND) WHERE (`id`, `attempt`, `locked_until`) IN ((?, ?, ?))").
+			sm.ExpectExec("UPDATE `jobs` SET `locked_until` = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND) WHERE (`id` = ? AND `attempt` = ? AND `locked_until` = ?)").
 				WithArgs(int64(2000000), int64(1), int64(2), exp).WillReturnResult(sqlmock.NewResult(0, 1))
 		}
 		sm.ExpectCommit()
-		sm.ExpectBegin()
-		sm.ExpectExec("UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE (`id`, `attempt`, `locked_until`) IN ((?, ?, ?))").
+		// A lone Release needs no transaction: its rows affected decide.
+		sm.ExpectExec("UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE (`id` = ? AND `attempt` = ? AND `locked_until` = ?)").
 			WithArgs(int64(2), int64(2), exp).WillReturnResult(sqlmock.NewResult(0, 1))
-		sm.ExpectCommit()
 		ctx := context.Background()
 		r1 := btStart(t, b, func() error { return b.Retry(ctx, btDel(q, int64(1), 1, btExp), 2*time.Second) })
 		r2 := btStart(t, b, func() error { return b.Release(ctx, btDel(q, int64(2), 1, btExp)) })
@@ -319,7 +334,7 @@ func TestBatchRetrySQLite(t *testing.T) {
 func TestBatchDuplicateIDs(t *testing.T) {
 	db, sm := btMock(t)
 	q := btNew(t, db, Postgres, false)
-	b := btBatcher(t, q, BatchConfig{MaxBatch: 4, MaxWait: time.Hour})
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 4, MaxWait: time.Hour, Flushers: 1})
 	e2 := btExp.Add(time.Second)
 	const one = `DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3)) RETURNING "id"`
 	sm.ExpectQuery(one).WithArgs(int64(7), int64(2), btExp).WillReturnRows(sqlmock.NewRows([]string{"id"}))
@@ -483,16 +498,46 @@ func TestBatchErrors(t *testing.T) {
 // btNoBatch is a dialect without batch statements.
 type btNoBatch struct{ Dialect }
 
+// AckAll queues a caller's deliveries together: one statement, and each
+// delivery its own result; the settled, foreign and repeated ones are
+// refused without being sent.
+func TestBatchAckAll(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, false)
+	other := btNew(t, db, Postgres, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 4})
+	d1, d2 := btDel(q, int64(1), 1, btExp), btDel(q, int64(2), 1, btExp)
+	settled := btDel(q, int64(3), 1, btExp)
+	settled.settled = true
+	foreign := btDel(other, int64(4), 1, btExp)
+	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6)) RETURNING "id"`).
+		WithArgs(int64(1), int64(2), btExp, int64(2), int64(2), btExp).
+		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)))
+	errs := b.AckAll(context.Background(), []*Delivery{d1, d2, settled, foreign, d1})
+	btWant(t, "ack 1", errs[0], nil)
+	btWant(t, "ack 2 (stale)", errs[1], ErrLeaseLost)
+	btWant(t, "ack of a settled delivery", errs[2], ErrSettled)
+	for i, want := range map[int]string{3: "another queue", 4: "given twice"} {
+		if errs[i] == nil || !strings.Contains(errs[i].Error(), want) {
+			t.Errorf("result %d: %v, want an error with %q", i, errs[i], want)
+		}
+	}
+	if !d1.settled || !d2.settled {
+		t.Error("the acknowledged and the stale delivery are not finished")
+	}
+	btMet(t, sm)
+}
+
 // Many callers and two flushers: every job gets its result, in fewer
 // statements than jobs; run under -race, this is the concurrency check.
 func TestBatchConcurrent(t *testing.T) {
 	f := newBTFake()
 	q := btQueue(t, f)
-	for _, cfg := range []BatchConfig{{MaxBatch: 16, Flushers: 2}, {MaxBatch: 5, MaxWait: time.Millisecond}} {
+	for _, cfg := range []BatchConfig{{MaxBatch: 16, Flushers: 2}, {MaxBatch: 16, Flushers: 1}, {MaxBatch: 5, MaxWait: time.Millisecond}} {
 		before := f.queries.Load()
 		b := btBatcher(t, q, cfg)
 		const jobs = 200
-		errs := make(chan error, jobs)
+		errs := make(chan error, jobs+70)
 		var wg sync.WaitGroup
 		for i := 0; i < jobs; i++ {
 			d := btDel(q, int64(i), 1, btExp)
@@ -502,17 +547,36 @@ func TestBatchConcurrent(t *testing.T) {
 				errs <- b.Ack(context.Background(), d)
 			}()
 		}
+		// And callers acknowledging several at once.
+		for i := 0; i < 10; i++ {
+			ds := make([]*Delivery, 7)
+			for k := range ds {
+				ds[k] = btDel(q, int64(1000+10*i+k), 1, btExp)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for _, err := range b.AckAll(context.Background(), ds) {
+					errs <- err
+				}
+			}()
+		}
 		wg.Wait()
 		close(errs)
+		n := 0
 		for err := range errs {
 			if err != nil {
 				t.Fatal(err)
 			}
+			n++
+		}
+		if n != jobs+70 {
+			t.Fatalf("%d results for %d jobs", n, jobs+70)
 		}
 		b.Close()
-		n := f.queries.Load() - before
-		if n < int64((jobs+cfg.MaxBatch-1)/cfg.MaxBatch) || n > jobs {
-			t.Fatalf("%+v: %d statements for %d jobs", cfg, n, jobs)
+		sent := f.queries.Load() - before
+		if sent < int64((jobs+70+cfg.MaxBatch-1)/cfg.MaxBatch) || sent > jobs+70 {
+			t.Fatalf("%+v: %d statements for %d jobs", cfg, sent, jobs+70)
 		}
 	}
 }

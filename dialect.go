@@ -153,7 +153,10 @@ type Statements struct {
 	// UPDATE … RETURNING; set instead of Claim. ClaimSelect returns id,
 	// delivered attempt and the data columns, locking the rows in the
 	// transaction (lease, row lock); ClaimMark counts the attempt of the row
-	// ArgID (and, lease form, writes ArgUntil as its expiry).
+	// ArgID (and, lease form, writes ArgUntil as its expiry). A lease
+	// ClaimMark may take ArgID several times: it then marks that many rows
+	// at once, the core filling the places in order and repeating the last
+	// id when fewer rows were claimed.
 	ClaimSelect, ClaimMark Stmt
 
 	// Candidates (advisory form) returns id and key of up to ArgLimit claimable

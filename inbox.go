@@ -457,14 +457,20 @@ type values struct {
 	limit      int
 	notBefore  time.Time
 	data       []any
+	ids        []any // several rows' ids, for a statement taking ArgID more than once
 }
 
 func (q *Queue) args(s Stmt, v *values) []any {
 	out := make([]any, len(s.Args))
+	nextID := 0
 	for i, a := range s.Args {
 		switch a {
 		case ArgID:
 			out[i] = v.id
+			if len(v.ids) > 0 {
+				out[i] = v.ids[min(nextID, len(v.ids)-1)]
+				nextID++
+			}
 		case ArgAttempt:
 			out[i] = v.attempt + 1
 		case ArgDelivered:
@@ -640,12 +646,13 @@ func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
 func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery) ([]*Delivery, error) {
 	defer rows.Close()
 	nd := len(q.names.Data)
+	// One destination slice for the whole claim: rows differ only in where
+	// the attempt and data go.
+	dest := make([]any, 0, nd+3)
+	var id, rawExp any
 	for rows.Next() {
 		d := &Delivery{q: q, data: make([]any, nd)}
-		dest := make([]any, 0, nd+3)
-		var id any
-		var rawExp any
-		dest = append(dest, &id, &d.attempt)
+		dest = append(dest[:0], &id, &d.attempt)
 		if withExpiry {
 			dest = append(dest, &rawExp)
 		}

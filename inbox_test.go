@@ -181,7 +181,7 @@ func leaseFive(t *testing.T, m *mock, tb inbox.Table) (*inbox.Queue, []*inbox.De
 	for id := int64(1); id <= 5; id++ {
 		r.AddRow(id, int64(1), utc0.Add(time.Minute), nil)
 	}
-	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(at(utc0), 5, at(utc0.Add(time.Minute))).WillReturnRows(r)
+	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(5, at(utc0), 5, 5, at(utc0.Add(time.Minute))).WillReturnRows(r)
 	return q, claim(t, q, 5, 1, 2, 3, 4, 5)
 }
 
@@ -254,7 +254,7 @@ func TestLeaseLostOtherPaths(t *testing.T) {
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
 		exp := utc0.Add(time.Minute)
-		m.ExpectQuery(pgLeaseClaim).WithArgs(1, minute).WillReturnRows(rows("id,attempt,locked_until,payload", row(int64(7), int64(1), exp, nil)))
+		m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows("id,attempt,locked_until,payload", row(int64(7), int64(1), exp, nil)))
 		d := claim(t, q, 1, 7)[0]
 		m.ExpectQuery(pgLeaseExtend).WithArgs(minute, int64(7), int64(2), at(exp)).WillReturnRows(rows("locked_until"))
 		if err := d.Extend(context.Background()); !errors.Is(err, inbox.ErrLeaseLost) {
@@ -268,8 +268,8 @@ func TestLeaseLostOtherPaths(t *testing.T) {
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: newClock(t0).Now})
 		const exp = "2024-03-01 12:01:00.123456"
 		m.ExpectBegin()
-		m.ExpectQuery(myLeaseSelect).WithArgs("2024-03-01 12:00:00.123456", 1).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
-		m.ExpectExec(myLeaseMark).WithArgs(exp, int64(7)).WillReturnResult(affected(1))
+		m.ExpectQuery(myLeaseSelect).WithArgs(1, "2024-03-01 12:00:00.123456", 1, 1).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
+		m.ExpectExec(myLeaseMark).WithArgs(markIDs(exp, 7)...).WillReturnResult(affected(1))
 		m.ExpectCommit()
 		d := claim(t, q, 1, 7)[0]
 		// Nothing copied: nothing deleted, the transaction rolls back.
@@ -640,10 +640,13 @@ func TestDeliveryScan(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Lease: time.Minute, Now: newClock(t0).Now,
 		Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until", Data: []string{"b", "s", "i", "t", "a", "ns", "nn", "f", "bo", "i32", "n", "sb"}}})
 	when := time.Date(2024, 2, 29, 23, 59, 59, 0, time.UTC)
-	m.ExpectQuery(`WITH picked AS MATERIALIZED (SELECT "id" FROM "jobs" WHERE ("locked_until" IS NULL OR "locked_until" <= $1) ORDER BY "id" LIMIT $2 FOR UPDATE SKIP LOCKED) `+
-		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $3 FROM picked WHERE j."id" = picked."id" `+
+	m.ExpectQuery(`WITH picked AS MATERIALIZED (SELECT "id" FROM (`+
+		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED) AS free UNION ALL `+
+		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= $2 ORDER BY "id" LIMIT $3 FOR UPDATE SKIP LOCKED) AS expired`+
+		`) AS c ORDER BY "id" LIMIT $4) `+
+		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $5 FROM picked WHERE j."id" = picked."id" `+
 		`RETURNING j."id", j."attempt" - 1, j."locked_until", j."b", j."s", j."i", j."t", j."a", j."ns", j."nn", j."f", j."bo", j."i32", j."n", j."sb"`).
-		WithArgs(at(utc0), 1, at(utc0.Add(time.Minute))).
+		WithArgs(1, at(utc0), 1, 1, at(utc0.Add(time.Minute))).
 		WillReturnRows(rows("id,attempt,locked_until,b,s,i,t,a,ns,nn,f,bo,i32,n,sb", row(int64(1), int64(1), utc0.Add(time.Minute),
 			[]byte("bytes"), "text", int64(42), when, []byte("any"), "ns", nil, 1.5, true, int64(7), []byte("12"), []byte("sb"))))
 	d := claim(t, q, 1, 1)[0]

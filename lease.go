@@ -53,12 +53,23 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range ds {
-		mv := values{id: d.id, until: v.until}
+	per := 0 // ids one ClaimMark takes
+	for _, a := range q.st.ClaimMark.Args {
+		if a == ArgID {
+			per++
+		}
+	}
+	ids := make([]any, 0, per)
+	for i := 0; i < len(ds); i += per {
+		ids = ids[:0]
+		for _, d := range ds[i:min(i+per, len(ds))] {
+			ids = append(ids, d.id)
+			d.expiry, d.sentAt = v.until, sent
+		}
+		mv := values{ids: ids, until: v.until}
 		if _, err := q.exec(ctx, tx, q.st.ClaimMark, &mv); err != nil {
 			return nil, err
 		}
-		d.expiry, d.sentAt = v.until, sent
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, err
@@ -284,16 +295,38 @@ func (k *keeper) run(ctx context.Context, sentAt time.Time) {
 		// The extension must not outlive the lease it defends: past giveUp
 		// another worker may hold the job.
 		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveUp.Sub(q.monoNow()))
-		k.d.mu.Lock()
-		var err error
-		if k.d.settled {
-			err = ErrSettled
-		} else {
-			err = k.d.extendLocked(ectx)
+		type result struct {
+			err  error
+			sent time.Time
 		}
-		sent := k.d.sentAt
-		k.d.mu.Unlock()
-		cancel()
+		res := make(chan result, 1)
+		// The extension runs apart so that the handler is stopped at giveUp
+		// even when the driver ignores ectx: lib/pq waits for the server's
+		// answer, which a network partition withholds. It ends on its own
+		// once the driver returns.
+		go func() {
+			defer cancel()
+			k.d.mu.Lock()
+			defer k.d.mu.Unlock()
+			if k.d.settled {
+				res <- result{ErrSettled, k.d.sentAt}
+				return
+			}
+			err := k.d.extendLocked(ectx)
+			res <- result{err, k.d.sentAt}
+		}()
+		var r result
+		select {
+		case r = <-res:
+		case <-ectx.Done():
+			select {
+			case r = <-res:
+			default:
+				k.cancel(ErrLeaseLost)
+				return
+			}
+		}
+		err, sent := r.err, r.sent
 		switch {
 		case err == nil:
 			next, giveUp = sent.Add(half), sent.Add(q.lease-q.margin)

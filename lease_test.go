@@ -175,7 +175,7 @@ func keeperSetup(t *testing.T, clk *fakeClock, margin time.Duration) (*mock, *in
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute,
 		Now: clk.Now, After: clk.After, KeepMargin: margin})
-	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(at(utc0), 1, at(utc0.Add(time.Minute))).
+	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(1, at(utc0), 1, 1, at(utc0.Add(time.Minute))).
 		WillReturnRows(rows("id,attempt,locked_until,payload", row(int64(7), int64(1), utc0.Add(time.Minute), []byte("p"))))
 	d := claim(t, q, 1, 7)[0]
 	return m, q, d

@@ -47,6 +47,9 @@ func (mysql) ScanTime(src any) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("mysql: time column returned %T", src)
 }
 
+// claimMarkIDs is how many ids one lease ClaimMark takes.
+const claimMarkIDs = 16
+
 func (mysql) Statements(n *Names) (*Statements, error) {
 	st := &Statements{}
 	b := func() *sqlBuilder { return &sqlBuilder{mark: question} }
@@ -79,11 +82,25 @@ func (mysql) Statements(n *Names) (*Statements, error) {
 		// COMMITTED transaction, then write each lease. SKIP LOCKED lets
 		// concurrent claims pass each other's rows.
 		s := b()
-		s.w("SELECT ", id, ", ", att, data, " FROM ", t, " WHERE (", lu, " IS NULL OR ", lu, " <= ", s.p(ArgNow),
-			") ORDER BY ", id, " LIMIT ", s.p(ArgLimit), " FOR UPDATE SKIP LOCKED")
+		// Free rows and expired ones are read apart, each an ordered,
+		// limited read of the index on (lease, id), so that a head of rows
+		// under lease in force is never walked.
+		s.w("(SELECT ", id, ", ", att, data, " FROM ", t, " WHERE ", lu, " IS NULL ORDER BY ", id, " LIMIT ", s.p(ArgLimit), " FOR UPDATE SKIP LOCKED)",
+			" UNION ALL ",
+			"(SELECT ", id, ", ", att, data, " FROM ", t, " WHERE ", lu, " <= ", s.p(ArgNow), " ORDER BY ", id, " LIMIT ", s.p(ArgLimit), " FOR UPDATE SKIP LOCKED)",
+			" ORDER BY ", id, " LIMIT ", s.p(ArgLimit))
 		st.ClaimSelect = s.stmt(true)
+		// One UPDATE writes the leases of up to claimMarkIDs rows; a claim of
+		// fewer repeats its last id, which changes nothing twice.
 		s = b()
-		s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1, ", lu, " = ", s.p(ArgUntil), " WHERE ", id, " = ", s.p(ArgID))
+		s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1, ", lu, " = ", s.p(ArgUntil), " WHERE ", id, " IN (")
+		for i := 0; i < claimMarkIDs; i++ {
+			if i > 0 {
+				s.w(", ")
+			}
+			s.w(s.p(ArgID))
+		}
+		s.w(")")
 		st.ClaimMark = s.stmt(false)
 		tok := func(s *sqlBuilder) string {
 			return id + " = " + s.p(ArgID) + " AND " + att + " = " + s.p(ArgAttempt) + " AND " + lu + " = " + s.p(ArgExpiry)
@@ -226,13 +243,22 @@ func (mysql) BatchStatements(n *Names, size int) (*BatchStatements, error) {
 		return nil, fmt.Errorf("batched settlement is for the lease form")
 	}
 	st := &BatchStatements{Size: size}
+	tokens := func(s *batchBuilder) {
+		if size == 1 {
+			// MariaDB plans a row-value IN of one row, in a prepared
+			// statement, as a table scan; plain conditions use the key.
+			s.tokensOr(n, 1)
+			return
+		}
+		s.tokensIn(n, size)
+	}
 	s := &batchBuilder{mark: question}
 	s.w("DELETE FROM ", n.Table, " WHERE ")
-	s.tokensIn(n, size)
+	tokens(s)
 	st.Ack = s.stmt(false)
 	s = &batchBuilder{mark: question}
 	s.w("UPDATE ", n.Table, " SET ", n.LockedUntil, " = NULL, ", n.Attempt, " = ", n.Attempt, " - 1 WHERE ")
-	s.tokensIn(n, size)
+	tokens(s)
 	st.Release = s.stmt(false)
 	// The new expiry is not returned, as the delivery ends here, so the
 	// engine's clock can be read in place rather than first.
@@ -244,11 +270,11 @@ func (mysql) BatchStatements(n *Names, size int) (*BatchStatements, error) {
 		s.w(s.p(ArgUntil, 0))
 	}
 	s.w(" WHERE ")
-	s.tokensIn(n, size)
+	tokens(s)
 	st.Retry = s.stmt(false)
 	s = &batchBuilder{mark: question}
 	s.w("SELECT ", n.ID, " FROM ", n.Table, " WHERE ")
-	s.tokensIn(n, size)
+	tokens(s)
 	s.w(" FOR UPDATE")
 	st.Lock = s.stmt(true)
 	return st, nil

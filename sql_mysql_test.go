@@ -8,6 +8,7 @@ package inbox_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"testing"
 	"time"
@@ -21,8 +22,9 @@ const myNow = "SELECT UTC_TIMESTAMP(6)"
 
 // Lease form.
 const (
-	myLeaseSelect     = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE (`locked_until` IS NULL OR `locked_until` <= ?) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
-	myLeaseMark       = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE `id` = ?"
+	myLeaseSelect = "(SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED) UNION ALL " +
+		"(SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` <= ? ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED) ORDER BY `id` LIMIT ?"
+	myLeaseMark       = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	myLeaseExtend     = "UPDATE `jobs` SET `locked_until` = ? WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?" // also Retry
 	myLeaseExists     = "SELECT COUNT(*) FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?"
 	myLeaseAck        = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?" // also the dead move's delete
@@ -63,6 +65,16 @@ const (
 	myReleaseLock           = "SELECT RELEASE_LOCK(?)"
 )
 
+// markIDs is the arguments of one myLeaseMark: the expiry, then the 16 id
+// places, the claimed ids in order and the last one repeated to fill them.
+func markIDs(until string, ids ...int64) []driver.Value {
+	out := []driver.Value{until}
+	for i := 0; i < 16; i++ {
+		out = append(out, ids[min(i, len(ids)-1)])
+	}
+	return out
+}
+
 // myClock answers the read of the engine's clock.
 func myClock(m *mock, v any) {
 	m.ExpectQuery(myNow).WithoutArgs().WillReturnRows(rows("UTC_TIMESTAMP(6)", row(v)))
@@ -75,12 +87,11 @@ func TestMySQLLease(t *testing.T) {
 	// Without parseTime the driver returns DATETIME text.
 	m.ExpectBegin()
 	myClock(m, []byte("2024-03-01 12:00:00.123456"))
-	m.ExpectQuery(myLeaseSelect).WithArgs("2024-03-01 12:00:00.123456", 4).WillReturnRows(rows("id,attempt,payload",
+	m.ExpectQuery(myLeaseSelect).WithArgs(4, "2024-03-01 12:00:00.123456", 4, 4).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), []byte("p7")), row(int64(8), int64(3), []byte("p8")),
 		row(int64(9), int64(1), []byte("p9")), row(int64(10), int64(2), []byte("p10"))))
-	for id := int64(7); id <= 10; id++ {
-		m.ExpectExec(myLeaseMark).WithArgs(exp, id).WillReturnResult(affected(1))
-	}
+	m.ExpectExec(myLeaseMark).WithArgs(exp, int64(7), int64(8), int64(9), int64(10), int64(10), int64(10), int64(10), int64(10),
+		int64(10), int64(10), int64(10), int64(10), int64(10), int64(10), int64(10), int64(10)).WillReturnResult(affected(4))
 	m.ExpectCommit()
 	ds := claim(t, q, 4, 7, 8, 9, 10)
 	if iso := m.isolations(); len(iso) != 1 || iso[0] != sql.LevelReadCommitted {
@@ -119,10 +130,9 @@ func TestMySQLLeaseInjectedClock(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
-	m.ExpectQuery(myLeaseSelect).WithArgs("2024-03-01 12:00:00.123456", 2).WillReturnRows(rows("id,attempt,payload",
+	m.ExpectQuery(myLeaseSelect).WithArgs(2, "2024-03-01 12:00:00.123456", 2, 2).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), []byte("p7")), row(int64(8), int64(1), []byte("p8"))))
-	m.ExpectExec(myLeaseMark).WithArgs(exp, int64(7)).WillReturnResult(affected(1))
-	m.ExpectExec(myLeaseMark).WithArgs(exp, int64(8)).WillReturnResult(affected(1))
+	m.ExpectExec(myLeaseMark).WithArgs(markIDs(exp, 7, 8)...).WillReturnResult(affected(2))
 	m.ExpectCommit()
 	ds := claim(t, q, 2, 7, 8)
 
@@ -136,6 +146,35 @@ func TestMySQLLeaseInjectedClock(t *testing.T) {
 	m.met(t)
 }
 
+// A claim of more rows than one ClaimMark takes writes its leases in chunks
+// of 16 ids, in claim order; the last chunk repeats its last id.
+func TestMySQLLeaseClaimMarkChunks(t *testing.T) {
+	m := newMock(t)
+	clk := newClock(t0)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
+	const exp = "2024-03-01 12:01:00.123456"
+	r := rows("id,attempt,payload")
+	var want []int64
+	for id := int64(1); id <= 18; id++ {
+		r.AddRow(id, int64(1), nil)
+		want = append(want, id)
+	}
+	m.ExpectBegin()
+	m.ExpectQuery(myLeaseSelect).WithArgs(20, "2024-03-01 12:00:00.123456", 20, 20).WillReturnRows(r)
+	m.ExpectExec(myLeaseMark).WithArgs(exp, int64(1), int64(2), int64(3), int64(4), int64(5), int64(6), int64(7), int64(8),
+		int64(9), int64(10), int64(11), int64(12), int64(13), int64(14), int64(15), int64(16)).WillReturnResult(affected(16))
+	m.ExpectExec(myLeaseMark).WithArgs(exp, int64(17), int64(18), int64(18), int64(18), int64(18), int64(18), int64(18), int64(18),
+		int64(18), int64(18), int64(18), int64(18), int64(18), int64(18), int64(18), int64(18)).WillReturnResult(affected(2))
+	m.ExpectCommit()
+	ds := claim(t, q, 20, want...)
+	for _, d := range ds {
+		if !d.Expiry().Equal(utc0.Add(time.Minute)) || d.Attempt() != 1 {
+			t.Fatalf("delivery %v: expiry %v attempt %d", d.ID(), d.Expiry(), d.Attempt())
+		}
+	}
+	m.met(t)
+}
+
 // MySQL counts changed rows: an extension or retry writing the expiry the
 // row already holds affects none. The token's count confirms it; only a
 // count of zero is a lost lease.
@@ -145,11 +184,9 @@ func TestMySQLSameExpiryIsNotLost(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
-	m.ExpectQuery(myLeaseSelect).WithArgs("2024-03-01 12:00:00.123456", 3).WillReturnRows(rows("id,attempt,payload",
+	m.ExpectQuery(myLeaseSelect).WithArgs(3, "2024-03-01 12:00:00.123456", 3, 3).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), nil), row(int64(8), int64(1), nil), row(int64(9), int64(1), nil)))
-	for id := int64(7); id <= 9; id++ {
-		m.ExpectExec(myLeaseMark).WithArgs(exp, id).WillReturnResult(affected(1))
-	}
+	m.ExpectExec(myLeaseMark).WithArgs(markIDs(exp, 7, 8, 9)...).WillReturnResult(affected(3))
 	m.ExpectCommit()
 	ds := claim(t, q, 3, 7, 8, 9)
 	ctx := context.Background()
@@ -188,11 +225,9 @@ func TestMySQLLeaseTx(t *testing.T) {
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
 	myClock(m, []byte("2024-03-01 12:00:00.123456"))
-	m.ExpectQuery(myLeaseSelect).WithArgs("2024-03-01 12:00:00.123456", 4).WillReturnRows(rows("id,attempt,payload",
+	m.ExpectQuery(myLeaseSelect).WithArgs(4, "2024-03-01 12:00:00.123456", 4, 4).WillReturnRows(rows("id,attempt,payload",
 		row(int64(1), int64(1), nil), row(int64(2), int64(1), nil), row(int64(3), int64(1), nil), row(int64(4), int64(1), nil)))
-	for id := int64(1); id <= 4; id++ {
-		m.ExpectExec(myLeaseMark).WithArgs(exp, id).WillReturnResult(affected(1))
-	}
+	m.ExpectExec(myLeaseMark).WithArgs(markIDs(exp, 1, 2, 3, 4)...).WillReturnResult(affected(4))
 	m.ExpectCommit()
 	ds := claim(t, q, 4, 1, 2, 3, 4)
 	ctx := context.Background()

@@ -74,22 +74,35 @@ func pgLike(n *Names, mark func(int) string, clock string, skipLocked bool) (*St
 	switch n.Form {
 	case Lease:
 		lu := n.LockedUntil
-		// The candidate ids are MATERIALIZED so the planner runs the locking
-		// subquery once, rather than re-evaluating it per joined row.
+		// Free rows (no lease) and expired ones are read apart, each an
+		// ordered, limited index read (free: a partial index on id WHERE the
+		// lease is NULL; expired: an index on the lease column), so that a
+		// head of rows under lease in force is never walked. A single
+		// "NULL OR <= now" ORDER BY id must step over all of them.
 		s := b()
 		if skipLocked {
-			s.w("WITH picked AS MATERIALIZED (SELECT ", id, " FROM ", t,
-				" WHERE (", lu, " IS NULL OR ", lu, " <= ", now(s), ") ORDER BY ", id, " LIMIT ", s.p(ArgLimit), lock, ") ",
+			// The candidate ids are MATERIALIZED so the planner runs the
+			// locking subqueries once, rather than per joined row. Rows a
+			// branch locked beyond the LIMIT are let go at statement end.
+			s.w("WITH picked AS MATERIALIZED (SELECT ", id, " FROM (",
+				"SELECT ", id, " FROM (SELECT ", id, " FROM ", t, " WHERE ", lu, " IS NULL ORDER BY ", id, " LIMIT ", s.p(ArgLimit), lock, ") AS free",
+				" UNION ALL ",
+				"SELECT ", id, " FROM (SELECT ", id, " FROM ", t, " WHERE ", lu, " <= ", now(s), " ORDER BY ", id, " LIMIT ", s.p(ArgLimit), lock, ") AS expired",
+				") AS c ORDER BY ", id, " LIMIT ", s.p(ArgLimit), ") ",
 				"UPDATE ", t, " AS j SET ", att, " = j.", att, " + 1, ", lu, " = ", until(s),
 				" FROM picked WHERE j.", id, " = picked.", id,
 				" RETURNING j.", id, ", j.", att, " - 1, j.", lu)
 		} else {
 			// SQLite: the statement holds the single write lock from its
-			// subquery to its end, so no other claim can interleave.
+			// subquery to its end, so no other claim can interleave. "+id"
+			// keeps the planner from walking rowid order through the head.
 			set := until(s)
 			s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1, ", lu, " = ", set,
-				" WHERE ", id, " IN (SELECT ", id, " FROM ", t,
-				" WHERE ", lu, " IS NULL OR ", lu, " <= ", now(s), " ORDER BY ", id, " LIMIT ", s.p(ArgLimit), ")",
+				" WHERE ", id, " IN (",
+				"SELECT ", id, " FROM (SELECT ", id, " FROM ", t, " WHERE ", lu, " IS NULL ORDER BY ", id, " LIMIT ", s.p(ArgLimit), ")",
+				" UNION ALL ",
+				"SELECT ", id, " FROM (SELECT ", id, " FROM ", t, " WHERE ", lu, " <= ", now(s), " ORDER BY +", id, " LIMIT ", s.p(ArgLimit), ")",
+				" ORDER BY ", id, " LIMIT ", s.p(ArgLimit), ")",
 				" RETURNING ", id, ", ", att, " - 1, ", lu)
 		}
 		if len(data) > 0 {

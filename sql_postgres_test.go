@@ -16,11 +16,17 @@ import (
 
 // Lease form.
 const (
-	pgLeaseClaim = `WITH picked AS MATERIALIZED (SELECT "id" FROM "jobs" WHERE ("locked_until" IS NULL OR "locked_until" <= statement_timestamp()) ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED) ` +
-		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = (statement_timestamp() + $2 * interval '1 microsecond') FROM picked WHERE j."id" = picked."id" ` +
+	pgLeaseClaim = `WITH picked AS MATERIALIZED (SELECT "id" FROM (` +
+		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED) AS free UNION ALL ` +
+		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= statement_timestamp() ORDER BY "id" LIMIT $2 FOR UPDATE SKIP LOCKED) AS expired` +
+		`) AS c ORDER BY "id" LIMIT $3) ` +
+		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = (statement_timestamp() + $4 * interval '1 microsecond') FROM picked WHERE j."id" = picked."id" ` +
 		`RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload"`
-	pgLeaseClaimInjected = `WITH picked AS MATERIALIZED (SELECT "id" FROM "jobs" WHERE ("locked_until" IS NULL OR "locked_until" <= $1) ORDER BY "id" LIMIT $2 FOR UPDATE SKIP LOCKED) ` +
-		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $3 FROM picked WHERE j."id" = picked."id" ` +
+	pgLeaseClaimInjected = `WITH picked AS MATERIALIZED (SELECT "id" FROM (` +
+		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED) AS free UNION ALL ` +
+		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= $2 ORDER BY "id" LIMIT $3 FOR UPDATE SKIP LOCKED) AS expired` +
+		`) AS c ORDER BY "id" LIMIT $4) ` +
+		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $5 FROM picked WHERE j."id" = picked."id" ` +
 		`RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload"`
 	pgLeaseExtend         = `UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE "id" = $2 AND "attempt" = $3 AND "locked_until" = $4 RETURNING "locked_until"`
 	pgLeaseExtendInjected = `UPDATE "jobs" SET "locked_until" = $1 WHERE "id" = $2 AND "attempt" = $3 AND "locked_until" = $4`
@@ -79,7 +85,7 @@ func TestPostgresLease(t *testing.T) {
 	// The driver returns timestamptz in the session's zone; the token is the
 	// same instant, in UTC.
 	zoned := exp.In(time.FixedZone("EST", -5*3600))
-	m.ExpectQuery(pgLeaseClaim).WithArgs(4, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
+	m.ExpectQuery(pgLeaseClaim).WithArgs(4, 4, 4, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
 		row(int64(7), int64(1), zoned, []byte("p7")), row(int64(8), int64(3), zoned, []byte("p8")),
 		row(int64(9), int64(1), zoned, []byte("p9")), row(int64(10), int64(2), zoned, []byte("p10"))))
 	ds := claim(t, q, 4, 7, 8, 9, 10)
@@ -116,7 +122,7 @@ func TestPostgresLeaseInjectedClock(t *testing.T) {
 	clk := newClock(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	exp := utc0.Add(time.Minute)
-	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(at(utc0), 2, at(exp)).WillReturnRows(rows("id,attempt,locked_until,payload",
+	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(2, at(utc0), 2, 2, at(exp)).WillReturnRows(rows("id,attempt,locked_until,payload",
 		row(int64(7), int64(1), exp, []byte("p7")), row(int64(8), int64(1), exp, []byte("p8"))))
 	ds := claim(t, q, 2, 7, 8)
 
@@ -145,7 +151,7 @@ func TestPostgresLeaseTx(t *testing.T) {
 	for id := int64(1); id <= 4; id++ {
 		r.AddRow(id, int64(1), exp, []byte("p"))
 	}
-	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(at(utc0), 4, at(exp)).WillReturnRows(r)
+	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(4, at(utc0), 4, 4, at(exp)).WillReturnRows(r)
 	ds := claim(t, q, 4, 1, 2, 3, 4)
 	ctx := context.Background()
 	for i, step := range []struct {

@@ -1,0 +1,74 @@
+package main
+
+// The CI check of the benchmark program: every line of its table (each
+// form, both sides, a batch of one and of sixteen) runs here at a tiny size
+// on one driver per engine family, through the program's own code, and must
+// acknowledge every job and leave none. Speed is not looked at.
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDrain(t *testing.T) {
+	for _, name := range []string{"pq", "mysql", "mattn"} {
+		e, err := engineNamed(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(name, func(t *testing.T) {
+			if e.env != "" && os.Getenv(e.env) == "" {
+				if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
+					t.Fatalf("%s is not set and INBOX_REQUIRE_DBS=1", e.env)
+				}
+				t.Skipf("%s is not set: skipping %s (set INBOX_REQUIRE_DBS=1 to make this a failure)", e.env, name)
+			}
+			for _, form := range e.forms() {
+				for _, batch := range []int{1, 16} {
+					c := cell{e: e, form: form, workers: 2, batch: batch}
+					t.Run(strings.TrimPrefix(c.String(), name+"/"), func(t *testing.T) {
+						ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+						defer cancel()
+						db, err := e.open(t.TempDir(), c.conns())
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer db.Close()
+						table := "bench_ci_" + e.name
+						if err := e.createTable(ctx, db, table); err != nil {
+							t.Fatal(err)
+						}
+						defer e.drop(context.Background(), db, table)
+						const jobs = 150
+						for _, hand := range []bool{false, true} {
+							done, left, err := drain(ctx, c, db, table, hand, jobs)
+							if err != nil {
+								t.Fatalf("hand-written %v: %v", hand, err)
+							}
+							if done != jobs || left != 0 {
+								t.Fatalf("hand-written %v: %d of %d jobs acknowledged, %d rows left", hand, done, jobs, left)
+							}
+						}
+					})
+				}
+			}
+		})
+	}
+}
+
+// The table's command line parses, and a bad one is refused.
+func TestOptions(t *testing.T) {
+	if _, err := parseEngines("pq,nosuch"); err == nil {
+		t.Error("an unknown engine was accepted")
+	}
+	if _, err := parseInts("1,0"); err == nil {
+		t.Error("a worker count of 0 was accepted")
+	}
+	ws, err := parseInts("1, 4,16")
+	if err != nil || len(ws) != 3 || ws[2] != 16 {
+		t.Errorf("parseInts: %v %v", ws, err)
+	}
+}

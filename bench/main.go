@@ -1,0 +1,244 @@
+// Command bench measures inbox against hand-written SQL doing the same work,
+// on every database and driver, and prints markdown tables.
+//
+//	go run ./bench                      # the throughput table, about 6 minutes
+//	go run ./bench -run depth           # claim cost with depth, with and without indexes
+//	go run ./bench -run prepared        # plain statements against prepared ones, per driver
+//
+// The throughput table has, for each claim form on each engine and driver,
+// with 1, 4 and 16 workers and batches of 1 and 16: jobs per second of claim
+// + no-op handler + ack through inbox, the same by minimal hand-written SQL
+// on the same pool, and their ratio. Both sides of a line run back to back
+// on a table refilled with the same number of 128-byte jobs. Databases come
+// from INBOX_POSTGRES_DSN and INBOX_MYSQL_DSN (defaults: those of .ci/run);
+// SQLite is a file in a temporary directory, in WAL mode with a busy
+// timeout. Tables are named bench_<engine>_….
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	var o options
+	flag.StringVar(&o.run, "run", "table", "what to run: table, depth, prepared (comma-separated)")
+	flag.StringVar(&o.engines, "engines", "pq,pgx,mysql,mattn,modernc", "engines and drivers")
+	flag.StringVar(&o.forms, "forms", "lease,lease-async,rowlock,advisory", "claim forms (lease-async: lease, each job acknowledged from a goroutine of its own through the Batcher)")
+	flag.StringVar(&o.workers, "workers", "1,4,16", "worker counts")
+	flag.StringVar(&o.batches, "batch", "1,16", "batch sizes (claim n, ack n)")
+	flag.DurationVar(&o.duration, "duration", 1500*time.Millisecond, "measuring time of each side of a line")
+	flag.IntVar(&o.segments, "segments", 6, "alternating segments per side of a line")
+	flag.IntVar(&o.depthRows, "depth-rows", 1000000, "pending rows of the deep depth case")
+	flag.IntVar(&o.rounds, "rounds", 300, "claim + ack rounds per depth or prepared measurement")
+	flag.IntVar(&batchFlushers, "flushers", 0, "BatchConfig.Flushers of the inbox side (0: the default)")
+	flag.IntVar(&batchMax, "maxbatch", 0, "BatchConfig.MaxBatch of the inbox side (0: the line's batch)")
+	flag.BoolVar(&withIndexes, "indexes", false, "table: create the recommended lease indexes (see -run depth) on the lease tables")
+	flag.Parse()
+	if err := run(context.Background(), os.Stdout, os.Stderr, o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	run, engines, forms, workers, batches string
+	duration                              time.Duration
+	segments, depthRows, rounds           int
+}
+
+func run(ctx context.Context, out, log io.Writer, o options) error {
+	es, err := parseEngines(o.engines)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "inbox-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	for _, what := range strings.Split(o.run, ",") {
+		switch strings.TrimSpace(what) {
+		case "table":
+			workers, err := parseInts(o.workers)
+			if err != nil {
+				return err
+			}
+			batches, err := parseInts(o.batches)
+			if err != nil {
+				return err
+			}
+			if err := runTable(ctx, out, log, es, strings.Split(o.forms, ","), workers, batches, o.duration, o.segments, dir); err != nil {
+				return err
+			}
+		case "depth":
+			if err := runDepth(ctx, out, log, es, o.depthRows, o.rounds, dir); err != nil {
+				return err
+			}
+		case "prepared":
+			if err := runPrepared(ctx, out, log, es, o.rounds, dir); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("-run %q: want table, depth or prepared", what)
+		}
+	}
+	return nil
+}
+
+func parseEngines(s string) ([]engine, error) {
+	var es []engine
+	for _, n := range strings.Split(s, ",") {
+		e, err := engineNamed(strings.TrimSpace(n))
+		if err != nil {
+			return nil, err
+		}
+		es = append(es, e)
+	}
+	return es, nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// header prints the machine and the servers.
+func header(out io.Writer, versions []string) {
+	fmt.Fprintf(out, "Machine: %d CPUs (runtime.NumCPU), %s/%s, %s. Servers: %s.\n\n",
+		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), strings.Join(versions, ", "))
+}
+
+// prefill guesses how many jobs a segment works through in duration: twice
+// the best rate seen so far for the same engine, form and batch (more
+// workers may go faster), or a generous first guess; a side that runs out
+// early is measured over the time it took.
+func prefill(best map[string]float64, c cell, duration time.Duration) int {
+	rate := best[fmt.Sprintf("%s/%s/%d", c.e.name, c.form, c.batch)] * 2
+	if rate == 0 {
+		rate = 4000
+		if c.batch > 1 && strings.HasPrefix(c.form, "lease") {
+			rate = 40000
+		}
+		if c.e.family == "mysql" {
+			rate /= 3
+		}
+	}
+	return int(rate*duration.Seconds()) + 500
+}
+
+// withIndexes adds the recommended lease indexes to the table's lease
+// tables (-indexes), to measure what they cost the writes.
+var withIndexes bool
+
+func runTable(ctx context.Context, out, log io.Writer, es []engine, forms []string, workers, batches []int, duration time.Duration, segments int, dir string) error {
+	var versions []string
+	seen := map[string]bool{}
+	for _, e := range es {
+		db, err := e.open(dir, 1)
+		if err != nil {
+			return err
+		}
+		v := e.version(db) + " (" + e.label + ")"
+		if e.family != "sqlite" && seen[e.family] {
+			v = ""
+		}
+		seen[e.family] = true
+		db.Close()
+		if v != "" {
+			versions = append(versions, v)
+		}
+	}
+	header(out, versions)
+	fmt.Fprintf(out, "Each side of a line measured for %v in %d alternating segments on one table; ratio = inbox / hand-written.\n\n", duration, segments)
+	fmt.Fprintln(out, "| engine | driver | form | workers | batch | inbox jobs/s | hand-written jobs/s | ratio |")
+	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|---:|")
+	best := map[string]float64{}
+	for _, e := range es {
+		for _, form := range forms {
+			form = strings.TrimSpace(form)
+			if !contains(e.forms(), form) {
+				continue
+			}
+			for _, w := range workers {
+				for _, b := range batches {
+					c := cell{e: e, form: form, workers: w, batch: b}
+					inboxR, handR, err := runCell(ctx, c, dir, prefill(best, c, duration/time.Duration(segments)), duration, segments)
+					if err != nil {
+						return fmt.Errorf("%v: %w", c, err)
+					}
+					key := fmt.Sprintf("%s/%s/%d", e.name, form, b)
+					best[key] = max(best[key], inboxR.rate(), handR.rate())
+					fmt.Fprintf(out, "| %s | %s | %s | %d | %d | %.0f | %.0f | %.2f |\n",
+						e.family, e.label, form, w, b, inboxR.rate(), handR.rate(), inboxR.rate()/handR.rate())
+					fmt.Fprintf(log, "%v: inbox %d jobs in %v, hand %d jobs in %v\n", c, inboxR.jobs, inboxR.elapsed.Round(time.Millisecond), handR.jobs, handR.elapsed.Round(time.Millisecond))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// runCell measures both sides of a cell, interleaved, on a fresh table
+// (bench_<engine>).
+func runCell(ctx context.Context, c cell, dir string, want int, duration time.Duration, segments int) (inboxR, handR result, err error) {
+	db, err := c.e.open(dir, c.conns())
+	if err != nil {
+		return
+	}
+	defer db.Close()
+	table := "bench_" + c.e.name
+	if err = c.e.createTable(ctx, db, table); err != nil {
+		return
+	}
+	defer c.e.drop(context.WithoutCancel(ctx), db, table)
+	if withIndexes && strings.HasPrefix(c.form, "lease") {
+		for _, s := range depthIndexes(c.e, table) {
+			if _, err = db.ExecContext(ctx, s); err != nil {
+				return
+			}
+		}
+	}
+	var sides [2]side
+	for k, hand := range []bool{false, true} {
+		if sides[k], err = newSide(c, db, table, hand); err != nil {
+			return
+		}
+		defer sides[k].close()
+	}
+	if err = c.e.fill(ctx, db, table, want, payload); err != nil {
+		return
+	}
+	if c.e.family == "postgres" {
+		// Fresh statistics, so that the plan does not change mid-run when
+		// autovacuum gets to the table.
+		if _, err = db.ExecContext(ctx, "ANALYZE "+table); err != nil {
+			return
+		}
+	}
+	rs, err := interleave(ctx, c, db, table, sides, segments, duration/time.Duration(segments), want, 0)
+	return rs[0], rs[1], err
+}

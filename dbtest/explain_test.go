@@ -1,0 +1,377 @@
+package dbtest
+
+// Plans of the lease claim and of the batch statements, read with EXPLAIN
+// (Postgres, MariaDB) and EXPLAIN QUERY PLAN (SQLite) on a table with a head
+// of leased rows before pending ones:
+//   - the batch settlements probe the primary key once per token;
+//   - inbox's claim, with the recommended indexes (as in the README), reads
+//     the free jobs and the expired ones each through its index from where
+//     the claimable rows start: it neither scans the table nor walks the
+//     leased head, which keeps its cost flat with the head's size.
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// explainIndexes are the recommended indexes of a lease table, as in the
+// README and bench/depth.go: Postgres, a partial index of the free jobs in
+// id order and one on the expiry; MariaDB/MySQL and SQLite, one on (expiry,
+// id).
+func explainIndexes(e Engine, table string) []string {
+	if e.IsPostgres() {
+		return []string{
+			"CREATE INDEX " + table + "_free ON " + table + " (id) WHERE locked_until IS NULL",
+			"CREATE INDEX " + table + "_lu ON " + table + " (locked_until)",
+		}
+	}
+	return []string{"CREATE INDEX " + table + "_lu ON " + table + " (locked_until, id)"}
+}
+
+// explainLoad fills table with leased rows (the lowest ids) then pending
+// ones, in one statement each, and refreshes the statistics.
+func explainLoad(t *testing.T, e Engine, db *sql.DB, table string, leased, pending int, future time.Time) {
+	t.Helper()
+	for _, part := range []struct {
+		n  int
+		lu any
+	}{{leased, future}, {pending, nil}} {
+		var err error
+		switch {
+		case e.IsPostgres():
+			_, err = db.Exec("INSERT INTO "+table+" (payload, locked_until) SELECT '\\x00'::bytea, $2::timestamptz FROM generate_series(1, $1)", part.n, part.lu)
+		case e.IsMySQL():
+			lu := part.lu
+			if lu != nil {
+				lu = future.Format("2006-01-02 15:04:05.000000")
+			}
+			_, err = db.Exec(fmt.Sprintf("INSERT INTO %s (payload, locked_until) SELECT x'00', ? FROM seq_1_to_%d", table, part.n), lu)
+		default:
+			lu := part.lu
+			if lu != nil {
+				lu = future.Format(inbox.SQLiteTimeFormat)
+			}
+			_, err = db.Exec("INSERT INTO "+table+" (payload, locked_until) WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < ?) SELECT x'00', ? FROM s", part.n, lu)
+		}
+		if err != nil {
+			t.Fatalf("%s: load: %v", e.Name, err)
+		}
+	}
+	explainAnalyze(t, e, db, table)
+}
+
+func explainAnalyze(t *testing.T, e Engine, db *sql.DB, table string) {
+	t.Helper()
+	s := "ANALYZE"
+	switch {
+	case e.IsPostgres():
+		s = "VACUUM ANALYZE " + table
+	case e.IsMySQL():
+		s = "ANALYZE TABLE " + table
+	}
+	rows, err := db.Query(s)
+	if err != nil {
+		t.Fatalf("%s: %v", s, err)
+	}
+	rows.Close()
+}
+
+// planNode is one step of a plan: a table or index read.
+type planNode struct {
+	Op, Table, Index string
+	Rows, Removed    float64 // rows produced and rows read then filtered away (executed plans)
+}
+
+func (n planNode) String() string {
+	return fmt.Sprintf("%s on %s using %s (rows %.0f, removed %.0f)", n.Op, n.Table, n.Index, n.Rows, n.Removed)
+}
+
+// explainPlan returns the plan of query with args. Postgres runs it with
+// EXPLAIN ANALYZE in a transaction rolled back, and MariaDB, when analyze
+// is set (a SELECT), with ANALYZE, so that the rows actually read show
+// (their planners may change course at run time); MariaDB's other
+// statements, which ANALYZE would run, and SQLite's get EXPLAIN (QUERY
+// PLAN) alone.
+func explainPlan(t *testing.T, e Engine, db *sql.DB, analyze bool, query string, args ...any) []planNode {
+	t.Helper()
+	var nodes []planNode
+	num := func(v any) float64 { f, _ := v.(float64); return f }
+	str := func(v any) string { s, _ := v.(string); return s }
+	var walk func(x any, pg bool)
+	walk = func(x any, pg bool) {
+		switch n := x.(type) {
+		case []any:
+			for _, c := range n {
+				walk(c, pg)
+			}
+		case map[string]any:
+			if pg {
+				if op := str(n["Node Type"]); op != "" {
+					nodes = append(nodes, planNode{op, str(n["Relation Name"]), str(n["Index Name"]), num(n["Actual Rows"]), num(n["Rows Removed by Filter"]) + num(n["Rows Removed by Index Recheck"])})
+				}
+			} else if tb := str(n["table_name"]); tb != "" {
+				op := str(n["access_type"])
+				if _, sorted := n["filesort"]; sorted {
+					op += "+filesort"
+				}
+				nodes = append(nodes, planNode{op, tb, str(n["key"]), num(n["r_rows"]), 0})
+			}
+			for _, c := range n {
+				walk(c, pg)
+			}
+		}
+	}
+	switch {
+	case e.IsPostgres():
+		tx, err := db.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		var js string
+		if err := tx.QueryRow("EXPLAIN (ANALYZE, FORMAT JSON) "+query, args...).Scan(&js); err != nil {
+			t.Fatalf("EXPLAIN %s: %v", query, err)
+		}
+		var v any
+		if err := json.Unmarshal([]byte(js), &v); err != nil {
+			t.Fatal(err)
+		}
+		walk(v, true)
+	case e.IsMySQL() && analyze:
+		var js string
+		if err := db.QueryRow("ANALYZE FORMAT=JSON "+query, args...).Scan(&js); err != nil {
+			t.Fatalf("ANALYZE %s: %v", query, err)
+		}
+		var v any
+		if err := json.Unmarshal([]byte(js), &v); err != nil {
+			t.Fatal(err)
+		}
+		walk(v, false)
+	case e.IsMySQL():
+		rows, err := db.Query("EXPLAIN "+query, args...)
+		if err != nil {
+			t.Fatalf("EXPLAIN %s: %v", query, err)
+		}
+		defer rows.Close()
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]sql.NullString, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			var n planNode
+			for i, c := range cols {
+				switch c {
+				case "table":
+					n.Table = vals[i].String
+				case "type":
+					n.Op = vals[i].String
+				case "key":
+					n.Index = vals[i].String
+				}
+			}
+			nodes = append(nodes, n)
+		}
+	default:
+		rows, err := db.Query("EXPLAIN QUERY PLAN "+query, args...)
+		if err != nil {
+			t.Fatalf("EXPLAIN QUERY PLAN %s: %v", query, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			nodes = append(nodes, planNode{Op: detail})
+		}
+	}
+	return nodes
+}
+
+// reads are the plan's reads of table, optionally through one index.
+func reads(plan []planNode, table string) []planNode {
+	var out []planNode
+	for _, n := range plan {
+		if n.Table == table {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func planText(plan []planNode) string {
+	var b strings.Builder
+	for _, n := range plan {
+		b.WriteString(n.String() + ";\n")
+	}
+	return b.String()
+}
+
+// explainMust checks that the plan's text has every of has and none of
+// hasNot.
+func explainMust(t *testing.T, what string, plan []planNode, has, hasNot []string) {
+	t.Helper()
+	text := planText(plan)
+	for _, h := range has {
+		if !strings.Contains(text, h) {
+			t.Errorf("%s: the plan lacks %q:\n%s", what, h, text)
+		}
+	}
+	for _, h := range hasNot {
+		if strings.Contains(text, h) {
+			t.Errorf("%s: the plan has %q:\n%s", what, h, text)
+		}
+	}
+}
+
+func TestExplainLeaseClaim(t *testing.T) {
+	for _, e := range Engines {
+		e := e
+		if e.Name == "pgx" {
+			continue // the server plans, not the driver: one Postgres driver is enough
+		}
+		t.Run(e.Name, func(t *testing.T) {
+			dsn := e.DSN(t, t.TempDir())
+			if e.IsMySQL() {
+				// Client-side parameters, so that EXPLAIN is not prepared.
+				dsn += "&interpolateParams=true"
+			}
+			db := e.OpenDSN(t, dsn, 2)
+			table := "explain_" + e.Name
+			e.CreateTable(t, db, table)
+			if !e.IsSQLite() {
+				t.Cleanup(func() {
+					if !t.Failed() {
+						db.Exec("DROP TABLE IF EXISTS " + table)
+						db.Exec("DROP TABLE IF EXISTS " + table + "_dead")
+					}
+				})
+			}
+			// The head's expiry: the batch statements below name tokens of
+			// real rows, so that no engine sees through them at planning.
+			future := time.Now().Add(24 * time.Hour).UTC().Truncate(time.Microsecond)
+			n := 20000
+			if e.IsSQLite() {
+				// Its plans do not hang on the size; modernc under -race
+				// loads slowly.
+				n = 2000
+			}
+			explainLoad(t, e, db, table, n, n, future)
+			now := time.Now()
+			q, err := inbox.New(db, inbox.Config{Dialect: e.Dialect, Table: Table(table, "lease"), Now: func() time.Time { return now }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := q.Statements()
+
+			var plan []planNode
+			// The batch statements probe the primary key, once per token, at
+			// every size. MySQL: as the driver sends them by default, in
+			// statements the server prepares.
+			names := inbox.Names{Form: inbox.Lease, Table: quote(e, table), TableName: table, ID: quote(e, "id"),
+				Attempt: quote(e, "attempt"), LockedUntil: quote(e, "locked_until"), Data: []string{quote(e, "payload")}, DBClock: !e.IsSQLite()}
+			prepDB := db
+			if e.IsMySQL() {
+				prepDB = e.OpenDSN(t, e.DSN(t, ""), 2)
+			}
+			for _, size := range []int{1, 2, 16} {
+				bst, err := e.Dialect.(inbox.BatchDialect).BatchStatements(&names, size)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var tok []any
+				for k := 0; k < size; k++ {
+					var exp any = future
+					switch {
+					case e.IsMySQL():
+						exp = future.Format("2006-01-02 15:04:05.000000")
+					case e.IsSQLite():
+						exp = future.Format(inbox.SQLiteTimeFormat)
+					}
+					tok = append(tok, int64(100+k), int64(1), exp)
+				}
+				what := fmt.Sprintf("batch ack of %d", size)
+				switch {
+				case e.IsPostgres():
+					plan = explainPlan(t, e, db, false, bst.Ack.SQL, tok...)
+					explainMust(t, what, plan, []string{" using " + table + "_pkey"}, []string{"Seq Scan"})
+				case e.IsMySQL():
+					for _, st := range []inbox.BatchStmt{bst.Ack, bst.Release, bst.Lock} {
+						plan = explainPlan(t, e, prepDB, false, st.SQL, tok...)
+						explainMust(t, what+": "+st.SQL[:6], plan, []string{" on " + table + " using PRIMARY"}, []string{"ALL on", "index on"})
+					}
+				default:
+					plan = explainPlan(t, e, db, false, bst.Ack.SQL, tok...)
+					explainMust(t, what, plan, []string{"USING INTEGER PRIMARY KEY"}, []string{"SCAN " + table})
+				}
+			}
+
+			// inbox's claim, with the recommended indexes: each branch reads
+			// its index from where the claimable rows start. The caller's
+			// clock: the arguments in the statements' order.
+			for _, s := range explainIndexes(e, table) {
+				if _, err := db.Exec(s); err != nil {
+					t.Fatalf("%s: %v", s, err)
+				}
+			}
+			explainAnalyze(t, e, db, table)
+			switch {
+			case e.IsPostgres():
+				// limit, now, limit, limit, until
+				plan = explainPlan(t, e, db, true, st.Claim.SQL, 1, now, 1, 1, now.Add(time.Minute))
+				explainMust(t, "claim", plan,
+					[]string{"Index Scan on " + table + " using " + table + "_free", "Index Scan on " + table + " using " + table + "_lu"},
+					[]string{"Seq Scan"})
+			case e.IsMySQL():
+				// limit, now, limit, limit
+				plan = explainPlan(t, e, db, true, st.ClaimSelect.SQL, 1, now.UTC().Format("2006-01-02 15:04:05.000000"), 1, 1)
+				// (The union's own few rows are read whole: "ALL on <union1,2>".)
+				explainMust(t, "claim", plan, nil, []string{"ALL on " + table})
+				rs := reads(plan, table)
+				if len(rs) != 2 {
+					t.Errorf("claim: %d reads of %s, want one per branch:\n%s", len(rs), table, planText(plan))
+				}
+				for _, r := range rs {
+					if r.Index != table+"_lu" {
+						t.Errorf("claim: a branch reads %s, want %s_lu:\n%s", r.Index, table, planText(plan))
+					}
+				}
+			default:
+				// until, limit, now, limit, limit
+				ts := func(t time.Time) string { return t.UTC().Format(inbox.SQLiteTimeFormat) }
+				plan = explainPlan(t, e, db, true, st.Claim.SQL, ts(now.Add(time.Minute)), 1, ts(now), 1, 1)
+				explainMust(t, "claim", plan, []string{"USING COVERING INDEX " + table + "_lu (locked_until=?)", "USING COVERING INDEX " + table + "_lu (locked_until<?)"},
+					[]string{"SCAN " + table})
+			}
+			t.Logf("inbox's claim:\n%s", planText(plan))
+			// Executed plans: no branch reads more rows than it claims (a few
+			// of slack), so the leased head is never walked.
+			for _, r := range reads(plan, table) {
+				if r.Rows+r.Removed > 16 {
+					t.Errorf("claim: %v reads %.0f rows for a claim of one", r, r.Rows+r.Removed)
+				}
+			}
+		})
+	}
+}
+
+// quote quotes an identifier for the engine.
+func quote(e Engine, s string) string {
+	q, err := e.Dialect.QuoteIdent(s)
+	if err != nil {
+		panic(err)
+	}
+	return q
+}
