@@ -226,6 +226,7 @@ func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, af
 		return err
 	}
 	if n == 0 {
+		d.lost = true
 		return ErrLeaseLost
 	}
 	return nil

@@ -485,6 +485,7 @@ func (b *Batcher) finish(d *Delivery, it *batchItem, err error) error {
 	itemPool.Put(it)
 	if err == nil || errors.Is(err, ErrLeaseLost) {
 		d.settled = true
+		d.lost = err != nil
 	}
 	if err != nil {
 		return fmt.Errorf("inbox: %v: %w", o, err)

@@ -31,7 +31,9 @@ var (
 	// handler's context with this cause.
 	ErrLeaseLost = errors.New("inbox: lease lost")
 	// ErrSettled is returned by a settlement or an extension of a delivery
-	// that was already settled; nothing was changed.
+	// that was already settled; nothing was changed. When the verdict that
+	// finished the delivery was a lost lease, the error matches
+	// [ErrLeaseLost] too, so a late settlement reads as one.
 	ErrSettled = errors.New("inbox: delivery already settled")
 	// ErrNoDeadTable is returned by [Delivery.Dead] when the description names
 	// no dead table; nothing was changed.
@@ -309,6 +311,11 @@ func describe(d Dialect, t Table) (Names, error) {
 		}
 		seen[strings.ToLower(c.v)] = c.field
 	}
+	if n.Key != "" && !strings.EqualFold(n.Key, n.ID) {
+		if f, dup := seen[strings.ToLower(n.Key)]; dup {
+			return n, fmt.Errorf("inbox: Table.AdvisoryKey and Table.%s name the same column %s", f, n.Key)
+		}
+	}
 	for i, c := range n.Data {
 		if f, dup := seen[strings.ToLower(c)]; dup && f != "ID" {
 			return n, fmt.Errorf("inbox: Table.Data[%d] names the column of Table.%s, %s", i, f, c)
@@ -558,6 +565,7 @@ type Delivery struct {
 	expiry  time.Time // lease: the token's expiry as stored
 	sentAt  time.Time // lease: when the statement that set expiry was sent (monoNow)
 	settled bool
+	lost    bool      // settled by a verdict of ErrLeaseLost
 	tx      *sql.Tx   // row lock: the held transaction
 	conn    *sql.Conn // advisory: the pinned connection holding the lock
 	keeper  *keeper
@@ -723,6 +731,16 @@ func (d *Delivery) DeadTx(ctx context.Context, tx *sql.Tx) error {
 	return d.settle(ctx, tx, outDead, 0)
 }
 
+// finishedErr is what a finished delivery answers: ErrSettled, and
+// ErrLeaseLost too when the verdict that finished it was a lost lease, so
+// that a late settlement still reads as one.
+func (d *Delivery) finishedErr() error {
+	if d.lost {
+		return errors.Join(ErrLeaseLost, ErrSettled)
+	}
+	return ErrSettled
+}
+
 type outcome int
 
 const (
@@ -745,7 +763,7 @@ func (d *Delivery) settle(ctx context.Context, tx *sql.Tx, o outcome, after time
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.settled {
-		return fmt.Errorf("inbox: %v: %w", o, ErrSettled)
+		return fmt.Errorf("inbox: %v: %w", o, d.finishedErr())
 	}
 	if o == outDead && d.q.names.Dead == "" {
 		return fmt.Errorf("inbox: %v: %w", o, ErrNoDeadTable)

@@ -242,6 +242,8 @@ func TestLeaseLost(t *testing.T) {
 			t.Fatalf("%s with zero rows = %v, want ErrLeaseLost", s.name, err)
 		}
 		settleAll(t, m, ds[i], inbox.ErrSettled)
+		// A late settlement of a lost delivery still reads as a lost lease.
+		settleAll(t, m, ds[i], inbox.ErrLeaseLost)
 	}
 	m.met(t)
 }

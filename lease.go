@@ -86,7 +86,7 @@ func (d *Delivery) Extend(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.settled {
-		return fmt.Errorf("inbox: extend: %w", ErrSettled)
+		return fmt.Errorf("inbox: extend: %w", d.finishedErr())
 	}
 	if d.q.names.Form != Lease {
 		return nil
@@ -114,7 +114,7 @@ func (d *Delivery) extendLocked(ctx context.Context) error {
 		var raw any
 		err := q.queryRow(ctx, q.db, s, &v).Scan(&raw)
 		if errors.Is(err, sql.ErrNoRows) {
-			d.settled = true
+			d.settled, d.lost = true, true
 			return ErrLeaseLost
 		}
 		if err != nil {
@@ -134,7 +134,7 @@ func (d *Delivery) extendLocked(ctx context.Context) error {
 	if n == 0 {
 		if held, err := q.unchanged(ctx, q.db, &v); err != nil || !held {
 			if err == nil {
-				d.settled = true
+				d.settled, d.lost = true, true
 				err = ErrLeaseLost
 			}
 			return err
@@ -202,6 +202,7 @@ func (d *Delivery) settleLease(ctx context.Context, tx *sql.Tx, o outcome, after
 	}
 	d.settled = true
 	if n == 0 {
+		d.lost = true
 		return ErrLeaseLost
 	}
 	return nil

@@ -61,8 +61,7 @@ func wantedColumns(n *Names, dead bool) []colWant {
 	return w
 }
 
-// readColumns runs a query returning (name, type) rows, keyed by lower-case
-// name.
+// readColumns runs a query returning (name, type) rows, keyed by name.
 func readColumns(ctx context.Context, db *sql.DB, query string, args ...any) (map[string]string, error) {
 	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
@@ -75,14 +74,16 @@ func readColumns(ctx context.Context, db *sql.DB, query string, args ...any) (ma
 		if err := rows.Scan(&name, &typ); err != nil {
 			return nil, err
 		}
-		cols[strings.ToLower(name)] = typ
+		cols[name] = typ
 	}
 	return cols, rows.Err()
 }
 
 // compareColumns reports the wanted columns that are missing or of a type
 // fits refuses.
-func compareColumns(schema, table string, cols map[string]string, want []colWant, fits func(colKind, string) bool, timeType string) []string {
+// exactNames is true for engines whose quoted names are case-sensitive
+// (PostgreSQL); MySQL and SQLite column names are not.
+func compareColumns(schema, table string, cols map[string]string, want []colWant, fits func(colKind, string) bool, timeType string, exactNames bool) []string {
 	name := table
 	if schema != "" {
 		name = schema + "." + table
@@ -92,7 +93,14 @@ func compareColumns(schema, table string, cols map[string]string, want []colWant
 	}
 	var problems []string
 	for _, w := range want {
-		typ, ok := cols[strings.ToLower(w.name)]
+		typ, ok := cols[w.name]
+		if !ok && !exactNames {
+			for c, t := range cols {
+				if strings.EqualFold(c, w.name) {
+					typ, ok = t, true
+				}
+			}
+		}
 		switch {
 		case !ok:
 			problems = append(problems, fmt.Sprintf("table %s has no column %s (Table.%s)", name, w.name, w.field))
@@ -154,7 +162,7 @@ func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string
 		if err != nil {
 			return nil, err
 		}
-		problems = append(problems, compareColumns(tb.schema, tb.name, cols, wantedColumns(n, tb.dead), kind, "timestamptz")...)
+		problems = append(problems, compareColumns(tb.schema, tb.name, cols, wantedColumns(n, tb.dead), kind, "timestamptz", true)...)
 	}
 	return problems, nil
 }
@@ -199,7 +207,7 @@ func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, e
 		if err != nil {
 			return nil, err
 		}
-		for _, p := range compareColumns(tb.schema, tb.name, cols, wantedColumns(n, tb.dead), kind, "DATETIME(6)") {
+		for _, p := range compareColumns(tb.schema, tb.name, cols, wantedColumns(n, tb.dead), kind, "DATETIME(6)", false) {
 			if strings.Contains(p, "is datetime,") || strings.Contains(p, "is datetime(") {
 				p += " (fractional seconds missing: the lease token needs DATETIME(6))"
 			}

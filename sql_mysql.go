@@ -84,11 +84,12 @@ func (mysql) Statements(n *Names) (*Statements, error) {
 		s := b()
 		// Free rows and expired ones are read apart, each an ordered,
 		// limited read of the index on (lease, id), so that a head of rows
-		// under lease in force is never walked.
+		// under lease in force is never walked. The union is ordered by
+		// position: a data column may repeat the id's name.
 		s.w("(SELECT ", id, ", ", att, data, " FROM ", t, " WHERE ", lu, " IS NULL ORDER BY ", id, " LIMIT ", s.p(ArgLimit), " FOR UPDATE SKIP LOCKED)",
 			" UNION ALL ",
 			"(SELECT ", id, ", ", att, data, " FROM ", t, " WHERE ", lu, " <= ", s.p(ArgNow), " ORDER BY ", id, " LIMIT ", s.p(ArgLimit), " FOR UPDATE SKIP LOCKED)",
-			" ORDER BY ", id, " LIMIT ", s.p(ArgLimit))
+			" ORDER BY 1 LIMIT ", s.p(ArgLimit))
 		st.ClaimSelect = s.stmt(true)
 		// One UPDATE writes the leases of up to claimMarkIDs rows; a claim of
 		// fewer repeats its last id, which changes nothing twice.

@@ -23,7 +23,7 @@ const myNow = "SELECT UTC_TIMESTAMP(6)"
 // Lease form.
 const (
 	myLeaseSelect = "(SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED) UNION ALL " +
-		"(SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` <= ? ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED) ORDER BY `id` LIMIT ?"
+		"(SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` <= ? ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED) ORDER BY 1 LIMIT ?"
 	myLeaseMark       = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	myLeaseExtend     = "UPDATE `jobs` SET `locked_until` = ? WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?" // also Retry
 	myLeaseExists     = "SELECT COUNT(*) FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?"

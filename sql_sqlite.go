@@ -72,7 +72,7 @@ func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, 
 		if err != nil {
 			return err
 		}
-		problems = append(problems, compareColumns(schema, table, cols, want, sqliteKind, "TEXT")...)
+		problems = append(problems, compareColumns(schema, table, cols, want, sqliteKind, "TEXT", false)...)
 		return nil
 	}
 	if err := check(n.Schema, n.TableName, wantedColumns(n, false)); err != nil {
