@@ -134,42 +134,9 @@ func (q *Queue) lockOne(ctx context.Context, id any, key string, now time.Time) 
 		ex = conn
 	}
 	// Re-read under the lock: the row may have been settled meanwhile.
-	v := values{id: id, limit: 1, now: now}
-	var d *Delivery
-	if q.st.Claim.SQL != "" {
-		rows, err := q.query(ctx, ex, q.st.Claim, &v)
-		if err != nil {
-			return fail(err)
-		}
-		ds, err := q.scanClaimed(rows, false, nil)
-		if err != nil {
-			return fail(err)
-		}
-		if len(ds) == 0 {
-			return fail(nil)
-		}
-		d = ds[0]
-	} else {
-		rows, err := q.query(ctx, ex, q.st.ClaimSelect, &v)
-		if err != nil {
-			return fail(err)
-		}
-		ds, err := q.scanClaimed(rows, false, nil)
-		if err != nil {
-			return fail(err)
-		}
-		if len(ds) == 0 {
-			return fail(nil)
-		}
-		d = ds[0]
-		mv := values{id: d.id, attempt: d.attempt}
-		n, err := q.exec(ctx, ex, q.st.ClaimMark, &mv)
-		if err != nil {
-			return fail(err)
-		}
-		if n == 0 {
-			return fail(nil)
-		}
+	d, err := q.claimOne(ctx, ex, &values{id: id, limit: 1, now: now})
+	if err != nil || d == nil {
+		return fail(err)
 	}
 	d.key, d.conn = key, conn
 	q.track(d)

@@ -793,12 +793,35 @@ func (d *Delivery) settle(ctx context.Context, tx *sql.Tx, o outcome, after time
 }
 
 // exec runs s with v through ex and returns the rows it affected.
+// A statement outside a transaction that the server chose as a deadlock's
+// victim changed nothing and is sent again, up to deadlockRetries times:
+// settlements are compare-and-set, so a second try is safe. Inside a
+// transaction the whole transaction is gone, and the error is returned.
 func (q *Queue) exec(ctx context.Context, ex Executor, s Stmt, v *values) (int64, error) {
-	res, err := q.run(ctx, ex, s, v)
-	if err != nil {
-		return 0, err
+	for try := 0; ; try++ {
+		res, err := q.run(ctx, ex, s, v)
+		if err != nil {
+			if _, inTx := ex.(*sql.Tx); !inTx && try < deadlockRetries && q.deadlock(err) {
+				continue
+			}
+			return 0, err
+		}
+		return res.RowsAffected()
 	}
-	return res.RowsAffected()
+}
+
+const deadlockRetries = 3
+
+// DeadlockDetector is implemented by a [Dialect] that can tell a deadlock
+// victim's error from others; the queue then retries single statements that
+// lost one.
+type DeadlockDetector interface {
+	IsDeadlock(err error) bool
+}
+
+func (q *Queue) deadlock(err error) bool {
+	d, ok := q.dialect.(DeadlockDetector)
+	return ok && d.IsDeadlock(err)
 }
 
 // run, query and queryRow are the only places statements are sent: one place

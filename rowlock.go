@@ -110,19 +110,17 @@ func (q *Queue) countClaim(ctx context.Context, now time.Time) (any, int64, erro
 // claimInTx claims one row inside tx: the row id when id is not nil (a row
 // counted by ClaimsCount), else the first claimable one.
 func (q *Queue) claimInTx(ctx context.Context, tx *sql.Tx, id any, now time.Time) (*Delivery, error) {
-	v := values{id: id, limit: 1, now: now}
-	if q.st.Claim.SQL != "" {
-		rows, err := q.query(ctx, tx, q.st.Claim, &v)
-		if err != nil {
-			return nil, err
-		}
-		ds, err := q.scanClaimed(rows, false, nil)
-		if err != nil || len(ds) == 0 {
-			return nil, err
-		}
-		return ds[0], nil
+	return q.claimOne(ctx, tx, &values{id: id, limit: 1, now: now})
+}
+
+// claimOne claims one row through ex with Claim, or with ClaimSelect and
+// ClaimMark; nil when there is none, or when the mark found the row gone.
+func (q *Queue) claimOne(ctx context.Context, ex Executor, v *values) (*Delivery, error) {
+	s := q.st.Claim
+	if s.SQL == "" {
+		s = q.st.ClaimSelect
 	}
-	rows, err := q.query(ctx, tx, q.st.ClaimSelect, &v)
+	rows, err := q.query(ctx, ex, s, v)
 	if err != nil {
 		return nil, err
 	}
@@ -130,9 +128,12 @@ func (q *Queue) claimInTx(ctx context.Context, tx *sql.Tx, id any, now time.Time
 	if err != nil || len(ds) == 0 {
 		return nil, err
 	}
-	mv := values{id: ds[0].id}
-	if _, err := q.exec(ctx, tx, q.st.ClaimMark, &mv); err != nil {
-		return nil, err
+	if q.st.Claim.SQL == "" {
+		mv := values{id: ds[0].id, attempt: ds[0].attempt}
+		n, err := q.exec(ctx, ex, q.st.ClaimMark, &mv)
+		if err != nil || n == 0 {
+			return nil, err
+		}
 	}
 	return ds[0], nil
 }

@@ -151,6 +151,14 @@ func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string
 		return true
 	}
 	const q = "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2"
+	found, err := checkTables(ctx, db, n, q, kind, "timestamptz", true)
+	return append(problems, found...), err
+}
+
+// checkTables compares the queue table and the dead table with the
+// description, reading each table's columns with query (schema, table).
+func checkTables(ctx context.Context, db *sql.DB, n *Names, query string, fits func(colKind, string) bool, timeType string, exactNames bool) ([]string, error) {
+	var problems []string
 	for _, tb := range []struct {
 		schema, name string
 		dead         bool
@@ -158,11 +166,11 @@ func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string
 		if tb.name == "" {
 			continue
 		}
-		cols, err := readColumns(ctx, db, q, tb.schema, tb.name)
+		cols, err := readColumns(ctx, db, query, tb.schema, tb.name)
 		if err != nil {
 			return nil, err
 		}
-		problems = append(problems, compareColumns(tb.schema, tb.name, cols, wantedColumns(n, tb.dead), kind, "timestamptz", true)...)
+		problems = append(problems, compareColumns(tb.schema, tb.name, cols, wantedColumns(n, tb.dead), fits, timeType, exactNames)...)
 	}
 	return problems, nil
 }
@@ -196,23 +204,15 @@ func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, e
 		return true
 	}
 	const q = "SELECT column_name, column_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
-	for _, tb := range []struct {
-		schema, name string
-		dead         bool
-	}{{n.Schema, n.TableName, false}, {n.DeadSchema, n.DeadName, true}} {
-		if tb.name == "" {
-			continue
+	found, err := checkTables(ctx, db, n, q, kind, "DATETIME(6)", false)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range found {
+		if strings.Contains(p, "is datetime,") || strings.Contains(p, "is datetime(") {
+			p += " (fractional seconds missing: the lease token needs DATETIME(6))"
 		}
-		cols, err := readColumns(ctx, db, q, tb.schema, tb.name)
-		if err != nil {
-			return nil, err
-		}
-		for _, p := range compareColumns(tb.schema, tb.name, cols, wantedColumns(n, tb.dead), kind, "DATETIME(6)", false) {
-			if strings.Contains(p, "is datetime,") || strings.Contains(p, "is datetime(") {
-				p += " (fractional seconds missing: the lease token needs DATETIME(6))"
-			}
-			problems = append(problems, p)
-		}
+		problems = append(problems, p)
 	}
 	return problems, nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -362,4 +363,14 @@ func pgLikeBatch(n *Names, size int, mark func(int) string, clock string, orForm
 	where(s)
 	st.Retry = s.stmt(true)
 	return st, nil
+}
+
+// IsDeadlock reports PostgreSQL's deadlock victim (SQLSTATE 40P01), from
+// the error's SQLState method (pgx, lib/pq) or its text.
+func (postgres) IsDeadlock(err error) bool {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		return st.SQLState() == "40P01"
+	}
+	return strings.Contains(err.Error(), "deadlock detected")
 }

@@ -8,6 +8,7 @@ package inbox_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"testing"
 	"time"
 
@@ -526,5 +527,37 @@ func TestPostgresEnqueue(t *testing.T) {
 	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload", "not_before") VALUES ($1, $2, $3) RETURNING "id"`).WithArgs(int64(46), p, at(later)).
 		WillReturnRows(rows("id", row(int64(46))))
 	enqueue(rowQ, m.DB, inbox.Job{ID: int64(46), Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(46))
+	m.met(t)
+}
+
+// deadlockErr is a driver error carrying PostgreSQL's deadlock SQLSTATE.
+type deadlockErr struct{}
+
+func (deadlockErr) Error() string    { return "ERROR: deadlock detected (SQLSTATE 40P01)" }
+func (deadlockErr) SQLState() string { return "40P01" }
+
+// A settlement outside a transaction that lost a deadlock changed nothing
+// and is sent again; one inside the caller's transaction is not.
+func TestPostgresDeadlockRetried(t *testing.T) {
+	m := newMock(t)
+	clk := newClock(t0)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
+	exp := utc0.Add(time.Minute)
+	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(2, at(utc0), 2, 2, at(exp)).WillReturnRows(rows("id,attempt,locked_until,payload",
+		row(int64(7), int64(1), exp, []byte("p7")), row(int64(8), int64(1), exp, []byte("p8"))))
+	ds := claim(t, q, 2, 7, 8)
+	m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(exp)).WillReturnError(deadlockErr{})
+	m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(exp)).WillReturnResult(affected(1))
+	ok(t, "Ack after a deadlock", ds[0].Ack(context.Background()))
+
+	m.ExpectBegin()
+	tx, err := m.DB.Begin()
+	ok(t, "Begin", err)
+	m.ExpectExec(pgLeaseAck).WithArgs(int64(8), int64(2), at(exp)).WillReturnError(deadlockErr{})
+	if err := ds[1].AckTx(context.Background(), tx); !errors.As(err, new(deadlockErr)) {
+		t.Fatalf("AckTx in a transaction that lost a deadlock = %v, want the deadlock error", err)
+	}
+	m.ExpectRollback()
+	ok(t, "Rollback", tx.Rollback())
 	m.met(t)
 }
