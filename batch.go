@@ -739,6 +739,27 @@ func (b *Batcher) flush(f *flusher, fl *flight) {
 // settleGroup settles items, which share outcome o and delay after, setting
 // each item's err.
 func (b *Batcher) settleGroup(ctx context.Context, f *flusher, o outcome, after time.Duration, items []*batchItem) {
+	// A batch the server chose as a deadlock's victim changed nothing (its
+	// statement or its transaction was rolled back whole): send it again,
+	// as single statements are.
+	for try := 0; ; try++ {
+		b.settleGroupOnce(ctx, f, o, after, items)
+		if try == deadlockRetries || !b.allDeadlocked(items) {
+			return
+		}
+	}
+}
+
+func (b *Batcher) allDeadlocked(items []*batchItem) bool {
+	for _, it := range items {
+		if it.err == nil || !b.q.deadlock(it.err) {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *Batcher) settleGroupOnce(ctx context.Context, f *flusher, o outcome, after time.Duration, items []*batchItem) {
 	st := b.sets[len(b.sets)-1]
 	for _, s := range b.sets {
 		if s.Size >= len(items) {

@@ -626,7 +626,14 @@ func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
 	var err error
 	switch q.names.Form {
 	case Lease:
-		ds, err = q.claimLease(ctx, max)
+		// A lease claim is one statement or one transaction: as a
+		// deadlock's victim it claimed nothing and may run again.
+		for try := 0; ; try++ {
+			ds, err = q.claimLease(ctx, max)
+			if err == nil || try == deadlockRetries || !q.deadlock(err) {
+				break
+			}
+		}
 	case RowLock:
 		ds, err = q.claimRowLock(ctx, max)
 	case Advisory:
@@ -810,7 +817,7 @@ func (q *Queue) exec(ctx context.Context, ex Executor, s Stmt, v *values) (int64
 	}
 }
 
-const deadlockRetries = 3
+const deadlockRetries = 10
 
 // DeadlockDetector is implemented by a [Dialect] that can tell a deadlock
 // victim's error from others; the queue then retries single statements that
