@@ -82,7 +82,9 @@ type Table struct {
 	// Claims names an optional row-lock counter of claims, committed outside
 	// the held transaction, so that a job that keeps killing its process is
 	// noticed: past MaxClaims claims without a committed settlement it is
-	// moved to DeadTable instead of delivered.
+	// moved to DeadTable instead of delivered. The count is taken before
+	// the row is locked, so two workers racing for the same row may both
+	// count it: the counter can run ahead by a claim under contention.
 	Claims string
 	// MaxClaims is the limit for Claims; required with it.
 	MaxClaims int
