@@ -5,13 +5,19 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 )
 
 // claimAdvisory claims up to max jobs whose keys no one holds: candidates are
-// read without locks, then each is locked by one call from Go, re-read and its
-// attempt counted. A lock function beside a LIMIT in one statement would take
-// locks on rows the LIMIT then throws away.
+// read without locks, a page at a time, and each is locked by one call from
+// Go, re-read and its attempt counted. A lock function beside a LIMIT in one
+// statement would take locks on rows the LIMIT then throws away.
+//
+// Pages follow one another in id order, each twice as long as the last, until
+// max jobs are claimed or the table ends: a claimable job is found whatever
+// waits ahead of it, in a number of reads that grows with the logarithm of
+// the rows ahead, and one lock call per key not yet known to be busy.
 func (q *Queue) claimAdvisory(ctx context.Context, max int) ([]*Delivery, error) {
 	got := max
 	if q.locker != nil {
@@ -29,53 +35,76 @@ func (q *Queue) claimAdvisory(ctx context.Context, max int) ([]*Delivery, error)
 	if got == 0 {
 		return ds, nil
 	}
+	ident, err := q.identity(ctx)
+	if err != nil {
+		return ds, err
+	}
 	now, err := q.claimNow(ctx, q.st.Candidates, q.st.Claim, q.st.ClaimSelect)
 	if err != nil {
 		return ds, err
 	}
-	// Enough candidates to get past the keys this process holds and a few
-	// taken by others.
-	v := values{limit: 2*got + q.holdsKeys() + 8, now: now}
-	rows, err := q.query(ctx, q.db, q.st.Candidates, &v)
-	if err != nil {
-		return nil, err
-	}
-	type candidate struct {
-		id  any
-		key string
-	}
-	var cands []candidate
-	for rows.Next() {
-		var id, key any
-		if err := rows.Scan(&id, &key); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		cands = append(cands, candidate{normID(id), keyString(key)})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	for _, c := range cands {
-		if len(ds) == got {
-			break
-		}
-		d, err := q.lockOne(ctx, c.id, c.key, now)
+	busy := map[string]bool{} // keys found held during this claim
+	v := values{limit: 2*got + q.keys.size() + 8, now: now}
+	page := q.st.Candidates
+	for {
+		cands, err := q.readCandidates(ctx, page, &v)
 		if err != nil {
 			return ds, err
 		}
-		if d != nil {
-			ds = append(ds, d)
+		for _, c := range cands {
+			if len(ds) == got {
+				return ds, nil
+			}
+			if busy[c.key] {
+				continue
+			}
+			d, held, err := q.lockOne(ctx, ident, c, now)
+			if err != nil {
+				return ds, err
+			}
+			if d != nil {
+				ds = append(ds, d)
+			} else if held {
+				busy[c.key] = true
+			}
 		}
+		if len(ds) == got || len(cands) < v.limit {
+			return ds, nil
+		}
+		v.id = cands[len(cands)-1].id
+		v.limit = min(2*v.limit, maxCandidatePage)
+		page = q.st.CandidatesAfter
 	}
-	return ds, nil
 }
 
-func (q *Queue) holdsKeys() int {
-	q.holds.mu.Lock()
-	defer q.holds.mu.Unlock()
-	return len(q.holds.keys)
+// maxCandidatePage bounds one read of advisory candidates.
+const maxCandidatePage = 1 << 16
+
+// candidate is a row an advisory claim may lock: id, key and the attempt
+// read, which the claim requires unchanged.
+type candidate struct {
+	id      any
+	key     string
+	attempt int64
+}
+
+func (q *Queue) readCandidates(ctx context.Context, s Stmt, v *values) ([]candidate, error) {
+	rows, err := q.query(ctx, q.db, s, v)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var cands []candidate
+	for rows.Next() {
+		var id, key any
+		var c candidate
+		if err := rows.Scan(&id, &key, &c.attempt); err != nil {
+			return nil, err
+		}
+		c.id, c.key = normID(id), keyString(key)
+		cands = append(cands, c)
+	}
+	return cands, rows.Err()
 }
 
 // keyString turns a key value as a driver returned it into the text locks
@@ -94,33 +123,22 @@ func keyString(v any) string {
 	return fmt.Sprint(v)
 }
 
-// lockOne takes the key of candidate id and claims the row, or returns nil
-// when the key is busy or the row was settled since the candidates were read.
-func (q *Queue) lockOne(ctx context.Context, id any, key string, now time.Time) (*Delivery, error) {
-	setKey := q.lockKey + "\x00" + key
-	if !q.holds.takeKey(setKey) {
-		return nil, nil
+// lockOne takes the key of candidate c and claims its row. It returns nil
+// and held=true when the key is held elsewhere, and nil alone when the row
+// was settled or claimed again since the candidates were read.
+func (q *Queue) lockOne(ctx context.Context, ident string, c candidate, now time.Time) (d *Delivery, held bool, err error) {
+	inProcess := ident + "\x00" + c.key
+	if !q.keys.take(inProcess) {
+		return nil, true, nil
 	}
 	var conn *sql.Conn
 	var ex Executor = q.db
-	fail := func(err error) (*Delivery, error) {
-		if conn != nil {
-			if err2 := q.locker.Unlock(context.WithoutCancel(ctx), conn, q.names.Raw.Name, key); err2 != nil {
-				discard(conn)
-			} else {
-				conn.Close()
-			}
-		}
-		q.holds.dropKey(setKey)
-		return nil, err
-	}
 	if q.locker != nil {
-		var err error
 		if conn, err = q.db.Conn(ctx); err != nil {
-			q.holds.dropKey(setKey)
-			return nil, err
+			q.keys.drop(inProcess)
+			return nil, false, err
 		}
-		ok, err := q.locker.TryLock(ctx, conn, q.names.Raw.Name, key)
+		ok, err := q.locker.TryLock(ctx, conn, ident, c.key)
 		if err != nil || !ok {
 			// A failed lock call leaves the session's state unknown.
 			if err != nil {
@@ -128,23 +146,40 @@ func (q *Queue) lockOne(ctx context.Context, id any, key string, now time.Time) 
 			} else {
 				conn.Close()
 			}
-			q.holds.dropKey(setKey)
-			return nil, err
+			q.keys.drop(inProcess)
+			return nil, err == nil, err
 		}
 		ex = conn
 	}
 	// Re-read under the lock: the row may have been settled meanwhile.
-	d, err := q.claimOne(ctx, ex, &values{id: id, limit: 1, now: now})
+	d, err = q.claimOne(ctx, ex, &values{id: c.id, attempt: c.attempt, limit: 1, now: now})
 	if err != nil || d == nil {
-		return fail(err)
+		if conn != nil {
+			q.letGo(ctx, conn, ident, c.key)
+		}
+		q.keys.drop(inProcess)
+		return nil, false, err
 	}
-	d.key, d.conn = key, conn
+	d.key, d.inProcess, d.ident, d.conn = c.key, inProcess, ident, conn
 	q.track(d)
-	return d, nil
+	return d, false, nil
+}
+
+// letGo unlocks key on conn and returns conn to the pool, or discards conn
+// (ending its session, and the lock with it) when the unlock fails or ctx
+// has ended: a session whose lock state is unknown never goes back.
+func (q *Queue) letGo(ctx context.Context, conn *sql.Conn, ident, key string) {
+	if ctx.Err() != nil || q.locker.Unlock(ctx, conn, ident, key) != nil {
+		discard(conn)
+		return
+	}
+	_ = conn.Close()
 }
 
 // settleAdvisory runs the settlement fenced by the attempt (on the pinned
-// connection, or in the caller's transaction), then lets the lock go.
+// connection, or in the caller's transaction), then lets the lock go. The
+// verdict is the statement's: trouble letting the lock go discards the
+// connection, which ends the lock with the session.
 func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, after time.Duration) error {
 	q := d.q
 	var ex Executor = q.db
@@ -167,7 +202,7 @@ func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, af
 			if clockNeeded(q.st.Retry) {
 				var now time.Time
 				if now, err = q.readNow(ctx, ex); err != nil {
-					return err
+					break
 				}
 				v.now, v.until = now, now.Add(after)
 			}
@@ -183,13 +218,10 @@ func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, af
 			n, err = inTx(ctx, q.db, func(tx *sql.Tx) (int64, error) { return q.moveDead(ctx, tx, &v) })
 		}
 	}
+	// The lock is let go whatever happened: a job whose settlement failed is
+	// given back rather than held by a worker that has moved on.
+	d.unlock(ctx)
 	if err != nil {
-		// The lock is let go all the same: a job whose settlement failed is
-		// given back rather than held by a worker that has moved on.
-		d.unlock(ctx)
-		return err
-	}
-	if err := d.unlock(ctx); err != nil {
 		return err
 	}
 	if n == 0 {
@@ -199,22 +231,77 @@ func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, af
 	return nil
 }
 
-// unlock lets the delivery's key go and returns its connection to the pool,
-// or discards the connection when the unlock failed.
-func (d *Delivery) unlock(ctx context.Context) error {
+// unlock finishes the delivery: its key is let go and its connection
+// returned to the pool, or discarded when the unlock fails.
+func (d *Delivery) unlock(ctx context.Context) {
 	q := d.q
 	d.settled = true
-	defer q.untrack(d)
-	defer q.holds.dropKey(q.lockKey + "\x00" + d.key)
-	if d.conn == nil {
-		return nil
+	if d.conn != nil {
+		q.letGo(ctx, d.conn, d.ident, d.key)
+		d.conn = nil
+		q.holds.unreserve(1)
 	}
-	conn := d.conn
-	d.conn = nil
-	defer q.holds.unreserve(1)
-	if err := q.locker.Unlock(ctx, conn, q.names.Raw.Name, d.key); err != nil {
-		discard(conn)
-		return fmt.Errorf("unlocking key %q (connection discarded): %w", d.key, err)
+	q.keys.drop(d.inProcess)
+	q.untrack(d)
+}
+
+// keySet is a set of advisory keys in work in this process: per pool for
+// engines with session locks (the server arbitrates between pools, the set
+// only spares a lock call), per database file for the whole process for
+// SQLite (sqliteKeys), where it is the whole mechanism.
+type keySet struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+// take marks key in work, reporting false when it already was.
+func (s *keySet) take(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, busy := s.m[key]; busy {
+		return false
 	}
-	return conn.Close()
+	if s.m == nil {
+		s.m = map[string]struct{}{}
+	}
+	s.m[key] = struct{}{}
+	return true
+}
+
+func (s *keySet) drop(key string) {
+	s.mu.Lock()
+	delete(s.m, key)
+	s.mu.Unlock()
+}
+
+func (s *keySet) size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// processKeys holds the advisory keys in work of engines without session
+// locks (SQLite), keyed by the table's identity, which names its database
+// file: every pool and queue of the process on one file shares them.
+var processKeys keySet
+
+// identity returns the table's identity as the engine resolves it, read
+// once per queue (the first advisory claim) and kept.
+func (q *Queue) identity(ctx context.Context) (string, error) {
+	q.identMu.Lock()
+	defer q.identMu.Unlock()
+	if q.ident != "" {
+		return q.ident, nil
+	}
+	ti, ok := q.dialect.(TableIdentifier)
+	if !ok {
+		q.ident = q.names.Raw.Name
+		return q.ident, nil
+	}
+	ident, err := ti.TableIdentity(ctx, q.db, &q.names)
+	if err != nil {
+		return "", fmt.Errorf("resolving table %s: %w", q.names.Raw.Name, err)
+	}
+	q.ident = ident
+	return ident, nil
 }

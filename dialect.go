@@ -37,11 +37,24 @@ type Dialect interface {
 // process alone (SQLite).
 type Locker interface {
 	// TryLock takes the session lock of key on conn without waiting, reporting
-	// whether it was taken. table is the table's name as described.
+	// whether it was taken. table is the table's identity
+	// ([TableIdentifier]), or its name as described.
 	TryLock(ctx context.Context, conn *sql.Conn, table, key string) (bool, error)
 	// Unlock lets the lock go. An error means the session's state is unknown:
 	// the caller discards the connection.
 	Unlock(ctx context.Context, conn *sql.Conn, table, key string) error
+}
+
+// TableIdentifier is implemented by a [Dialect] that can tell which table a
+// description reaches, however its name is spelled and whichever pool
+// reaches it. The advisory form names its locks and its in-process keys by
+// this identity, so that "jobs" and "public.jobs" are one table. Without it
+// the table's name as described is its identity.
+type TableIdentifier interface {
+	// TableIdentity returns the table's identity: the same text for every
+	// spelling of one table on one server (or database file), different for
+	// different tables. An error means the table could not be resolved.
+	TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, error)
 }
 
 // SchemaChecker is implemented by a [Dialect] that can verify a table against
@@ -91,10 +104,13 @@ type Names struct {
 	// LockedUntil is the lease column (Lease form), Key the advisory key column
 	// (Advisory form).
 	LockedUntil, Key string
-	// Optional columns.
-	NotBefore, Claims string
+	// NotBefore is the optional not-before column.
+	NotBefore string
 	// Dead is the quoted dead-letter table, empty when none is named.
 	Dead, DeadSchema, DeadName string
+	// ClaimsTable is the quoted side table of the row-lock claims counter,
+	// empty when none is named; its columns are ID and claims.
+	ClaimsTable, ClaimsSchema, ClaimsName string
 	// DBClock is true when the engine's clock decides: statements may read it
 	// themselves. When false, they take [ArgNow] and [ArgUntil] instead.
 	DBClock bool
@@ -147,7 +163,8 @@ type Statements struct {
 	// Claim claims in one statement. Rows: id, delivered attempt, then (lease
 	// form) the stored expiry, then the data columns. Lease: up to ArgLimit
 	// rows, outside any transaction. Row lock: one row, inside the held
-	// transaction. Advisory: the row ArgID, after its lock was taken.
+	// transaction. Advisory: the row ArgID, after its lock was taken, if it
+	// still has the attempt ArgDelivered and is claimable.
 	Claim Stmt
 	// ClaimSelect and ClaimMark claim in two statements, for engines without
 	// UPDATE … RETURNING; set instead of Claim. ClaimSelect returns id,
@@ -159,9 +176,10 @@ type Statements struct {
 	// id when fewer rows were claimed.
 	ClaimSelect, ClaimMark Stmt
 
-	// Candidates (advisory form) returns id and key of up to ArgLimit claimable
-	// rows, without locking them.
-	Candidates Stmt
+	// Candidates (advisory form) returns id, key and attempt of up to
+	// ArgLimit claimable rows in id order, without locking them;
+	// CandidatesAfter the same past the id ArgID, for the next page.
+	Candidates, CandidatesAfter Stmt
 
 	// Extend (lease form) moves the expiry of the token's row. With Rows it
 	// returns the new expiry; otherwise it wrote ArgUntil.
@@ -182,13 +200,14 @@ type Statements struct {
 	// DeadDelete empty.
 	DeadInsert, DeadDelete Stmt
 
-	// ClaimsCount (row lock with a claims counter) counts one claim of a
-	// candidate outside the held transaction, returning its id and the
-	// claims so far. Engines without UPDATE … RETURNING make it a locking
-	// SELECT returning the count to be, and set ClaimsMark to write it, the
-	// two in a transaction of their own. ClaimsReset clears the counter
-	// inside the held transaction when a Retry commits.
-	ClaimsCount, ClaimsMark, ClaimsReset Stmt
+	// The claims counter (row lock with Table.ClaimsTable). ClaimsCount adds
+	// one delivery of the row ArgID to the side table, sent outside the held
+	// transaction once it holds the row; with Rows it returns the count,
+	// otherwise ClaimsRead does. ClaimsGiveBack subtracts one (Release),
+	// outside the held transaction before it rolls back. ClaimsClear
+	// removes the row's count inside the held transaction (Ack, Retry,
+	// Dead).
+	ClaimsCount, ClaimsRead, ClaimsGiveBack, ClaimsClear Stmt
 
 	// Enqueue inserts a job; the variants take an explicit id and/or a
 	// not-before time. With Rows they return the id; otherwise the core uses

@@ -79,14 +79,19 @@ type Table struct {
 	// time it holds. It carries Retry delays under the row lock and advisory
 	// forms. The lease form needs none: its delays are leases.
 	NotBefore string
-	// Claims names an optional row-lock counter of claims, committed outside
-	// the held transaction, so that a job that keeps killing its process is
-	// noticed: past MaxClaims claims without a committed settlement it is
-	// moved to DeadTable instead of delivered. The count is taken before
-	// the row is locked, so two workers racing for the same row may both
-	// count it: the counter can run ahead by a claim under contention.
-	Claims string
-	// MaxClaims is the limit for Claims; required with it.
+	// ClaimsTable names an optional side table (optionally
+	// schema-qualified) counting the row-lock deliveries of each job whose
+	// holder ended without settling, so that a job that keeps killing its
+	// process is noticed: past MaxClaims such deliveries it is moved to
+	// DeadTable instead of delivered. Its columns are the job id (named as
+	// Table.ID, the primary key) and claims, an integer. The count is written
+	// from a second session once the claim holds the row's lock, so it is
+	// committed whatever becomes of the claim's transaction, and only the
+	// holder writes it; every settlement takes its delivery's count back
+	// (Ack, Retry and Dead clear it, Release subtracts one). A crash between
+	// the lock and the count leaves the delivery uncounted, the safe side.
+	ClaimsTable string
+	// MaxClaims is the limit for ClaimsTable; required with it.
 	MaxClaims int
 	// DeadTable names the dead-letter table (optionally schema-qualified),
 	// with the columns ID, Attempt and Data of this table. Dead needs it.
@@ -131,7 +136,10 @@ type Queue struct {
 	after   func(time.Duration) <-chan time.Time
 	margin  time.Duration
 	holds   *poolHolds
-	lockKey string // the key set's prefix: table as described
+	keys    *keySet // advisory keys in work in this process
+
+	identMu sync.Mutex
+	ident   string // advisory: the table's identity, resolved at the first claim
 
 	mu   sync.Mutex
 	live map[*Delivery]struct{} // held jobs (row lock, advisory), for Shutdown
@@ -156,7 +164,7 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 		return nil, err
 	}
 	q := &Queue{db: db, cfg: cfg, dialect: cfg.Dialect, after: cfg.After, margin: cfg.KeepMargin,
-		live: map[*Delivery]struct{}{}, lockKey: cfg.Table.Name}
+		live: map[*Delivery]struct{}{}}
 	switch {
 	case n.Form != Lease && cfg.Lease != 0:
 		return nil, fmt.Errorf("inbox: New: Config.Lease %v is for the lease form; name Table.LockedUntil to select it", cfg.Lease)
@@ -186,6 +194,10 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	}
 	if n.Form != Lease {
 		q.holds = holdsOf(db)
+	}
+	q.keys = &processKeys
+	if q.locker != nil {
+		q.keys = &q.holds.keys
 	}
 	return q, nil
 }
@@ -272,9 +284,6 @@ func describe(d Dialect, t Table) (Names, error) {
 	if n.NotBefore, err = col("NotBefore", t.NotBefore); err != nil {
 		return n, err
 	}
-	if n.Claims, err = col("Claims", t.Claims); err != nil {
-		return n, err
-	}
 	switch {
 	case t.LockedUntil != "" && t.AdvisoryKey != "":
 		return n, fmt.Errorf("inbox: Table names both LockedUntil %q and AdvisoryKey %q: name one, it selects the form", t.LockedUntil, t.AdvisoryKey)
@@ -291,20 +300,28 @@ func describe(d Dialect, t Table) (Names, error) {
 			return n, fmt.Errorf("inbox: Table.DeadTable %q is the queue table itself", t.DeadTable)
 		}
 	}
+	if t.ClaimsTable != "" {
+		if n.ClaimsTable, n.ClaimsSchema, n.ClaimsName, err = quoteTable(d, "Table.ClaimsTable", t.ClaimsTable); err != nil {
+			return n, err
+		}
+		if n.ClaimsTable == n.Table || n.ClaimsTable == n.Dead {
+			return n, fmt.Errorf("inbox: Table.ClaimsTable %q must be a table of its own", t.ClaimsTable)
+		}
+	}
 	switch {
-	case t.Claims != "" && n.Form != RowLock:
-		return n, fmt.Errorf("inbox: Table.Claims %q is for the row-lock form; under the %s form a crash already spends an attempt", t.Claims, n.Form)
-	case t.Claims != "" && t.MaxClaims <= 0:
-		return n, fmt.Errorf("inbox: Table.MaxClaims %d must be positive with Table.Claims %q", t.MaxClaims, t.Claims)
-	case t.Claims == "" && t.MaxClaims != 0:
-		return n, fmt.Errorf("inbox: Table.MaxClaims %d needs Table.Claims", t.MaxClaims)
-	case t.Claims != "" && t.DeadTable == "":
-		return n, fmt.Errorf("inbox: Table.Claims %q needs Table.DeadTable, where a job past MaxClaims goes", t.Claims)
+	case t.ClaimsTable != "" && n.Form != RowLock:
+		return n, fmt.Errorf("inbox: Table.ClaimsTable %q is for the row-lock form; under the %s form a crash already spends an attempt", t.ClaimsTable, n.Form)
+	case t.ClaimsTable != "" && t.MaxClaims <= 0:
+		return n, fmt.Errorf("inbox: Table.MaxClaims %d must be positive with Table.ClaimsTable %q", t.MaxClaims, t.ClaimsTable)
+	case t.ClaimsTable == "" && t.MaxClaims != 0:
+		return n, fmt.Errorf("inbox: Table.MaxClaims %d needs Table.ClaimsTable", t.MaxClaims)
+	case t.ClaimsTable != "" && t.DeadTable == "":
+		return n, fmt.Errorf("inbox: Table.ClaimsTable %q needs Table.DeadTable, where a job past MaxClaims goes", t.ClaimsTable)
 	case n.Form == Lease && t.NotBefore != "":
 		return n, fmt.Errorf("inbox: Table.NotBefore %q: the lease form delays jobs with its lease column %q", t.NotBefore, t.LockedUntil)
 	}
 	seen := map[string]string{}
-	for _, c := range []struct{ field, v string }{{"ID", n.ID}, {"Attempt", n.Attempt}, {"LockedUntil", n.LockedUntil}, {"NotBefore", n.NotBefore}, {"Claims", n.Claims}} {
+	for _, c := range []struct{ field, v string }{{"ID", n.ID}, {"Attempt", n.Attempt}, {"LockedUntil", n.LockedUntil}, {"NotBefore", n.NotBefore}} {
 		if c.v == "" {
 			continue
 		}
@@ -560,8 +577,11 @@ type Delivery struct {
 	q       *Queue
 	id      any
 	attempt int64
-	key     string
 	data    []any
+
+	// Advisory: the key value, the table's identity, and the two joined as
+	// the key set names the key in work.
+	key, ident, inProcess string
 
 	mu      sync.Mutex
 	expiry  time.Time // lease: the token's expiry as stored
@@ -608,8 +628,13 @@ func (d *Delivery) Scan(dest ...any) error {
 	return nil
 }
 
+// MaxClaim is the most jobs one [Queue.Claim] takes: a claim holds them all
+// until the caller has them, and a larger one would only lengthen the
+// statement and the time its rows stay locked.
+const MaxClaim = 1000
+
 // Claim claims up to max jobs and returns them; none claimable is an empty
-// result. On an error no job is handed over: jobs claimed before the error
+// result. A max outside 1 to [MaxClaim] is an error, before any I/O. On an error no job is handed over: jobs claimed before the error
 // are given back as by Release, and a context that ends during the call is
 // such an error. One case cannot be undone from here: a context that ends
 // after a lease or advisory claim committed but before its rows were read
@@ -618,8 +643,8 @@ func (d *Delivery) Scan(dest ...any) error {
 // until it settles, and Claim never takes the pool's last one: it returns
 // fewer jobs instead.
 func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
-	if max <= 0 {
-		return nil, fmt.Errorf("inbox: claim: max %d must be positive", max)
+	if max <= 0 || max > MaxClaim {
+		return nil, fmt.Errorf("inbox: claim: max %d must be from 1 to %d", max, MaxClaim)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("inbox: claim: %w", err)
@@ -768,9 +793,16 @@ func (o outcome) String() string {
 // the way (a cut connection) leaves it to be settled again where the form
 // allows.
 func (d *Delivery) settle(ctx context.Context, tx *sql.Tx, o outcome, after time.Duration) error {
-	d.stopKeeper()
+	d.pauseKeeper()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer func() {
+		// With a verdict the keeper's work is over; without one its
+		// deadline stays armed, the lease perhaps still ours.
+		if d.settled {
+			d.endKeeper()
+		}
+	}()
 	if d.settled {
 		return fmt.Errorf("inbox: %v: %w", o, d.finishedErr())
 	}
@@ -895,7 +927,9 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	var first error
 	for _, d := range held {
 		if q.names.Form == Lease {
-			d.stopKeeper()
+			// The job keeps its lease and may still settle: the keeper
+			// extends no more, and stops the handler by the lease's end.
+			d.pauseKeeper()
 			continue
 		}
 		if err := d.Release(ctx); err != nil && !errors.Is(err, ErrSettled) && first == nil {
@@ -960,7 +994,7 @@ type poolHolds struct {
 	db   *sql.DB
 	mu   sync.Mutex
 	n    int
-	keys map[string]struct{}
+	keys keySet
 }
 
 var (
@@ -973,7 +1007,7 @@ func holdsOf(db *sql.DB) *poolHolds {
 	defer holdsMu.Unlock()
 	h := holdsFor[db]
 	if h == nil {
-		h = &poolHolds{db: db, keys: map[string]struct{}{}}
+		h = &poolHolds{db: db}
 		holdsFor[db] = h
 	}
 	return h
@@ -1001,23 +1035,6 @@ func (h *poolHolds) reserve(want int) (int, error) {
 func (h *poolHolds) unreserve(n int) {
 	h.mu.Lock()
 	h.n -= n
-	h.mu.Unlock()
-}
-
-// takeKey marks key in work, reporting false when it already was.
-func (h *poolHolds) takeKey(key string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if _, busy := h.keys[key]; busy {
-		return false
-	}
-	h.keys[key] = struct{}{}
-	return true
-}
-
-func (h *poolHolds) dropKey(key string) {
-	h.mu.Lock()
-	delete(h.keys, key)
 	h.mu.Unlock()
 }
 

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -208,24 +209,32 @@ func (d *Delivery) settleLease(ctx context.Context, tx *sql.Tx, o outcome, after
 	return nil
 }
 
-// keeper extends one delivery's lease while its handler runs.
+// keeper extends one delivery's lease while its handler runs, and stops the
+// handler before anyone else may take the job.
 type keeper struct {
 	d      *Delivery
 	cancel context.CancelCauseFunc
-	stop   chan struct{}
-	done   chan struct{}
+	pause  chan struct{} // closed by pauseKeeper: extend no more
+	paused chan struct{} // closed by run once paused, no extension in flight
+	end    chan struct{} // closed by endKeeper: return
+	done   chan struct{} // closed when run returns
+
+	pauseOnce sync.Once
 }
 
 // Keep starts a keeper for the delivery and returns the context the handler
 // should run under. Under the lease form the keeper extends the lease every
 // half lease; it cancels the returned context with cause [ErrLeaseLost] when
-// an extension finds the lease gone, or when extensions keep failing until
+// an extension finds the lease gone, or when no extension has succeeded by
 // the last expiry it knows of, less [Config.KeepMargin], measured from when
 // that extension was sent: the holder stops before anyone else may start.
-// The stop function stops the keeper, waits for it, and cancels the
-// context, as a deferred call should once the handler returns; every
-// settlement stops the keeper too. Under the other forms nothing needs
-// extending and Keep starts no goroutine.
+// That deadline holds in every path where nobody extends the lease any more
+// and no verdict is known: extensions failing, [Queue.Shutdown], or a
+// settlement that failed without one (a cancelled context, a broken
+// connection). A settlement with a verdict ends the keeper. The stop
+// function ends the keeper, waits for it, and cancels the context, as a
+// deferred call should once the handler returns. Under the other forms
+// nothing needs extending and Keep starts no goroutine.
 func (d *Delivery) Keep(ctx context.Context) (context.Context, func()) {
 	kctx, cancel := context.WithCancelCause(ctx)
 	d.mu.Lock()
@@ -233,37 +242,50 @@ func (d *Delivery) Keep(ctx context.Context) (context.Context, func()) {
 		d.mu.Unlock()
 		return kctx, func() { cancel(context.Canceled) }
 	}
-	k := &keeper{d: d, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{})}
+	k := &keeper{d: d, cancel: cancel, pause: make(chan struct{}), paused: make(chan struct{}),
+		end: make(chan struct{}), done: make(chan struct{})}
 	d.keeper = k
 	sentAt := d.sentAt
 	d.mu.Unlock()
 	d.q.track(d)
 	go k.run(ctx, sentAt)
 	return kctx, func() {
-		d.stopKeeper()
+		d.pauseKeeper()
+		d.mu.Lock()
+		d.endKeeper()
+		d.mu.Unlock()
 		cancel(context.Canceled)
 	}
 }
 
-// pauseKeeper stops the delivery's extensions before a settlement and waits
-// for one in flight; the keeper's deadline stays armed until endKeeper.
-// It must be called without d.mu held.
-func (d *Delivery) pauseKeeper() { d.stopKeeper() }
-
-// endKeeper stops the keeper for good once a verdict is known. It may be
-// called with d.mu held.
-func (d *Delivery) endKeeper() {}
-
-// stopKeeper stops the delivery's keeper, if any, and waits for it.
-func (d *Delivery) stopKeeper() {
+// pauseKeeper stops the delivery's extensions, waiting for one in flight, so
+// that a settlement reads a token no extension will move; the keeper's
+// deadline stays armed until endKeeper. It must be called without d.mu held:
+// an extension in flight holds it.
+func (d *Delivery) pauseKeeper() {
 	d.mu.Lock()
 	k := d.keeper
-	d.keeper = nil
 	d.mu.Unlock()
 	if k == nil {
 		return
 	}
-	close(k.stop)
+	k.pauseOnce.Do(func() { close(k.pause) })
+	select {
+	case <-k.paused:
+	case <-k.done:
+	}
+}
+
+// endKeeper ends the delivery's keeper, once a verdict is known or its
+// handler has returned, and waits for it. d.mu must be held, and the keeper
+// paused first (a paused keeper never takes d.mu).
+func (d *Delivery) endKeeper() {
+	k := d.keeper
+	if k == nil {
+		return
+	}
+	d.keeper = nil
+	close(k.end)
 	<-k.done
 	d.q.untrack(d)
 }
@@ -282,61 +304,37 @@ func (k *keeper) run(ctx context.Context, sentAt time.Time) {
 	retry := q.lease / 10
 	next := sentAt.Add(half)
 	giveUp := sentAt.Add(q.lease - q.margin)
+	pause := k.pause
 	for {
 		now := q.monoNow()
 		if !now.Before(giveUp) {
 			k.cancel(ErrLeaseLost)
 			return
 		}
-		wake := next
-		if giveUp.Before(wake) {
-			wake = giveUp
+		wake := giveUp
+		if pause != nil && next.Before(wake) {
+			wake = next
 		}
 		select {
-		case <-k.stop:
+		case <-k.end:
 			return
 		case <-ctx.Done():
 			return
+		case <-pause:
+			// From here on only the deadline is armed.
+			pause = nil
+			close(k.paused)
+			continue
 		case <-k.wait(wake.Sub(now)):
 		}
-		if q.monoNow().Before(next) {
+		if pause == nil || q.monoNow().Before(next) {
 			continue
 		}
-		// The extension must not outlive the lease it defends: past giveUp
-		// another worker may hold the job.
-		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveUp.Sub(q.monoNow()))
-		type result struct {
-			err  error
-			sent time.Time
+		sent, answered, err := k.extend(ctx, giveUp)
+		if !answered {
+			k.cancel(ErrLeaseLost)
+			return
 		}
-		res := make(chan result, 1)
-		// The extension runs apart so that the handler is stopped at giveUp
-		// even when the driver ignores ectx: lib/pq waits for the server's
-		// answer, which a network partition withholds. It ends on its own
-		// once the driver returns.
-		go func() {
-			defer cancel()
-			k.d.mu.Lock()
-			defer k.d.mu.Unlock()
-			if k.d.settled {
-				res <- result{ErrSettled, k.d.sentAt}
-				return
-			}
-			err := k.d.extendLocked(ectx)
-			res <- result{err, k.d.sentAt}
-		}()
-		var r result
-		select {
-		case r = <-res:
-		case <-ectx.Done():
-			select {
-			case r = <-res:
-			default:
-				k.cancel(ErrLeaseLost)
-				return
-			}
-		}
-		err, sent := r.err, r.sent
 		switch {
 		case err == nil:
 			next, giveUp = sent.Add(half), sent.Add(q.lease-q.margin)
@@ -349,4 +347,52 @@ func (k *keeper) run(ctx context.Context, sentAt time.Time) {
 			next = q.monoNow().Add(retry)
 		}
 	}
+}
+
+// extend runs one extension and returns when the expiry was sent, whether an
+// answer came before giveUp, and the extension's error.
+func (k *keeper) extend(ctx context.Context, giveUp time.Time) (sent time.Time, answered bool, err error) {
+	q := k.d.q
+	// The extension must not outlive the lease it defends: past giveUp
+	// another worker may hold the job.
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveUp.Sub(q.monoNow()))
+	type result struct {
+		err  error
+		sent time.Time
+	}
+	res := make(chan result, 1)
+	// The extension runs apart so that the handler is stopped at giveUp
+	// even when the driver ignores ectx: lib/pq waits for the server's
+	// answer, which a network partition withholds. It ends on its own once
+	// the driver returns.
+	go func() {
+		defer cancel()
+		k.d.mu.Lock()
+		defer k.d.mu.Unlock()
+		if k.d.settled {
+			res <- result{ErrSettled, k.d.sentAt}
+			return
+		}
+		err := k.d.extendLocked(ectx)
+		res <- result{err, k.d.sentAt}
+	}()
+	select {
+	case r := <-res:
+		return r.sent, true, r.err
+	case <-ectx.Done():
+		select {
+		case r := <-res:
+			return r.sent, true, r.err
+		default:
+			return time.Time{}, false, nil
+		}
+	}
+}
+
+// stopKeeper pauses and ends the keeper; d.mu must not be held.
+func (d *Delivery) stopKeeper() {
+	d.pauseKeeper()
+	d.mu.Lock()
+	d.endKeeper()
+	d.mu.Unlock()
 }

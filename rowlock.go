@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -17,7 +16,7 @@ func (q *Queue) claimRowLock(ctx context.Context, max int) ([]*Delivery, error) 
 	}
 	ds := make([]*Delivery, 0, got)
 	defer func() { q.holds.unreserve(got - len(ds)) }()
-	now, err := q.claimNow(ctx, q.st.Claim, q.st.ClaimSelect, q.st.ClaimsCount)
+	now, err := q.claimNow(ctx, q.st.Claim, q.st.ClaimSelect)
 	if err != nil {
 		return ds, err
 	}
@@ -38,36 +37,27 @@ func (q *Queue) claimRowLock(ctx context.Context, max int) ([]*Delivery, error) 
 // is claimable.
 func (q *Queue) claimOneRowLock(ctx context.Context, now time.Time) (*Delivery, error) {
 	for {
-		var counted any
-		if q.st.ClaimsCount.SQL != "" {
-			// The counter is committed before the row is locked, outside the
-			// held transaction, so that a crash cannot roll it back.
-			var claims int64
-			var err error
-			if counted, claims, err = q.countClaim(ctx, now); err != nil || counted == nil {
-				return nil, err
-			}
-			if claims > int64(q.names.Raw.MaxClaims) {
-				if err := q.deadPoison(ctx, counted, now); err != nil {
-					return nil, err
-				}
-				continue
-			}
-		}
 		// The transaction outlives Claim's context: database/sql rolls a
 		// transaction back when the context it began with ends.
 		tx, err := q.db.BeginTx(context.WithoutCancel(ctx), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 		if err != nil {
 			return nil, err
 		}
-		d, err := q.claimInTx(ctx, tx, counted, now)
+		d, err := q.claimOne(ctx, tx, &values{limit: 1, now: now})
 		if err != nil || d == nil {
 			_ = tx.Rollback()
-			if err == nil && counted != nil {
-				// Another worker locked the counted row first: look again.
+			return nil, err
+		}
+		if q.st.ClaimsCount.SQL != "" {
+			poison, err := q.countClaim(ctx, tx, d)
+			if err != nil {
+				_ = tx.Rollback()
+				return nil, err
+			}
+			if poison {
+				// Moved to the dead table: look for another job.
 				continue
 			}
-			return nil, err
 		}
 		d.tx = tx
 		q.track(d)
@@ -75,46 +65,51 @@ func (q *Queue) claimOneRowLock(ctx context.Context, now time.Time) (*Delivery, 
 	}
 }
 
-// countClaim counts a claim of the first claimable row and commits it,
-// returning the row's id and its claims, or a nil id when none is claimable.
-func (q *Queue) countClaim(ctx context.Context, now time.Time) (any, int64, error) {
-	var id any
-	var claims int64
-	v := values{now: now}
-	if q.st.ClaimsMark.SQL == "" {
-		err := q.queryRow(ctx, q.db, q.st.ClaimsCount, &v).Scan(&id, &claims)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, 0, nil
-		}
-		return normID(id), claims, err
-	}
-	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+// countClaim counts the delivery d in the claims table, from a second
+// session while tx holds d's row, so that the count commits whatever becomes
+// of tx and no other worker can count the same delivery. Past MaxClaims the
+// job is moved to the dead table through tx, which is committed, and
+// countClaim reports true.
+func (q *Queue) countClaim(ctx context.Context, tx *sql.Tx, d *Delivery) (bool, error) {
+	v := values{id: d.id, attempt: d.attempt}
+	claims, err := q.addClaim(ctx, &v)
 	if err != nil {
-		return nil, 0, err
+		// The count may have committed: give it back, so that a failed
+		// claim never counts. Should that fail too, the count runs ahead
+		// by one for a claim that never delivered.
+		_, _ = q.exec(context.WithoutCancel(ctx), q.db, q.st.ClaimsGiveBack, &v)
+		return false, err
 	}
-	defer tx.Rollback()
-	err = q.queryRow(ctx, tx, q.st.ClaimsCount, &v).Scan(&id, &claims)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, 0, nil
+	if claims <= int64(q.names.Raw.MaxClaims) {
+		return false, nil
 	}
-	if err != nil {
-		return nil, 0, err
+	if _, err := q.moveDead(ctx, tx, &v); err != nil {
+		return false, err
 	}
-	v.id = normID(id)
-	if _, err := q.exec(ctx, tx, q.st.ClaimsMark, &v); err != nil {
-		return nil, 0, err
+	if _, err := q.exec(ctx, tx, q.st.ClaimsClear, &v); err != nil {
+		return false, err
 	}
-	return v.id, claims, tx.Commit()
+	return true, tx.Commit()
 }
 
-// claimInTx claims one row inside tx: the row id when id is not nil (a row
-// counted by ClaimsCount), else the first claimable one.
-func (q *Queue) claimInTx(ctx context.Context, tx *sql.Tx, id any, now time.Time) (*Delivery, error) {
-	return q.claimOne(ctx, tx, &values{id: id, limit: 1, now: now})
+// addClaim runs ClaimsCount (and ClaimsRead where the count does not return
+// rows) and returns the claims counted so far, this one included.
+func (q *Queue) addClaim(ctx context.Context, v *values) (int64, error) {
+	var claims int64
+	if q.st.ClaimsCount.Rows {
+		err := q.queryRow(ctx, q.db, q.st.ClaimsCount, v).Scan(&claims)
+		return claims, err
+	}
+	if _, err := q.exec(ctx, q.db, q.st.ClaimsCount, v); err != nil {
+		return 0, err
+	}
+	err := q.queryRow(ctx, q.db, q.st.ClaimsRead, v).Scan(&claims)
+	return claims, err
 }
 
 // claimOne claims one row through ex with Claim, or with ClaimSelect and
-// ClaimMark; nil when there is none, or when the mark found the row gone.
+// ClaimMark; nil when there is none, or when the mark found the row gone or
+// changed.
 func (q *Queue) claimOne(ctx context.Context, ex Executor, v *values) (*Delivery, error) {
 	s := q.st.Claim
 	if s.SQL == "" {
@@ -129,32 +124,13 @@ func (q *Queue) claimOne(ctx context.Context, ex Executor, v *values) (*Delivery
 		return nil, err
 	}
 	if q.st.Claim.SQL == "" {
-		mv := values{id: ds[0].id, attempt: ds[0].attempt}
+		mv := values{id: ds[0].id, attempt: ds[0].attempt, now: v.now}
 		n, err := q.exec(ctx, ex, q.st.ClaimMark, &mv)
 		if err != nil || n == 0 {
 			return nil, err
 		}
 	}
 	return ds[0], nil
-}
-
-// deadPoison moves a job past MaxClaims to the dead table, if no other
-// worker holds it now.
-func (q *Queue) deadPoison(ctx context.Context, id any, now time.Time) error {
-	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	d, err := q.claimInTx(ctx, tx, id, now)
-	if err != nil || d == nil {
-		return err
-	}
-	v := values{id: d.id, attempt: d.attempt}
-	if _, err := q.moveDead(ctx, tx, &v); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
 // settleRowLock ends the held transaction: commit for Ack, Retry and Dead,
@@ -182,20 +158,23 @@ func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Dura
 			}
 			_, err = q.exec(ctx, tx, q.st.Retry, &v)
 		}
-		if err == nil && q.st.ClaimsReset.SQL != "" {
-			_, err = q.exec(ctx, tx, q.st.ClaimsReset, &v)
-		}
 	case outDead:
 		_, err = q.moveDead(ctx, tx, &v)
 	case outRelease:
-		err = tx.Rollback()
-		if err == nil && q.st.Release.SQL != "" {
-			// Release is not a crash: take back the claim counted for it.
-			// The statement skips a row another worker locked meanwhile.
-			_, err = q.exec(ctx, q.db, q.st.Release, &v)
+		if q.st.ClaimsGiveBack.SQL != "" {
+			// Release is not a crash: its count is taken back while the
+			// row is still held, before anyone else can count it. Should
+			// that fail, the count runs ahead by one.
+			_, _ = q.exec(context.WithoutCancel(ctx), q.db, q.st.ClaimsGiveBack, &v)
 		}
+		err = tx.Rollback()
 		d.finishRowLock()
 		return err
+	}
+	if err == nil && q.st.ClaimsClear.SQL != "" {
+		// A settled delivery leaves no count behind: Ack and Dead remove
+		// the job, and a Retry is a verdict, so it starts the count anew.
+		_, err = q.exec(ctx, tx, q.st.ClaimsClear, &v)
 	}
 	if err != nil {
 		// Nothing of a failed settlement may commit: the statements before

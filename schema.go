@@ -25,15 +25,46 @@ type colWant struct {
 	kind        colKind
 }
 
+// tableRole is which of a description's tables a check reads.
+type tableRole int
+
+const (
+	queueTable tableRole = iota
+	deadTable
+	claimsTable
+)
+
+// checkedTable is one table a schema check reads: schema (empty when not
+// qualified), name, and its role.
+type checkedTable struct {
+	schema, name string
+	role         tableRole
+}
+
+// checkedTables lists the tables the description names.
+func checkedTables(n *Names) []checkedTable {
+	ts := []checkedTable{{n.Schema, n.TableName, queueTable}}
+	if n.Dead != "" {
+		ts = append(ts, checkedTable{n.DeadSchema, n.DeadName, deadTable})
+	}
+	if n.ClaimsTable != "" {
+		ts = append(ts, checkedTable{n.ClaimsSchema, n.ClaimsName, claimsTable})
+	}
+	return ts
+}
+
 // wantedColumns lists the columns the description names, unquoted; for the
-// dead table, the ones a move copies.
-func wantedColumns(n *Names, dead bool) []colWant {
+// dead table, the ones a move copies; for the claims table, id and claims.
+func wantedColumns(n *Names, role tableRole) []colWant {
 	r := n.Raw
 	def := func(v, d string) string {
 		if v == "" {
 			return d
 		}
 		return v
+	}
+	if role == claimsTable {
+		return []colWant{{"ID", def(r.ID, "id"), kindID}, {"ClaimsTable", "claims", kindInt}}
 	}
 	w := []colWant{{"ID", def(r.ID, "id"), kindID}, {"Attempt", def(r.Attempt, "attempt"), kindInt}}
 	data := r.Data
@@ -43,7 +74,7 @@ func wantedColumns(n *Names, dead bool) []colWant {
 	for i, c := range data {
 		w = append(w, colWant{"Data[" + strconv.Itoa(i) + "]", c, kindAny})
 	}
-	if dead {
+	if role == deadTable {
 		return w
 	}
 	if r.LockedUntil != "" {
@@ -54,9 +85,6 @@ func wantedColumns(n *Names, dead bool) []colWant {
 	}
 	if r.NotBefore != "" {
 		w = append(w, colWant{"NotBefore", r.NotBefore, kindTime})
-	}
-	if r.Claims != "" {
-		w = append(w, colWant{"Claims", r.Claims, kindInt})
 	}
 	return w
 }
@@ -159,18 +187,12 @@ func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string
 // description, reading each table's columns with query (schema, table).
 func checkTables(ctx context.Context, db *sql.DB, n *Names, query string, fits func(colKind, string) bool, timeType string, exactNames bool) ([]string, error) {
 	var problems []string
-	for _, tb := range []struct {
-		schema, name string
-		dead         bool
-	}{{n.Schema, n.TableName, false}, {n.DeadSchema, n.DeadName, true}} {
-		if tb.name == "" {
-			continue
-		}
+	for _, tb := range checkedTables(n) {
 		cols, err := readColumns(ctx, db, query, tb.schema, tb.name)
 		if err != nil {
 			return nil, err
 		}
-		problems = append(problems, compareColumns(tb.schema, tb.name, cols, wantedColumns(n, tb.dead), fits, timeType, exactNames)...)
+		problems = append(problems, compareColumns(tb.schema, tb.name, cols, wantedColumns(n, tb.role), fits, timeType, exactNames)...)
 	}
 	return problems, nil
 }

@@ -126,11 +126,7 @@ func (mysql) Statements(n *Names) (*Statements, error) {
 		}
 	case RowLock:
 		s := b()
-		if n.Claims != "" {
-			s.w("SELECT ", id, ", ", att, data, " FROM ", t, " WHERE ", id, " = ", s.p(ArgID), ready(s, " AND "), " FOR UPDATE SKIP LOCKED")
-		} else {
-			s.w("SELECT ", id, ", ", att, data, " FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT 1 FOR UPDATE SKIP LOCKED")
-		}
+		s.w("SELECT ", id, ", ", att, data, " FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT 1 FOR UPDATE SKIP LOCKED")
 		st.ClaimSelect = s.stmt(true)
 		// Counted inside the held transaction: a crash rolls it back.
 		s = b()
@@ -145,41 +141,39 @@ func (mysql) Statements(n *Names) (*Statements, error) {
 			s.w("UPDATE ", t, " SET ", n.NotBefore, " = ", s.p(ArgUntil), " WHERE ", tok(s))
 			st.Retry = s.stmt(false)
 		}
-		if n.Claims != "" {
-			// Without RETURNING the count is a locking SELECT, then its
-			// UPDATE, in a short transaction of their own.
+		if n.ClaimsTable != "" {
+			// The count is written by a second session while the claim's
+			// transaction holds the row, so only its holder counts it; no
+			// RETURNING, so it is read back after.
+			c := n.ClaimsTable
 			s = b()
-			s.w("SELECT ", id, ", ", n.Claims, " + 1 FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT 1 FOR UPDATE SKIP LOCKED")
-			st.ClaimsCount = s.stmt(true)
+			s.w("INSERT INTO ", c, " (", id, ", claims) VALUES (", s.p(ArgID), ", 1) ON DUPLICATE KEY UPDATE claims = claims + 1")
+			st.ClaimsCount = s.stmt(false)
 			s = b()
-			s.w("UPDATE ", t, " SET ", n.Claims, " = ", n.Claims, " + 1 WHERE ", id, " = ", s.p(ArgID))
-			st.ClaimsMark = s.stmt(false)
+			s.w("SELECT claims FROM ", c, " WHERE ", id, " = ", s.p(ArgID))
+			st.ClaimsRead = s.stmt(true)
 			s = b()
-			s.w("UPDATE ", t, " SET ", n.Claims, " = 0 WHERE ", id, " = ", s.p(ArgID))
-			st.ClaimsReset = s.stmt(false)
-			// Release hands back the claim it counted, unless another worker
-			// holds the row by now: waiting for it would stall the caller.
-			// The derived table lets the UPDATE read its own table, and its
-			// SKIP LOCKED finds no id (so nothing to lock) for a held row.
+			s.w("UPDATE ", c, " SET claims = claims - 1 WHERE ", id, " = ", s.p(ArgID), " AND claims > 0")
+			st.ClaimsGiveBack = s.stmt(false)
 			s = b()
-			s.w("UPDATE ", t, " SET ", n.Claims, " = ", n.Claims, " - 1 WHERE ", id, " = (SELECT ", id, " FROM (SELECT ", id,
-				" FROM ", t, " WHERE ", id, " = ", s.p(ArgID), " AND ", n.Claims, " > 0 FOR UPDATE SKIP LOCKED) AS held)")
-			st.Release = s.stmt(false)
+			s.w("DELETE FROM ", c, " WHERE ", id, " = ", s.p(ArgID))
+			st.ClaimsClear = s.stmt(false)
 		}
 		if n.Dead != "" {
 			st.DeadInsert, st.DeadDelete = deadMove(n, b, tok, false)
 		}
 	case Advisory:
+		st.Candidates, st.CandidatesAfter = candidates(n, b, ready)
+		// Under the lock: re-read the row, if it still has the attempt the
+		// candidate read saw, then count the attempt, which commits at once
+		// so that a crash spends it. The count checks attempt and
+		// not-before again: a caller's transaction that settled the row
+		// (RetryTx) may have committed between the two.
 		s := b()
-		s.w("SELECT ", id, ", ", n.Key, " FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT ", s.p(ArgLimit))
-		st.Candidates = s.stmt(true)
-		// Under the lock: re-read the row, then count the attempt, which
-		// commits at once so that a crash spends it.
-		s = b()
-		s.w("SELECT ", id, ", ", att, data, " FROM ", t, " WHERE ", id, " = ", s.p(ArgID), ready(s, " AND "))
+		s.w("SELECT ", id, ", ", att, data, " FROM ", t, " WHERE ", id, " = ", s.p(ArgID), " AND ", att, " = ", s.p(ArgDelivered), ready(s, " AND "))
 		st.ClaimSelect = s.stmt(true)
 		s = b()
-		s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1 WHERE ", id, " = ", s.p(ArgID), " AND ", att, " = ", s.p(ArgDelivered))
+		s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1 WHERE ", id, " = ", s.p(ArgID), " AND ", att, " = ", s.p(ArgDelivered), ready(s, " AND "))
 		st.ClaimMark = s.stmt(false)
 		tok := func(s *sqlBuilder) string {
 			return id + " = " + s.p(ArgID) + " AND " + att + " = " + s.p(ArgAttempt)
@@ -286,4 +280,17 @@ func (mysql) BatchStatements(n *Names, size int) (*BatchStatements, error) {
 // locks in different orders, so a victim now and then is expected.
 func (mysql) IsDeadlock(err error) bool {
 	return strings.Contains(err.Error(), "Error 1213")
+}
+
+// TableIdentity is the table's database and name as the server stores them
+// ([TableIdentifier]). GET_LOCK names are server-wide, so the database is
+// part of them, and "jobs" and "test.jobs" lock the same keys.
+func (mysql) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, error) {
+	var ident sql.NullString
+	err := db.QueryRowContext(ctx, "SELECT (SELECT CONCAT(table_schema, '.', table_name) FROM information_schema.tables "+
+		"WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?)", n.Schema, n.TableName).Scan(&ident)
+	if err == nil && !ident.Valid {
+		err = fmt.Errorf("no table %s", n.Table)
+	}
+	return ident.String, err
 }

@@ -147,22 +147,13 @@ func pgLike(n *Names, mark func(int) string, clock string, skipLocked bool) (*St
 		if n.Form == RowLock {
 			// The attempt is counted inside the held transaction, so a
 			// crash rolls it back with everything else.
-			var pick string
-			if n.Claims != "" {
-				pick = s.p(ArgID)
-			} else {
-				pick = "(SELECT " + id + " FROM " + t + ready(s, " WHERE ") + " ORDER BY " + id + " LIMIT 1" + lock + ")"
-			}
-			s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1 WHERE ", id, " = ", pick)
-			if n.Claims != "" {
-				// The row was counted outside; lock it now, or skip it if
-				// another worker was faster.
-				s.w(" AND ", id, " IN (SELECT ", id, " FROM ", t, " WHERE ", id, " = ", s.p(ArgID), ready(s, " AND "), lock, ")")
-			}
+			s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1 WHERE ", id, " = (SELECT ", id, " FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT 1", lock, ")")
 		} else {
 			// The lock was taken from Go; this re-reads the row under it and
-			// commits the attempt, so a crash spends it.
-			s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1 WHERE ", id, " = ", s.p(ArgID), ready(s, " AND "))
+			// commits the attempt, so a crash spends it. The attempt must
+			// still be the one the candidate read saw: a row settled and
+			// claimed again meanwhile is another delivery's.
+			s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1 WHERE ", id, " = ", s.p(ArgID), " AND ", att, " = ", s.p(ArgDelivered), ready(s, " AND "))
 		}
 		s.w(" RETURNING ", id, ", ", att, " - 1")
 		if len(data) > 0 {
@@ -192,24 +183,10 @@ func pgLike(n *Names, mark func(int) string, clock string, skipLocked bool) (*St
 			s.w("UPDATE ", t, " SET ", att, " = ", att, " - 1 WHERE ", tok(s))
 			st.Release = s.stmt(false)
 			s = b()
-			s.w("SELECT ", id, ", ", n.Key, " FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT ", s.p(ArgLimit))
-			st.Candidates = s.stmt(true)
+			st.Candidates, st.CandidatesAfter = candidates(n, b, ready)
 		}
-		if n.Claims != "" {
-			s = b()
-			s.w("UPDATE ", t, " SET ", n.Claims, " = ", n.Claims, " + 1 WHERE ", id,
-				" = (SELECT ", id, " FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT 1", lock, ")",
-				" RETURNING ", id, ", ", n.Claims)
-			st.ClaimsCount = s.stmt(true)
-			s = b()
-			s.w("UPDATE ", t, " SET ", n.Claims, " = 0 WHERE ", id, " = ", s.p(ArgID))
-			st.ClaimsReset = s.stmt(false)
-			// Release hands back the claim it counted, unless another worker
-			// holds the row by now: waiting for it would stall the caller.
-			s = b()
-			s.w("UPDATE ", t, " SET ", n.Claims, " = ", n.Claims, " - 1 WHERE ", id,
-				" = (SELECT ", id, " FROM ", t, " WHERE ", id, " = ", s.p(ArgID), " AND ", n.Claims, " > 0", lock, ")")
-			st.Release = s.stmt(false)
+		if n.ClaimsTable != "" {
+			st.ClaimsCount, st.ClaimsGiveBack, st.ClaimsClear = pgClaims(n, b)
 		}
 		if n.Dead != "" {
 			st.DeadInsert, st.DeadDelete = deadMove(n, b, tok, skipLocked)
@@ -217,6 +194,39 @@ func pgLike(n *Names, mark func(int) string, clock string, skipLocked bool) (*St
 	}
 	enqueue(st, n, b, true)
 	return st, nil
+}
+
+// pgClaims builds the claims counter's statements on the side table. The
+// count is an upsert committed on its own, by a second session while the
+// claim's transaction holds the row: only the holder of the row writes its
+// count, so no two workers ever count one delivery.
+func pgClaims(n *Names, b func() *sqlBuilder) (count, giveBack, clear Stmt) {
+	c, id := n.ClaimsTable, n.ID
+	s := b()
+	s.w("INSERT INTO ", c, " AS c (", id, ", claims) VALUES (", s.p(ArgID), ", 1)",
+		" ON CONFLICT (", id, ") DO UPDATE SET claims = c.claims + 1 RETURNING claims")
+	count = s.stmt(true)
+	s = b()
+	s.w("UPDATE ", c, " SET claims = claims - 1 WHERE ", id, " = ", s.p(ArgID), " AND claims > 0")
+	giveBack = s.stmt(false)
+	s = b()
+	s.w("DELETE FROM ", c, " WHERE ", id, " = ", s.p(ArgID))
+	clear = s.stmt(false)
+	return count, giveBack, clear
+}
+
+// candidates builds the advisory form's unlocked reads of claimable rows:
+// id, key and attempt, in id order, the first page and the pages after an
+// id. The attempt lets the claim refuse a row that changed since.
+func candidates(n *Names, b func() *sqlBuilder, ready func(*sqlBuilder, string) string) (first, after Stmt) {
+	t, id := n.Table, n.ID
+	s := b()
+	s.w("SELECT ", id, ", ", n.Key, ", ", n.Attempt, " FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT ", s.p(ArgLimit))
+	first = s.stmt(true)
+	s = b()
+	s.w("SELECT ", id, ", ", n.Key, ", ", n.Attempt, " FROM ", t, " WHERE ", id, " > ", s.p(ArgID), ready(s, " AND "), " ORDER BY ", id, " LIMIT ", s.p(ArgLimit))
+	after = s.stmt(true)
+	return first, after
 }
 
 // deadMove builds the move to the dead table: on Postgres one statement
@@ -373,4 +383,17 @@ func (postgres) IsDeadlock(err error) bool {
 		return st.SQLState() == "40P01"
 	}
 	return strings.Contains(err.Error(), "deadlock detected")
+}
+
+// TableIdentity is the table's schema and name as the server resolves the
+// description's name through the session's search_path ([TableIdentifier]),
+// so that "jobs" and "public.jobs" lock the same keys.
+func (postgres) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, error) {
+	var ident sql.NullString
+	err := db.QueryRowContext(ctx, "SELECT (SELECT ns.nspname || '.' || c.relname FROM pg_catalog.pg_class c "+
+		"JOIN pg_catalog.pg_namespace ns ON ns.oid = c.relnamespace WHERE c.oid = to_regclass($1))", n.Table).Scan(&ident)
+	if err == nil && !ident.Valid {
+		err = fmt.Errorf("no table %s", n.Table)
+	}
+	return ident.String, err
 }

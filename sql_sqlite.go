@@ -3,7 +3,9 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -61,7 +63,7 @@ func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, 
 	if versionBelow(version, 3, 35) {
 		problems = append(problems, fmt.Sprintf("SQLite %s is older than 3.35, which brought RETURNING", version))
 	}
-	check := func(schema, table string, want []colWant) error {
+	check := func(schema, table string, role tableRole) error {
 		q := "SELECT name, type FROM pragma_table_info(?)"
 		args := []any{table}
 		if schema != "" {
@@ -72,19 +74,54 @@ func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, 
 		if err != nil {
 			return err
 		}
-		problems = append(problems, compareColumns(schema, table, cols, want, sqliteKind, "TEXT", false)...)
+		problems = append(problems, compareColumns(schema, table, cols, wantedColumns(n, role), sqliteKind, "TEXT", false)...)
 		return nil
 	}
-	if err := check(n.Schema, n.TableName, wantedColumns(n, false)); err != nil {
-		return nil, err
-	}
-	if n.Dead != "" {
-		if err := check(n.DeadSchema, n.DeadName, wantedColumns(n, true)); err != nil {
+	for _, tb := range checkedTables(n) {
+		if err := check(tb.schema, tb.name, tb.role); err != nil {
 			return nil, err
 		}
 	}
+	reuse, err := sqliteReusesIDs(ctx, db, n)
+	if err != nil {
+		return nil, err
+	}
+	if reuse {
+		problems = append(problems, fmt.Sprintf("table %s: its id is INTEGER PRIMARY KEY without AUTOINCREMENT, so a new job takes the id of a deleted one (a stale holder's token could match it): declare it INTEGER PRIMARY KEY AUTOINCREMENT", n.Raw.Name))
+	}
 	return problems, nil
 }
+
+// sqliteReusesIDs reports whether the queue table's id is SQLite's rowid
+// without AUTOINCREMENT: SQLite then gives a new row the highest id in use
+// plus one, which is the id of the job deleted last when it was the highest.
+func sqliteReusesIDs(ctx context.Context, db *sql.DB, n *Names) (bool, error) {
+	schema := n.Schema
+	if schema == "" {
+		schema = "main"
+	}
+	var typ string
+	var pk int
+	id := n.Raw.ID
+	if id == "" {
+		id = "id"
+	}
+	err := db.QueryRowContext(ctx, "SELECT type, pk FROM pragma_table_info(?, ?) WHERE name = ? COLLATE NOCASE", n.TableName, schema, id).Scan(&typ, &pk)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil // reported as a missing column
+	}
+	if err != nil || pk != 1 || !strings.EqualFold(typ, "INTEGER") {
+		return false, err
+	}
+	var ddl string
+	q := "SELECT sql FROM " + quoteSQLiteSchema(schema) + ".sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"
+	if err := db.QueryRowContext(ctx, q, n.TableName).Scan(&ddl); err != nil {
+		return false, err
+	}
+	return !strings.Contains(strings.ToUpper(ddl), "AUTOINCREMENT"), nil
+}
+
+func quoteSQLiteSchema(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // sqliteKind tells whether a declared SQLite type fits a column kind.
 func sqliteKind(k colKind, declared string) bool {
@@ -108,4 +145,31 @@ func sqliteKind(k colKind, declared string) bool {
 // scan the table.
 func (sqlite) BatchStatements(n *Names, size int) (*BatchStatements, error) {
 	return pgLikeBatch(n, size, question, "", true)
+}
+
+// TableIdentity is the table's database file and its name in lower case, as
+// SQLite's names are ([TableIdentifier]): every pool of the process on one
+// file shares the keys in work, however the table is spelled ("jobs",
+// "main.jobs", "JOBS"). A database with no file (in memory) is its pool's
+// alone.
+func (sqlite) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, error) {
+	schema := n.Schema
+	if schema == "" {
+		schema = "main"
+	}
+	var file sql.NullString
+	err := db.QueryRowContext(ctx, "SELECT (SELECT file FROM pragma_database_list WHERE name = ?)", schema).Scan(&file)
+	if err != nil {
+		return "", err
+	}
+	if !file.Valid {
+		return "", fmt.Errorf("no attached database %q", schema)
+	}
+	path := file.String
+	if path == "" {
+		path = fmt.Sprintf("memory:%p", db)
+	} else if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	return path + "\x00" + strings.ToLower(n.TableName), nil
 }

@@ -131,7 +131,7 @@ func (e engine) createTable(ctx context.Context, db *sql.DB, table string) error
 	case "mysql":
 		create = "CREATE TABLE " + table + " (id bigint AUTO_INCREMENT PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, locked_until DATETIME(6) NULL, payload blob NOT NULL)"
 	default:
-		create = "CREATE TABLE " + table + " (id INTEGER PRIMARY KEY, attempt INTEGER NOT NULL DEFAULT 1, locked_until TEXT, payload BLOB NOT NULL)"
+		create = "CREATE TABLE " + table + " (id INTEGER PRIMARY KEY AUTOINCREMENT, attempt INTEGER NOT NULL DEFAULT 1, locked_until TEXT, payload BLOB NOT NULL)"
 	}
 	for _, s := range []string{"DROP TABLE IF EXISTS " + table, create} {
 		if _, err := db.ExecContext(ctx, s); err != nil {

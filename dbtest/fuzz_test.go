@@ -339,7 +339,7 @@ func fuzzXTypes(e Engine) map[string]string {
 		return map[string]string{"id": "bigint PRIMARY KEY", "attempt": "integer NOT NULL DEFAULT 1", "data": "blob",
 			"lease": "DATETIME(6) NULL", "key": "varchar(64) NOT NULL DEFAULT ''"}
 	}
-	return map[string]string{"id": "INTEGER PRIMARY KEY", "attempt": "INTEGER NOT NULL DEFAULT 1", "data": "BLOB",
+	return map[string]string{"id": "INTEGER PRIMARY KEY AUTOINCREMENT", "attempt": "INTEGER NOT NULL DEFAULT 1", "data": "BLOB",
 		"lease": "TEXT", "key": "TEXT NOT NULL DEFAULT ''"}
 }
 

@@ -14,14 +14,15 @@ var leaseTable = inbox.Table{
 }
 
 // rowLockTable: naming neither a lease column nor an advisory key selects the
-// row lock. NotBefore (optional) carries Retry delays; Claims and MaxClaims
-// (optional) move a job that keeps killing its process to the dead table.
+// row lock. NotBefore (optional) carries Retry delays; ClaimsTable and
+// MaxClaims (optional) move a job that keeps killing its process to the dead
+// table.
 var rowLockTable = inbox.Table{
-	Name:      "jobs",
-	NotBefore: "not_before",
-	Claims:    "claims",
-	MaxClaims: 5,
-	DeadTable: "jobs_dead",
+	Name:        "jobs",
+	NotBefore:   "not_before",
+	ClaimsTable: "jobs_claims",
+	MaxClaims:   5,
+	DeadTable:   "jobs_dead",
 }
 
 // advisoryTable: naming the key column selects the advisory lock; a key on

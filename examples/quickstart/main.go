@@ -25,7 +25,7 @@ import (
 // the README's SQLite lease schema.
 var schema = []string{
 	`CREATE TABLE IF NOT EXISTS report_jobs (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     attempt INTEGER NOT NULL DEFAULT 1,
     locked_until TEXT,
     payload BLOB NOT NULL

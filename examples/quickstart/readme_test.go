@@ -171,8 +171,14 @@ func TestReadmeSchemas(t *testing.T) {
 				sqlText = regexp.MustCompile(`\bjobs`).ReplaceAllString(sqlText, readmePrefix+"jobs")
 				tb.Name = readmePrefix + tb.Name
 				tb.DeadTable = readmePrefix + tb.DeadTable
+				if tb.ClaimsTable != "" {
+					tb.ClaimsTable = readmePrefix + tb.ClaimsTable
+				}
 				drop := func() {
-					for _, name := range []string{tb.Name, tb.DeadTable} {
+					for _, name := range []string{tb.Name, tb.DeadTable, tb.ClaimsTable} {
+						if name == "" {
+							continue
+						}
 						if _, err := db.Exec("DROP TABLE IF EXISTS " + name); err != nil {
 							t.Fatal(err)
 						}

@@ -36,7 +36,7 @@ import (
 
 // schema is the reference guide's table, exactly.
 const schema = `CREATE TABLE IF NOT EXISTS report_jobs (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     attempt INTEGER NOT NULL DEFAULT 1,
     locked_until TEXT,
     payload BLOB NOT NULL
