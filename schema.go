@@ -57,21 +57,11 @@ func checkedTables(n *Names) []checkedTable {
 // dead table, the ones a move copies; for the claims table, id and claims.
 func wantedColumns(n *Names, role tableRole) []colWant {
 	r := n.Raw
-	def := func(v, d string) string {
-		if v == "" {
-			return d
-		}
-		return v
-	}
 	if role == claimsTable {
-		return []colWant{{"ID", def(r.ID, "id"), kindID}, {"ClaimsTable", "claims", kindInt}}
+		return []colWant{{"ID", r.ID, kindID}, {"ClaimsTable", "claims", kindInt}}
 	}
-	w := []colWant{{"ID", def(r.ID, "id"), kindID}, {"Attempt", def(r.Attempt, "attempt"), kindInt}}
-	data := r.Data
-	if data == nil {
-		data = []string{"payload"}
-	}
-	for i, c := range data {
+	w := []colWant{{"ID", r.ID, kindID}, {"Attempt", r.Attempt, kindInt}}
+	for i, c := range r.Data {
 		w = append(w, colWant{"Data[" + strconv.Itoa(i) + "]", c, kindAny})
 	}
 	if role == deadTable {
@@ -80,7 +70,7 @@ func wantedColumns(n *Names, role tableRole) []colWant {
 	if r.LockedUntil != "" {
 		w = append(w, colWant{"LockedUntil", r.LockedUntil, kindTime})
 	}
-	if r.AdvisoryKey != "" && r.AdvisoryKey != def(r.ID, "id") {
+	if r.AdvisoryKey != "" && r.AdvisoryKey != r.ID {
 		w = append(w, colWant{"AdvisoryKey", r.AdvisoryKey, kindID})
 	}
 	if r.NotBefore != "" {
@@ -237,4 +227,33 @@ func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, e
 		problems = append(problems, p)
 	}
 	return problems, nil
+}
+
+// SchemaError lists every problem a schema check found.
+type SchemaError struct {
+	Table    string
+	Problems []string
+}
+
+func (e *SchemaError) Error() string {
+	return fmt.Sprintf("inbox: schema of %s: %s", e.Table, strings.Join(e.Problems, "; "))
+}
+
+// CheckSchema verifies the table against the description: the table and
+// every column exist with fitting types, the dead table too, and the server
+// supports the form. It reports every problem at once in a [*SchemaError].
+// It changes nothing.
+func (q *Queue) CheckSchema(ctx context.Context) error {
+	c, ok := q.dialect.(SchemaChecker)
+	if !ok {
+		return fmt.Errorf("inbox: check schema: dialect %s has no schema check", q.dialect.Name())
+	}
+	problems, err := c.CheckSchema(ctx, q.db, &q.names)
+	if err != nil {
+		return fmt.Errorf("inbox: check schema: %w", err)
+	}
+	if len(problems) > 0 {
+		return &SchemaError{Table: q.names.Raw.Name, Problems: problems}
+	}
+	return nil
 }

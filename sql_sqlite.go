@@ -102,11 +102,7 @@ func sqliteReusesIDs(ctx context.Context, db *sql.DB, n *Names) (bool, error) {
 	}
 	var typ string
 	var pk int
-	id := n.Raw.ID
-	if id == "" {
-		id = "id"
-	}
-	err := db.QueryRowContext(ctx, "SELECT type, pk FROM pragma_table_info(?, ?) WHERE name = ? COLLATE NOCASE", n.TableName, schema, id).Scan(&typ, &pk)
+	err := db.QueryRowContext(ctx, "SELECT type, pk FROM pragma_table_info(?, ?) WHERE name = ? COLLATE NOCASE", n.TableName, schema, n.Raw.ID).Scan(&typ, &pk)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil // reported as a missing column
 	}

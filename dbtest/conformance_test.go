@@ -68,7 +68,7 @@ func confTable(t *testing.T, e Engine, db *sql.DB, what string) string {
 	t.Helper()
 	table := confName(e, what)
 	e.CreateTable(t, db, table)
-	confDropAtEnd(t, e, db, table, table+"_dead")
+	confDropAtEnd(t, e, db, table, table+"_dead", table+"_claims")
 	return table
 }
 
@@ -229,10 +229,10 @@ func confSameDump(t testing.TB, what string, before, after []string) {
 	}
 }
 
-// confReset empties table and its dead table.
+// confReset empties table, its dead table and its claims table.
 func confReset(t testing.TB, db *sql.DB, table string) {
 	t.Helper()
-	for _, tb := range []string{table, table + "_dead"} {
+	for _, tb := range []string{table, table + "_dead", table + "_claims"} {
 		if _, err := db.Exec("DELETE FROM " + tb); err != nil {
 			t.Fatal(err)
 		}

@@ -44,6 +44,7 @@ type crashXChildConfig struct {
 	Batch   int           // load: most jobs per claim
 	Conns   int           // pool size
 	Keep    bool          // lease: run a keeper per delivery
+	Hold    int           // load: > 0 blocks the Hold-th delivery and every later one until killed
 }
 
 // crashXChildMain runs a worker role and returns the process's exit code.

@@ -156,17 +156,34 @@ func cutXLockHolder(t *testing.T, e Engine, admin *sql.DB, table, key string) st
 	t.Helper()
 	var holder sql.NullInt64
 	var err error
+	ident := lockIdent(t, e, admin, table)
 	if e.IsPostgres() {
-		k := uint64(inbox.PostgresLockKey(table, key))
+		k := uint64(inbox.PostgresLockKey(ident, key))
 		err = admin.QueryRow(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
 			AND classid = $1 AND objid = $2 AND objsubid = 1`, int64(k>>32), int64(k&0xffffffff)).Scan(&holder)
 	} else {
-		err = admin.QueryRow("SELECT IS_USED_LOCK(?)", inbox.MySQLLockName(table, key)).Scan(&holder)
+		err = admin.QueryRow("SELECT IS_USED_LOCK(?)", inbox.MySQLLockName(ident, key)).Scan(&holder)
 	}
 	if err != nil || !holder.Valid {
 		t.Fatalf("no session holds the lock of %s key %s: %v", table, key, err)
 	}
 	return strconv.FormatInt(holder.Int64, 10)
+}
+
+// lockIdent is the identity the advisory form names the locks of an
+// unqualified table by: schema and name on PostgreSQL, database and name on
+// MariaDB (see inbox.TableIdentifier).
+func lockIdent(t testing.TB, e Engine, db *sql.DB, table string) string {
+	t.Helper()
+	var schema string
+	q := "SELECT current_schema()"
+	if e.IsMySQL() {
+		q = "SELECT DATABASE()"
+	}
+	if err := db.QueryRow(q).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	return schema + "." + table
 }
 
 // TestCutAdvisory cuts the session holding an advisory lock: the job is

@@ -89,33 +89,37 @@ func (e Engine) OpenDSN(t testing.TB, dsn string, maxConns int) *sql.DB {
 	return db
 }
 
-// Schema returns the statements that (re)create a queue table named table
-// (and its dead table table_dead) for the engine: columns id, attempt,
-// payload, locked_until, k (an advisory key, text), not_before and claims.
+// Schema returns the statements that (re)create a queue table named table,
+// its dead table table_dead and the side table of the row-lock claims
+// counter table_claims for the engine. The queue table has the columns id,
+// attempt, payload, locked_until, k (an advisory key, text) and not_before;
+// its ids are never reused (SQLite: AUTOINCREMENT), so that no job takes the
+// id, and with it the token, of one deleted before it.
 func (e Engine) Schema(table string) []string {
-	dead := table + "_dead"
+	dead, claims := table+"_dead", table+"_claims"
+	drop := []string{"DROP TABLE IF EXISTS " + table, "DROP TABLE IF EXISTS " + dead, "DROP TABLE IF EXISTS " + claims}
 	switch {
 	case e.IsPostgres():
-		return []string{
-			"DROP TABLE IF EXISTS " + table, "DROP TABLE IF EXISTS " + dead,
-			"CREATE TABLE " + table + " (id bigserial PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, locked_until timestamptz, " +
-				"payload bytea NOT NULL, k text NOT NULL DEFAULT '', not_before timestamptz, claims integer NOT NULL DEFAULT 0)",
-			"CREATE TABLE " + dead + " (id bigint PRIMARY KEY, attempt integer NOT NULL, payload bytea NOT NULL)",
-		}
+		return append(drop,
+			"CREATE TABLE "+table+" (id bigserial PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, locked_until timestamptz, "+
+				"payload bytea NOT NULL, k text NOT NULL DEFAULT '', not_before timestamptz)",
+			"CREATE TABLE "+dead+" (id bigint PRIMARY KEY, attempt integer NOT NULL, payload bytea NOT NULL)",
+			"CREATE TABLE "+claims+" (id bigint PRIMARY KEY, claims integer NOT NULL)",
+		)
 	case e.IsMySQL():
-		return []string{
-			"DROP TABLE IF EXISTS " + table, "DROP TABLE IF EXISTS " + dead,
-			"CREATE TABLE " + table + " (id bigint AUTO_INCREMENT PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, locked_until DATETIME(6) NULL, " +
-				"payload blob NOT NULL, k varchar(64) NOT NULL DEFAULT '', not_before DATETIME(6) NULL, claims integer NOT NULL DEFAULT 0)",
-			"CREATE TABLE " + dead + " (id bigint PRIMARY KEY, attempt integer NOT NULL, payload blob NOT NULL)",
-		}
+		return append(drop,
+			"CREATE TABLE "+table+" (id bigint AUTO_INCREMENT PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, locked_until DATETIME(6) NULL, "+
+				"payload blob NOT NULL, k varchar(64) NOT NULL DEFAULT '', not_before DATETIME(6) NULL)",
+			"CREATE TABLE "+dead+" (id bigint PRIMARY KEY, attempt integer NOT NULL, payload blob NOT NULL)",
+			"CREATE TABLE "+claims+" (id bigint PRIMARY KEY, claims integer NOT NULL)",
+		)
 	default:
-		return []string{
-			"DROP TABLE IF EXISTS " + table, "DROP TABLE IF EXISTS " + dead,
-			"CREATE TABLE " + table + " (id INTEGER PRIMARY KEY, attempt INTEGER NOT NULL DEFAULT 1, locked_until TEXT, " +
-				"payload BLOB NOT NULL, k TEXT NOT NULL DEFAULT '', not_before TEXT, claims INTEGER NOT NULL DEFAULT 0)",
-			"CREATE TABLE " + dead + " (id INTEGER PRIMARY KEY, attempt INTEGER NOT NULL, payload BLOB NOT NULL)",
-		}
+		return append(drop,
+			"CREATE TABLE "+table+" (id INTEGER PRIMARY KEY AUTOINCREMENT, attempt INTEGER NOT NULL DEFAULT 1, locked_until TEXT, "+
+				"payload BLOB NOT NULL, k TEXT NOT NULL DEFAULT '', not_before TEXT)",
+			"CREATE TABLE "+dead+" (id INTEGER PRIMARY KEY, attempt INTEGER NOT NULL, payload BLOB NOT NULL)",
+			"CREATE TABLE "+claims+" (id INTEGER PRIMARY KEY, claims INTEGER NOT NULL)",
+		)
 	}
 }
 
@@ -130,7 +134,9 @@ func (e Engine) CreateTable(t testing.TB, db *sql.DB, table string) {
 }
 
 // Table describes table (made by CreateTable) in the given form: "lease",
-// "rowlock", "advisory" (key on id) or "advisory-k" (key on column k).
+// "rowlock", "rowlock-claims" (with the claims counter in table_claims and
+// MaxClaims [ClaimsLimit]), "advisory" (key on id) or "advisory-k" (key on
+// column k).
 func Table(table, form string) inbox.Table {
 	tb := inbox.Table{Name: table, DeadTable: table + "_dead"}
 	switch form {
@@ -138,6 +144,9 @@ func Table(table, form string) inbox.Table {
 		tb.LockedUntil = "locked_until"
 	case "rowlock":
 		tb.NotBefore = "not_before"
+	case "rowlock-claims":
+		tb.NotBefore = "not_before"
+		tb.ClaimsTable, tb.MaxClaims = table+"_claims", ClaimsLimit
 	case "advisory":
 		tb.AdvisoryKey = "id"
 		tb.NotBefore = "not_before"
@@ -149,6 +158,9 @@ func Table(table, form string) inbox.Table {
 	}
 	return tb
 }
+
+// ClaimsLimit is the MaxClaims of the "rowlock-claims" form.
+const ClaimsLimit = 3
 
 // Forms lists the forms an engine supports; SQLite has no row lock.
 func (e Engine) Forms() []string {

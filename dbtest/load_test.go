@@ -21,12 +21,21 @@ import (
 
 // The load tests drain a table with several worker processes (the test
 // binary re-executed, TestMain's INBOX_CHILD=load) of several goroutines
-// each, while the harness SIGKILLs a random worker every one to three seconds
-// and starts another. Every worker writes a ledger (internal/ledger); the
-// checker then proves from the ledgers and the table that no job was lost,
-// that every duplicate delivery was of a job in work in a killed process, and
-// that attempts followed the form's rule. The same run without kills must
-// show no duplicate at all.
+// each, while the harness SIGKILLs workers and starts others. Every worker
+// writes a ledger (internal/ledger); the checker then proves from the ledgers
+// and the table that no job was lost, that every duplicate delivery was of a
+// job in work in a killed process, and that attempts followed the form's
+// rule. The same run without kills must show no duplicate at all.
+//
+// The first kill does not depend on the clock: a run with kills starts with
+// one worker alone, told to hold (crashXChildConfig.Hold). It handles a few
+// jobs, then every handler it starts blocks with its job in work, and the
+// first to block says HOLDING on stdout; the harness kills the worker on that
+// line, starts the others, and checks from the ledgers that the kill found a
+// job in work. A fast machine would otherwise drain the table before a kill
+// on a timer was due (SQLite drains 20,000 jobs in under two seconds on two
+// cores). Further kills hit a random worker every one to three seconds while
+// jobs remain.
 //
 // Size: INBOX_LOAD_JOBS jobs per run (default 20,000). Drivers: by default one
 // per engine family and form, so that CI stays within budget while every
@@ -36,6 +45,15 @@ import (
 // without kills drains a quarter as many jobs: it checks that nothing is
 // ever delivered twice in the absence of crashes, which needs no bigger
 // size to fail, and the budget goes to the runs with kills.
+
+// loadXHoldAfter is how many deliveries the holding worker of a run with
+// kills handles in full before its handlers block.
+const loadXHoldAfter = 16
+
+// loadXHoldWait is how long the harness waits for the holding worker's
+// HOLDING line: generous, as a deadline for a failure, not a duration the
+// test expects.
+const loadXHoldWait = 2 * time.Minute
 
 // loadXDefaultJobs is the size of a run with kills unless INBOX_LOAD_JOBS
 // says otherwise.
@@ -81,6 +99,10 @@ func loadXShapeOf(e Engine, form string) loadXShape {
 // lock) write an effect row through the claim's transaction, and ack, until
 // stdin closes. A failed Ack ends the process with an error: no worker of
 // this load ever loses a job it holds, so that is a failure of the test.
+//
+// With cfg.Hold > 0 the handler of the Hold-th delivery, and of every later
+// one, blocks after its claim line (and effect row) until the process is
+// killed, holding its job; the first to block prints "HOLDING id attempt".
 func loadXChild(cfg crashXChildConfig) error {
 	db, q, e, err := crashXChildQueue(cfg)
 	if err != nil {
@@ -99,10 +121,12 @@ func loadXChild(cfg crashXChildConfig) error {
 		cancel()
 	}()
 	var (
-		wg       sync.WaitGroup
-		fatalMu  sync.Mutex
-		fatal    error
-		claimErr atomic.Int64
+		wg        sync.WaitGroup
+		fatalMu   sync.Mutex
+		fatal     error
+		claimErr  atomic.Int64
+		delivered atomic.Int64 // handlers started, for cfg.Hold
+		holding   sync.Once
 	)
 	fail := func(err error) {
 		fatalMu.Lock()
@@ -125,6 +149,11 @@ func loadXChild(cfg crashXChildConfig) error {
 			if _, err := tx.Exec(insert, id); err != nil {
 				return fmt.Errorf("job %d: writing its effect: %w", id, err)
 			}
+		}
+		if n := delivered.Add(1); cfg.Hold > 0 && n >= int64(cfg.Hold) {
+			holding.Do(func() { fmt.Printf("HOLDING %d %d\n", id, d.Attempt()) })
+			<-ctx.Done()
+			return fmt.Errorf("job %d: stdin closed while held for a kill", id)
 		}
 		if err := w.Write(ledger.OpAck, id, d.Attempt()); err != nil {
 			return err
@@ -298,17 +327,15 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 	ledgers := t.TempDir()
 	var procs []ledger.Proc
 	live := map[*crashXProc]int{} // → index in procs
-	startProc := func() {
+	startProc := func(hold int) *crashXProc {
 		name := fmt.Sprintf("w%d", len(procs)+1)
 		path := filepath.Join(ledgers, name+".ledger")
 		p := crashXStart(t, name, "load", crashXChildConfig{Engine: e.Name, DSN: dsn, Table: table, Form: form,
 			Lease: crashXLease, Effects: effects, Ledger: path, Workers: shape.workers, Batch: shape.batch,
-			Conns: shape.workers*shape.batch + 1, Keep: form == "lease"})
+			Conns: shape.workers*shape.batch + 1, Keep: form == "lease", Hold: hold})
 		live[p] = len(procs)
 		procs = append(procs, ledger.Proc{Name: name, Path: path})
-	}
-	for range shape.procs {
-		startProc()
+		return p
 	}
 	var claimErrors int
 	countClaimErrors := func(p *crashXProc) {
@@ -319,11 +346,32 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 			}
 		}
 	}
+	kills := 0
+	killProc := func(p *crashXProc) {
+		p.Kill()
+		procs[live[p]].Killed = true
+		countClaimErrors(p)
+		delete(live, p)
+		kills++
+	}
+	if kill {
+		// The holder runs alone, so that no other worker drains the jobs
+		// it is to hold (and, on SQLite's advisory form, because one
+		// process serves a file at a time); it is killed before the
+		// others start.
+		p := startProc(int(min(loadXHoldAfter+1, jobs)))
+		if l := p.Line(t, loadXHoldWait); !strings.HasPrefix(l, "HOLDING ") {
+			t.Fatalf("%s said %q, want HOLDING id attempt; stderr:\n%s", p.name, l, p.stderr)
+		}
+		killProc(p)
+	}
+	for len(live) < shape.procs {
+		startProc(0)
+	}
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	nextKill := func() time.Time { return time.Now().Add(time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))) }
 	killAt := nextKill()
-	kills := 0
 	deadline := time.Now().Add(15 * time.Minute)
 	lastLeft, lastProgress := jobs+1, time.Now()
 	for {
@@ -353,13 +401,8 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 			for p := range live {
 				victims = append(victims, p)
 			}
-			p := victims[rng.IntN(len(victims))]
-			p.Kill()
-			procs[live[p]].Killed = true
-			countClaimErrors(p)
-			delete(live, p)
-			kills++
-			startProc()
+			killProc(victims[rng.IntN(len(victims))])
+			startProc(0)
 			killAt = nextKill()
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -381,8 +424,8 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 		t.Fatal(err)
 	}
 	res := loadXResult{report: r, kills: kills, procs: len(procs), claimErrors: claimErrors, wall: wall}
-	t.Logf("FIGURE: load %s %s kills=%v: jobs=%d procs=%d(x%d goroutines, claim %d) kills=%d lost=%d duplicates=%d unrecorded_acks=%d attempt_gaps=%d max_attempt=%d ack_failures=%d claim_errors=%d wall=%v",
-		e.Name, form, kill, jobs, res.procs, shape.workers, shape.batch, kills, r.Lost, r.Duplicates, r.UnrecordedAcks, r.AttemptGaps, r.MaxAttempt, r.AckFails, claimErrors, wall.Round(time.Second))
+	t.Logf("FIGURE: load %s %s kills=%v: jobs=%d procs=%d(x%d goroutines, claim %d) kills=%d killed_in_work=%d lost=%d duplicates=%d unrecorded_acks=%d attempt_gaps=%d max_attempt=%d ack_failures=%d claim_errors=%d wall=%v",
+		e.Name, form, kill, jobs, res.procs, shape.workers, shape.batch, kills, r.KilledInWork, r.Lost, r.Duplicates, r.UnrecordedAcks, r.AttemptGaps, r.MaxAttempt, r.AckFails, claimErrors, wall.Round(time.Second))
 	for _, v := range r.Violations {
 		t.Error(v)
 	}
@@ -400,6 +443,9 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 		}
 		if kills == 0 {
 			t.Error("no process was killed")
+		}
+		if r.KilledInWork == 0 {
+			t.Error("no kill found a job in work: the holding worker was killed with none")
 		}
 	} else if r.Duplicates != 0 || r.AttemptGaps != 0 || r.UnrecordedAcks != 0 || r.MaxAttempt != 1 {
 		t.Errorf("without kills: %d duplicates, %d attempt gaps, %d unrecorded acks, highest attempt %d; want 0, 0, 0, 1",

@@ -27,6 +27,10 @@ import (
 // cut and partition tests registered. Each check runs only when the tests
 // passed, so that a failure is not buried under its aftermath.
 //
+// Without a database's variable, its suites skip (Engine.DSN); TestMain then
+// says so where a person running the README's test command will see it
+// (skipNotice).
+//
 // With INBOX_CHILD set the binary is not a test run but a worker process of
 // the crash and load tests (crash_test.go, load_test.go): the tests re-execute
 // it with the role in INBOX_CHILD and its configuration in
@@ -36,6 +40,7 @@ func TestMain(m *testing.M) {
 		os.Exit(crashXChildMain(role))
 	}
 	code := m.Run()
+	skipNotice()
 	if code == 0 {
 		if problems := crashXSuiteHygiene(context.Background()); len(problems) > 0 {
 			fmt.Fprintf(os.Stderr, "hygiene: the suite left behind:\n  %s\n", strings.Join(problems, "\n  "))
@@ -53,6 +58,46 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// skipNotice tells a person that the database suites skipped, in one line,
+// unless INBOX_REQUIRE_DBS=1 (then a missing database failed the tests
+// instead) or -v (then every skip is in the output already).
+//
+// The line goes to the controlling terminal, /dev/tty, when there is one:
+// `go test` with several packages (the README's command) shows nothing a
+// passing package printed, on stdout or stderr, so a skip said there, or by
+// t.Skip, would go unseen. Without a terminal (CI, a pipe without one) the
+// line goes to stderr, where `go test` shows it for a failing package or in
+// a run of the current directory. A result `go test` took from its cache runs
+// no binary and says nothing: -count=1 runs the suites again.
+//
+// Rejected: printing from a test (swallowed like the rest) and failing the
+// package (a newcomer without databases must see the command pass).
+func skipNotice() {
+	if os.Getenv("INBOX_REQUIRE_DBS") == "1" || testing.Verbose() {
+		return
+	}
+	var skipped []string
+	for _, v := range []struct{ env, suites string }{
+		{"INBOX_POSTGRES_DSN", "PostgreSQL (pq, pgx)"},
+		{"INBOX_MYSQL_DSN", "MariaDB/MySQL (mysql)"},
+	} {
+		if os.Getenv(v.env) == "" {
+			skipped = append(skipped, v.env+" is not set: skipped the "+v.suites+" tests")
+		}
+	}
+	if len(skipped) == 0 {
+		return
+	}
+	line := "dbtest: " + strings.Join(skipped, "; ") +
+		". Set the variables to run them (see the README); INBOX_REQUIRE_DBS=1 makes a missing one fail.\n"
+	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+		_, _ = tty.WriteString(line)
+		_ = tty.Close()
+		return
+	}
+	_, _ = os.Stderr.WriteString(line)
 }
 
 // crashXRegistry holds the tables the end of the suite checks: the row-lock

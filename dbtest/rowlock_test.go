@@ -2,6 +2,7 @@ package dbtest
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -238,9 +239,26 @@ func TestSQLiteRefusesRowLock(t *testing.T) {
 	})
 }
 
+// confClaimsOf returns the claims counted for job id in table's claims
+// table, 0 when it has no row.
+func confClaimsOf(t testing.TB, e Engine, db *sql.DB, table string, id any) int {
+	t.Helper()
+	var n int
+	err := db.QueryRow(confQuery(e, "SELECT claims FROM "+table+"_claims WHERE id = ?"), id).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestRowLockPoisonPill: a job whose handler keeps killing its process comes
-// back with the same attempt (a crash spends none), and after MaxClaims such
-// crashes the next claim moves it to the dead table instead of delivering it.
+// back with the same attempt (a crash spends none); a settled delivery
+// (Retry, Release) counts for nothing, and only once more than MaxClaims
+// deliveries ended without a settlement does the next claim move the job to
+// the dead table instead of delivering it.
 func TestRowLockPoisonPill(t *testing.T) {
 	confEach(t, rowlockOnly, func(t *testing.T, e Engine, form string) {
 		const maxClaims = 2
@@ -248,17 +266,10 @@ func TestRowLockPoisonPill(t *testing.T) {
 		db := e.OpenDSN(t, dsn, 4)
 		table := confTable(t, e, db, "poison")
 		tb := Table(table, form)
-		tb.Claims, tb.MaxClaims = "claims", maxClaims
+		tb.ClaimsTable, tb.MaxClaims = table+"_claims", maxClaims
 		q := confNew(t, db, confConfig(e, tb, nil))
 		ctx := context.Background()
-		claimsOf := func(id any) int {
-			t.Helper()
-			var n int
-			if err := db.QueryRow(confQuery(e, "SELECT claims FROM "+table+" WHERE id = ?"), id).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
+		claimsOf := func(id any) int { t.Helper(); return confClaimsOf(t, e, db, table, id) }
 
 		// A Release or a Retry is no crash: it gives the count back.
 		other := confEnqueue(t, q, db, "retried")
@@ -279,16 +290,23 @@ func TestRowLockPoisonPill(t *testing.T) {
 			t.Fatalf("after Release: claims %d, want 0", c)
 		}
 
-		for crash := 1; crash <= maxClaims; crash++ {
+		for crash := 1; crash <= maxClaims+1; crash++ {
 			// Each crash is a process of its own whose transaction ends
 			// without a settlement.
 			pdb := e.OpenDSN(t, dsn, 3)
 			pq := confNew(t, pdb, confConfig(e, tb, nil))
-			d := confClaimOne(t, pq)
-			if d.ID() != id || d.Attempt() != 1 {
+			ds, err := pq.Claim(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ds) != 1 {
+				t.Fatalf("crash %d: the claim after %d unsettled deliveries (MaxClaims %d) delivered nothing (dead table: %q)",
+					crash, crash-1, maxClaims, confDump(t, db, table+"_dead"))
+			}
+			if d := ds[0]; d.ID() != id || d.Attempt() != 1 {
 				t.Fatalf("crash %d: delivered %v attempt %d, want %v attempt 1", crash, d.ID(), d.Attempt(), id)
 			}
-			if err := d.Tx().Rollback(); err != nil {
+			if err := ds[0].Tx().Rollback(); err != nil {
 				t.Fatal(err)
 			}
 			if err := pdb.Close(); err != nil {
@@ -296,6 +314,16 @@ func TestRowLockPoisonPill(t *testing.T) {
 			}
 			if c, a := claimsOf(id), confAttempt(t, e, db, table, id); c != crash || a != 1 {
 				t.Fatalf("after crash %d: claims %d attempt %d, want %d and 1", crash, c, a, crash)
+			}
+			if crash == 1 {
+				// A settled delivery between crashes adds nothing.
+				d := confClaimOne(t, q)
+				if err := d.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if c := claimsOf(id); c != crash {
+					t.Fatalf("a released delivery after crash %d: claims %d, want %d", crash, c, crash)
+				}
 			}
 		}
 		confClaimNone(t, q, "a job past MaxClaims")
@@ -305,6 +333,9 @@ func TestRowLockPoisonPill(t *testing.T) {
 		dead := confDump(t, db, table+"_dead")
 		if len(dead) != 1 || !strings.HasPrefix(dead[0], "id=") || !strings.Contains(dead[0], "attempt=1 ") || !strings.Contains(dead[0], `"poison"`) {
 			t.Fatalf("dead table %q, want the job with attempt 1", dead)
+		}
+		if c := claimsOf(id); c != 0 {
+			t.Fatalf("the dead job still counts %d claims", c)
 		}
 		confIdle(t, db, q)
 	})

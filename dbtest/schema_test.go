@@ -100,13 +100,32 @@ func TestSchemaCheck(t *testing.T) {
 				t.Errorf("%s: a correct table: %v", form, err)
 			}
 		}
-		claims := Table(table, "lease")
 		if !e.IsSQLite() {
-			claims = Table(table, "rowlock")
-			claims.Claims, claims.MaxClaims = "claims", 3
-		}
-		if err := confCheck(t, e, db, confNew(t, db, confConfig(e, claims, nil)), table, table+"_dead"); err != nil {
-			t.Errorf("a correct table with a claims counter: %v", err)
+			claims := Table(table, "rowlock-claims")
+			if err := confCheck(t, e, db, confNew(t, db, confConfig(e, claims, nil)), table, table+"_dead", table+"_claims"); err != nil {
+				t.Errorf("a correct table with a claims counter: %v", err)
+			}
+			// The side table is checked: missing, and with a claims column
+			// of a text type.
+			noClaims := confName(e, "schema_noclaims")
+			confExec(t, e, db, "DROP TABLE IF EXISTS "+noClaims)
+			claims.ClaimsTable = noClaims
+			ps := confProblems(t, confCheck(t, e, db, confNew(t, db, confConfig(e, claims, nil)), table, noClaims))
+			confHas(t, ps, noClaims, "does not exist")
+			badClaims := confName(e, "schema_badclaims")
+			textType := "text"
+			if e.IsMySQL() {
+				textType = "varchar(10)"
+			}
+			confExec(t, e, db, "DROP TABLE IF EXISTS "+badClaims)
+			confExec(t, e, db, "CREATE TABLE "+badClaims+" (id bigint PRIMARY KEY, claims "+textType+" NOT NULL)")
+			confDropAtEnd(t, e, db, badClaims)
+			claims.ClaimsTable = badClaims
+			ps = confProblems(t, confCheck(t, e, db, confNew(t, db, confConfig(e, claims, nil)), table, badClaims))
+			if len(ps) != 1 {
+				t.Errorf("%d problems, want 1:\n%s", len(ps), strings.Join(ps, "\n"))
+			}
+			confHas(t, ps, badClaims, "claims", textType)
 		}
 
 		missing := confName(e, "schema_missing")
@@ -125,7 +144,13 @@ func TestSchemaCheck(t *testing.T) {
 			attemptType = "varchar(10)"
 		}
 		confExec(t, e, db, "DROP TABLE IF EXISTS "+bad)
-		confExec(t, e, db, "CREATE TABLE "+bad+" (id integer PRIMARY KEY, attempt "+attemptType+" NOT NULL, payload "+map[bool]string{true: "bytea", false: "blob"}[e.IsPostgres()]+")")
+		// SQLite's id is AUTOINCREMENT, as the check asks (the ids
+		// subtest of TestConcIDsNeverReused shows why).
+		idDecl := "id integer PRIMARY KEY"
+		if e.IsSQLite() {
+			idDecl += " AUTOINCREMENT"
+		}
+		confExec(t, e, db, "CREATE TABLE "+bad+" ("+idDecl+", attempt "+attemptType+" NOT NULL, payload "+map[bool]string{true: "bytea", false: "blob"}[e.IsPostgres()]+")")
 		confDropAtEnd(t, e, db, bad)
 		btb := Table(bad, "lease")
 		btb.DeadTable = ""
@@ -150,7 +175,7 @@ func TestSchemaCheck(t *testing.T) {
 			timeType, want = "DATETIME", "DATETIME"
 		}
 		confExec(t, e, db, "DROP TABLE IF EXISTS "+wrong)
-		confExec(t, e, db, "CREATE TABLE "+wrong+" (id integer PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, locked_until "+timeType+", payload "+map[bool]string{true: "bytea", false: "blob"}[e.IsPostgres()]+")")
+		confExec(t, e, db, "CREATE TABLE "+wrong+" ("+idDecl+", attempt integer NOT NULL DEFAULT 1, locked_until "+timeType+", payload "+map[bool]string{true: "bytea", false: "blob"}[e.IsPostgres()]+")")
 		confDropAtEnd(t, e, db, wrong)
 		wtb := Table(wrong, "lease")
 		wtb.DeadTable = ""

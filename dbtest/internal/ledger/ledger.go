@@ -97,6 +97,10 @@ type Report struct {
 	MaxAttempt int
 	// AckFails counts ackfail lines.
 	AckFails int
+	// KilledInWork counts deliveries in work when their process was
+	// killed: claimed and not settled by the end of a killed process's
+	// ledger. A kill that lands mid-handler makes it positive.
+	KilledInWork int
 	// Violations lists every broken rule, one sentence each.
 	Violations []string
 }
@@ -189,6 +193,9 @@ func Check(procs []Proc, jobs int64, rule Rule) (Report, error) {
 		}
 		if err := sc.Err(); err != nil {
 			return r, err
+		}
+		if p.Killed {
+			r.KilledInWork += len(open)
 		}
 	}
 	for id := int64(1); id <= jobs; id++ {

@@ -72,7 +72,14 @@ func TestCheck(t *testing.T) {
 				return []Proc{write(t, "a", "claim 1 1\n", true), write(t, "b", "claim 1 2\nack 1 2\nacked 1 2\n", false)}
 			},
 			check: func(t *testing.T, r Report) {
-				if r.Duplicates != 1 || r.AttemptGaps != 0 {
+				if r.Duplicates != 1 || r.AttemptGaps != 0 || r.KilledInWork != 1 {
+					t.Errorf("report %+v", r)
+				}
+			}},
+		{name: "killed between deliveries", rule: SpendAttempt, jobs: 2,
+			procs: func(t *testing.T) []Proc { return []Proc{write(t, "a", clean, true)} },
+			check: func(t *testing.T, r Report) {
+				if r.KilledInWork != 0 || r.Acked != 2 {
 					t.Errorf("report %+v", r)
 				}
 			}},

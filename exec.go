@@ -1,0 +1,200 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// normID turns an id as a driver returned it into an int64 or a string.
+func normID(v any) any {
+	switch x := v.(type) {
+	case []byte:
+		return string(x)
+	case int32:
+		return int64(x)
+	case int:
+		return int64(x)
+	case uint64:
+		return int64(x)
+	}
+	return v
+}
+
+// values are what a statement's parameters are filled from.
+type values struct {
+	id         any
+	attempt    int64 // delivered
+	expiry     time.Time
+	now, until time.Time
+	micros     int64
+	limit      int
+	notBefore  time.Time
+	data       []any
+	ids        []any // several rows' ids, for a statement taking ArgID more than once
+}
+
+func (q *Queue) args(s Stmt, v *values) []any {
+	out := make([]any, len(s.Args))
+	nextID := 0
+	for i, a := range s.Args {
+		switch a {
+		case ArgID:
+			out[i] = v.id
+			if len(v.ids) > 0 {
+				out[i] = v.ids[min(nextID, len(v.ids)-1)]
+				nextID++
+			}
+		case ArgAttempt:
+			out[i] = v.attempt + 1
+		case ArgDelivered:
+			out[i] = v.attempt
+		case ArgExpiry:
+			out[i] = q.dialect.TimeArg(v.expiry)
+		case ArgNow:
+			out[i] = q.dialect.TimeArg(v.now)
+		case ArgUntil:
+			out[i] = q.dialect.TimeArg(v.until)
+		case ArgMicros:
+			out[i] = v.micros
+		case ArgLimit:
+			out[i] = v.limit
+		case ArgNotBefore:
+			out[i] = q.dialect.TimeArg(micro(v.notBefore))
+		default:
+			out[i] = v.data[a-ArgData]
+		}
+	}
+	return out
+}
+
+// micro is t in UTC truncated to the columns' precision, a microsecond, as
+// every time becomes before it is written or compared.
+func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// clockNeeded reports whether any of the statements takes a time computed
+// from now.
+func clockNeeded(ss ...Stmt) bool {
+	for _, s := range ss {
+		if s.has(ArgNow) || s.has(ArgUntil) {
+			return true
+		}
+	}
+	return false
+}
+
+// readNow returns now for statements that take it: the caller's clock, the
+// engine's read with Statements.Now through ex, or (SQLite) time.Now.
+func (q *Queue) readNow(ctx context.Context, ex Executor) (time.Time, error) {
+	if q.now != nil {
+		return micro(q.now()), nil
+	}
+	if q.st.Now.SQL == "" {
+		return micro(time.Now()), nil
+	}
+	var raw any
+	if err := q.queryRow(ctx, ex, q.st.Now, &values{}).Scan(&raw); err != nil {
+		return time.Time{}, err
+	}
+	t, err := q.dialect.ScanTime(raw)
+	return micro(t), err
+}
+
+// claimNow returns now for a claim whose statements ss compare with the
+// caller's clock (ArgNow), read once per claim; zero when none does, as
+// under the engine's clock, where they read it in place.
+func (q *Queue) claimNow(ctx context.Context, ss ...Stmt) (time.Time, error) {
+	if !clockNeeded(ss...) {
+		return time.Time{}, nil
+	}
+	return q.readNow(ctx, q.db)
+}
+
+// monoNow is the clock keepers measure with: the caller's, or time.Now with
+// its monotonic reading.
+func (q *Queue) monoNow() time.Time {
+	if q.now != nil {
+		return q.now()
+	}
+	return time.Now()
+}
+
+// exec runs s with v through ex and returns the rows it affected.
+// A statement outside a transaction that the server chose as a deadlock's
+// victim changed nothing and is sent again, up to deadlockRetries times:
+// settlements are compare-and-set, so a second try is safe. Inside a
+// transaction the whole transaction is gone, and the error is returned.
+func (q *Queue) exec(ctx context.Context, ex Executor, s Stmt, v *values) (int64, error) {
+	for try := 0; ; try++ {
+		res, err := q.run(ctx, ex, s, v)
+		if err != nil {
+			if _, inTx := ex.(*sql.Tx); !inTx && try < deadlockRetries && q.deadlock(err) {
+				continue
+			}
+			return 0, err
+		}
+		return res.RowsAffected()
+	}
+}
+
+const deadlockRetries = 10
+
+// DeadlockDetector is implemented by a [Dialect] that can tell a deadlock
+// victim's error from others; the queue then retries single statements that
+// lost one.
+type DeadlockDetector interface {
+	IsDeadlock(err error) bool
+}
+
+func (q *Queue) deadlock(err error) bool {
+	d, ok := q.dialect.(DeadlockDetector)
+	return ok && d.IsDeadlock(err)
+}
+
+// run, query and queryRow are the only places statements are sent: one place
+// to observe, and to change how they are sent.
+func (q *Queue) run(ctx context.Context, ex Executor, s Stmt, v *values) (sql.Result, error) {
+	return ex.ExecContext(ctx, s.SQL, q.args(s, v)...)
+}
+
+func (q *Queue) query(ctx context.Context, ex Executor, s Stmt, v *values) (*sql.Rows, error) {
+	return ex.QueryContext(ctx, s.SQL, q.args(s, v)...)
+}
+
+func (q *Queue) queryRow(ctx context.Context, ex Executor, s Stmt, v *values) *sql.Row {
+	return ex.QueryRowContext(ctx, s.SQL, q.args(s, v)...)
+}
+
+// moveDead copies the row into the dead table and deletes it, in one
+// transaction: ex's own when ex is a transaction already, else a new one
+// begun on beginner. It returns the rows moved.
+func (q *Queue) moveDead(ctx context.Context, ex Executor, v *values) (int64, error) {
+	n, err := q.exec(ctx, ex, q.st.DeadInsert, v)
+	if err != nil || n == 0 || q.st.DeadDelete.SQL == "" {
+		return n, err
+	}
+	m, err := q.exec(ctx, ex, q.st.DeadDelete, v)
+	if err == nil && m != n {
+		err = fmt.Errorf("moved %d rows to the dead table but deleted %d", n, m)
+	}
+	return n, err
+}
+
+// inTx runs f in a new transaction on db or conn (whichever is not nil),
+// committing when f succeeds with more than zero rows and rolling back
+// otherwise.
+func inTx(ctx context.Context, b interface {
+	BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+}, f func(tx *sql.Tx) (int64, error)) (int64, error) {
+	tx, err := b.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	n, err := f(tx)
+	if err != nil || n == 0 {
+		_ = tx.Rollback()
+		return n, err
+	}
+	return n, tx.Commit()
+}

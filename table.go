@@ -1,0 +1,181 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// withDefaults returns t with the reference schema's column names where t
+// names none: the one place the defaults are applied.
+func (t Table) withDefaults() Table {
+	if t.ID == "" {
+		t.ID = "id"
+	}
+	if t.Attempt == "" {
+		t.Attempt = "attempt"
+	}
+	if t.Data == nil {
+		t.Data = []string{"payload"}
+	} else {
+		// The queue is immutable: it keeps its own copy of the caller's slice.
+		t.Data = append([]string{}, t.Data...)
+	}
+	return t
+}
+
+// describe validates t (defaults applied) and quotes its identifiers with d.
+func describe(d Dialect, t Table) (Names, error) {
+	n := Names{Raw: t}
+	var err error
+	if t.Name == "" {
+		return n, errors.New("inbox: Table.Name is empty")
+	}
+	if n.Table, n.Schema, n.TableName, err = quoteTable(d, "Table.Name", t.Name); err != nil {
+		return n, err
+	}
+	col := func(field, v string) (string, error) {
+		if v == "" {
+			return "", nil
+		}
+		if err := checkIdent(v); err != nil {
+			return "", fmt.Errorf("inbox: Table.%s %q: %v", field, v, err)
+		}
+		qv, err := d.QuoteIdent(v)
+		if err != nil {
+			return "", fmt.Errorf("inbox: Table.%s %q: %v", field, v, err)
+		}
+		return qv, nil
+	}
+	if n.ID, err = col("ID", t.ID); err != nil {
+		return n, err
+	}
+	if n.Attempt, err = col("Attempt", t.Attempt); err != nil {
+		return n, err
+	}
+	for i, c := range t.Data {
+		if c == "" {
+			return n, fmt.Errorf("inbox: Table.Data[%d] is empty", i)
+		}
+		qc, err := col("Data["+strconv.Itoa(i)+"]", c)
+		if err != nil {
+			return n, err
+		}
+		n.Data = append(n.Data, qc)
+	}
+	if n.LockedUntil, err = col("LockedUntil", t.LockedUntil); err != nil {
+		return n, err
+	}
+	if n.Key, err = col("AdvisoryKey", t.AdvisoryKey); err != nil {
+		return n, err
+	}
+	if n.NotBefore, err = col("NotBefore", t.NotBefore); err != nil {
+		return n, err
+	}
+	switch {
+	case t.LockedUntil != "" && t.AdvisoryKey != "":
+		return n, fmt.Errorf("inbox: Table names both LockedUntil %q and AdvisoryKey %q: name one, it selects the form", t.LockedUntil, t.AdvisoryKey)
+	case t.LockedUntil != "":
+		n.Form = Lease
+	case t.AdvisoryKey != "":
+		n.Form = Advisory
+	}
+	if t.DeadTable != "" {
+		if n.Dead, n.DeadSchema, n.DeadName, err = quoteTable(d, "Table.DeadTable", t.DeadTable); err != nil {
+			return n, err
+		}
+		if n.Dead == n.Table {
+			return n, fmt.Errorf("inbox: Table.DeadTable %q is the queue table itself", t.DeadTable)
+		}
+	}
+	if t.ClaimsTable != "" {
+		if n.ClaimsTable, n.ClaimsSchema, n.ClaimsName, err = quoteTable(d, "Table.ClaimsTable", t.ClaimsTable); err != nil {
+			return n, err
+		}
+		if n.ClaimsTable == n.Table || n.ClaimsTable == n.Dead {
+			return n, fmt.Errorf("inbox: Table.ClaimsTable %q must be a table of its own", t.ClaimsTable)
+		}
+	}
+	switch {
+	case t.ClaimsTable != "" && n.Form != RowLock:
+		return n, fmt.Errorf("inbox: Table.ClaimsTable %q is for the row-lock form; under the %s form a crash already spends an attempt", t.ClaimsTable, n.Form)
+	case t.ClaimsTable != "" && t.MaxClaims <= 0:
+		return n, fmt.Errorf("inbox: Table.MaxClaims %d must be positive with Table.ClaimsTable %q", t.MaxClaims, t.ClaimsTable)
+	case t.ClaimsTable == "" && t.MaxClaims != 0:
+		return n, fmt.Errorf("inbox: Table.MaxClaims %d needs Table.ClaimsTable", t.MaxClaims)
+	case t.ClaimsTable != "" && t.DeadTable == "":
+		return n, fmt.Errorf("inbox: Table.ClaimsTable %q needs Table.DeadTable, where a job past MaxClaims goes", t.ClaimsTable)
+	case n.Form == Lease && t.NotBefore != "":
+		return n, fmt.Errorf("inbox: Table.NotBefore %q: the lease form delays jobs with its lease column %q", t.NotBefore, t.LockedUntil)
+	}
+	seen := map[string]string{}
+	for _, c := range []struct{ field, v string }{{"ID", n.ID}, {"Attempt", n.Attempt}, {"LockedUntil", n.LockedUntil}, {"NotBefore", n.NotBefore}} {
+		if c.v == "" {
+			continue
+		}
+		if f, dup := seen[strings.ToLower(c.v)]; dup {
+			return n, fmt.Errorf("inbox: Table.%s and Table.%s name the same column %s", f, c.field, c.v)
+		}
+		seen[strings.ToLower(c.v)] = c.field
+	}
+	if n.Key != "" && !strings.EqualFold(n.Key, n.ID) {
+		if f, dup := seen[strings.ToLower(n.Key)]; dup {
+			return n, fmt.Errorf("inbox: Table.AdvisoryKey and Table.%s name the same column %s", f, n.Key)
+		}
+	}
+	for i, c := range n.Data {
+		if f, dup := seen[strings.ToLower(c)]; dup && f != "ID" {
+			return n, fmt.Errorf("inbox: Table.Data[%d] names the column of Table.%s, %s", i, f, c)
+		}
+	}
+	return n, nil
+}
+
+// quoteTable validates and quotes a possibly schema-qualified table name.
+func quoteTable(d Dialect, field, name string) (quoted, schema, table string, err error) {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return "", "", "", fmt.Errorf("inbox: %s %q: at most one dot, between schema and table", field, name)
+	}
+	var q []string
+	for _, p := range parts {
+		if err := checkIdent(p); err != nil {
+			return "", "", "", fmt.Errorf("inbox: %s %q: %v", field, name, err)
+		}
+		qp, err := d.QuoteIdent(p)
+		if err != nil {
+			return "", "", "", fmt.Errorf("inbox: %s %q: %v", field, name, err)
+		}
+		q = append(q, qp)
+	}
+	if len(parts) == 2 {
+		schema = parts[0]
+	}
+	return strings.Join(q, "."), schema, parts[len(parts)-1], nil
+}
+
+// maxIdent is the longest identifier every supported engine keeps whole
+// (PostgreSQL truncates past 63 bytes).
+const maxIdent = 63
+
+// checkIdent enforces the package's identifier rule: an ASCII letter or
+// underscore, then letters, digits or underscores, at most 63 bytes. The rule
+// is narrower than what quoting could carry, so that every accepted name means
+// the same table or column on every engine and in every tool.
+func checkIdent(s string) error {
+	if s == "" {
+		return errors.New("empty identifier")
+	}
+	if len(s) > maxIdent {
+		return fmt.Errorf("identifier longer than %d bytes", maxIdent)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		letter := c == '_' || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z')
+		if !letter && (i == 0 || c < '0' || c > '9') {
+			return fmt.Errorf("character %q at byte %d: identifiers are letters, digits and underscores, not starting with a digit", c, i)
+		}
+	}
+	return nil
+}
