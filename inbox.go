@@ -15,6 +15,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -45,8 +47,34 @@ var (
 	// ErrPoolTooSmall is returned by Claim under the row lock and advisory
 	// forms when the pool allows a single connection: a job in work would
 	// take it, leaving none for its settlement.
-	ErrPoolTooSmall = errors.New("inbox: the pool allows one connection; the row lock and advisory forms need SetMaxOpenConns(n) with n ≥ 2")
+	ErrPoolTooSmall = errors.New("inbox: the pool allows one connection; the row lock and advisory forms need SetMaxOpenConns(n) with n >= 2")
 )
+
+// errSettledLost is what a delivery finished by a lost lease answers: one
+// error, on one line, matching both ErrSettled and ErrLeaseLost.
+var errSettledLost error = settledLost{}
+
+type settledLost struct{}
+
+func (settledLost) Error() string { return "inbox: delivery already settled: its lease was lost" }
+
+func (settledLost) Is(target error) bool { return target == ErrSettled || target == ErrLeaseLost }
+
+// opError is the error of one operation: "inbox: <op>: <cause>", the
+// cause's own "inbox: " dropped, so that every message reads on one line
+// with one prefix while errors.Is and errors.As still see the cause.
+type opError struct {
+	op  string
+	err error
+}
+
+func opErr(op string, err error) error { return &opError{op: op, err: err} }
+
+func (e *opError) Error() string {
+	return "inbox: " + e.op + ": " + strings.TrimPrefix(e.err.Error(), "inbox: ")
+}
+
+func (e *opError) Unwrap() error { return e.err }
 
 // DefaultLease is the lease when [Config.Lease] is zero.
 const DefaultLease = 30 * time.Second
@@ -147,10 +175,10 @@ type Queue struct {
 // An error names the field and the value that is wrong.
 func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if db == nil {
-		return nil, errors.New("inbox: New: db is nil")
+		return nil, errors.New("inbox: new: db is nil")
 	}
 	if cfg.Dialect == nil {
-		return nil, errors.New("inbox: New: Config.Dialect is nil (use inbox.Postgres, inbox.MySQL or inbox.SQLite)")
+		return nil, errors.New("inbox: new: Config.Dialect is nil (use inbox.Postgres, inbox.MySQL or inbox.SQLite)")
 	}
 	cfg.Table = cfg.Table.withDefaults()
 	n, err := describe(cfg.Dialect, cfg.Table)
@@ -161,18 +189,18 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 		live: map[*Delivery]struct{}{}}
 	switch {
 	case n.Form != Lease && cfg.Lease != 0:
-		return nil, fmt.Errorf("inbox: New: Config.Lease %v is for the lease form; name Table.LockedUntil to select it", cfg.Lease)
+		return nil, fmt.Errorf("inbox: new: Config.Lease %v is for the lease form; name Table.LockedUntil to select it", cfg.Lease)
 	case cfg.Lease < 0:
-		return nil, fmt.Errorf("inbox: New: Config.Lease %v is negative", cfg.Lease)
+		return nil, fmt.Errorf("inbox: new: Config.Lease %v is negative", cfg.Lease)
 	case cfg.Lease > 0 && cfg.Lease < time.Microsecond:
-		return nil, fmt.Errorf("inbox: New: Config.Lease %v is under a microsecond, the columns' precision", cfg.Lease)
+		return nil, fmt.Errorf("inbox: new: Config.Lease %v is under a microsecond, the columns' precision", cfg.Lease)
 	case cfg.Lease == 0:
 		q.lease = DefaultLease
 	default:
 		q.lease = cfg.Lease
 	}
 	if cfg.KeepMargin < 0 || (n.Form == Lease && cfg.KeepMargin >= q.lease/2) {
-		return nil, fmt.Errorf("inbox: New: Config.KeepMargin %v must be at least zero and under half the lease", cfg.KeepMargin)
+		return nil, fmt.Errorf("inbox: new: Config.KeepMargin %v must be at least zero and under half the lease", cfg.KeepMargin)
 	}
 	if q.margin == 0 {
 		q.margin = q.lease / 10
@@ -180,7 +208,7 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	q.now = cfg.Now
 	n.DBClock = cfg.Now == nil
 	if q.st, err = cfg.Dialect.Statements(&n); err != nil {
-		return nil, fmt.Errorf("inbox: New: %s: %w", cfg.Dialect.Name(), err)
+		return nil, opErr("new: "+cfg.Dialect.Name(), err)
 	}
 	q.names = n
 	if l, ok := cfg.Dialect.(Locker); ok && n.Form == Advisory {
@@ -202,7 +230,7 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 // one under a microsecond; so is any lease under a form other than the lease.
 func (q *Queue) WithLease(d time.Duration) (*Queue, error) {
 	if d == 0 {
-		return nil, errors.New("inbox: WithLease: the lease is zero")
+		return nil, errors.New("inbox: with lease: the lease is zero")
 	}
 	cfg := q.cfg
 	cfg.Lease = d
@@ -262,20 +290,20 @@ func (q *Queue) Enqueue(ctx context.Context, ex Executor, job Job) (any, error) 
 	if s.Rows {
 		var id any
 		if err := q.queryRow(ctx, ex, s, &v).Scan(&id); err != nil {
-			return nil, fmt.Errorf("inbox: enqueue: %w", err)
+			return nil, opErr("enqueue", err)
 		}
 		return normID(id), nil
 	}
 	res, err := q.run(ctx, ex, s, &v)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: enqueue: %w", err)
+		return nil, opErr("enqueue", err)
 	}
 	if job.ID != nil {
 		return job.ID, nil
 	}
 	id, err := res.LastInsertId()
 	if err != nil {
-		return nil, fmt.Errorf("inbox: enqueue: reading the new id: %w", err)
+		return nil, opErr("enqueue: reading the new id", err)
 	}
 	return id, nil
 }
@@ -331,7 +359,7 @@ func (d *Delivery) Scan(dest ...any) error {
 	}
 	for i, v := range d.data {
 		if err := convert(dest[i], v); err != nil {
-			return fmt.Errorf("inbox: scan data column %d: %w", i, err)
+			return opErr("scan data column "+strconv.Itoa(i), err)
 		}
 	}
 	return nil
@@ -356,7 +384,7 @@ func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
 		return nil, fmt.Errorf("inbox: claim: max %d must be from 1 to %d", max, MaxClaim)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("inbox: claim: %w", err)
+		return nil, opErr("claim", err)
 	}
 	var ds []*Delivery
 	var err error
@@ -387,7 +415,7 @@ func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
 		for _, d := range ds {
 			_ = d.Release(context.WithoutCancel(ctx))
 		}
-		return nil, fmt.Errorf("inbox: claim: %w", err)
+		return nil, opErr("claim", err)
 	}
 	return ds, nil
 }
@@ -479,7 +507,7 @@ func (d *Delivery) DeadTx(ctx context.Context, tx *sql.Tx) error {
 // that a late settlement still reads as one.
 func (d *Delivery) finishedErr() error {
 	if d.lost {
-		return errors.Join(ErrLeaseLost, ErrSettled)
+		return errSettledLost
 	}
 	return ErrSettled
 }
@@ -513,16 +541,16 @@ func (d *Delivery) settle(ctx context.Context, tx *sql.Tx, o outcome, after time
 		}
 	}()
 	if d.settled {
-		return fmt.Errorf("inbox: %v: %w", o, d.finishedErr())
+		return opErr(o.String(), d.finishedErr())
 	}
 	if o == outDead && d.q.names.Dead == "" {
-		return fmt.Errorf("inbox: %v: %w", o, ErrNoDeadTable)
+		return opErr(o.String(), ErrNoDeadTable)
 	}
 	if after < 0 {
 		return fmt.Errorf("inbox: %v: delay %v is negative", o, after)
 	}
 	if o == outRetry && after > 0 && d.q.names.Form != Lease && d.q.st.Retry.SQL == "" {
-		return fmt.Errorf("inbox: %v: %w", o, ErrNoNotBefore)
+		return opErr(o.String(), ErrNoNotBefore)
 	}
 	var err error
 	switch d.q.names.Form {
@@ -530,14 +558,14 @@ func (d *Delivery) settle(ctx context.Context, tx *sql.Tx, o outcome, after time
 		err = d.settleLease(ctx, tx, o, after)
 	case RowLock:
 		if tx != nil {
-			return fmt.Errorf("inbox: %v: %w", o, ErrOwnTx)
+			return opErr(o.String(), ErrOwnTx)
 		}
 		err = d.settleRowLock(ctx, o, after)
 	case Advisory:
 		err = d.settleAdvisory(ctx, tx, o, after)
 	}
 	if err != nil {
-		return fmt.Errorf("inbox: %v: %w", o, err)
+		return opErr(o.String(), err)
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -87,13 +86,13 @@ func (d *Delivery) Extend(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.settled {
-		return fmt.Errorf("inbox: extend: %w", d.finishedErr())
+		return opErr("extend", d.finishedErr())
 	}
 	if d.q.names.Form != Lease {
 		return nil
 	}
 	if err := d.extendLocked(ctx); err != nil {
-		return fmt.Errorf("inbox: extend: %w", err)
+		return opErr("extend", err)
 	}
 	return nil
 }

@@ -250,7 +250,7 @@ func (q *Queue) CheckSchema(ctx context.Context) error {
 	}
 	problems, err := c.CheckSchema(ctx, q.db, &q.names)
 	if err != nil {
-		return fmt.Errorf("inbox: check schema: %w", err)
+		return opErr("check schema", err)
 	}
 	if len(problems) > 0 {
 		return &SchemaError{Table: q.names.Raw.Name, Problems: problems}

@@ -30,11 +30,12 @@ var (
 )
 
 // The descriptions the pins use: one per form, each with a dead table, the
-// row-lock and advisory ones with a not-before column.
+// row-lock and advisory ones with a not-before column, and the row lock
+// with its claims counter's side table.
 var (
 	leaseTable    = inbox.Table{Name: "jobs", LockedUntil: "locked_until", DeadTable: "dead_jobs"}
 	rowLockTable  = inbox.Table{Name: "jobs", NotBefore: "not_before", DeadTable: "dead_jobs"}
-	claimsTable   = inbox.Table{Name: "jobs", NotBefore: "not_before", Claims: "claims", MaxClaims: 3, DeadTable: "dead_jobs"}
+	claimsTable   = inbox.Table{Name: "jobs", NotBefore: "not_before", ClaimsTable: "job_claims", MaxClaims: 3, DeadTable: "dead_jobs"}
 	advisoryTable = inbox.Table{Name: "jobs", AdvisoryKey: "id", NotBefore: "not_before", DeadTable: "dead_jobs"}
 )
 
@@ -51,6 +52,7 @@ type mock struct {
 	calls    []string
 	on       []int // the connection of each call, numbered from 1
 	nconns   int
+	closed   []int // the connections database/sql closed, in order
 	begins   []driver.TxOptions
 	beginCtx []context.Context
 }
@@ -114,6 +116,14 @@ func (m *mock) add(c *conn, call string) {
 	m.mu.Unlock()
 }
 
+// closedConns returns the connections closed so far: while the mock's
+// database is open, database/sql closes only a connection it discards.
+func (m *mock) closedConns() []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]int(nil), m.closed...)
+}
+
 // connsOf returns the connection of every call of the statement q (a query
 // or an exec), in order.
 func (m *mock) connsOf(q string) []int {
@@ -166,7 +176,9 @@ func (wrapDriver) Open(string) (driver.Conn, error) {
 }
 
 // conn passes every call on to sqlmock, logging it first. Closing it does
-// not close sqlmock's connection, which the other pooled conns share.
+// not close sqlmock's connection, which the other pooled conns share; it is
+// only noted, so that a test can tell a discarded connection from one
+// returned to the pool.
 type conn struct {
 	m *mock
 	c driver.Conn
@@ -178,7 +190,12 @@ func (c *conn) Prepare(q string) (driver.Stmt, error) {
 	return c.c.Prepare(q)
 }
 
-func (c *conn) Close() error { return nil }
+func (c *conn) Close() error {
+	c.m.mu.Lock()
+	c.m.closed = append(c.m.closed, c.n)
+	c.m.mu.Unlock()
+	return nil
+}
 
 func (c *conn) Begin() (driver.Tx, error) {
 	return c.BeginTx(context.Background(), driver.TxOptions{})
@@ -368,22 +385,55 @@ func TestStatementsPlaceholders(t *testing.T) {
 	}
 }
 
-// pgKey and myLock are the advisory lock keys of the table "jobs", written
-// out: SHA-256 over the table name, a zero byte and the key value; Postgres
-// takes its first eight bytes as a big-endian int64, MySQL "inbox_" and its
-// first sixteen in hex.
+// The advisory form names its locks by the table's identity as the engine
+// resolves it, read once per queue at its first claim: the mocks answer
+// "public.jobs" on Postgres and "test.jobs" on MySQL, whichever way the
+// description spells the table.
+const (
+	pgIdentity = `SELECT (SELECT ns.nspname || '.' || c.relname FROM pg_catalog.pg_class c ` +
+		`JOIN pg_catalog.pg_namespace ns ON ns.oid = c.relnamespace WHERE c.oid = to_regclass($1))`
+	myIdentity = "SELECT (SELECT CONCAT(table_schema, '.', table_name) FROM information_schema.tables " +
+		"WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?)"
+	sqIdentity = `SELECT (SELECT file FROM pragma_database_list WHERE name = ?)`
+)
+
+// pgIdent expects the Postgres identity query for the quoted name and
+// answers public.jobs.
+func pgIdent(m *mock, quoted string) {
+	m.ExpectQuery(pgIdentity).WithArgs(quoted).WillReturnRows(rows("ident", row("public.jobs")))
+}
+
+// myIdent expects the MySQL identity query for schema (empty when the
+// description names none) and table, and answers test.jobs.
+func myIdent(m *mock, schema, table string) {
+	m.ExpectQuery(myIdentity).WithArgs(schema, table).WillReturnRows(rows("ident", row("test.jobs")))
+}
+
+// sqIdent expects the SQLite identity query for the attached database
+// schema and answers file. Keys in work are shared by the whole process
+// per file and table, so each test names a file of its own.
+func sqIdent(m *mock, schema, file string) {
+	m.ExpectQuery(sqIdentity).WithArgs(schema).WillReturnRows(rows("file", row(file)))
+}
+
+// pgKey and myLock are the advisory lock keys of the table whose identity
+// is public.jobs (Postgres) and test.jobs (MySQL), written out: SHA-256 over
+// the identity, a zero byte and the key value; Postgres takes its first
+// eight bytes as a big-endian int64, MySQL "inbox_" and its first sixteen
+// in hex.
 var (
 	pgKey = map[string]int64{
-		"1": 3132248017834150072, "2": -9182432790832211709, "3": 1731320263346932827,
-		"4": 556740937918543268, "5": -5177242269338732827, "6": 5584494680366660591,
-		"7": -1300819036334788276, "8": -3219844572846781396, "a": 5700252879219179736,
+		"1": 6207851036127350284, "2": 3420757446354996580, "3": -247041613757985234,
+		"4": 7575065213089210996, "5": 2597646496906280042, "6": 2458969272534011207,
+		"7": -3810514539938675838, "8": -8183546622969733770, "9": 5957141001136140563,
+		"a": -1938551416556437680,
 	}
 	myLock = map[string]string{
-		"1": "inbox_2b77fafa136d08b8f1ef3a69428d71ec", "2": "inbox_80917207008c190368bb7fdec69abc51",
-		"3": "inbox_1806e29b493acc5b9de5b7741b550743", "4": "inbox_07b9f0eeec8d75a4262c92151cd34e44",
-		"5": "inbox_b826bd9613ed76e5a6fa7bda4fd0e295", "6": "inbox_4d801c52e9503beff2bef574cc248354",
-		"7": "inbox_edf28ffa7e32f14ca35cc75582e666e2", "8": "inbox_d350d06ba37f8c2c18bf7b88df70f8a1",
-		"a": "inbox_4f1b5dcadbc1c0d874377f774d05c993",
+		"1": "inbox_ae766a303de3c1795c6410302d497b65", "2": "inbox_0b012abbe91ea4daeb40c98554e49621",
+		"3": "inbox_7d44c35b9b1a7636e09335c2dc20ad3d", "4": "inbox_8949d859c2ad01b5abb017e04d4beaf7",
+		"5": "inbox_046f0c2ad5a3f346de04ad250409462f", "6": "inbox_754dc2a37d2fdbd6e0bf908a55fed819",
+		"7": "inbox_aa49cf4e91a79686fdadb903880088d5", "8": "inbox_108e4ffd59d91e50db103a1f28bd982a",
+		"9": "inbox_7ab518bf84d25788b8ae74ce453bc9d6", "a": "inbox_a0e3c258de25b2b0ed54ef854d6cf423",
 	}
 )
 
@@ -391,20 +441,20 @@ var (
 // package must lock the same job with the same key.
 func TestLockKeys(t *testing.T) {
 	for k, want := range pgKey {
-		if got := inbox.PostgresLockKey("jobs", k); got != want {
-			t.Errorf("PostgresLockKey(jobs, %s) = %d, want %d", k, got, want)
+		if got := inbox.PostgresLockKey("public.jobs", k); got != want {
+			t.Errorf("PostgresLockKey(public.jobs, %s) = %d, want %d", k, got, want)
 		}
 	}
 	for k, want := range myLock {
-		if got := inbox.MySQLLockName("jobs", k); got != want {
-			t.Errorf("MySQLLockName(jobs, %s) = %s, want %s", k, got, want)
+		if got := inbox.MySQLLockName("test.jobs", k); got != want {
+			t.Errorf("MySQLLockName(test.jobs, %s) = %s, want %s", k, got, want)
 		}
 	}
-	long := inbox.MySQLLockName(strings.Repeat("t", 63), strings.Repeat("k", 1000))
+	long := inbox.MySQLLockName(strings.Repeat("t", 63)+"."+strings.Repeat("t", 63), strings.Repeat("k", 1000))
 	if len(long) != 38 {
 		t.Errorf("MySQLLockName of a long key has %d characters, want 38", len(long))
 	}
-	if inbox.PostgresLockKey("jobs", "1") == inbox.PostgresLockKey("jobs2", "1") {
+	if inbox.PostgresLockKey("public.jobs", "1") == inbox.PostgresLockKey("public.jobs2", "1") {
 		t.Error("PostgresLockKey does not tell tables apart")
 	}
 }

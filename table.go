@@ -30,7 +30,7 @@ func describe(d Dialect, t Table) (Names, error) {
 	n := Names{Raw: t}
 	var err error
 	if t.Name == "" {
-		return n, errors.New("inbox: Table.Name is empty")
+		return n, errors.New("inbox: new: Table.Name is empty")
 	}
 	if n.Table, n.Schema, n.TableName, err = quoteTable(d, "Table.Name", t.Name); err != nil {
 		return n, err
@@ -40,11 +40,11 @@ func describe(d Dialect, t Table) (Names, error) {
 			return "", nil
 		}
 		if err := checkIdent(v); err != nil {
-			return "", fmt.Errorf("inbox: Table.%s %q: %v", field, v, err)
+			return "", fmt.Errorf("inbox: new: Table.%s %q: %v", field, v, err)
 		}
 		qv, err := d.QuoteIdent(v)
 		if err != nil {
-			return "", fmt.Errorf("inbox: Table.%s %q: %v", field, v, err)
+			return "", fmt.Errorf("inbox: new: Table.%s %q: %v", field, v, err)
 		}
 		return qv, nil
 	}
@@ -56,7 +56,7 @@ func describe(d Dialect, t Table) (Names, error) {
 	}
 	for i, c := range t.Data {
 		if c == "" {
-			return n, fmt.Errorf("inbox: Table.Data[%d] is empty", i)
+			return n, fmt.Errorf("inbox: new: Table.Data[%d] is empty", i)
 		}
 		qc, err := col("Data["+strconv.Itoa(i)+"]", c)
 		if err != nil {
@@ -75,7 +75,7 @@ func describe(d Dialect, t Table) (Names, error) {
 	}
 	switch {
 	case t.LockedUntil != "" && t.AdvisoryKey != "":
-		return n, fmt.Errorf("inbox: Table names both LockedUntil %q and AdvisoryKey %q: name one, it selects the form", t.LockedUntil, t.AdvisoryKey)
+		return n, fmt.Errorf("inbox: new: Table names both LockedUntil %q and AdvisoryKey %q: name one, it selects the form", t.LockedUntil, t.AdvisoryKey)
 	case t.LockedUntil != "":
 		n.Form = Lease
 	case t.AdvisoryKey != "":
@@ -86,7 +86,7 @@ func describe(d Dialect, t Table) (Names, error) {
 			return n, err
 		}
 		if n.Dead == n.Table {
-			return n, fmt.Errorf("inbox: Table.DeadTable %q is the queue table itself", t.DeadTable)
+			return n, fmt.Errorf("inbox: new: Table.DeadTable %q is the queue table itself", t.DeadTable)
 		}
 	}
 	if t.ClaimsTable != "" {
@@ -94,20 +94,20 @@ func describe(d Dialect, t Table) (Names, error) {
 			return n, err
 		}
 		if n.ClaimsTable == n.Table || n.ClaimsTable == n.Dead {
-			return n, fmt.Errorf("inbox: Table.ClaimsTable %q must be a table of its own", t.ClaimsTable)
+			return n, fmt.Errorf("inbox: new: Table.ClaimsTable %q must be a table of its own", t.ClaimsTable)
 		}
 	}
 	switch {
 	case t.ClaimsTable != "" && n.Form != RowLock:
-		return n, fmt.Errorf("inbox: Table.ClaimsTable %q is for the row-lock form; under the %s form a crash already spends an attempt", t.ClaimsTable, n.Form)
+		return n, fmt.Errorf("inbox: new: Table.ClaimsTable %q is for the row-lock form; under the %s form a crash already spends an attempt", t.ClaimsTable, n.Form)
 	case t.ClaimsTable != "" && t.MaxClaims <= 0:
-		return n, fmt.Errorf("inbox: Table.MaxClaims %d must be positive with Table.ClaimsTable %q", t.MaxClaims, t.ClaimsTable)
+		return n, fmt.Errorf("inbox: new: Table.MaxClaims %d must be positive with Table.ClaimsTable %q", t.MaxClaims, t.ClaimsTable)
 	case t.ClaimsTable == "" && t.MaxClaims != 0:
-		return n, fmt.Errorf("inbox: Table.MaxClaims %d needs Table.ClaimsTable", t.MaxClaims)
+		return n, fmt.Errorf("inbox: new: Table.MaxClaims %d needs Table.ClaimsTable", t.MaxClaims)
 	case t.ClaimsTable != "" && t.DeadTable == "":
-		return n, fmt.Errorf("inbox: Table.ClaimsTable %q needs Table.DeadTable, where a job past MaxClaims goes", t.ClaimsTable)
+		return n, fmt.Errorf("inbox: new: Table.ClaimsTable %q needs Table.DeadTable, where a job past MaxClaims goes", t.ClaimsTable)
 	case n.Form == Lease && t.NotBefore != "":
-		return n, fmt.Errorf("inbox: Table.NotBefore %q: the lease form delays jobs with its lease column %q", t.NotBefore, t.LockedUntil)
+		return n, fmt.Errorf("inbox: new: Table.NotBefore %q: the lease form delays jobs with its lease column %q", t.NotBefore, t.LockedUntil)
 	}
 	seen := map[string]string{}
 	for _, c := range []struct{ field, v string }{{"ID", n.ID}, {"Attempt", n.Attempt}, {"LockedUntil", n.LockedUntil}, {"NotBefore", n.NotBefore}} {
@@ -115,18 +115,18 @@ func describe(d Dialect, t Table) (Names, error) {
 			continue
 		}
 		if f, dup := seen[strings.ToLower(c.v)]; dup {
-			return n, fmt.Errorf("inbox: Table.%s and Table.%s name the same column %s", f, c.field, c.v)
+			return n, fmt.Errorf("inbox: new: Table.%s and Table.%s name the same column %s", f, c.field, c.v)
 		}
 		seen[strings.ToLower(c.v)] = c.field
 	}
 	if n.Key != "" && !strings.EqualFold(n.Key, n.ID) {
 		if f, dup := seen[strings.ToLower(n.Key)]; dup {
-			return n, fmt.Errorf("inbox: Table.AdvisoryKey and Table.%s name the same column %s", f, n.Key)
+			return n, fmt.Errorf("inbox: new: Table.AdvisoryKey and Table.%s name the same column %s", f, n.Key)
 		}
 	}
 	for i, c := range n.Data {
 		if f, dup := seen[strings.ToLower(c)]; dup && f != "ID" {
-			return n, fmt.Errorf("inbox: Table.Data[%d] names the column of Table.%s, %s", i, f, c)
+			return n, fmt.Errorf("inbox: new: Table.Data[%d] names the column of Table.%s, %s", i, f, c)
 		}
 	}
 	return n, nil
@@ -136,16 +136,16 @@ func describe(d Dialect, t Table) (Names, error) {
 func quoteTable(d Dialect, field, name string) (quoted, schema, table string, err error) {
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {
-		return "", "", "", fmt.Errorf("inbox: %s %q: at most one dot, between schema and table", field, name)
+		return "", "", "", fmt.Errorf("inbox: new: %s %q: at most one dot, between schema and table", field, name)
 	}
 	var q []string
 	for _, p := range parts {
 		if err := checkIdent(p); err != nil {
-			return "", "", "", fmt.Errorf("inbox: %s %q: %v", field, name, err)
+			return "", "", "", fmt.Errorf("inbox: new: %s %q: %v", field, name, err)
 		}
 		qp, err := d.QuoteIdent(p)
 		if err != nil {
-			return "", "", "", fmt.Errorf("inbox: %s %q: %v", field, name, err)
+			return "", "", "", fmt.Errorf("inbox: new: %s %q: %v", field, name, err)
 		}
 		q = append(q, qp)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,12 +15,44 @@ import (
 	"github.com/sqlinbox/inbox"
 )
 
+// confIdent returns the identity the advisory form names table's locks by,
+// as the engine resolves it (Postgres: schema.table; MySQL: database.table).
+func confIdent(t testing.TB, e Engine, db *sql.DB, table string) string {
+	t.Helper()
+	ti, ok := e.Dialect.(inbox.TableIdentifier)
+	if !ok {
+		return table
+	}
+	n := inbox.Names{Raw: inbox.Table{Name: table}}
+	var quoted []string
+	parts := strings.Split(table, ".")
+	for _, p := range parts {
+		qp, err := e.Dialect.QuoteIdent(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		quoted = append(quoted, qp)
+	}
+	n.Table, n.TableName = strings.Join(quoted, "."), parts[len(parts)-1]
+	if len(parts) == 2 {
+		n.Schema = parts[0]
+	}
+	ident, err := ti.TableIdentity(context.Background(), db, &n)
+	if err != nil {
+		t.Fatalf("identity of %s: %v", table, err)
+	}
+	return ident
+}
+
 // confLocksHeld returns how many of the advisory locks of table's keys any
 // session of the server holds (Postgres: pg_locks; MySQL/MariaDB:
 // IS_FREE_LOCK). SQLite has no session locks: it must not be asked.
 func confLocksHeld(t testing.TB, e Engine, db *sql.DB, table string, keys []string) int {
 	t.Helper()
 	n := 0
+	if !e.IsSQLite() {
+		table = confIdent(t, e, db, table)
+	}
 	switch {
 	case e.IsPostgres():
 		// A 64-bit key shows as classid (high half), objid (low half) and
@@ -142,6 +175,7 @@ func confPoolSessions(t testing.TB, e Engine, db *sql.DB) map[int64]bool {
 func confLockHolders(t testing.TB, e Engine, db *sql.DB, table string, keys []string) []int64 {
 	t.Helper()
 	var out []int64
+	table = confIdent(t, e, db, table)
 	if e.IsMySQL() {
 		for _, k := range keys {
 			var id sql.NullInt64
@@ -314,10 +348,21 @@ type hookDialect struct {
 	locker inbox.Locker // the engine's, nil on SQLite
 	before func()
 	calls  atomic.Int32
+	// beforeUnlock, when set, runs before each Unlock with its context.
+	beforeUnlock func(ctx context.Context)
+}
+
+// TableIdentity passes the engine's table identity through, so that a
+// hooked queue locks the keys an unhooked one does.
+func (h *hookDialect) TableIdentity(ctx context.Context, db *sql.DB, n *inbox.Names) (string, error) {
+	if ti, ok := h.Dialect.(inbox.TableIdentifier); ok {
+		return ti.TableIdentity(ctx, db, n)
+	}
+	return n.Raw.Name, nil
 }
 
 func (h *hookDialect) TryLock(ctx context.Context, conn *sql.Conn, table, key string) (bool, error) {
-	if h.calls.Add(1) == 1 {
+	if h.calls.Add(1) == 1 && h.before != nil {
 		h.before()
 	}
 	if h.locker == nil {
@@ -327,6 +372,9 @@ func (h *hookDialect) TryLock(ctx context.Context, conn *sql.Conn, table, key st
 }
 
 func (h *hookDialect) Unlock(ctx context.Context, conn *sql.Conn, table, key string) error {
+	if h.beforeUnlock != nil {
+		h.beforeUnlock(ctx)
+	}
 	if h.locker == nil {
 		return nil
 	}
@@ -409,9 +457,10 @@ func TestAdvisoryBusyKey(t *testing.T) {
 		}
 		defer conn.Close()
 		lock, unlock := "SELECT pg_advisory_lock($1)", "SELECT pg_advisory_unlock($1)"
-		var key any = inbox.PostgresLockKey(table, "A")
+		ident := confIdent(t, e, db, table)
+		var key any = inbox.PostgresLockKey(ident, "A")
 		if e.IsMySQL() {
-			lock, unlock, key = "SELECT GET_LOCK(?, 0)", "SELECT RELEASE_LOCK(?)", inbox.MySQLLockName(table, "A")
+			lock, unlock, key = "SELECT GET_LOCK(?, 0)", "SELECT RELEASE_LOCK(?)", inbox.MySQLLockName(ident, "A")
 		}
 		var ok any
 		if err := conn.QueryRowContext(ctx, lock, key).Scan(&ok); err != nil {
