@@ -293,7 +293,7 @@ func (q *Queue) identity(ctx context.Context) (string, error) {
 	if q.ident != "" {
 		return q.ident, nil
 	}
-	ti, ok := q.dialect.(TableIdentifier)
+	ti, ok := capability[TableIdentifier](q.dialect)
 	if !ok {
 		q.ident = q.names.Raw.Name
 		return q.ident, nil

@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -80,40 +79,32 @@ type BatchConfig struct {
 	// the next batch.
 	MaxWait time.Duration
 	// Flushers is how many batches may be in flight at once. Zero means 4:
-	// a durable commit waits for a flush of the engine's log, which the
-	// engine shares between the commits waiting together, so batches in
-	// flight side by side cost little more than one, where a single one
-	// would queue every worker's acknowledgements behind one statement.
+	// the engine shares one flush of its log between the commits waiting
+	// together, so batches side by side cost little more than one, where a
+	// single one would queue every worker behind one statement.
 	Flushers int
 }
 
 // Batcher settles lease deliveries of one queue in batches: settlements
-// from many goroutines are grouped into one statement per batch, each still
-// a compare-and-set on its own token, and each caller gets its own result.
-// Its methods are safe for concurrent use.
+// from many goroutines share one statement, each still a compare-and-set on
+// its own token, and each caller gets its own result, the one the same
+// settlement called on the delivery would return. Its methods are safe for
+// concurrent use. Dead has no batched form: use [Delivery.Dead].
 //
-// A Batcher runs no goroutine of its own (context.AfterFunc runs one for
-// a caller whose context ends while it sends a batch). It commits in groups
-// the way databases do: a caller that finds fewer than Flushers batches in flight sends a
-// batch itself, of what is pending with its own settlement, and the callers
-// arriving meanwhile wait; when a batch is done, its sender hands the next
-// one to the first caller still waiting, so that no caller sends more than
-// one batch for others.
+// A Batcher starts no goroutine. Up to Flushers batches are in flight at
+// once, each gathered and sent by one of the callers waiting (group commit):
+// a caller with a settlement still pending takes a free slot, sends what is
+// pending with its own, and frees the slot; every caller still pending is
+// woken then, and the first to look takes it.
 //
-// A settlement through a Batcher ends the delivery as the same settlement
-// called on the delivery would (its keeper is stopped first, and the
-// delivery stays locked against extensions until the verdict). It costs the
-// caller the wait for its batch: at most the batch in flight when it
-// arrived, then its own.
-//
-// Dead has no batched form: a job that goes to the dead table is rare
-// enough to take [Delivery.Dead].
-//
-// Rejected designs, measured with bench/: flusher goroutines owned by the
-// batcher cost two hand-offs per batch, a few hundred microseconds on a
-// loaded machine (0.6–0.8 of hand-written SQL on SQLite); one batch in
-// flight at a time queued sixteen workers behind one commit (0.6 on
-// Postgres); a timer before each batch slows a lone worker by the timer.
+// Rejected designs: handing the slot from a sender to one chosen waiter lost
+// the slot whenever that waiter's context ended at the moment of the
+// hand-over, and Flushers 1 then hung every later settlement and Close;
+// items reused through a sync.Pool were read by a caller after they had
+// gone back. Measured with bench/: flusher goroutines owned by the batcher
+// cost two hand-offs per batch (0.6–0.8 of hand-written SQL on SQLite); one
+// batch in flight at a time queued sixteen workers behind one commit (0.6
+// on Postgres); a timer before each batch slows a lone worker by the timer.
 type Batcher struct {
 	q        *Queue
 	max      int
@@ -123,43 +114,41 @@ type Batcher struct {
 	needsNow [3]bool            // per outcome: a statement takes ArgNow or ArgUntil
 
 	mu      sync.Mutex
-	pending []*batchItem
-	flying  int // batches being gathered or sent, each by a caller; at most lanes
+	pending []*batchItem // each belongs to a caller waiting in run
+	flying  int          // batches being gathered or sent: at most lanes
 	closed  bool
-	idle    *sync.Cond    // on mu: flying dropped to zero
-	changed chan struct{} // closed and replaced when a batch fills or is taken
+	idle    *sync.Cond    // on mu: flying or pending dropped
+	wake    chan struct{} // closed and replaced when a slot frees, or (MaxWait) a batch fills or is taken
 	closing chan struct{} // closed by Close
 }
 
-// batchItem is one settlement waiting for its batch.
+// batchItem is one settlement: a copy of its delivery's token, pending until
+// a flight takes it. Items are never reused.
 type batchItem struct {
-	id      any
-	attempt int64 // delivered
-	expiry  time.Time
-	o       outcome
-	after   time.Duration
-	err     error
-	res     chan error    // the verdict (buffered: its sender never waits)
-	lead    chan struct{} // the next batch is this caller's to send (buffered)
+	id          any
+	attempt     int64 // delivered
+	expiry      time.Time
+	o           outcome
+	after       time.Duration
+	cancellable bool  // its caller's context can end
+	err         error // the verdict, written by the flight that took it
 	// Guarded by Batcher.mu:
-	fl          *flight // the flight that took it; nil while pending
-	promoted    bool    // lead was sent (once at most)
-	abandoned   bool    // its caller stopped waiting for fl
-	cancellable bool    // its caller's context can end
+	fl        *flight // the flight that took it; nil while pending
+	done      bool    // fl has ended: err is final
+	abandoned bool    // its caller's context ended while fl was in flight
+	// Its caller's alone, once run returns:
+	out error
 }
 
-var itemPool = sync.Pool{New: func() any {
-	return &batchItem{res: make(chan error, 1), lead: make(chan struct{}, 1)}
-}}
-
-// flight is one batch in flight: its statements are cancelled when every
-// caller waiting for it has given up. Its context is context.Background
-// unless one of them can give up: a context that can end costs database/sql
-// and drivers a watcher per statement.
+// flight is one batch being gathered or sent. Its context is
+// context.Background unless a caller of one of its items can give up: a
+// context that can end costs database/sql and drivers a watcher per
+// statement. The statements are cancelled when every caller has given up.
 type flight struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
-	waiting atomic.Int32
+	waiting int           // guarded by Batcher.mu: items not abandoned
+	done    chan struct{} // closed when every item has its verdict
 }
 
 // NewBatcher returns a batcher settling the lease deliveries of q. It does
@@ -183,7 +172,7 @@ func (q *Queue) NewBatcher(cfg BatchConfig) (*Batcher, error) {
 		return nil, fmt.Errorf("inbox: NewBatcher: BatchConfig.Flushers %d is negative", cfg.Flushers)
 	}
 	b := &Batcher{q: q, max: cfg.MaxBatch, wait: cfg.MaxWait, lanes: cfg.Flushers,
-		changed: make(chan struct{}), closing: make(chan struct{})}
+		wake: make(chan struct{}), closing: make(chan struct{})}
 	b.idle = sync.NewCond(&b.mu)
 	if b.max == 0 {
 		b.max = 16
@@ -231,16 +220,13 @@ func batchStmt(st *BatchStatements, o outcome) BatchStmt {
 	return st.Ack
 }
 
-// Ack is [Delivery.Ack] in a batch: it returns when the batch holding d has
-// been sent, with nil when the row was deleted, [ErrLeaseLost] when it no
-// longer carried d's token, [ErrSettled] when d was settled before, and
-// [ErrBatcherClosed] after Close. A driver error fails every job of its
-// batch, and leaves each delivery to be settled again. When ctx ends before
-// the batch is sent, d is left as it was; when it ends while the batch is in
-// flight, Ack returns ctx's error and the outcome is unknown, as when a
-// plain settlement is cancelled: settling d again then returns
-// [ErrLeaseLost] if the batch did delete the row. The batch itself is
-// cancelled only when every caller waiting for it has given up.
+// Ack is [Delivery.Ack] in a batch, with the same results: nil when the row
+// was deleted, [ErrLeaseLost] when it no longer carried d's token, an error
+// matching [ErrSettled] (and ErrLeaseLost after a lost lease) when d was
+// settled before, a driver error, which fails the whole batch and leaves d
+// to be settled again; and [ErrBatcherClosed] after Close. When ctx ends it
+// returns ctx's error at once; if the batch was in flight, the outcome is
+// unknown, and settling d again tells (ErrLeaseLost if the row went).
 func (b *Batcher) Ack(ctx context.Context, d *Delivery) error {
 	return b.settle(ctx, d, outAck, 0)
 }
@@ -257,11 +243,10 @@ func (b *Batcher) Release(ctx context.Context, d *Delivery) error {
 	return b.settle(ctx, d, outRelease, 0)
 }
 
-// AckAll is [Batcher.Ack] of several deliveries by one caller, such as the
-// jobs of one Claim handled in turn: they are queued together, so that they
-// share a statement (up to MaxBatch), and AckAll returns when all have been
-// settled. The result holds each delivery's error, nil when acknowledged,
-// in the order of ds. A delivery given twice gets an error the second time.
+// AckAll is [Batcher.Ack] of several deliveries queued together, such as
+// the jobs of one Claim, so that they share a statement. It returns each
+// delivery's error in the order of ds; a delivery given twice gets an error
+// the second time.
 func (b *Batcher) AckAll(ctx context.Context, ds []*Delivery) []error {
 	errs := make([]error, len(ds))
 	items := make([]*batchItem, len(ds))
@@ -273,7 +258,10 @@ func (b *Batcher) AckAll(ctx context.Context, ds []*Delivery) []error {
 		case indexOf(ds[:i], d) >= 0:
 			errs[i] = fmt.Errorf("inbox: ack: the delivery is given twice")
 		default:
-			d.stopKeeper()
+			errs[i] = b.precheck(ctx, d, outAck, 0)
+		}
+		if errs[i] == nil {
+			d.pauseKeeper()
 			held = append(held, d)
 		}
 	}
@@ -293,18 +281,20 @@ func (b *Batcher) AckAll(ctx context.Context, ds []*Delivery) []error {
 			own = append(own, items[i])
 		}
 	}
-	if err := b.enqueue(ctx, own); err != nil {
+	if len(own) == 0 {
+		return errs
+	}
+	if err := b.run(ctx, own); err != nil {
 		for i, it := range items {
 			if it != nil {
-				errs[i] = fmt.Errorf("inbox: ack: %w", err)
-				itemPool.Put(it)
+				errs[i] = opErr(outAck.String(), err)
 			}
 		}
 		return errs
 	}
 	for i, it := range items {
 		if it != nil {
-			errs[i] = b.await(ctx, ds[i], it)
+			errs[i] = finish(ds[i], it)
 		}
 	}
 	return errs
@@ -344,55 +334,93 @@ func errForeign(o outcome) error {
 	return fmt.Errorf("inbox: %v: the delivery belongs to another queue than the batcher's", o)
 }
 
-// settle mirrors Delivery.settle: the keeper stops first, then d's lock is
-// held until the verdict, so that no extension moves the token meanwhile.
+// settle mirrors Delivery.settle: the keeper's extensions stop first, then
+// d's lock is held until the verdict, so that no extension moves the token
+// meanwhile.
 func (b *Batcher) settle(ctx context.Context, d *Delivery, o outcome, after time.Duration) error {
 	if d.q != b.q {
 		return errForeign(o)
 	}
-	d.stopKeeper()
+	if err := b.precheck(ctx, d, o, after); err != nil {
+		return err
+	}
+	d.pauseKeeper()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := b.check(ctx, d, o, after); err != nil {
 		return err
 	}
-	it := newItem(d, o, after)
-	own := [1]*batchItem{it}
-	if err := b.enqueue(ctx, own[:]); err != nil {
-		itemPool.Put(it)
-		return fmt.Errorf("inbox: %v: %w", o, err)
+	own := [1]*batchItem{newItem(d, o, after)}
+	if err := b.run(ctx, own[:]); err != nil {
+		return opErr(o.String(), err)
 	}
-	return b.await(ctx, d, it)
+	return finish(d, own[0])
 }
 
-// check refuses a settlement before it is queued; d.mu is held.
+// precheck refuses a settlement before the keeper is paused, so that a
+// refused one changes nothing; check looks again once d.mu is held.
+func (b *Batcher) precheck(ctx context.Context, d *Delivery, o outcome, after time.Duration) error {
+	d.mu.Lock()
+	err := b.check(ctx, d, o, after)
+	d.mu.Unlock()
+	if err == nil {
+		b.mu.Lock()
+		if b.closed {
+			err = opErr(o.String(), ErrBatcherClosed)
+		}
+		b.mu.Unlock()
+	}
+	return err
+}
+
+// check refuses a settlement before it is queued, in the order
+// Delivery.settle does; d.mu is held.
 func (b *Batcher) check(ctx context.Context, d *Delivery, o outcome, after time.Duration) error {
 	if d.settled {
-		return fmt.Errorf("inbox: %v: %w", o, ErrSettled)
+		return opErr(o.String(), d.finishedErr())
 	}
 	if after < 0 {
 		return fmt.Errorf("inbox: %v: delay %v is negative", o, after)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("inbox: %v: %w", o, err)
+		return opErr(o.String(), err)
 	}
 	return nil
 }
 
-// newItem copies d's token into a pooled item; d.mu is held.
+// newItem copies d's token; d.mu is held.
 func newItem(d *Delivery, o outcome, after time.Duration) *batchItem {
-	it := itemPool.Get().(*batchItem)
-	it.id, it.attempt, it.expiry, it.o, it.after, it.err = d.id, d.attempt, d.expiry, o, after, nil
-	return it
+	return &batchItem{id: d.id, attempt: d.attempt, expiry: d.expiry, o: o, after: after}
 }
 
-// enqueue makes own pending, together, and sends a batch at once when
-// fewer than Flushers are in flight; otherwise a sender hands one over
-// later (await).
-func (b *Batcher) enqueue(ctx context.Context, own []*batchItem) error {
-	if len(own) == 0 {
-		return nil
+// finish records the verdict of it on d, as Delivery.settle does; d.mu is
+// held.
+func finish(d *Delivery, it *batchItem) error {
+	err := it.out
+	if verdict(err) {
+		d.settled, d.lost = true, err != nil
+		d.endKeeper()
 	}
+	if err != nil {
+		return opErr(it.o.String(), err)
+	}
+	return nil
+}
+
+// verdict tells whether err settles a delivery: done, or the lease lost.
+func verdict(err error) bool {
+	return err == nil || errors.Is(err, ErrLeaseLost)
+}
+
+// run makes own pending and waits until each has a result in its out: the
+// verdict of its batch, or ctx's error when ctx ended first. While one of
+// own is pending and a slot is free, the caller takes the slot and sends a
+// batch itself. It returns ErrBatcherClosed, queueing nothing, after Close.
+//
+// Every pending item belongs to a caller waiting here, and a caller leaves
+// only once none of its items is pending (withdrawn when ctx ends): so when
+// a slot frees, some caller with a pending item is woken to take it.
+func (b *Batcher) run(ctx context.Context, own []*batchItem) error {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -400,97 +428,86 @@ func (b *Batcher) enqueue(ctx context.Context, own []*batchItem) error {
 	}
 	cancellable := ctx.Done() != nil
 	for _, it := range own {
-		it.fl, it.promoted, it.abandoned, it.cancellable = nil, false, false, cancellable
+		it.cancellable = cancellable
 	}
 	b.pending = append(b.pending, own...)
-	lead := b.flying < b.lanes
-	if lead {
-		b.flying++
-	}
 	if b.wait > 0 && len(b.pending) >= b.max {
-		// Senders waiting for MaxWait may go now.
-		b.changedLocked()
+		b.wakeLocked() // senders waiting for MaxWait may go now
 	}
-	b.mu.Unlock()
-	if lead {
-		b.send(ctx, own)
-	}
-	return nil
-}
-
-// await waits for the verdict on it, sending a batch when one is handed
-// over, and finishes d when there is a verdict; d.mu is held.
-func (b *Batcher) await(ctx context.Context, d *Delivery, it *batchItem) error {
-	led := false
 	for {
-		select {
-		case err := <-it.res:
-			b.leadIfPromoted(ctx, it, &led)
-			return b.finish(d, it, err)
-		case <-it.lead:
-			led = true
-			b.send(ctx, []*batchItem{it})
-			continue
-		case <-ctx.Done():
-		}
-		// The caller gives up. A batch handed to it is sent all the same:
-		// others wait for it.
-		b.leadIfPromoted(ctx, it, &led)
-		select {
-		case err := <-it.res:
-			return b.finish(d, it, err)
-		default:
-		}
-		b.mu.Lock()
-		pending := it.fl == nil
-		if pending {
-			b.removeLocked(it)
-		} else if !it.abandoned {
-			it.abandoned = true
-			if it.fl.waiting.Add(-1) == 0 {
-				it.fl.cancel()
+		pending := false
+		var flying <-chan struct{} // the end of a flight holding one of own
+		for _, it := range own {
+			switch {
+			case it.fl == nil:
+				pending = true
+			case !it.done:
+				flying = it.fl.done
 			}
 		}
-		b.mu.Unlock()
-		if pending {
-			// Never sent: nothing changed, and the item is nobody's.
-			itemPool.Put(it)
+		if !pending && flying == nil {
+			break
 		}
-		// Otherwise its batch still owns the item and will write its
-		// verdict into the buffered channel; it is not reused.
-		return fmt.Errorf("inbox: %v: %w", it.o, ctx.Err())
+		if ctx.Err() != nil {
+			b.giveUpLocked(own)
+			break
+		}
+		if pending && b.flying < b.lanes {
+			b.flying++
+			b.mu.Unlock()
+			b.send(ctx, own)
+			b.mu.Lock()
+			continue
+		}
+		var wake <-chan struct{}
+		if pending {
+			wake = b.wake
+		}
+		b.mu.Unlock()
+		select {
+		case <-wake:
+		case <-flying:
+		case <-ctx.Done():
+		}
+		b.mu.Lock()
+	}
+	for _, it := range own {
+		switch {
+		case !it.done, it.abandoned && !verdict(it.err):
+			// Withdrawn, or in flight when ctx ended: no verdict known.
+			// An error of the batch's own cancellation is the caller's.
+			it.out = ctx.Err()
+		default:
+			it.out = it.err
+		}
+	}
+	b.mu.Unlock()
+	return nil
+}
+
+// giveUpLocked withdraws the pending items of own and abandons those in
+// flight, cancelling a flight nobody waits for any more.
+func (b *Batcher) giveUpLocked(own []*batchItem) {
+	for _, it := range own {
+		switch {
+		case it.done:
+		case it.fl == nil:
+			b.removeLocked(it)
+		default:
+			b.abandonLocked(it)
+		}
 	}
 }
 
-// leadIfPromoted sends the batch handed to it's caller if that has not
-// happened yet: a hand-over must never be lost, or the batches of others
-// would stall.
-func (b *Batcher) leadIfPromoted(ctx context.Context, it *batchItem, led *bool) {
-	if *led {
+func (b *Batcher) abandonLocked(it *batchItem) {
+	if it.abandoned {
 		return
 	}
-	b.mu.Lock()
-	promoted := it.promoted
-	b.mu.Unlock()
-	if promoted {
-		<-it.lead
-		*led = true
-		b.send(ctx, []*batchItem{it})
+	it.abandoned = true
+	fl := it.fl
+	if fl.waiting--; fl.waiting == 0 && fl.cancel != nil {
+		fl.cancel()
 	}
-}
-
-// finish records the verdict on d and returns the item to the pool.
-func (b *Batcher) finish(d *Delivery, it *batchItem, err error) error {
-	o := it.o
-	itemPool.Put(it)
-	if err == nil || errors.Is(err, ErrLeaseLost) {
-		d.settled = true
-		d.lost = err != nil
-	}
-	if err != nil {
-		return fmt.Errorf("inbox: %v: %w", o, err)
-	}
-	return nil
 }
 
 func (b *Batcher) removeLocked(it *batchItem) {
@@ -499,114 +516,102 @@ func (b *Batcher) removeLocked(it *batchItem) {
 			copy(b.pending[i:], b.pending[i+1:])
 			b.pending[len(b.pending)-1] = nil
 			b.pending = b.pending[:len(b.pending)-1]
+			b.idle.Broadcast()
 			return
 		}
 	}
 }
 
-// Close refuses settlements from now on, and waits for the batches in
-// flight or pending to be sent. Close is idempotent.
+func (b *Batcher) wakeLocked() {
+	close(b.wake)
+	b.wake = make(chan struct{})
+}
+
+// Close refuses new settlements and waits until those already queued have
+// been sent (or withdrawn) and no batch is in flight. Close is idempotent.
 func (b *Batcher) Close() {
 	b.mu.Lock()
 	if !b.closed {
 		b.closed = true
 		close(b.closing)
 	}
-	for b.flying > 0 {
+	for b.flying > 0 || len(b.pending) > 0 {
 		b.idle.Wait()
 	}
 	b.mu.Unlock()
 }
 
-// flusher is the reusable state of one batch being sent, so a batch
-// allocates little.
+// flusher is the scratch of one batch being sent, reused so that a batch
+// allocates little. It holds items only between Get and Put.
 type flusher struct {
 	items             []*batchItem // the batch in flight
 	todo, group, rest []*batchItem // flush's scratch
 	args              []any
-	timer             *time.Timer
 }
 
 var flusherPool = sync.Pool{New: func() any { return &flusher{} }}
 
-// send gathers a batch and sends it, holding one of the Flushers slots,
-// then hands the slot to the first caller still waiting, or gives it up.
-// own are the sender's own items, whose waiting it stands for while it is
-// busy sending.
+// send holds one of the Flushers slots, taken by run: it gathers a batch,
+// sends it, gives each item its verdict, and frees the slot, whatever
+// happens meanwhile. own are the sender's items, whose waiting it stands
+// for while it is busy sending.
 func (b *Batcher) send(ctx context.Context, own []*batchItem) {
 	f := flusherPool.Get().(*flusher)
-	fl := &flight{ctx: context.Background()}
-	if b.gather(ctx, f, fl, own) {
-		stop := b.standFor(ctx, own, fl)
-		b.flush(f, fl)
-		stop()
-	}
-	if fl.cancel != nil {
-		fl.cancel()
-	}
-	flusherPool.Put(f)
-	b.mu.Lock()
-	var next *batchItem
-	for _, it := range b.pending {
-		if !it.promoted {
-			next = it
-			break
-		}
-	}
-	if next != nil {
-		next.promoted = true
-	} else {
-		b.flying--
-		if b.flying == 0 {
-			b.idle.Broadcast()
-		}
-	}
-	b.mu.Unlock()
-	if next != nil {
-		next.lead <- struct{}{}
-	}
-}
-
-// standFor gives up the sender's own items of flight fl when ctx ends
-// during the flush, as a waiting caller would, so that a batch nobody waits
-// for any more is cancelled. It returns the function that stops watching.
-func (b *Batcher) standFor(ctx context.Context, own []*batchItem, fl *flight) func() {
-	if ctx.Done() == nil {
-		return func() {}
-	}
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(fired)
+	fl := &flight{ctx: context.Background(), done: make(chan struct{})}
+	defer func() {
 		b.mu.Lock()
-		defer b.mu.Unlock()
-		for _, it := range own {
-			if it.fl == fl && !it.abandoned {
-				it.abandoned = true
-				if fl.waiting.Add(-1) == 0 {
-					fl.cancel()
+		for _, it := range f.items {
+			it.done = true
+		}
+		close(fl.done)
+		b.flying--
+		b.wakeLocked()
+		b.idle.Broadcast()
+		b.mu.Unlock()
+		if fl.cancel != nil {
+			fl.cancel()
+		}
+		clear(f.items)
+		f.items = f.items[:0]
+		flusherPool.Put(f)
+	}()
+	if !b.gather(ctx, f, fl) {
+		return
+	}
+	if ctx.Done() != nil {
+		// When ctx ends during the flush, the sender gives up its items as
+		// a waiting caller would, so that a batch nobody waits for any more
+		// is cancelled. A late call finds them done and does nothing.
+		stop := context.AfterFunc(ctx, func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			for _, it := range own {
+				if it.fl == fl && !it.done {
+					b.abandonLocked(it)
 				}
 			}
-		}
-	})
-	return func() {
-		if !stop() {
-			<-fired
-		}
+		})
+		defer stop()
 	}
+	b.flush(f, fl)
 }
 
 // gather takes up to max pending settlements into f.items, marking them as
 // in flight fl. Before it takes them it yields while more arrive, and with
-// MaxWait it waits that long for max of them; if ctx ends meanwhile, the
-// sender's own items (own) are withdrawn and the others sent at once. It
-// returns false when nothing is pending: others took it, or their callers
-// withdrew.
-func (b *Batcher) gather(ctx context.Context, f *flusher, fl *flight, own []*batchItem) bool {
-	f.items = f.items[:0]
+// MaxWait it waits that long for max of them. It returns false when it took
+// nothing: others took what was pending, or their callers withdrew, or ctx
+// ended while it waited (the slot is better taken by a caller still there).
+func (b *Batcher) gather(ctx context.Context, f *flusher, fl *flight) bool {
 	seen := 0
-	var deadline <-chan time.Time
+	waited := false
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	b.mu.Lock()
 	for {
-		b.mu.Lock()
 		n := len(b.pending)
 		if n > seen && n < b.max && !b.closed {
 			// Settlements already on their way (goroutines that are
@@ -614,57 +619,34 @@ func (b *Batcher) gather(ctx context.Context, f *flusher, fl *flight, own []*bat
 			// batch if the sender yields before taking it, for as long as
 			// yielding brings more: a lone settlement is delayed by a
 			// scheduler pass, never by a timer.
-			b.mu.Unlock()
 			seen = n
+			b.mu.Unlock()
 			runtime.Gosched()
+			b.mu.Lock()
 			continue
 		}
-		if n > 0 && n < b.max && b.wait > 0 && !b.closed && deadline != closedTime {
-			changed := b.changed
+		if n > 0 && n < b.max && b.wait > 0 && !b.closed && !waited {
+			if timer == nil {
+				timer = time.NewTimer(b.wait)
+			}
+			wake := b.wake
 			b.mu.Unlock()
-			if deadline == nil {
-				if f.timer == nil {
-					f.timer = time.NewTimer(b.wait)
-				} else {
-					f.timer.Reset(b.wait)
-				}
-				deadline = f.timer.C
-			}
 			select {
-			case <-changed:
+			case <-wake:
 			case <-b.closing:
-			case <-deadline:
-				deadline = closedTime
+			case <-timer.C:
+				waited = true
 			case <-ctx.Done():
-				b.mu.Lock()
-				for _, it := range own {
-					if it.fl == nil {
-						b.removeLocked(it)
-					}
-				}
-				b.mu.Unlock()
-				if deadline != closedTime && !f.timer.Stop() {
-					<-f.timer.C
-				}
-				deadline = closedTime
+				return false
 			}
+			b.mu.Lock()
 			continue
 		}
 		b.takeLocked(f, fl)
 		b.mu.Unlock()
-		if deadline != nil && deadline != closedTime && !f.timer.Stop() {
-			<-f.timer.C
-		}
 		return len(f.items) > 0
 	}
 }
-
-// closedTime is a channel that is always ready: a deadline that has passed.
-var closedTime = func() <-chan time.Time {
-	c := make(chan time.Time)
-	close(c)
-	return c
-}()
 
 // takeLocked moves pending items into f.items, up to max, skipping an item
 // whose id is in the batch already (another delivery of the same job, one
@@ -678,26 +660,19 @@ func (b *Batcher) takeLocked(f *flusher, fl *flight) {
 			continue
 		}
 		it.fl = fl
-		fl.waiting.Add(1)
+		fl.waiting++
 		if it.cancellable && fl.cancel == nil {
 			fl.ctx, fl.cancel = context.WithCancel(context.Background())
 		}
 		f.items = append(f.items, it)
 	}
-	for i := len(kept); i < len(b.pending); i++ {
-		b.pending[i] = nil
-	}
+	clear(b.pending[len(kept):])
 	b.pending = kept
 	if b.wait > 0 && len(f.items) > 0 {
 		// Senders waiting for MaxWait look again: what they waited for
 		// may be gone.
-		b.changedLocked()
+		b.wakeLocked()
 	}
-}
-
-func (b *Batcher) changedLocked() {
-	close(b.changed)
-	b.changed = make(chan struct{})
 }
 
 func (f *flusher) has(id any) bool {
@@ -710,7 +685,7 @@ func (f *flusher) has(id any) bool {
 }
 
 // flush runs the batch, one statement per outcome and delay present in it,
-// in the order of their first arrival, and hands each caller its result.
+// in the order of their first arrival, setting each item's err.
 func (b *Batcher) flush(f *flusher, fl *flight) {
 	f.todo = append(f.todo[:0], f.items...)
 	for len(f.todo) > 0 {
@@ -729,11 +704,8 @@ func (b *Batcher) flush(f *flusher, fl *flight) {
 		f.todo, f.rest = f.rest, f.todo
 	}
 	clear(f.group)
-	for i, it := range f.items {
-		it.res <- it.err
-		f.items[i] = nil
-	}
-	f.items = f.items[:0]
+	clear(f.todo[:cap(f.todo)])
+	clear(f.rest[:cap(f.rest)])
 }
 
 // settleGroup settles items, which share outcome o and delay after, setting

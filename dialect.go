@@ -9,12 +9,26 @@ import (
 )
 
 // A Dialect turns a validated table description into the SQL of one engine.
-// Postgres, MySQL (also MariaDB) and SQLite ship with the package; another engine
-// is added from outside it by implementing this interface, and optionally
-// [Locker] (advisory locks) and [SchemaChecker] (the schema check).
+// [Postgres], [MySQL] (also MariaDB) and [SQLite] ship with the package;
+// another engine is added from outside it by implementing this interface.
+// [New] calls Statements once per queue; TimeArg and ScanTime run for every
+// time a statement sends or a claim reads.
 //
-// A Dialect is called only by [New], never on the claim path: the statements it
-// returns are built once per queue.
+// A Dialect may implement optional interfaces, each with its fallback:
+//
+//   - [Locker]: session locks for the advisory form. Without it the process
+//     holds the advisory keys alone, as on SQLite: one process per database.
+//   - [TableIdentifier]: the table's identity, however its name is spelled.
+//     Without it the name as described is the identity.
+//   - [DeadlockDetector]: which errors are a deadlock's victim. Without it
+//     no statement is sent again after a deadlock.
+//   - [BatchDialect]: batched lease settlements. Without it
+//     [Queue.NewBatcher] returns an error.
+//   - [SchemaChecker]: the schema check. Without it [Queue.CheckSchema]
+//     returns an error.
+//   - Unwrap() Dialect: a dialect wrapping another (to log its statements,
+//     say) names it, and the optional interfaces it does not implement
+//     itself are those of the dialect it wraps, so wrapping loses none.
 type Dialect interface {
 	// Name names the engine in errors.
 	Name() string
@@ -56,6 +70,47 @@ type TableIdentifier interface {
 	// different tables. An error means the table could not be resolved.
 	TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, error)
 }
+
+// DeadlockDetector is implemented by a [Dialect] that can tell a deadlock
+// victim's error from others: the victim changed nothing, and the queue sends
+// a single statement, a lease claim or a batch again, up to ten times.
+type DeadlockDetector interface {
+	IsDeadlock(err error) bool
+}
+
+// capability returns d's optional interface T, or that of the dialect d
+// wraps (Unwrap), and so on down.
+func capability[T any](d Dialect) (T, bool) {
+	for d != nil {
+		if c, ok := d.(T); ok {
+			return c, true
+		}
+		w, ok := d.(interface{ Unwrap() Dialect })
+		if !ok {
+			break
+		}
+		d = w.Unwrap()
+	}
+	var none T
+	return none, false
+}
+
+// The built-in dialects have every optional interface but SQLite's Locker.
+var (
+	_ Locker           = postgres{}
+	_ Locker           = mysql{}
+	_ TableIdentifier  = postgres{}
+	_ TableIdentifier  = mysql{}
+	_ TableIdentifier  = sqlite{}
+	_ DeadlockDetector = postgres{}
+	_ DeadlockDetector = mysql{}
+	_ BatchDialect     = postgres{}
+	_ BatchDialect     = mysql{}
+	_ BatchDialect     = sqlite{}
+	_ SchemaChecker    = postgres{}
+	_ SchemaChecker    = mysql{}
+	_ SchemaChecker    = sqlite{}
+)
 
 // SchemaChecker is implemented by a [Dialect] that can verify a table against
 // a queue's description; [Queue.CheckSchema] uses it.
@@ -215,22 +270,22 @@ type Statements struct {
 	Enqueue, EnqueueID, EnqueueAt, EnqueueIDAt Stmt
 }
 
-// sqlBuilder writes one statement, recording the parameters in order.
+// sqlBuilder writes one statement, recording its parameters in order.
 type sqlBuilder struct {
 	b    strings.Builder
 	args []Arg
-	mark func(n int) string
+	mark func(n int) string // the placeholder of the n-th parameter
 }
 
-func (s *sqlBuilder) w(parts ...string) *sqlBuilder {
+func (s *sqlBuilder) write(parts ...string) *sqlBuilder {
 	for _, p := range parts {
 		s.b.WriteString(p)
 	}
 	return s
 }
 
-// p writes a placeholder for a.
-func (s *sqlBuilder) p(a Arg) string {
+// param writes the placeholder of a.
+func (s *sqlBuilder) param(a Arg) string {
 	s.args = append(s.args, a)
 	return s.mark(len(s.args))
 }
@@ -242,7 +297,90 @@ func (s *sqlBuilder) stmt(rows bool) Stmt {
 func dollar(n int) string { return "$" + strconv.Itoa(n) }
 func question(int) string { return "?" }
 
-// joinData writes the data columns, each prefixed when prefix is not empty.
+// A sqlTemplate writes the statements of one description for one engine
+// from templates that read as the statements they become: {name} is a
+// fragment (a quoted identifier of the description, or a piece of SQL that
+// is itself a template) and $name a parameter, numbered in the order it
+// appears. Fragments: {table} {id} {attempt} {lease} {key} {notBefore}
+// {dead} {claims}; {data}, {, data} and {, j.data} the data columns (the
+// latter two with a leading comma, empty when there are none); {now} and
+// {until} the clock, the engine's or parameters; {where ready} and
+// {and ready} the not-before condition, empty without the column.
+// Parameters: $id $attempt $delivered $expiry $now $until $micros $limit.
+type sqlTemplate struct {
+	mark  func(int) string
+	frags map[string]string
+}
+
+var templateArgs = map[string]Arg{
+	"id": ArgID, "attempt": ArgAttempt, "delivered": ArgDelivered, "expiry": ArgExpiry,
+	"now": ArgNow, "until": ArgUntil, "micros": ArgMicros, "limit": ArgLimit,
+}
+
+// newTemplate returns the templates of n, with now and until the SQL of the
+// clock (templates themselves: "$now" and "$until" for the caller's).
+func newTemplate(n *Names, mark func(int) string, now, until string) *sqlTemplate {
+	f := map[string]string{
+		"table": n.Table, "id": n.ID, "attempt": n.Attempt, "lease": n.LockedUntil, "key": n.Key,
+		"notBefore": n.NotBefore, "dead": n.Dead, "claims": n.ClaimsTable,
+		"data": joinCols("", n.Data), ", data": "", ", j.data": "",
+		"now": now, "until": until, "where ready": "", "and ready": "",
+	}
+	if len(n.Data) > 0 {
+		f[", data"], f[", j.data"] = ", "+joinCols("", n.Data), ", "+joinCols("j.", n.Data)
+	}
+	if n.NotBefore != "" {
+		f["where ready"] = " WHERE ({notBefore} IS NULL OR {notBefore} <= {now})"
+		f["and ready"] = " AND ({notBefore} IS NULL OR {notBefore} <= {now})"
+	}
+	return &sqlTemplate{mark: mark, frags: f}
+}
+
+// query is a statement returning rows; exec one that does not.
+func (t *sqlTemplate) query(tmpl string) Stmt { return t.stmt(tmpl, true) }
+func (t *sqlTemplate) exec(tmpl string) Stmt  { return t.stmt(tmpl, false) }
+
+func (t *sqlTemplate) stmt(tmpl string, rows bool) Stmt {
+	s := &sqlBuilder{mark: t.mark}
+	t.expand(s, tmpl)
+	return s.stmt(rows)
+}
+
+// expand writes tmpl into s. An unknown name is a mistake in the package's
+// own templates, which every test of New would meet: it panics.
+func (t *sqlTemplate) expand(s *sqlBuilder, tmpl string) {
+	for i := 0; i < len(tmpl); {
+		switch c := tmpl[i]; {
+		case c == '{':
+			end := strings.IndexByte(tmpl[i:], '}')
+			frag, ok := "", false
+			if end > 0 {
+				frag, ok = t.frags[tmpl[i+1:i+end]]
+			}
+			if !ok {
+				panic("inbox: unknown template fragment in " + tmpl[i:])
+			}
+			t.expand(s, frag)
+			i += end + 1
+		case c == '$':
+			j := i + 1
+			for j < len(tmpl) && ('a' <= tmpl[j] && tmpl[j] <= 'z' || 'A' <= tmpl[j] && tmpl[j] <= 'Z') {
+				j++
+			}
+			a, ok := templateArgs[tmpl[i+1:j]]
+			if !ok {
+				panic("inbox: unknown template parameter in " + tmpl[i:])
+			}
+			s.write(s.param(a))
+			i = j
+		default:
+			s.b.WriteByte(c)
+			i++
+		}
+	}
+}
+
+// joinCols joins the columns, each prefixed when prefix is not empty.
 func joinCols(prefix string, cols []string) string {
 	var b strings.Builder
 	for i, c := range cols {

@@ -140,15 +140,8 @@ func (q *Queue) exec(ctx context.Context, ex Executor, s Stmt, v *values) (int64
 
 const deadlockRetries = 10
 
-// DeadlockDetector is implemented by a [Dialect] that can tell a deadlock
-// victim's error from others; the queue then retries single statements that
-// lost one.
-type DeadlockDetector interface {
-	IsDeadlock(err error) bool
-}
-
 func (q *Queue) deadlock(err error) bool {
-	d, ok := q.dialect.(DeadlockDetector)
+	d, ok := capability[DeadlockDetector](q.dialect)
 	return ok && d.IsDeadlock(err)
 }
 

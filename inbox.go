@@ -211,7 +211,7 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 		return nil, opErr("new: "+cfg.Dialect.Name(), err)
 	}
 	q.names = n
-	if l, ok := cfg.Dialect.(Locker); ok && n.Form == Advisory {
+	if l, ok := capability[Locker](cfg.Dialect); ok && n.Form == Advisory {
 		q.locker = l
 	}
 	if n.Form != Lease {

@@ -148,31 +148,6 @@ func versionBelow(v string, major, minor int) bool {
 	return ma < major || (ma == major && mi < minor)
 }
 
-func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
-	var problems []string
-	var num int
-	if err := db.QueryRowContext(ctx, "SELECT current_setting('server_version_num')::int").Scan(&num); err != nil {
-		return nil, err
-	}
-	if num < 120000 {
-		problems = append(problems, fmt.Sprintf("PostgreSQL %d is older than 12, which brought MATERIALIZED", num))
-	}
-	kind := func(k colKind, t string) bool {
-		switch k {
-		case kindID:
-			return t == "bigint" || t == "integer" || t == "smallint" || t == "text" || t == "uuid" || t == "character varying"
-		case kindInt:
-			return t == "bigint" || t == "integer" || t == "smallint"
-		case kindTime:
-			return t == "timestamp with time zone"
-		}
-		return true
-	}
-	const q = "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2"
-	found, err := checkTables(ctx, db, n, q, kind, "timestamptz", true)
-	return append(problems, found...), err
-}
-
 // checkTables compares the queue table and the dead table with the
 // description, reading each table's columns with query (schema, table).
 func checkTables(ctx context.Context, db *sql.DB, n *Names, query string, fits func(colKind, string) bool, timeType string, exactNames bool) ([]string, error) {
@@ -183,48 +158,6 @@ func checkTables(ctx context.Context, db *sql.DB, n *Names, query string, fits f
 			return nil, err
 		}
 		problems = append(problems, compareColumns(tb.schema, tb.name, cols, wantedColumns(n, tb.role), fits, timeType, exactNames)...)
-	}
-	return problems, nil
-}
-
-func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
-	var problems []string
-	var version string
-	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-		return nil, err
-	}
-	if strings.Contains(strings.ToLower(version), "mariadb") {
-		if versionBelow(version, 10, 6) {
-			problems = append(problems, fmt.Sprintf("MariaDB %s is older than 10.6, which brought SKIP LOCKED", version))
-		}
-	} else if versionBelow(version, 8, 0) {
-		problems = append(problems, fmt.Sprintf("MySQL %s is older than 8.0, which brought SKIP LOCKED", version))
-	}
-	kind := func(k colKind, t string) bool {
-		t = strings.ToLower(t)
-		isInt := strings.Contains(t, "int")
-		switch k {
-		case kindID:
-			return isInt || strings.Contains(t, "char") || strings.Contains(t, "text") || strings.Contains(t, "binary")
-		case kindInt:
-			return isInt
-		case kindTime:
-			// A bare DATETIME drops the microseconds of the token;
-			// TIMESTAMP follows the session's time zone.
-			return t == "datetime(6)"
-		}
-		return true
-	}
-	const q = "SELECT column_name, column_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
-	found, err := checkTables(ctx, db, n, q, kind, "DATETIME(6)", false)
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range found {
-		if strings.Contains(p, "is datetime,") || strings.Contains(p, "is datetime(") {
-			p += " (fractional seconds missing: the lease token needs DATETIME(6))"
-		}
-		problems = append(problems, p)
 	}
 	return problems, nil
 }
@@ -244,7 +177,7 @@ func (e *SchemaError) Error() string {
 // supports the form. It reports every problem at once in a [*SchemaError].
 // It changes nothing.
 func (q *Queue) CheckSchema(ctx context.Context) error {
-	c, ok := q.dialect.(SchemaChecker)
+	c, ok := capability[SchemaChecker](q.dialect)
 	if !ok {
 		return fmt.Errorf("inbox: check schema: dialect %s has no schema check", q.dialect.Name())
 	}

@@ -51,150 +51,100 @@ func (mysql) ScanTime(src any) (time.Time, error) {
 const claimMarkIDs = 16
 
 func (mysql) Statements(n *Names) (*Statements, error) {
-	st := &Statements{}
-	b := func() *sqlBuilder { return &sqlBuilder{mark: question} }
-	t, id, att := n.Table, n.ID, n.Attempt
-	data := ""
-	if len(n.Data) > 0 {
-		data = ", " + joinCols("", n.Data)
+	// Conditions only compare, so they read the engine's clock in place.
+	// UPDATE cannot return what it wrote: a time that becomes a token is
+	// computed from a reading taken first (Now) and written as $until.
+	now := "UTC_TIMESTAMP(6)"
+	if !n.DBClock {
+		now = "$now"
 	}
-	if n.DBClock {
-		st.Now = Stmt{SQL: "SELECT UTC_TIMESTAMP(6)", Rows: true}
-	}
-	// Conditions only compare, so they read the clock in place when it is
-	// the engine's.
-	now := func(s *sqlBuilder) string {
-		if n.DBClock {
-			return "UTC_TIMESTAMP(6)"
-		}
-		return s.p(ArgNow)
-	}
-	ready := func(s *sqlBuilder, prefix string) string {
-		if n.NotBefore == "" {
-			return ""
-		}
-		return prefix + "(" + n.NotBefore + " IS NULL OR " + n.NotBefore + " <= " + now(s) + ")"
-	}
+	t := newTemplate(n, question, now, "$until")
+	var st *Statements
 	switch n.Form {
 	case Lease:
-		lu := n.LockedUntil
-		// No UPDATE … RETURNING: lock the rows with a SELECT in a READ
-		// COMMITTED transaction, then write each lease. SKIP LOCKED lets
-		// concurrent claims pass each other's rows.
-		s := b()
-		// Free rows and expired ones are read apart, each an ordered,
-		// limited read of the index on (lease, id), so that a head of rows
-		// under lease in force is never walked. The union is ordered by
-		// position: a data column may repeat the id's name.
-		s.w("(SELECT ", id, ", ", att, data, " FROM ", t, " WHERE ", lu, " IS NULL ORDER BY ", id, " LIMIT ", s.p(ArgLimit), " FOR UPDATE SKIP LOCKED)",
-			" UNION ALL ",
-			"(SELECT ", id, ", ", att, data, " FROM ", t, " WHERE ", lu, " <= ", s.p(ArgNow), " ORDER BY ", id, " LIMIT ", s.p(ArgLimit), " FOR UPDATE SKIP LOCKED)",
-			" ORDER BY 1 LIMIT ", s.p(ArgLimit))
-		st.ClaimSelect = s.stmt(true)
-		// One UPDATE writes the leases of up to claimMarkIDs rows; a claim of
-		// fewer repeats its last id, which changes nothing twice.
-		s = b()
-		s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1, ", lu, " = ", s.p(ArgUntil), " WHERE ", id, " IN (")
-		for i := 0; i < claimMarkIDs; i++ {
-			if i > 0 {
-				s.w(", ")
-			}
-			s.w(s.p(ArgID))
-		}
-		s.w(")")
-		st.ClaimMark = s.stmt(false)
-		tok := func(s *sqlBuilder) string {
-			return id + " = " + s.p(ArgID) + " AND " + att + " = " + s.p(ArgAttempt) + " AND " + lu + " = " + s.p(ArgExpiry)
-		}
-		s = b()
-		s.w("UPDATE ", t, " SET ", lu, " = ", s.p(ArgUntil), " WHERE ", tok(s))
-		st.Extend = s.stmt(false)
-		st.Retry = st.Extend
-		// MySQL reports changed rows, not matched ones: a write of the
-		// expiry a row already holds is confirmed by counting the token.
-		s = b()
-		s.w("SELECT COUNT(*) FROM ", t, " WHERE ", tok(s))
-		st.Exists = s.stmt(true)
-		s = b()
-		s.w("DELETE FROM ", t, " WHERE ", tok(s))
-		st.Ack = s.stmt(false)
-		s = b()
-		s.w("UPDATE ", t, " SET ", lu, " = NULL, ", att, " = ", att, " - 1 WHERE ", tok(s))
-		st.Release = s.stmt(false)
-		if n.Dead != "" {
-			st.DeadInsert, st.DeadDelete = deadMove(n, b, tok, false)
-		}
+		st = myLease(t, n)
 	case RowLock:
-		s := b()
-		s.w("SELECT ", id, ", ", att, data, " FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT 1 FOR UPDATE SKIP LOCKED")
-		st.ClaimSelect = s.stmt(true)
-		// Counted inside the held transaction: a crash rolls it back.
-		s = b()
-		s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1 WHERE ", id, " = ", s.p(ArgID))
-		st.ClaimMark = s.stmt(false)
-		tok := func(s *sqlBuilder) string { return id + " = " + s.p(ArgID) }
-		s = b()
-		s.w("DELETE FROM ", t, " WHERE ", tok(s))
-		st.Ack = s.stmt(false)
-		if n.NotBefore != "" {
-			s = b()
-			s.w("UPDATE ", t, " SET ", n.NotBefore, " = ", s.p(ArgUntil), " WHERE ", tok(s))
-			st.Retry = s.stmt(false)
-		}
-		if n.ClaimsTable != "" {
-			// The count is written by a second session while the claim's
-			// transaction holds the row, so only its holder counts it; no
-			// RETURNING, so it is read back after.
-			c := n.ClaimsTable
-			s = b()
-			s.w("INSERT INTO ", c, " (", id, ", claims) VALUES (", s.p(ArgID), ", 1) ON DUPLICATE KEY UPDATE claims = claims + 1")
-			st.ClaimsCount = s.stmt(false)
-			s = b()
-			s.w("SELECT claims FROM ", c, " WHERE ", id, " = ", s.p(ArgID))
-			st.ClaimsRead = s.stmt(true)
-			s = b()
-			s.w("UPDATE ", c, " SET claims = claims - 1 WHERE ", id, " = ", s.p(ArgID), " AND claims > 0")
-			st.ClaimsGiveBack = s.stmt(false)
-			s = b()
-			s.w("DELETE FROM ", c, " WHERE ", id, " = ", s.p(ArgID))
-			st.ClaimsClear = s.stmt(false)
-		}
-		if n.Dead != "" {
-			st.DeadInsert, st.DeadDelete = deadMove(n, b, tok, false)
-		}
+		st = myRowLock(t, n)
 	case Advisory:
-		st.Candidates, st.CandidatesAfter = candidates(n, b, ready)
-		// Under the lock: re-read the row, if it still has the attempt the
-		// candidate read saw, then count the attempt, which commits at once
-		// so that a crash spends it. The count checks attempt and
-		// not-before again: a caller's transaction that settled the row
-		// (RetryTx) may have committed between the two.
-		s := b()
-		s.w("SELECT ", id, ", ", att, data, " FROM ", t, " WHERE ", id, " = ", s.p(ArgID), " AND ", att, " = ", s.p(ArgDelivered), ready(s, " AND "))
-		st.ClaimSelect = s.stmt(true)
-		s = b()
-		s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1 WHERE ", id, " = ", s.p(ArgID), " AND ", att, " = ", s.p(ArgDelivered), ready(s, " AND "))
-		st.ClaimMark = s.stmt(false)
-		tok := func(s *sqlBuilder) string {
-			return id + " = " + s.p(ArgID) + " AND " + att + " = " + s.p(ArgAttempt)
-		}
-		s = b()
-		s.w("DELETE FROM ", t, " WHERE ", tok(s))
-		st.Ack = s.stmt(false)
-		s = b()
-		s.w("UPDATE ", t, " SET ", att, " = ", att, " - 1 WHERE ", tok(s))
-		st.Release = s.stmt(false)
-		if n.NotBefore != "" {
-			s = b()
-			s.w("UPDATE ", t, " SET ", n.NotBefore, " = ", s.p(ArgUntil), " WHERE ", tok(s))
-			st.Retry = s.stmt(false)
-		}
-		if n.Dead != "" {
-			st.DeadInsert, st.DeadDelete = deadMove(n, b, tok, false)
-		}
+		st = myAdvisory(t, n)
 	}
-	enqueue(st, n, b, false)
+	if n.DBClock {
+		st.Now = t.query("SELECT UTC_TIMESTAMP(6)")
+	}
+	enqueue(st, n, question, false)
 	return st, nil
+}
+
+// myLease: without UPDATE … RETURNING the claim locks its rows with a
+// SELECT in a READ COMMITTED transaction, then writes their leases.
+func myLease(t *sqlTemplate, n *Names) *Statements {
+	st := &Statements{}
+	// Free rows and expired ones are read apart, each an ordered, limited
+	// read of the index on (lease, id), so that a head of rows under lease
+	// in force is never walked; SKIP LOCKED lets concurrent claims pass each
+	// other's rows. The union is ordered by position: a data column may
+	// repeat the id's name.
+	st.ClaimSelect = t.query("(SELECT {id}, {attempt}{, data} FROM {table} WHERE {lease} IS NULL ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED)" +
+		" UNION ALL " +
+		"(SELECT {id}, {attempt}{, data} FROM {table} WHERE {lease} <= $now ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED)" +
+		" ORDER BY 1 LIMIT $limit")
+	// One UPDATE writes the leases of up to claimMarkIDs rows; a claim of
+	// fewer repeats its last id, which changes nothing twice.
+	st.ClaimMark = t.exec("UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = $until WHERE {id} IN (" +
+		strings.Repeat("$id, ", claimMarkIDs-1) + "$id)")
+	st.Extend = t.exec("UPDATE {table} SET {lease} = $until WHERE " + leaseToken)
+	st.Retry = st.Extend
+	// MySQL reports changed rows, not matched ones: a write of the expiry a
+	// row already holds is confirmed by counting the token.
+	st.Exists = t.query("SELECT COUNT(*) FROM {table} WHERE " + leaseToken)
+	st.Ack = t.exec("DELETE FROM {table} WHERE " + leaseToken)
+	st.Release = t.exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + leaseToken)
+	if n.Dead != "" {
+		st.DeadInsert, st.DeadDelete = deadCopy(t, leaseToken)
+	}
+	return st
+}
+
+// myRowLock: the held transaction locks the row with SKIP LOCKED and counts
+// the attempt, so a crash rolls the count back.
+func myRowLock(t *sqlTemplate, n *Names) *Statements {
+	st := &Statements{}
+	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data} FROM {table}{where ready} ORDER BY {id} LIMIT 1 FOR UPDATE SKIP LOCKED")
+	st.ClaimMark = t.exec("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id")
+	st.Ack = t.exec("DELETE FROM {table} WHERE " + rowLockToken)
+	if n.NotBefore != "" {
+		st.Retry = t.exec("UPDATE {table} SET {notBefore} = $until WHERE " + rowLockToken)
+	}
+	if n.ClaimsTable != "" {
+		// Written by a second session while the held transaction has the
+		// row, so only its holder counts it; without RETURNING the count is
+		// read back after.
+		st.ClaimsCount = t.exec("INSERT INTO {claims} ({id}, claims) VALUES ($id, 1) ON DUPLICATE KEY UPDATE claims = claims + 1")
+		st.ClaimsRead = t.query("SELECT claims FROM {claims} WHERE {id} = $id")
+		st.ClaimsGiveBack = t.exec("UPDATE {claims} SET claims = claims - 1 WHERE {id} = $id AND claims > 0")
+		st.ClaimsClear = t.exec("DELETE FROM {claims} WHERE {id} = $id")
+	}
+	if n.Dead != "" {
+		st.DeadInsert, st.DeadDelete = deadCopy(t, rowLockToken)
+	}
+	return st
+}
+
+// myAdvisory: under the lock taken from Go, re-read the row if it still has
+// the attempt the candidate read saw, then count the attempt, which commits
+// at once so that a crash spends it. The count checks attempt and readiness
+// again: a caller's transaction that settled the row (RetryTx) may have
+// committed between the two.
+func myAdvisory(t *sqlTemplate, n *Names) *Statements {
+	st := &Statements{}
+	st.Candidates, st.CandidatesAfter = candidates(t)
+	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data} FROM {table} WHERE {id} = $id AND {attempt} = $delivered{and ready}")
+	st.ClaimMark = t.exec("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id AND {attempt} = $delivered{and ready}")
+	advisorySettlements(t, n, st)
+	if n.Dead != "" {
+		st.DeadInsert, st.DeadDelete = deadCopy(t, advisoryToken)
+	}
+	return st
 }
 
 // MySQLLockName is the GET_LOCK name of one key value of a table: "inbox_"
@@ -293,4 +243,48 @@ func (mysql) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, e
 		err = fmt.Errorf("no table %s", n.Table)
 	}
 	return ident.String, err
+}
+
+// CheckSchema checks the version (SKIP LOCKED: MySQL 8, MariaDB 10.6) and
+// the tables' columns through information_schema ([SchemaChecker]).
+func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+	var problems []string
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return nil, err
+	}
+	if strings.Contains(strings.ToLower(version), "mariadb") {
+		if versionBelow(version, 10, 6) {
+			problems = append(problems, fmt.Sprintf("MariaDB %s is older than 10.6, which brought SKIP LOCKED", version))
+		}
+	} else if versionBelow(version, 8, 0) {
+		problems = append(problems, fmt.Sprintf("MySQL %s is older than 8.0, which brought SKIP LOCKED", version))
+	}
+	kind := func(k colKind, t string) bool {
+		t = strings.ToLower(t)
+		isInt := strings.Contains(t, "int")
+		switch k {
+		case kindID:
+			return isInt || strings.Contains(t, "char") || strings.Contains(t, "text") || strings.Contains(t, "binary")
+		case kindInt:
+			return isInt
+		case kindTime:
+			// A bare DATETIME drops the microseconds of the token;
+			// TIMESTAMP follows the session's time zone.
+			return t == "datetime(6)"
+		}
+		return true
+	}
+	const q = "SELECT column_name, column_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
+	found, err := checkTables(ctx, db, n, q, kind, "DATETIME(6)", false)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range found {
+		if strings.Contains(p, "is datetime,") || strings.Contains(p, "is datetime(") {
+			p += " (fractional seconds missing: the lease token needs DATETIME(6))"
+		}
+		problems = append(problems, p)
+	}
+	return problems, nil
 }

@@ -35,268 +35,106 @@ func (postgres) ScanTime(src any) (time.Time, error) {
 }
 
 func (postgres) Statements(n *Names) (*Statements, error) {
-	return pgLike(n, dollar, "statement_timestamp()", true)
-}
-
-// pgLike builds the statements of engines with UPDATE … RETURNING and
-// FOR UPDATE SKIP LOCKED. clock is the engine's clock expression (empty: the
-// caller's); skipLocked is false for SQLite, whose single writer needs none.
-func pgLike(n *Names, mark func(int) string, clock string, skipLocked bool) (*Statements, error) {
-	st := &Statements{}
-	b := func() *sqlBuilder { return &sqlBuilder{mark: mark} }
-	dbClock := n.DBClock && clock != ""
-	// now and until write the current time and a time after it: the engine's
-	// clock, or the caller's passed as parameters.
-	now := func(s *sqlBuilder) string {
-		if dbClock {
-			return clock
-		}
-		return s.p(ArgNow)
+	// The engine's clock, fixed for one statement, or the caller's.
+	now, until := "statement_timestamp()", "(statement_timestamp() + $micros * interval '1 microsecond')"
+	if !n.DBClock {
+		now, until = "$now", "$until"
 	}
-	until := func(s *sqlBuilder) string {
-		if dbClock {
-			return "(" + clock + " + " + s.p(ArgMicros) + " * interval '1 microsecond')"
-		}
-		return s.p(ArgUntil)
-	}
-	t, id, att, data := n.Table, n.ID, n.Attempt, n.Data
-	ready := func(s *sqlBuilder, prefix string) string {
-		if n.NotBefore == "" {
-			return ""
-		}
-		return prefix + "(" + n.NotBefore + " IS NULL OR " + n.NotBefore + " <= " + now(s) + ")"
-	}
-	lock := ""
-	if skipLocked {
-		// SKIP LOCKED lets concurrent claims pass each other's rows instead
-		// of queueing on them.
-		lock = " FOR UPDATE SKIP LOCKED"
-	}
+	t := newTemplate(n, dollar, now, until)
+	var st *Statements
 	switch n.Form {
 	case Lease:
-		lu := n.LockedUntil
-		// Free rows (no lease) and expired ones are read apart, each an
-		// ordered, limited index read (free: a partial index on id WHERE the
-		// lease is NULL; expired: an index on the lease column), so that a
-		// head of rows under lease in force is never walked. A single
-		// "NULL OR <= now" ORDER BY id must step over all of them.
-		s := b()
-		if skipLocked {
-			// The candidate ids are MATERIALIZED so the planner runs the
-			// locking subqueries once, rather than per joined row. Rows a
-			// branch locked beyond the LIMIT are let go at statement end.
-			s.w("WITH picked AS MATERIALIZED (SELECT ", id, " FROM (",
-				"SELECT ", id, " FROM (SELECT ", id, " FROM ", t, " WHERE ", lu, " IS NULL ORDER BY ", id, " LIMIT ", s.p(ArgLimit), lock, ") AS free",
-				" UNION ALL ",
-				"SELECT ", id, " FROM (SELECT ", id, " FROM ", t, " WHERE ", lu, " <= ", now(s), " ORDER BY ", id, " LIMIT ", s.p(ArgLimit), lock, ") AS expired",
-				") AS c ORDER BY ", id, " LIMIT ", s.p(ArgLimit), ") ",
-				"UPDATE ", t, " AS j SET ", att, " = j.", att, " + 1, ", lu, " = ", until(s),
-				" FROM picked WHERE j.", id, " = picked.", id,
-				" RETURNING j.", id, ", j.", att, " - 1, j.", lu)
-		} else {
-			// SQLite: the statement holds the single write lock from its
-			// subquery to its end, so no other claim can interleave. "+id"
-			// keeps the planner from walking rowid order through the head.
-			set := until(s)
-			s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1, ", lu, " = ", set,
-				" WHERE ", id, " IN (",
-				"SELECT ", id, " FROM (SELECT ", id, " FROM ", t, " WHERE ", lu, " IS NULL ORDER BY ", id, " LIMIT ", s.p(ArgLimit), ")",
-				" UNION ALL ",
-				"SELECT ", id, " FROM (SELECT ", id, " FROM ", t, " WHERE ", lu, " <= ", now(s), " ORDER BY +", id, " LIMIT ", s.p(ArgLimit), ")",
-				" ORDER BY ", id, " LIMIT ", s.p(ArgLimit), ")",
-				" RETURNING ", id, ", ", att, " - 1, ", lu)
-		}
-		if len(data) > 0 {
-			if skipLocked {
-				s.w(", ", joinCols("j.", data))
-			} else {
-				s.w(", ", joinCols("", data))
-			}
-		}
-		st.Claim = s.stmt(true)
-
-		tok := func(s *sqlBuilder) string {
-			return id + " = " + s.p(ArgID) + " AND " + att + " = " + s.p(ArgAttempt) + " AND " + lu + " = " + s.p(ArgExpiry)
-		}
-		s = b()
-		set := until(s)
-		s.w("UPDATE ", t, " SET ", lu, " = ", set, " WHERE ", tok(s))
-		if dbClock {
-			// The engine chose the new expiry: it comes back as the token.
-			s.w(" RETURNING ", lu)
-		}
-		st.Extend = s.stmt(dbClock)
-		s = b()
-		s.w("DELETE FROM ", t, " WHERE ", tok(s))
-		st.Ack = s.stmt(false)
-		s = b()
-		set = until(s)
-		s.w("UPDATE ", t, " SET ", lu, " = ", set, " WHERE ", tok(s))
-		st.Retry = s.stmt(false)
-		s = b()
-		s.w("UPDATE ", t, " SET ", lu, " = NULL, ", att, " = ", att, " - 1 WHERE ", tok(s))
-		st.Release = s.stmt(false)
-		if n.Dead != "" {
-			st.DeadInsert, st.DeadDelete = deadMove(n, b, tok, skipLocked)
-		}
-	case RowLock, Advisory:
-		if n.Form == RowLock && !skipLocked {
-			return nil, fmt.Errorf("SQLite has no row locks: name Table.LockedUntil for the lease form or Table.AdvisoryKey for the advisory form")
-		}
-		s := b()
-		if n.Form == RowLock {
-			// The attempt is counted inside the held transaction, so a
-			// crash rolls it back with everything else.
-			s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1 WHERE ", id, " = (SELECT ", id, " FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT 1", lock, ")")
-		} else {
-			// The lock was taken from Go; this re-reads the row under it and
-			// commits the attempt, so a crash spends it. The attempt must
-			// still be the one the candidate read saw: a row settled and
-			// claimed again meanwhile is another delivery's.
-			s.w("UPDATE ", t, " SET ", att, " = ", att, " + 1 WHERE ", id, " = ", s.p(ArgID), " AND ", att, " = ", s.p(ArgDelivered), ready(s, " AND "))
-		}
-		s.w(" RETURNING ", id, ", ", att, " - 1")
-		if len(data) > 0 {
-			s.w(", ", joinCols("", data))
-		}
-		st.Claim = s.stmt(true)
-
-		// Row lock: the held transaction is the fence. Advisory: the
-		// attempt is, against a holder whose session was cut.
-		tok := func(s *sqlBuilder) string {
-			if n.Form == RowLock {
-				return id + " = " + s.p(ArgID)
-			}
-			return id + " = " + s.p(ArgID) + " AND " + att + " = " + s.p(ArgAttempt)
-		}
-		s = b()
-		s.w("DELETE FROM ", t, " WHERE ", tok(s))
-		st.Ack = s.stmt(false)
-		if n.NotBefore != "" {
-			s = b()
-			set := until(s)
-			s.w("UPDATE ", t, " SET ", n.NotBefore, " = ", set, " WHERE ", tok(s))
-			st.Retry = s.stmt(false)
-		}
-		if n.Form == Advisory {
-			s = b()
-			s.w("UPDATE ", t, " SET ", att, " = ", att, " - 1 WHERE ", tok(s))
-			st.Release = s.stmt(false)
-			s = b()
-			st.Candidates, st.CandidatesAfter = candidates(n, b, ready)
-		}
-		if n.ClaimsTable != "" {
-			st.ClaimsCount, st.ClaimsGiveBack, st.ClaimsClear = pgClaims(n, b)
-		}
-		if n.Dead != "" {
-			st.DeadInsert, st.DeadDelete = deadMove(n, b, tok, skipLocked)
-		}
+		st = pgLease(t, n)
+	case RowLock:
+		st = pgRowLock(t, n)
+	case Advisory:
+		st = pgAdvisory(t, n)
 	}
-	enqueue(st, n, b, true)
+	enqueue(st, n, dollar, true)
 	return st, nil
 }
 
-// pgClaims builds the claims counter's statements on the side table. The
-// count is an upsert committed on its own, by a second session while the
-// claim's transaction holds the row: only the holder of the row writes its
-// count, so no two workers ever count one delivery.
-func pgClaims(n *Names, b func() *sqlBuilder) (count, giveBack, clear Stmt) {
-	c, id := n.ClaimsTable, n.ID
-	s := b()
-	s.w("INSERT INTO ", c, " AS c (", id, ", claims) VALUES (", s.p(ArgID), ", 1)",
-		" ON CONFLICT (", id, ") DO UPDATE SET claims = c.claims + 1 RETURNING claims")
-	count = s.stmt(true)
-	s = b()
-	s.w("UPDATE ", c, " SET claims = claims - 1 WHERE ", id, " = ", s.p(ArgID), " AND claims > 0")
-	giveBack = s.stmt(false)
-	s = b()
-	s.w("DELETE FROM ", c, " WHERE ", id, " = ", s.p(ArgID))
-	clear = s.stmt(false)
-	return count, giveBack, clear
+// pgLease: the claim writes the leases in one statement that returns what it
+// wrote; every settlement is a compare-and-set on the token.
+func pgLease(t *sqlTemplate, n *Names) *Statements {
+	st := &Statements{}
+	// Free rows (no lease) and expired ones are read apart, each an
+	// ordered, limited index read (free: a partial index on id WHERE the
+	// lease is NULL; expired: an index on the lease column), so that a head
+	// of rows under lease in force is never walked; a single "NULL OR <=
+	// now" ORDER BY id would step over all of them. SKIP LOCKED lets
+	// concurrent claims pass each other's rows; rows a branch locked beyond
+	// the LIMIT are let go at statement end. MATERIALIZED makes the planner
+	// run the locking subqueries once, rather than per joined row.
+	st.Claim = t.query("WITH picked AS MATERIALIZED (SELECT {id} FROM (" +
+		"SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} IS NULL ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED) AS free" +
+		" UNION ALL " +
+		"SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} <= {now} ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED) AS expired" +
+		") AS c ORDER BY {id} LIMIT $limit) " +
+		"UPDATE {table} AS j SET {attempt} = j.{attempt} + 1, {lease} = {until} FROM picked WHERE j.{id} = picked.{id}" +
+		" RETURNING j.{id}, j.{attempt} - 1, j.{lease}{, j.data}")
+	if n.DBClock {
+		// The engine chose the new expiry: it comes back as the token.
+		st.Extend = t.query("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken + " RETURNING {lease}")
+	} else {
+		st.Extend = t.exec("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken)
+	}
+	st.Ack = t.exec("DELETE FROM {table} WHERE " + leaseToken)
+	st.Retry = t.exec("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken)
+	st.Release = t.exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + leaseToken)
+	if n.Dead != "" {
+		st.DeadInsert = pgDeadMove(t, leaseToken)
+	}
+	return st
 }
 
-// candidates builds the advisory form's unlocked reads of claimable rows:
-// id, key and attempt, in id order, the first page and the pages after an
-// id. The attempt lets the claim refuse a row that changed since.
-func candidates(n *Names, b func() *sqlBuilder, ready func(*sqlBuilder, string) string) (first, after Stmt) {
-	t, id := n.Table, n.ID
-	s := b()
-	s.w("SELECT ", id, ", ", n.Key, ", ", n.Attempt, " FROM ", t, ready(s, " WHERE "), " ORDER BY ", id, " LIMIT ", s.p(ArgLimit))
-	first = s.stmt(true)
-	s = b()
-	s.w("SELECT ", id, ", ", n.Key, ", ", n.Attempt, " FROM ", t, " WHERE ", id, " > ", s.p(ArgID), ready(s, " AND "), " ORDER BY ", id, " LIMIT ", s.p(ArgLimit))
-	after = s.stmt(true)
-	return first, after
+// pgRowLock: the claim locks and counts the attempt inside the held
+// transaction, so a crash rolls the count back with everything else.
+func pgRowLock(t *sqlTemplate, n *Names) *Statements {
+	st := &Statements{}
+	st.Claim = t.query("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = " +
+		"(SELECT {id} FROM {table}{where ready} ORDER BY {id} LIMIT 1 FOR UPDATE SKIP LOCKED)" +
+		" RETURNING {id}, {attempt} - 1{, data}")
+	st.Ack = t.exec("DELETE FROM {table} WHERE " + rowLockToken)
+	if n.NotBefore != "" {
+		st.Retry = t.exec("UPDATE {table} SET {notBefore} = {until} WHERE " + rowLockToken)
+	}
+	if n.ClaimsTable != "" {
+		// Written by a second session once the held transaction has the
+		// row, so only the row's holder counts it; an upsert committed on
+		// its own, whatever becomes of the claim.
+		st.ClaimsCount = t.query("INSERT INTO {claims} AS c ({id}, claims) VALUES ($id, 1)" +
+			" ON CONFLICT ({id}) DO UPDATE SET claims = c.claims + 1 RETURNING claims")
+		st.ClaimsGiveBack = t.exec("UPDATE {claims} SET claims = claims - 1 WHERE {id} = $id AND claims > 0")
+		st.ClaimsClear = t.exec("DELETE FROM {claims} WHERE {id} = $id")
+	}
+	if n.Dead != "" {
+		st.DeadInsert = pgDeadMove(t, rowLockToken)
+	}
+	return st
 }
 
-// deadMove builds the move to the dead table: on Postgres one statement
-// (DELETE … RETURNING feeding the INSERT), elsewhere a copy then a delete.
-func deadMove(n *Names, b func() *sqlBuilder, tok func(*sqlBuilder) string, oneStatement bool) (ins, del Stmt) {
-	cols := n.ID + ", " + n.Attempt
-	src := n.ID + ", "
-	if len(n.Data) > 0 {
-		cols += ", " + joinCols("", n.Data)
+// pgAdvisory: the lock is taken from Go, one call per candidate; the claim
+// then re-reads the row under it and commits the attempt, so a crash spends
+// it. The attempt must still be the one the candidate read saw: a row
+// settled and claimed again meanwhile is another delivery's.
+func pgAdvisory(t *sqlTemplate, n *Names) *Statements {
+	st := &Statements{}
+	st.Candidates, st.CandidatesAfter = candidates(t)
+	st.Claim = t.query("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id AND {attempt} = $delivered{and ready}" +
+		" RETURNING {id}, {attempt} - 1{, data}")
+	advisorySettlements(t, n, st)
+	if n.Dead != "" {
+		st.DeadInsert = pgDeadMove(t, advisoryToken)
 	}
-	s := b()
-	if oneStatement {
-		s.w("WITH gone AS (DELETE FROM ", n.Table, " WHERE ", tok(s), " RETURNING ", n.ID)
-		if len(n.Data) > 0 {
-			s.w(", ", joinCols("", n.Data))
-		}
-		s.w(") INSERT INTO ", n.Dead, " (", cols, ") SELECT ", src, s.p(ArgDelivered))
-		if len(n.Data) > 0 {
-			s.w(", ", joinCols("", n.Data))
-		}
-		s.w(" FROM gone")
-		return s.stmt(false), Stmt{}
-	}
-	s.w("INSERT INTO ", n.Dead, " (", cols, ") SELECT ", src, s.p(ArgDelivered))
-	if len(n.Data) > 0 {
-		s.w(", ", joinCols("", n.Data))
-	}
-	s.w(" FROM ", n.Table, " WHERE ", tok(s))
-	ins = s.stmt(false)
-	s = b()
-	s.w("DELETE FROM ", n.Table, " WHERE ", tok(s))
-	return ins, s.stmt(false)
+	return st
 }
 
-// enqueue builds the four inserts. returning is false for engines without
-// INSERT … RETURNING (MySQL), which read LastInsertId instead.
-func enqueue(st *Statements, n *Names, b func() *sqlBuilder, returning bool) {
-	at := n.NotBefore
-	if n.Form == Lease {
-		// A lease form delays a job the way it delays a retry: an expiry.
-		at = n.LockedUntil
-	}
-	build := func(withID, withAt bool) Stmt {
-		s := b()
-		var cols, vals []string
-		if withID {
-			cols, vals = append(cols, n.ID), append(vals, s.p(ArgID))
-		}
-		for i, c := range n.Data {
-			cols, vals = append(cols, c), append(vals, s.p(ArgData+Arg(i)))
-		}
-		if withAt {
-			cols, vals = append(cols, at), append(vals, s.p(ArgNotBefore))
-		}
-		if len(cols) == 0 {
-			s.w("INSERT INTO ", n.Table, " DEFAULT VALUES")
-		} else {
-			s.w("INSERT INTO ", n.Table, " (", strings.Join(cols, ", "), ") VALUES (", strings.Join(vals, ", "), ")")
-		}
-		if returning {
-			s.w(" RETURNING ", n.ID)
-		}
-		return s.stmt(returning)
-	}
-	st.Enqueue = build(false, false)
-	st.EnqueueID = build(true, false)
-	if at != "" {
-		st.EnqueueAt = build(false, true)
-		st.EnqueueIDAt = build(true, true)
-	}
+// pgDeadMove moves a row to the dead table in one statement, atomic alone:
+// DELETE … RETURNING feeds the INSERT.
+func pgDeadMove(t *sqlTemplate, token string) Stmt {
+	return t.exec("WITH gone AS (DELETE FROM {table} WHERE " + token + " RETURNING {id}{, data})" +
+		" INSERT INTO {dead} ({id}, {attempt}{, data}) SELECT {id}, $delivered{, data} FROM gone")
 }
 
 // PostgresLockKey is the 64-bit advisory lock key of one key value of a
@@ -396,4 +234,31 @@ func (postgres) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string
 		err = fmt.Errorf("no table %s", n.Table)
 	}
 	return ident.String, err
+}
+
+// CheckSchema checks the version (12, for MATERIALIZED) and the tables'
+// columns through information_schema ([SchemaChecker]).
+func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+	var problems []string
+	var num int
+	if err := db.QueryRowContext(ctx, "SELECT current_setting('server_version_num')::int").Scan(&num); err != nil {
+		return nil, err
+	}
+	if num < 120000 {
+		problems = append(problems, fmt.Sprintf("PostgreSQL %d is older than 12, which brought MATERIALIZED", num))
+	}
+	kind := func(k colKind, t string) bool {
+		switch k {
+		case kindID:
+			return t == "bigint" || t == "integer" || t == "smallint" || t == "text" || t == "uuid" || t == "character varying"
+		case kindInt:
+			return t == "bigint" || t == "integer" || t == "smallint"
+		case kindTime:
+			return t == "timestamp with time zone"
+		}
+		return true
+	}
+	const q = "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2"
+	found, err := checkTables(ctx, db, n, q, kind, "timestamptz", true)
+	return append(problems, found...), err
 }

@@ -39,7 +39,8 @@ const (
 		`INSERT INTO "dead_jobs" ("id", "attempt", "payload") SELECT "id", $4, "payload" FROM gone`
 )
 
-// Row-lock form, and its claims counter.
+// Row-lock form, and its claims counter: a side table whose count is
+// written from a second session once the held transaction has the row.
 const (
 	pgRowLockClaim = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = (SELECT "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED) ` +
 		`RETURNING "id", "attempt" - 1, "payload"`
@@ -50,32 +51,43 @@ const (
 	pgRowLockRetryInjected = `UPDATE "jobs" SET "not_before" = $1 WHERE "id" = $2`
 	pgRowLockDead          = `WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 RETURNING "id", "payload") INSERT INTO "dead_jobs" ("id", "attempt", "payload") SELECT "id", $2, "payload" FROM gone`
 
-	pgClaimsCount = `UPDATE "jobs" SET "claims" = "claims" + 1 WHERE "id" = (SELECT "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED) ` +
-		`RETURNING "id", "claims"`
-	pgClaimsCountInjected = `UPDATE "jobs" SET "claims" = "claims" + 1 WHERE "id" = (SELECT "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= $1) ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED) ` +
-		`RETURNING "id", "claims"`
-	pgClaimsClaim = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND "id" IN (SELECT "id" FROM "jobs" WHERE "id" = $2 AND ("not_before" IS NULL OR "not_before" <= statement_timestamp()) FOR UPDATE SKIP LOCKED) ` +
-		`RETURNING "id", "attempt" - 1, "payload"`
-	pgClaimsClaimInjected = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND "id" IN (SELECT "id" FROM "jobs" WHERE "id" = $2 AND ("not_before" IS NULL OR "not_before" <= $3) FOR UPDATE SKIP LOCKED) ` +
-		`RETURNING "id", "attempt" - 1, "payload"`
-	pgClaimsReset   = `UPDATE "jobs" SET "claims" = 0 WHERE "id" = $1`
-	pgClaimsRelease = `UPDATE "jobs" SET "claims" = "claims" - 1 WHERE "id" = (SELECT "id" FROM "jobs" WHERE "id" = $1 AND "claims" > 0 FOR UPDATE SKIP LOCKED)`
+	pgClaimsCount    = `INSERT INTO "job_claims" AS c ("id", claims) VALUES ($1, 1) ON CONFLICT ("id") DO UPDATE SET claims = c.claims + 1 RETURNING claims`
+	pgClaimsGiveBack = `UPDATE "job_claims" SET claims = claims - 1 WHERE "id" = $1 AND claims > 0`
+	pgClaimsClear    = `DELETE FROM "job_claims" WHERE "id" = $1`
 )
 
-// Advisory form.
+// Advisory form. Candidates come a page at a time with their attempt, which
+// the claim under the lock requires unchanged.
 const (
-	pgAdvCandidates         = `SELECT "id", "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT $1`
-	pgAdvCandidatesInjected = `SELECT "id", "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= $1) ORDER BY "id" LIMIT $2`
-	pgAdvClaim              = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND ("not_before" IS NULL OR "not_before" <= statement_timestamp()) RETURNING "id", "attempt" - 1, "payload"`
-	pgAdvClaimInjected      = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND ("not_before" IS NULL OR "not_before" <= $2) RETURNING "id", "attempt" - 1, "payload"`
-	pgAdvAck                = `DELETE FROM "jobs" WHERE "id" = $1 AND "attempt" = $2`
-	pgAdvRetry              = `UPDATE "jobs" SET "not_before" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE "id" = $2 AND "attempt" = $3`
-	pgAdvRetryInjected      = `UPDATE "jobs" SET "not_before" = $1 WHERE "id" = $2 AND "attempt" = $3`
-	pgAdvRelease            = `UPDATE "jobs" SET "attempt" = "attempt" - 1 WHERE "id" = $1 AND "attempt" = $2`
-	pgAdvDead               = `WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 RETURNING "id", "payload") INSERT INTO "dead_jobs" ("id", "attempt", "payload") SELECT "id", $3, "payload" FROM gone`
-	pgTryLock               = `SELECT pg_try_advisory_lock($1)`
-	pgUnlock                = `SELECT pg_advisory_unlock($1)`
+	pgAdvCandidates              = `SELECT "id", "id", "attempt" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT $1`
+	pgAdvCandidatesAfter         = `SELECT "id", "id", "attempt" FROM "jobs" WHERE "id" > $1 AND ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT $2`
+	pgAdvCandidatesInjected      = `SELECT "id", "id", "attempt" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= $1) ORDER BY "id" LIMIT $2`
+	pgAdvCandidatesAfterInjected = `SELECT "id", "id", "attempt" FROM "jobs" WHERE "id" > $1 AND ("not_before" IS NULL OR "not_before" <= $2) ORDER BY "id" LIMIT $3`
+	pgAdvClaim                   = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND "attempt" = $2 AND ("not_before" IS NULL OR "not_before" <= statement_timestamp()) RETURNING "id", "attempt" - 1, "payload"`
+	pgAdvClaimInjected           = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND "attempt" = $2 AND ("not_before" IS NULL OR "not_before" <= $3) RETURNING "id", "attempt" - 1, "payload"`
+	pgAdvAck                     = `DELETE FROM "jobs" WHERE "id" = $1 AND "attempt" = $2`
+	pgAdvRetry                   = `UPDATE "jobs" SET "not_before" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE "id" = $2 AND "attempt" = $3`
+	pgAdvRetryInjected           = `UPDATE "jobs" SET "not_before" = $1 WHERE "id" = $2 AND "attempt" = $3`
+	pgAdvRelease                 = `UPDATE "jobs" SET "attempt" = "attempt" - 1 WHERE "id" = $1 AND "attempt" = $2`
+	pgAdvDead                    = `WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 RETURNING "id", "payload") INSERT INTO "dead_jobs" ("id", "attempt", "payload") SELECT "id", $3, "payload" FROM gone`
+	pgTryLock                    = `SELECT pg_try_advisory_lock($1)`
+	pgUnlock                     = `SELECT pg_advisory_unlock($1)`
+
+	// A key on another column, without a not-before column.
+	pgTenantCandidates      = `SELECT "id", "tenant", "attempt" FROM "jobs" ORDER BY "id" LIMIT $1`
+	pgTenantCandidatesAfter = `SELECT "id", "tenant", "attempt" FROM "jobs" WHERE "id" > $1 ORDER BY "id" LIMIT $2`
+	pgPlainAdvClaim         = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND "attempt" = $2 RETURNING "id", "attempt" - 1, "payload"`
 )
+
+// pgLocked and pgUnlocked expect the lock call of key k, answering got, and
+// its unlock.
+func pgLocked(m *mock, k string, got bool) {
+	m.ExpectQuery(pgTryLock).WithArgs(pgKey[k]).WillReturnRows(rows("pg_try_advisory_lock", row(got)))
+}
+
+func pgUnlocked(m *mock, k string) {
+	m.ExpectQuery(pgUnlock).WithArgs(pgKey[k]).WillReturnRows(rows("pg_advisory_unlock", row(true)))
+}
 
 const minute = int64(time.Minute / time.Microsecond)
 
@@ -293,53 +305,154 @@ func TestPostgresRowLockInjectedClock(t *testing.T) {
 	m.met(t)
 }
 
-// The claims counter is committed on its own, before the row is locked in
-// the held transaction; a job past MaxClaims goes to the dead table.
+// The claims counter: the held transaction takes the row first, then the
+// delivery is counted in the side table from a second session, so that the
+// count commits whatever becomes of the held transaction and only the row's
+// holder can count it. Past MaxClaims the job goes to the dead table through
+// the held transaction, which clears the count and commits, and the claim
+// looks for the next job.
 func TestPostgresClaimsCounter(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: claimsTable})
 	cols := "id,attempt,payload"
-	m.ExpectQuery(pgClaimsCount).WithoutArgs().WillReturnRows(rows("id,claims", row(int64(7), int64(1))))
 	m.ExpectBegin()
-	m.ExpectQuery(pgClaimsClaim).WithArgs(int64(7), int64(7)).WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
-	// Job 8's fourth claim is past MaxClaims 3.
-	m.ExpectQuery(pgClaimsCount).WithoutArgs().WillReturnRows(rows("id,claims", row(int64(8), int64(4))))
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
+	m.ExpectQuery(pgClaimsCount).WithArgs(int64(7)).WillReturnRows(rows("claims", row(int64(1))))
+	// Job 8's fourth delivery without a settlement is past MaxClaims 3.
 	m.ExpectBegin()
-	m.ExpectQuery(pgClaimsClaim).WithArgs(int64(8), int64(8)).WillReturnRows(rows(cols, row(int64(8), int64(4), []byte("p8"))))
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(8), int64(4), []byte("p8"))))
+	m.ExpectQuery(pgClaimsCount).WithArgs(int64(8)).WillReturnRows(rows("claims", row(int64(4))))
 	m.ExpectExec(pgRowLockDead).WithArgs(int64(8), int64(4)).WillReturnResult(affected(1))
+	m.ExpectExec(pgClaimsClear).WithArgs(int64(8)).WillReturnResult(affected(1))
 	m.ExpectCommit()
-	// Job 9 was counted, but another worker locked it first: look again.
-	m.ExpectQuery(pgClaimsCount).WithoutArgs().WillReturnRows(rows("id,claims", row(int64(9), int64(1))))
+	// Job 9's third is MaxClaims itself: delivered.
 	m.ExpectBegin()
-	m.ExpectQuery(pgClaimsClaim).WithArgs(int64(9), int64(9)).WillReturnRows(rows(cols))
-	m.ExpectRollback()
-	m.ExpectQuery(pgClaimsCount).WithoutArgs().WillReturnRows(rows("id,claims"))
-	ds := claim(t, q, 2, 7)
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(9), int64(3), []byte("p9"))))
+	m.ExpectQuery(pgClaimsCount).WithArgs(int64(9)).WillReturnRows(rows("claims", row(int64(3))))
+	ds := claim(t, q, 2, 7, 9)
+	on := m.since(t, 0,
+		"begin", "query "+pgRowLockClaim, "query "+pgClaimsCount,
+		"begin", "query "+pgRowLockClaim, "query "+pgClaimsCount, "exec "+pgRowLockDead, "exec "+pgClaimsClear, "commit",
+		"begin", "query "+pgRowLockClaim, "query "+pgClaimsCount)
+	for _, c := range [][2]int{{0, 2}, {3, 5}, {9, 11}} {
+		if on[c[0]] == on[c[1]] {
+			t.Errorf("the count ran on the held transaction's connection %d: calls %v", on[c[0]], on)
+		}
+	}
+	for _, i := range []int{4, 6, 7, 8} {
+		if on[i] != on[3] {
+			t.Errorf("the dead move ran on connections %v, want the held transaction's alone", on[3:9])
+		}
+	}
+	checkHeldTx(t, m, ds, 3)
 
-	// Retry clears the counter with the commit that proves the job survived.
-	m.ExpectExec(pgClaimsReset).WithArgs(int64(7)).WillReturnResult(affected(1))
+	// Every settlement with a verdict clears the count in the held
+	// transaction: Retry starts it anew, Ack and Dead remove the job.
+	m.ExpectExec(pgClaimsClear).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Retry", ds[0].Retry(context.Background(), 0))
+	m.ExpectExec(pgRowLockAck).WithArgs(int64(9)).WillReturnResult(affected(1))
+	m.ExpectExec(pgClaimsClear).WithArgs(int64(9)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Ack", ds[1].Ack(context.Background()))
 
-	// Release rolls back, then gives back the claim it counted.
-	m.ExpectQuery(pgClaimsCount).WithoutArgs().WillReturnRows(rows("id,claims", row(int64(7), int64(1))))
+	for id := int64(10); id <= 11; id++ {
+		m.ExpectBegin()
+		m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(id, int64(1), []byte("p"))))
+		m.ExpectQuery(pgClaimsCount).WithArgs(id).WillReturnRows(rows("claims", row(int64(1))))
+	}
+	ds = claim(t, q, 2, 10, 11)
+	m.ExpectExec(pgRowLockRetry).WithArgs(int64(1_000_000), int64(10)).WillReturnResult(affected(1))
+	m.ExpectExec(pgClaimsClear).WithArgs(int64(10)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Retry(1s)", ds[0].Retry(context.Background(), time.Second))
+	m.ExpectExec(pgRowLockDead).WithArgs(int64(11), int64(1)).WillReturnResult(affected(1))
+	m.ExpectExec(pgClaimsClear).WithArgs(int64(11)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Dead", ds[1].Dead(context.Background()))
+	if q.InWork() != 0 {
+		t.Errorf("InWork() = %d after settling all", q.InWork())
+	}
+	m.met(t)
+}
+
+// Release is not a crash: it takes its count back from a second session
+// while the held transaction still has the row, so that no other worker
+// can count the row in between, and only then rolls back.
+func TestPostgresClaimsRelease(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: claimsTable})
 	m.ExpectBegin()
-	m.ExpectQuery(pgClaimsClaim).WithArgs(int64(7), int64(7)).WillReturnRows(rows(cols, row(int64(7), int64(2), []byte("p7"))))
-	ds = claim(t, q, 1, 7)
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(2), []byte("p7"))))
+	m.ExpectQuery(pgClaimsCount).WithArgs(int64(7)).WillReturnRows(rows("claims", row(int64(2))))
+	d := claim(t, q, 1, 7)[0]
+	held := m.since(t, 0, "begin", "query "+pgRowLockClaim, "query "+pgClaimsCount)[0]
+	n := m.sent()
+	m.ExpectExec(pgClaimsGiveBack).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectRollback()
-	m.ExpectExec(pgClaimsRelease).WithArgs(int64(7)).WillReturnResult(affected(1))
-	ok(t, "Release", ds[0].Release(context.Background()))
+	ok(t, "Release", d.Release(context.Background()))
+	on := m.since(t, n, "exec "+pgClaimsGiveBack, "rollback")
+	if on[0] == held || on[1] != held {
+		t.Errorf("give-back on connection %d and rollback on %d; want the give-back apart from the held transaction's %d, the rollback on it", on[0], on[1], held)
+	}
+	// A give-back that fails leaves the count one ahead, the safe side:
+	// the rollback still happens and Release succeeds.
+	m.ExpectBegin()
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(2), []byte("p7"))))
+	m.ExpectQuery(pgClaimsCount).WithArgs(int64(7)).WillReturnRows(rows("claims", row(int64(2))))
+	d = claim(t, q, 1, 7)[0]
+	m.ExpectExec(pgClaimsGiveBack).WithArgs(int64(7)).WillReturnError(errors.New("connection reset by peer"))
+	m.ExpectRollback()
+	ok(t, "Release with a failed give-back", d.Release(context.Background()))
+	if q.InWork() != 0 {
+		t.Errorf("InWork() = %d after Release", q.InWork())
+	}
+	m.met(t)
+}
+
+// A count that fails may still have committed: it is given back (best
+// effort), the job's transaction rolls back, and the claim fails as a
+// whole, giving back the job it had already counted as Release would.
+func TestPostgresClaimsCountError(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: claimsTable})
+	errDown := errors.New("connection reset by peer")
+	m.ExpectBegin()
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows("id,attempt,payload", row(int64(6), int64(1), nil)))
+	m.ExpectQuery(pgClaimsCount).WithArgs(int64(6)).WillReturnRows(rows("claims", row(int64(1))))
+	m.ExpectBegin()
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
+	m.ExpectQuery(pgClaimsCount).WithArgs(int64(7)).WillReturnError(errDown)
+	m.ExpectExec(pgClaimsGiveBack).WithArgs(int64(7)).WillReturnResult(affected(1))
+	m.ExpectRollback()
+	m.ExpectExec(pgClaimsGiveBack).WithArgs(int64(6)).WillReturnResult(affected(1))
+	m.ExpectRollback()
+	ds, err := q.Claim(context.Background(), 2)
+	if !errors.Is(err, errDown) || ds != nil {
+		t.Fatalf("Claim = %v, %v; want the driver's error and nothing", ds, err)
+	}
+	on := m.since(t, 0,
+		"begin", "query "+pgRowLockClaim, "query "+pgClaimsCount,
+		"begin", "query "+pgRowLockClaim, "query "+pgClaimsCount, "exec "+pgClaimsGiveBack, "rollback",
+		"exec "+pgClaimsGiveBack, "rollback")
+	if on[7] != on[3] || on[6] == on[3] || on[9] != on[0] || on[8] == on[0] {
+		t.Errorf("connections %v: each give-back must run apart from its held transaction, each rollback on it", on)
+	}
+	if q.InWork() != 0 {
+		t.Errorf("InWork() = %d after a failed claim", q.InWork())
+	}
 	m.met(t)
 }
 
 func TestPostgresClaimsCounterInjectedClock(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: claimsTable, Now: newClock(t0).Now})
-	m.ExpectQuery(pgClaimsCountInjected).WithArgs(at(utc0)).WillReturnRows(rows("id,claims", row(int64(7), int64(1))))
 	m.ExpectBegin()
-	m.ExpectQuery(pgClaimsClaimInjected).WithArgs(int64(7), int64(7), at(utc0)).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), []byte("p"))))
+	m.ExpectQuery(pgRowLockClaimInjected).WithArgs(at(utc0)).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), []byte("p"))))
+	m.ExpectQuery(pgClaimsCount).WithArgs(int64(7)).WillReturnRows(rows("claims", row(int64(1))))
 	d := claim(t, q, 1, 7)[0]
 	m.ExpectExec(pgRowLockAck).WithArgs(int64(7)).WillReturnResult(affected(1))
+	m.ExpectExec(pgClaimsClear).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Ack", d.Ack(context.Background()))
 	m.met(t)

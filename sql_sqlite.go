@@ -47,11 +47,61 @@ func (sqlite) ScanTime(src any) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("sqlite: time column returned %T, want TEXT", src)
 }
 
-// Statements are those of Postgres without SKIP LOCKED: a SQLite write holds
-// the database's one write lock from its first read to its end, so one
-// UPDATE … RETURNING claims atomically. The engine's clock is not used.
+// Statements: SQLite has UPDATE … RETURNING but no row locks and no SKIP
+// LOCKED; a write holds the database's one write lock from its first read to
+// its end, so one UPDATE … RETURNING claims atomically. The clock is always
+// the caller's, passed as parameters.
 func (sqlite) Statements(n *Names) (*Statements, error) {
-	return pgLike(n, question, "", false)
+	t := newTemplate(n, question, "$now", "$until")
+	var st *Statements
+	switch n.Form {
+	case Lease:
+		st = sqliteLease(t, n)
+	case Advisory:
+		st = sqliteAdvisory(t, n)
+	default:
+		return nil, fmt.Errorf("SQLite has no row locks: name Table.LockedUntil for the lease form or Table.AdvisoryKey for the advisory form")
+	}
+	enqueue(st, n, question, true)
+	return st, nil
+}
+
+// sqliteLease: one statement claims, holding the write lock throughout.
+func sqliteLease(t *sqlTemplate, n *Names) *Statements {
+	st := &Statements{}
+	// Free rows and expired ones are read apart, each an ordered, limited
+	// read of the index on (lease, id), so that a head of rows under lease
+	// in force is never walked. "+id" keeps the planner from walking rowid
+	// order through that head.
+	st.Claim = t.query("UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = {until} WHERE {id} IN (" +
+		"SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} IS NULL ORDER BY {id} LIMIT $limit)" +
+		" UNION ALL " +
+		"SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} <= {now} ORDER BY +{id} LIMIT $limit)" +
+		" ORDER BY {id} LIMIT $limit)" +
+		" RETURNING {id}, {attempt} - 1, {lease}{, data}")
+	st.Extend = t.exec("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken)
+	st.Ack = t.exec("DELETE FROM {table} WHERE " + leaseToken)
+	st.Retry = t.exec("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken)
+	st.Release = t.exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + leaseToken)
+	if n.Dead != "" {
+		st.DeadInsert, st.DeadDelete = deadCopy(t, leaseToken)
+	}
+	return st
+}
+
+// sqliteAdvisory: the process holds the keys (no session locks); the claim
+// re-reads the row after the key is taken and commits the attempt, if it is
+// still the one the candidate read saw.
+func sqliteAdvisory(t *sqlTemplate, n *Names) *Statements {
+	st := &Statements{}
+	st.Candidates, st.CandidatesAfter = candidates(t)
+	st.Claim = t.query("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id AND {attempt} = $delivered{and ready}" +
+		" RETURNING {id}, {attempt} - 1{, data}")
+	advisorySettlements(t, n, st)
+	if n.Dead != "" {
+		st.DeadInsert, st.DeadDelete = deadCopy(t, advisoryToken)
+	}
+	return st
 }
 
 func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {

@@ -53,6 +53,7 @@ type mock struct {
 	on       []int // the connection of each call, numbered from 1
 	nconns   int
 	closed   []int // the connections database/sql closed, in order
+	hooks    map[string]func()
 	begins   []driver.TxOptions
 	beginCtx []context.Context
 }
@@ -217,12 +218,41 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 
 func (c *conn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
 	c.m.add(c, "query "+q)
-	return c.c.(driver.QueryerContext).QueryContext(ctx, q, args)
+	r, err := c.c.(driver.QueryerContext).QueryContext(ctx, q, args)
+	c.m.hook("query "+q, err)
+	return r, err
 }
 
 func (c *conn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
 	c.m.add(c, "exec "+q)
-	return c.c.(driver.ExecerContext).ExecContext(ctx, q, args)
+	r, err := c.c.(driver.ExecerContext).ExecContext(ctx, q, args)
+	c.m.hook("exec "+q, err)
+	return r, err
+}
+
+// after runs f once the driver has answered the next call ("query " or
+// "exec " and the statement) without an error, before database/sql hands
+// the answer to the caller: a test can end a context at that very point.
+func (m *mock) after(call string, f func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.hooks == nil {
+		m.hooks = map[string]func(){}
+	}
+	m.hooks[call] = f
+}
+
+func (m *mock) hook(call string, err error) {
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	f := m.hooks[call]
+	delete(m.hooks, call)
+	m.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 func (c *conn) CheckNamedValue(nv *driver.NamedValue) error {
@@ -236,6 +266,21 @@ type wrapTx struct {
 
 func (t wrapTx) Commit() error   { t.c.m.add(t.c, "commit"); return t.tx.Commit() }
 func (t wrapTx) Rollback() error { t.c.m.add(t.c, "rollback"); return t.tx.Rollback() }
+
+// since fails the test unless the calls from the n-th on are want, in
+// order ("begin", "commit", "rollback", or "query " or "exec " and the
+// statement), and returns the connection of each.
+func (m *mock) since(t testing.TB, n int, want ...string) []int {
+	t.Helper()
+	m.mu.Lock()
+	got := append([]string(nil), m.calls[n:]...)
+	on := append([]int(nil), m.on[n:]...)
+	m.mu.Unlock()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("calls:\n\t%s\nwant:\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+	}
+	return on
+}
 
 // sameConn fails the test unless every call of the statements qs ran on
 // one connection.

@@ -90,8 +90,12 @@ func skipNotice() {
 	if len(skipped) == 0 {
 		return
 	}
-	line := "dbtest: " + strings.Join(skipped, "; ") +
-		". Set the variables to run them (see the README); INBOX_REQUIRE_DBS=1 makes a missing one fail.\n"
+	them := "it"
+	if len(skipped) > 1 {
+		them = "them"
+	}
+	line := "dbtest: " + strings.Join(skipped, "; ") + ". Set " + them +
+		" to run those tests (see the README); INBOX_REQUIRE_DBS=1 makes a missing one fail.\n"
 	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
 		_, _ = tty.WriteString(line)
 		_ = tty.Close()

@@ -1,0 +1,20 @@
+-- inbox: MySQL 8 or MariaDB 10.6 or later (InnoDB), advisory-lock form.
+-- Described as inbox.Table{Name: "jobs", AdvisoryKey: "id", NotBefore: "not_before",
+--     DeadTable: "jobs_dead"}.
+-- A key on another column (a customer, an account) needs that column, integer or text.
+-- Every name here is yours to change: name the tables and columns in inbox.Table.
+
+CREATE TABLE jobs (
+    id         bigint AUTO_INCREMENT PRIMARY KEY,
+    attempt    integer NOT NULL DEFAULT 1,
+    payload    blob NOT NULL,
+    not_before DATETIME(6) NULL,
+    INDEX jobs_ready (not_before, id)  -- recommended with not_before
+) ENGINE=InnoDB;
+
+-- Where Delivery.Dead moves a job: the queue table's id, attempt and data columns.
+CREATE TABLE jobs_dead (
+    id      bigint PRIMARY KEY,
+    attempt integer NOT NULL,
+    payload blob NOT NULL
+) ENGINE=InnoDB;

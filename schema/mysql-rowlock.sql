@@ -1,0 +1,27 @@
+-- inbox: MySQL 8 or MariaDB 10.6 or later (InnoDB), row-lock form (the default).
+-- Described as inbox.Table{Name: "jobs", NotBefore: "not_before",
+--     ClaimsTable: "jobs_claims", MaxClaims: 5, DeadTable: "jobs_dead"}.
+-- not_before (Retry delays) and jobs_claims (the poison-pill guard) are optional.
+-- Every name here is yours to change: name the tables and columns in inbox.Table.
+
+CREATE TABLE jobs (
+    id         bigint AUTO_INCREMENT PRIMARY KEY,
+    attempt    integer NOT NULL DEFAULT 1,
+    payload    blob NOT NULL,
+    not_before DATETIME(6) NULL,
+    INDEX jobs_ready (not_before, id)  -- recommended with not_before
+) ENGINE=InnoDB;
+
+-- Where Delivery.Dead moves a job, and where a job goes past MaxClaims.
+CREATE TABLE jobs_dead (
+    id      bigint PRIMARY KEY,
+    attempt integer NOT NULL,
+    payload blob NOT NULL
+) ENGINE=InnoDB;
+
+-- Per job, the deliveries whose holder ended without settling (a crash rolls the
+-- attempt back, so the attempt cannot count them). The column must be named claims.
+CREATE TABLE jobs_claims (
+    id     bigint PRIMARY KEY,
+    claims integer NOT NULL
+) ENGINE=InnoDB;

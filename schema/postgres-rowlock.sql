@@ -1,0 +1,29 @@
+-- inbox: PostgreSQL 12 or later, row-lock form (the default).
+-- Described as inbox.Table{Name: "jobs", NotBefore: "not_before",
+--     ClaimsTable: "jobs_claims", MaxClaims: 5, DeadTable: "jobs_dead"}.
+-- not_before (Retry delays) and jobs_claims (the poison-pill guard) are optional.
+-- Every name here is yours to change: name the tables and columns in inbox.Table.
+
+CREATE TABLE jobs (
+    id         bigserial PRIMARY KEY,
+    attempt    integer NOT NULL DEFAULT 1,
+    payload    bytea NOT NULL,
+    not_before timestamptz
+);
+
+-- Where Delivery.Dead moves a job, and where a job goes past MaxClaims.
+CREATE TABLE jobs_dead (
+    id      bigint PRIMARY KEY,
+    attempt integer NOT NULL,
+    payload bytea NOT NULL
+);
+
+-- Per job, the deliveries whose holder ended without settling (a crash rolls the
+-- attempt back, so the attempt cannot count them). The column must be named claims.
+CREATE TABLE jobs_claims (
+    id     bigint PRIMARY KEY,
+    claims integer NOT NULL
+);
+
+-- Recommended with not_before: ready rows in id order.
+CREATE INDEX jobs_ready ON jobs (not_before, id);

@@ -1,0 +1,27 @@
+-- inbox: SQLite 3.35 or later, advisory-lock form. SQLite has no session locks:
+-- the process holds the keys in work, so one process serves a database file.
+-- Described as inbox.Table{Name: "jobs", AdvisoryKey: "id", NotBefore: "not_before",
+--     DeadTable: "jobs_dead"}.
+-- Every name here is yours to change: name the tables and columns in inbox.Table.
+--
+-- AUTOINCREMENT is required: without it SQLite gives a new row the id of the
+-- deleted row with the highest id, so two jobs would share an id, and a stale
+-- holder's token (id, attempt) could match the new job. CheckSchema refuses such
+-- a table.
+
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    payload BLOB NOT NULL,
+    not_before TEXT
+);
+
+-- Where Delivery.Dead moves a job: the queue table's id, attempt and data columns.
+CREATE TABLE IF NOT EXISTS jobs_dead (
+    id INTEGER PRIMARY KEY,
+    attempt INTEGER NOT NULL,
+    payload BLOB NOT NULL
+);
+
+-- Recommended with not_before: ready rows in id order.
+CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (not_before, id);

@@ -1,0 +1,29 @@
+-- inbox: SQLite 3.35 or later, lease form. The examples use this schema with the
+-- tables named report_jobs and report_jobs_dead.
+-- Described as inbox.Table{Name: "jobs", LockedUntil: "locked_until", DeadTable: "jobs_dead"}.
+-- Every name here is yours to change: name the tables and columns in inbox.Table.
+--
+-- AUTOINCREMENT is required: without it SQLite gives a new row the id of the
+-- deleted row with the highest id, so two jobs would share an id, and a stale
+-- holder's token could match the new job. CheckSchema refuses such a table.
+-- locked_until is TEXT in a fixed-width UTC format that inbox writes and compares
+-- itself, so that both SQLite drivers read it alike.
+
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    locked_until TEXT,
+    payload BLOB NOT NULL
+);
+
+-- Where Delivery.Dead moves a job: the queue table's id, attempt and data columns.
+CREATE TABLE IF NOT EXISTS jobs_dead (
+    id INTEGER PRIMARY KEY,
+    attempt INTEGER NOT NULL,
+    payload BLOB NOT NULL
+);
+
+-- Free rows (NULL) and expired leases in id order, so that the claim never walks
+-- rows under a live lease. Without it every claim scans the table while holding
+-- the database's write lock.
+CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (locked_until, id);

@@ -1,0 +1,83 @@
+package inbox
+
+import "strings"
+
+// Statements that read the same on every engine, but for the placeholders
+// and the clock the template fills in.
+
+// Tokens: what a settlement checks before it changes a row. Lease: the
+// whole ownership token. Advisory: the attempt, against a holder whose
+// session was cut. Row lock: the id alone, as the held transaction is the
+// fence.
+const (
+	leaseToken    = "{id} = $id AND {attempt} = $attempt AND {lease} = $expiry"
+	advisoryToken = "{id} = $id AND {attempt} = $attempt"
+	rowLockToken  = "{id} = $id"
+)
+
+// candidates are the advisory form's unlocked reads of claimable rows: id,
+// key and attempt in id order, the first page and the pages after an id. The
+// attempt lets the claim refuse a row that changed since it was read.
+func candidates(t *sqlTemplate) (first, after Stmt) {
+	first = t.query("SELECT {id}, {key}, {attempt} FROM {table}{where ready} ORDER BY {id} LIMIT $limit")
+	after = t.query("SELECT {id}, {key}, {attempt} FROM {table} WHERE {id} > $id{and ready} ORDER BY {id} LIMIT $limit")
+	return first, after
+}
+
+// advisorySettlements are the advisory form's Ack, Release and (with a
+// not-before column) Retry, each fenced by the attempt.
+func advisorySettlements(t *sqlTemplate, n *Names, st *Statements) {
+	st.Ack = t.exec("DELETE FROM {table} WHERE " + advisoryToken)
+	st.Release = t.exec("UPDATE {table} SET {attempt} = {attempt} - 1 WHERE " + advisoryToken)
+	if n.NotBefore != "" {
+		st.Retry = t.exec("UPDATE {table} SET {notBefore} = {until} WHERE " + advisoryToken)
+	}
+}
+
+// deadCopy is the move to the dead table in two statements, run in one
+// transaction: a copy with the delivered attempt, then the delete.
+func deadCopy(t *sqlTemplate, token string) (insert, del Stmt) {
+	insert = t.exec("INSERT INTO {dead} ({id}, {attempt}{, data}) SELECT {id}, $delivered{, data} FROM {table} WHERE " + token)
+	del = t.exec("DELETE FROM {table} WHERE " + token)
+	return insert, del
+}
+
+// enqueue builds the four inserts: plain, with an id, with a not-before
+// time, with both. returning is false for engines without INSERT …
+// RETURNING (MySQL), which read LastInsertId instead. The column lists vary
+// with the description, so these are written column by column.
+func enqueue(st *Statements, n *Names, mark func(int) string, returning bool) {
+	at := n.NotBefore
+	if n.Form == Lease {
+		// A lease form delays a job the way it delays a retry: an expiry.
+		at = n.LockedUntil
+	}
+	build := func(withID, withAt bool) Stmt {
+		s := &sqlBuilder{mark: mark}
+		var cols, vals []string
+		if withID {
+			cols, vals = append(cols, n.ID), append(vals, s.param(ArgID))
+		}
+		for i, c := range n.Data {
+			cols, vals = append(cols, c), append(vals, s.param(ArgData+Arg(i)))
+		}
+		if withAt {
+			cols, vals = append(cols, at), append(vals, s.param(ArgNotBefore))
+		}
+		if len(cols) == 0 {
+			s.write("INSERT INTO ", n.Table, " DEFAULT VALUES")
+		} else {
+			s.write("INSERT INTO ", n.Table, " (", strings.Join(cols, ", "), ") VALUES (", strings.Join(vals, ", "), ")")
+		}
+		if returning {
+			s.write(" RETURNING ", n.ID)
+		}
+		return s.stmt(returning)
+	}
+	st.Enqueue = build(false, false)
+	st.EnqueueID = build(true, false)
+	if at != "" {
+		st.EnqueueAt = build(false, true)
+		st.EnqueueIDAt = build(true, true)
+	}
+}
