@@ -199,24 +199,12 @@ func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, af
 		n, err = q.exec(ctx, ex, q.st.Release, &v)
 	case outRetry:
 		if after > 0 {
-			if clockNeeded(q.st.Retry) {
-				var now time.Time
-				if now, err = q.readNow(ctx, ex); err != nil {
-					break
-				}
-				v.now, v.until = now, now.Add(after)
+			if err = q.fillTimes(ctx, ex, q.st.Retry, &v, after); err == nil {
+				n, err = q.exec(ctx, ex, q.st.Retry, &v)
 			}
-			n, err = q.exec(ctx, ex, q.st.Retry, &v)
 		}
 	case outDead:
-		// One statement (Postgres) is atomic alone: no transaction for it.
-		if tx != nil || q.st.DeadDelete.SQL == "" {
-			n, err = q.moveDead(ctx, ex, &v)
-		} else if d.conn != nil {
-			n, err = inTx(ctx, d.conn, func(tx *sql.Tx) (int64, error) { return q.moveDead(ctx, tx, &v) })
-		} else {
-			n, err = inTx(ctx, q.db, func(tx *sql.Tx) (int64, error) { return q.moveDead(ctx, tx, &v) })
-		}
+		n, err = q.moveDead(ctx, ex, &v)
 	}
 	// The lock is let go whatever happened: a job whose settlement failed is
 	// given back rather than held by a worker that has moved on.

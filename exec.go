@@ -73,6 +73,20 @@ func (q *Queue) args(s Stmt, v *values) []any {
 // every time becomes before it is written or compared.
 func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
+// fillTimes reads now for s, when s takes a time computed from it, into
+// v.now, and now plus after into v.until.
+func (q *Queue) fillTimes(ctx context.Context, ex Executor, s Stmt, v *values, after time.Duration) error {
+	if !clockNeeded(s) {
+		return nil
+	}
+	now, err := q.readNow(ctx, ex)
+	if err != nil {
+		return err
+	}
+	v.now, v.until = now, now.Add(after)
+	return nil
+}
+
 // clockNeeded reports whether any of the statements takes a time computed
 // from now.
 func clockNeeded(ss ...Stmt) bool {
@@ -126,19 +140,35 @@ func (q *Queue) monoNow() time.Time {
 // settlements are compare-and-set, so a second try is safe. Inside a
 // transaction the whole transaction is gone, and the error is returned.
 func (q *Queue) exec(ctx context.Context, ex Executor, s Stmt, v *values) (int64, error) {
-	for try := 0; ; try++ {
+	var n int64
+	once := func() error {
 		res, err := q.run(ctx, ex, s, v)
-		if err != nil {
-			if _, inTx := ex.(*sql.Tx); !inTx && try < deadlockRetries && q.deadlock(err) {
-				continue
-			}
-			return 0, err
+		if err == nil {
+			n, err = res.RowsAffected()
 		}
-		return res.RowsAffected()
+		return err
 	}
+	if _, inTx := ex.(*sql.Tx); inTx {
+		return n, once()
+	}
+	err := q.retryDeadlock(once)
+	return n, err
 }
 
+// deadlockRetries is how many times a deadlock's victim is sent again.
 const deadlockRetries = 10
+
+// retryDeadlock runs f, and again while it fails as a deadlock's victim,
+// up to deadlockRetries more times. f must be one statement or one whole
+// transaction: the victim's is rolled back whole, so it changed nothing.
+func (q *Queue) retryDeadlock(f func() error) error {
+	for try := 0; ; try++ {
+		err := f()
+		if err == nil || try == deadlockRetries || !q.deadlock(err) {
+			return err
+		}
+	}
+}
 
 func (q *Queue) deadlock(err error) bool {
 	d, ok := capability[DeadlockDetector](q.dialect)
@@ -159,35 +189,44 @@ func (q *Queue) queryRow(ctx context.Context, ex Executor, s Stmt, v *values) *s
 	return ex.QueryRowContext(ctx, s.SQL, q.args(s, v)...)
 }
 
-// moveDead copies the row into the dead table and deletes it, in one
-// transaction: ex's own when ex is a transaction already, else a new one
-// begun on beginner. It returns the rows moved.
+// moveDead moves the row v names to the dead table and returns the rows
+// moved. A move in one statement (Postgres) is atomic alone; one in two
+// runs inside ex when ex is a transaction, else in a transaction of its own
+// begun on ex (a *sql.DB or *sql.Conn).
 func (q *Queue) moveDead(ctx context.Context, ex Executor, v *values) (int64, error) {
-	n, err := q.exec(ctx, ex, q.st.DeadInsert, v)
-	if err != nil || n == 0 || q.st.DeadDelete.SQL == "" {
-		return n, err
+	if q.st.DeadDelete.SQL == "" {
+		return q.exec(ctx, ex, q.st.DeadInsert, v)
 	}
-	m, err := q.exec(ctx, ex, q.st.DeadDelete, v)
-	if err == nil && m != n {
-		err = fmt.Errorf("moved %d rows to the dead table but deleted %d", n, m)
+	if tx, ok := ex.(*sql.Tx); ok {
+		return q.copyDead(ctx, tx, v)
 	}
-	return n, err
-}
-
-// inTx runs f in a new transaction on db or conn (whichever is not nil),
-// committing when f succeeds with more than zero rows and rolling back
-// otherwise.
-func inTx(ctx context.Context, b interface {
-	BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
-}, f func(tx *sql.Tx) (int64, error)) (int64, error) {
+	b, ok := ex.(interface {
+		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+	})
+	if !ok {
+		return 0, fmt.Errorf("moving to the dead table: %T cannot begin a transaction", ex)
+	}
 	tx, err := b.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
 	}
-	n, err := f(tx)
+	n, err := q.copyDead(ctx, tx, v)
 	if err != nil || n == 0 {
 		_ = tx.Rollback()
 		return n, err
 	}
 	return n, tx.Commit()
+}
+
+// copyDead copies the row into the dead table, then deletes it, in tx.
+func (q *Queue) copyDead(ctx context.Context, tx *sql.Tx, v *values) (int64, error) {
+	n, err := q.exec(ctx, tx, q.st.DeadInsert, v)
+	if err != nil || n == 0 {
+		return n, err
+	}
+	m, err := q.exec(ctx, tx, q.st.DeadDelete, v)
+	if err == nil && m != n {
+		err = fmt.Errorf("moved %d rows to the dead table but deleted %d", n, m)
+	}
+	return n, err
 }

@@ -392,12 +392,10 @@ func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
 	case Lease:
 		// A lease claim is one statement or one transaction: as a
 		// deadlock's victim it claimed nothing and may run again.
-		for try := 0; ; try++ {
+		err = q.retryDeadlock(func() (err error) {
 			ds, err = q.claimLease(ctx, max)
-			if err == nil || try == deadlockRetries || !q.deadlock(err) {
-				break
-			}
-		}
+			return err
+		})
 	case RowLock:
 		ds, err = q.claimRowLock(ctx, max)
 	case Advisory:

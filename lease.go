@@ -10,31 +10,33 @@ import (
 
 // claimLease claims up to max jobs by writing their leases: one statement
 // where the engine returns what it wrote, else a locking SELECT and one
-// UPDATE per row in a READ COMMITTED transaction.
+// UPDATE per claimMarkIDs rows in a READ COMMITTED transaction.
 func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 	sent := q.monoNow()
 	v := values{limit: max, micros: q.lease.Microseconds()}
-	if q.st.Claim.SQL != "" {
-		if clockNeeded(q.st.Claim) {
-			now, err := q.readNow(ctx, q.db)
-			if err != nil {
-				return nil, err
-			}
-			v.now, v.until = now, now.Add(q.lease)
-		}
-		rows, err := q.query(ctx, q.db, q.st.Claim, &v)
-		if err != nil {
-			return nil, err
-		}
-		ds, err := q.scanClaimed(rows, true, make([]*Delivery, 0, max))
-		if err != nil {
-			return nil, err
-		}
-		for _, d := range ds {
-			d.sentAt = sent
-		}
-		return ds, nil
+	if q.st.Claim.SQL == "" {
+		return q.claimLeaseSelectMark(ctx, &v, sent)
 	}
+	if err := q.fillTimes(ctx, q.db, q.st.Claim, &v, q.lease); err != nil {
+		return nil, err
+	}
+	rows, err := q.query(ctx, q.db, q.st.Claim, &v)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := q.scanClaimed(rows, true, make([]*Delivery, 0, max))
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range ds {
+		d.sentAt = sent
+	}
+	return ds, nil
+}
+
+// claimLeaseSelectMark is the lease claim of engines without UPDATE …
+// RETURNING (MySQL): the rows are locked by ClaimSelect, then marked.
+func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.Time) ([]*Delivery, error) {
 	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, err
@@ -45,11 +47,11 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 		return nil, err
 	}
 	v.now, v.until = now, now.Add(q.lease)
-	rows, err := q.query(ctx, tx, q.st.ClaimSelect, &v)
+	rows, err := q.query(ctx, tx, q.st.ClaimSelect, v)
 	if err != nil {
 		return nil, err
 	}
-	ds, err := q.scanClaimed(rows, false, make([]*Delivery, 0, max))
+	ds, err := q.scanClaimed(rows, false, make([]*Delivery, 0, v.limit))
 	if err != nil {
 		return nil, err
 	}
@@ -66,8 +68,7 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 			ids = append(ids, d.id)
 			d.expiry, d.sentAt = v.until, sent
 		}
-		mv := values{ids: ids, until: v.until}
-		if _, err := q.exec(ctx, tx, q.st.ClaimMark, &mv); err != nil {
+		if _, err := q.exec(ctx, tx, q.st.ClaimMark, &values{ids: ids, until: v.until}); err != nil {
 			return nil, err
 		}
 	}
@@ -103,12 +104,8 @@ func (d *Delivery) extendLocked(ctx context.Context) error {
 	sent := q.monoNow()
 	v := d.tokenValues()
 	v.micros = q.lease.Microseconds()
-	if clockNeeded(s) {
-		now, err := q.readNow(ctx, q.db)
-		if err != nil {
-			return err
-		}
-		v.now, v.until = now, now.Add(q.lease)
+	if err := q.fillTimes(ctx, q.db, s, &v, q.lease); err != nil {
+		return err
 	}
 	if s.Rows {
 		var raw any
@@ -174,12 +171,8 @@ func (d *Delivery) settleLease(ctx context.Context, tx *sql.Tx, o outcome, after
 		n, err = q.exec(ctx, ex, q.st.Release, &v)
 	case outRetry:
 		v.micros = after.Microseconds()
-		if clockNeeded(q.st.Retry) {
-			now, err := q.readNow(ctx, ex)
-			if err != nil {
-				return err
-			}
-			v.now, v.until = now, now.Add(after)
+		if err := q.fillTimes(ctx, ex, q.st.Retry, &v, after); err != nil {
+			return err
 		}
 		n, err = q.exec(ctx, ex, q.st.Retry, &v)
 		if err == nil && n == 0 {
@@ -190,12 +183,7 @@ func (d *Delivery) settleLease(ctx context.Context, tx *sql.Tx, o outcome, after
 			}
 		}
 	case outDead:
-		// One statement (Postgres) is atomic alone: no transaction for it.
-		if tx != nil || q.st.DeadDelete.SQL == "" {
-			n, err = q.moveDead(ctx, ex, &v)
-		} else {
-			n, err = inTx(ctx, q.db, func(tx *sql.Tx) (int64, error) { return q.moveDead(ctx, tx, &v) })
-		}
+		n, err = q.moveDead(ctx, ex, &v)
 	}
 	if err != nil {
 		return err

@@ -149,14 +149,9 @@ func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Dura
 		}
 	case outRetry:
 		if after > 0 {
-			if clockNeeded(q.st.Retry) {
-				var now time.Time
-				if now, err = q.readNow(ctx, tx); err != nil {
-					break
-				}
-				v.now, v.until = now, now.Add(after)
+			if err = q.fillTimes(ctx, tx, q.st.Retry, &v, after); err == nil {
+				_, err = q.exec(ctx, tx, q.st.Retry, &v)
 			}
-			_, err = q.exec(ctx, tx, q.st.Retry, &v)
 		}
 	case outDead:
 		_, err = q.moveDead(ctx, tx, &v)

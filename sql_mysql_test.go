@@ -32,7 +32,8 @@ const (
 	myLeaseDeadInsert = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?"
 )
 
-// Row-lock form, and its claims counter.
+// Row-lock form, and its claims counter: a side table, counted from a
+// second session and read back, MySQL having no RETURNING.
 const (
 	myRowLockSelect         = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT 1 FOR UPDATE SKIP LOCKED"
 	myRowLockSelectInjected = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT 1 FOR UPDATE SKIP LOCKED"
@@ -41,29 +42,45 @@ const (
 	myRowLockRetry          = "UPDATE `jobs` SET `not_before` = ? WHERE `id` = ?"
 	myRowLockDeadInsert     = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ?"
 
-	myClaimsCount          = "SELECT `id`, `claims` + 1 FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT 1 FOR UPDATE SKIP LOCKED"
-	myClaimsCountInjected  = "SELECT `id`, `claims` + 1 FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT 1 FOR UPDATE SKIP LOCKED"
-	myClaimsMark           = "UPDATE `jobs` SET `claims` = `claims` + 1 WHERE `id` = ?"
-	myClaimsSelect         = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ? AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) FOR UPDATE SKIP LOCKED"
-	myClaimsSelectInjected = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ? AND (`not_before` IS NULL OR `not_before` <= ?) FOR UPDATE SKIP LOCKED"
-	myClaimsReset          = "UPDATE `jobs` SET `claims` = 0 WHERE `id` = ?"
-	myClaimsRelease        = "UPDATE `jobs` SET `claims` = `claims` - 1 WHERE `id` = (SELECT `id` FROM (SELECT `id` FROM `jobs` WHERE `id` = ? AND `claims` > 0 FOR UPDATE SKIP LOCKED) AS held)"
+	myClaimsCount    = "INSERT INTO `job_claims` (`id`, claims) VALUES (?, 1) ON DUPLICATE KEY UPDATE claims = claims + 1"
+	myClaimsRead     = "SELECT claims FROM `job_claims` WHERE `id` = ?"
+	myClaimsGiveBack = "UPDATE `job_claims` SET claims = claims - 1 WHERE `id` = ? AND claims > 0"
+	myClaimsClear    = "DELETE FROM `job_claims` WHERE `id` = ?"
 )
 
-// Advisory form.
+// Advisory form. The claim under the lock checks the candidate's attempt and
+// the row's readiness in both its statements.
 const (
-	myAdvCandidates         = "SELECT `id`, `id` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?"
-	myAdvCandidatesInjected = "SELECT `id`, `id` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?"
-	myAdvSelect             = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ? AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6))"
-	myAdvSelectInjected     = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ? AND (`not_before` IS NULL OR `not_before` <= ?)"
-	myAdvMark               = "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ? AND `attempt` = ?"
-	myAdvAck                = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ?" // also the dead move's delete
-	myAdvRetry              = "UPDATE `jobs` SET `not_before` = ? WHERE `id` = ? AND `attempt` = ?"
-	myAdvRelease            = "UPDATE `jobs` SET `attempt` = `attempt` - 1 WHERE `id` = ? AND `attempt` = ?"
-	myAdvDeadInsert         = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ?"
-	myGetLock               = "SELECT GET_LOCK(?, 0)"
-	myReleaseLock           = "SELECT RELEASE_LOCK(?)"
+	myAdvCandidates              = "SELECT `id`, `id`, `attempt` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?"
+	myAdvCandidatesAfter         = "SELECT `id`, `id`, `attempt` FROM `jobs` WHERE `id` > ? AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?"
+	myAdvCandidatesInjected      = "SELECT `id`, `id`, `attempt` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?"
+	myAdvCandidatesAfterInjected = "SELECT `id`, `id`, `attempt` FROM `jobs` WHERE `id` > ? AND (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?"
+	myAdvSelect                  = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6))"
+	myAdvSelectInjected          = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= ?)"
+	myAdvMark                    = "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6))"
+	myAdvMarkInjected            = "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= ?)"
+	myAdvAck                     = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ?" // also the dead move's delete
+	myAdvRetry                   = "UPDATE `jobs` SET `not_before` = ? WHERE `id` = ? AND `attempt` = ?"
+	myAdvRelease                 = "UPDATE `jobs` SET `attempt` = `attempt` - 1 WHERE `id` = ? AND `attempt` = ?"
+	myAdvDeadInsert              = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ?"
+	myGetLock                    = "SELECT GET_LOCK(?, 0)"
+	myReleaseLock                = "SELECT RELEASE_LOCK(?)"
+
+	// Without a not-before column.
+	myPlainCandidates = "SELECT `id`, `id`, `attempt` FROM `jobs` ORDER BY `id` LIMIT ?"
+	myPlainSelect     = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ?"
+	myPlainMark       = "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ? AND `attempt` = ?"
 )
+
+// myLocked and myUnlocked expect the lock call of key k, answering got, and
+// its unlock.
+func myLocked(m *mock, k string, got int64) {
+	m.ExpectQuery(myGetLock).WithArgs(myLock[k]).WillReturnRows(rows("got", row(got)))
+}
+
+func myUnlocked(m *mock, k string) {
+	m.ExpectQuery(myReleaseLock).WithArgs(myLock[k]).WillReturnRows(rows("RELEASE_LOCK(?)", row(int64(1))))
+}
 
 // markIDs is the arguments of one myLeaseMark: the expiry, then the 16 id
 // places, the claimed ids in order and the last one repeated to fill them.

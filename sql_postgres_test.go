@@ -9,8 +9,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
 
 	"github.com/sqlinbox/inbox"
 )
@@ -462,50 +466,47 @@ func TestPostgresAdvisory(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
 	cols := "id,attempt,payload"
-	locked := func(k string, got bool) {
-		m.ExpectQuery(pgTryLock).WithArgs(pgKey[k]).WillReturnRows(rows("pg_try_advisory_lock", row(got)))
-	}
-	unlocked := func(k string) {
-		m.ExpectQuery(pgUnlock).WithArgs(pgKey[k]).WillReturnRows(rows("pg_advisory_unlock", row(true)))
-	}
+	// The first claim resolves the table's identity, which names the locks.
+	pgIdent(m, `"jobs"`)
 	// Enough candidates for max 2: twice max, the keys held here, and 8.
-	m.ExpectQuery(pgAdvCandidates).WithArgs(12).WillReturnRows(rows("id,id",
-		row(int64(1), int64(1)), row(int64(2), int64(2)), row(int64(3), int64(3))))
-	locked("1", false) // another session holds it
-	locked("2", true)
-	m.ExpectQuery(pgAdvClaim).WithArgs(int64(2)).WillReturnRows(rows(cols)) // settled since the candidates were read
-	unlocked("2")
-	locked("3", true)
-	m.ExpectQuery(pgAdvClaim).WithArgs(int64(3)).WillReturnRows(rows(cols, row(int64(3), int64(1), []byte("p3"))))
+	m.ExpectQuery(pgAdvCandidates).WithArgs(12).WillReturnRows(rows("id,id,attempt",
+		row(int64(1), int64(1), int64(1)), row(int64(2), int64(2), int64(1)), row(int64(3), int64(3), int64(1))))
+	pgLocked(m, "1", false) // another session holds it
+	pgLocked(m, "2", true)
+	m.ExpectQuery(pgAdvClaim).WithArgs(int64(2), int64(1)).WillReturnRows(rows(cols)) // settled since the candidates were read
+	pgUnlocked(m, "2")
+	pgLocked(m, "3", true)
+	m.ExpectQuery(pgAdvClaim).WithArgs(int64(3), int64(1)).WillReturnRows(rows(cols, row(int64(3), int64(1), []byte("p3"))))
+	// A short page is the table's end: no page after it.
 	ds := claim(t, q, 2, 3)
 	if ds[0].Key() != "3" || ds[0].Attempt() != 1 {
 		t.Fatalf("key %q attempt %d", ds[0].Key(), ds[0].Attempt())
 	}
 	m.ExpectExec(pgAdvAck).WithArgs(int64(3), int64(2)).WillReturnResult(affected(1))
-	unlocked("3")
+	pgUnlocked(m, "3")
 	ok(t, "Ack", ds[0].Ack(context.Background()))
 
-	m.ExpectQuery(pgAdvCandidates).WithArgs(16).WillReturnRows(rows("id,id",
-		row(int64(4), int64(4)), row(int64(5), int64(5)), row(int64(6), int64(6)), row(int64(7), int64(7))))
+	// The identity is read once per queue.
+	m.ExpectQuery(pgAdvCandidates).WithArgs(16).WillReturnRows(rows("id,id,attempt",
+		row(int64(4), int64(4), int64(1)), row(int64(5), int64(5), int64(1)), row(int64(6), int64(6), int64(1)), row(int64(7), int64(7), int64(1))))
 	for id := int64(4); id <= 7; id++ {
-		k := string(rune('0' + id))
-		locked(k, true)
-		m.ExpectQuery(pgAdvClaim).WithArgs(id).WillReturnRows(rows(cols, row(id, int64(1), []byte("p"))))
+		pgLocked(m, fmt.Sprint(id), true)
+		m.ExpectQuery(pgAdvClaim).WithArgs(id, int64(1)).WillReturnRows(rows(cols, row(id, int64(1), []byte("p"))))
 	}
 	ds = claim(t, q, 4, 4, 5, 6, 7)
 	if q.InWork() != 4 {
 		t.Errorf("InWork() = %d, want 4", q.InWork())
 	}
 	m.ExpectExec(pgAdvRetry).WithArgs(int64(30_000_000), int64(4), int64(2)).WillReturnResult(affected(1))
-	unlocked("4")
+	pgUnlocked(m, "4")
 	ok(t, "Retry", ds[0].Retry(context.Background(), 30*time.Second))
-	unlocked("5") // the attempt was committed at claim: nothing to write
+	pgUnlocked(m, "5") // the attempt was committed at claim: nothing to write
 	ok(t, "Retry(0)", ds[1].Retry(context.Background(), 0))
 	m.ExpectExec(pgAdvRelease).WithArgs(int64(6), int64(2)).WillReturnResult(affected(1))
-	unlocked("6")
+	pgUnlocked(m, "6")
 	ok(t, "Release", ds[2].Release(context.Background()))
 	m.ExpectExec(pgAdvDead).WithArgs(int64(7), int64(2), int64(1)).WillReturnResult(affected(1))
-	unlocked("7")
+	pgUnlocked(m, "7")
 	ok(t, "Dead", ds[3].Dead(context.Background()))
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d after settling all", q.InWork())
@@ -516,16 +517,152 @@ func TestPostgresAdvisory(t *testing.T) {
 func TestPostgresAdvisoryInjectedClock(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable, Now: newClock(t0).Now})
-	m.ExpectQuery(pgAdvCandidatesInjected).WithArgs(at(utc0), 10).WillReturnRows(rows("id,id", row(int64(3), int64(3))))
-	m.ExpectQuery(pgTryLock).WithArgs(pgKey["3"]).WillReturnRows(rows("pg_try_advisory_lock", row(true)))
-	m.ExpectQuery(pgAdvClaimInjected).WithArgs(int64(3), at(utc0)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), []byte("p"))))
-	d := claim(t, q, 1, 3)[0]
-	m.ExpectExec(pgAdvRetryInjected).WithArgs(at(utc0.Add(30*time.Second)), int64(3), int64(2)).WillReturnResult(affected(1))
-	m.ExpectQuery(pgUnlock).WithArgs(pgKey["3"]).WillReturnRows(rows("pg_advisory_unlock", row(true)))
+	pgIdent(m, `"jobs"`)
+	m.ExpectQuery(pgAdvCandidatesInjected).WithArgs(at(utc0), 10).WillReturnRows(rows("id,id,attempt",
+		row(int64(1), int64(1), int64(1)), row(int64(2), int64(2), int64(1)), row(int64(3), int64(3), int64(1)),
+		row(int64(4), int64(4), int64(1)), row(int64(5), int64(5), int64(1)), row(int64(6), int64(6), int64(1)),
+		row(int64(7), int64(7), int64(1)), row(int64(8), int64(8), int64(1)), row(int64(9), int64(9), int64(1)),
+		row(int64(10), int64(10), int64(1))))
+	for id := 1; id <= 9; id++ {
+		pgLocked(m, fmt.Sprint(id), false)
+	}
+	m.ExpectQuery(pgTryLock).WithArgs(inbox.PostgresLockKey("public.jobs", "10")).WillReturnRows(rows("pg_try_advisory_lock", row(false)))
+	// The page was full: the next one starts past its last id, twice as long.
+	m.ExpectQuery(pgAdvCandidatesAfterInjected).WithArgs(int64(10), at(utc0), 20).WillReturnRows(rows("id,id,attempt", row(int64(12), int64(12), int64(3))))
+	m.ExpectQuery(pgTryLock).WithArgs(inbox.PostgresLockKey("public.jobs", "12")).WillReturnRows(rows("pg_try_advisory_lock", row(true)))
+	m.ExpectQuery(pgAdvClaimInjected).WithArgs(int64(12), int64(3), at(utc0)).WillReturnRows(rows("id,attempt,payload", row(int64(12), int64(3), []byte("p"))))
+	d := claim(t, q, 1, 12)[0]
+	m.ExpectExec(pgAdvRetryInjected).WithArgs(at(utc0.Add(30*time.Second)), int64(12), int64(4)).WillReturnResult(affected(1))
+	m.ExpectQuery(pgUnlock).WithArgs(inbox.PostgresLockKey("public.jobs", "12")).WillReturnRows(rows("pg_advisory_unlock", row(true)))
 	ok(t, "Retry", d.Retry(context.Background(), 30*time.Second))
 	// The lock, the claim, the settlement and the unlock share the pinned
 	// connection: the session that holds the lock.
-	m.sameConn(t, pgTryLock, pgAdvClaimInjected, pgAdvRetryInjected, pgUnlock)
+	m.sameConn(t, pgAdvClaimInjected, pgAdvRetryInjected, pgUnlock)
+	m.met(t)
+}
+
+// Candidates are read a page at a time, each twice as long as the last,
+// until a claimable job turns up or a page comes back short: jobs of a key
+// held elsewhere never hide another key's job however many wait ahead of it,
+// and a key found busy costs one lock call per claim, not one per job.
+func TestPostgresAdvisoryPages(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "tenant"}})
+	tenantA := func(from, to int64) *sqlmock.Rows {
+		r := rows("id,tenant,attempt")
+		for id := from; id <= to; id++ {
+			r.AddRow(id, []byte("a"), int64(1))
+		}
+		return r
+	}
+	pgIdent(m, `"jobs"`)
+	m.ExpectQuery(pgTenantCandidates).WithArgs(10).WillReturnRows(tenantA(1, 10))
+	pgLocked(m, "a", false) // another session works on tenant a
+	m.ExpectQuery(pgTenantCandidatesAfter).WithArgs(int64(10), 20).WillReturnRows(tenantA(11, 30))
+	m.ExpectQuery(pgTenantCandidatesAfter).WithArgs(int64(30), 40).WillReturnRows(tenantA(31, 31).AddRow(int64(32), []byte("b"), int64(2)))
+	pgLocked(m, "b", true)
+	m.ExpectQuery(pgPlainAdvClaim).WithArgs(int64(32), int64(2)).WillReturnRows(rows("id,attempt,payload", row(int64(32), int64(2), []byte("p"))))
+	d := claim(t, q, 1, 32)[0]
+	if d.Key() != "b" || d.Attempt() != 2 {
+		t.Fatalf("Key() %q Attempt() %d, want b 2", d.Key(), d.Attempt())
+	}
+	if n := len(m.connsOf(pgTryLock)); n != 2 {
+		t.Errorf("%d lock calls for 31 jobs of one busy key and one free, want 2", n)
+	}
+
+	// Tenant b is in work here: passed over without a lock call. The page
+	// comes back short, so nothing follows it.
+	m.ExpectQuery(pgTenantCandidates).WithArgs(11).WillReturnRows(tenantA(1, 1).AddRow(int64(32), []byte("b"), int64(3)))
+	pgLocked(m, "a", false)
+	claim(t, q, 1)
+	m.ExpectExec(pgAdvAck).WithArgs(int64(32), int64(3)).WillReturnResult(affected(1))
+	pgUnlocked(m, "b")
+	ok(t, "Ack", d.Ack(context.Background()))
+	m.met(t)
+}
+
+// The claim under the lock requires the attempt the candidate read saw: a
+// row settled and claimed again since (by a holder that let its lock go
+// before the read) belongs to another delivery. It is passed over and its
+// lock let go.
+func TestPostgresAdvisoryAttemptCheck(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
+	pgIdent(m, `"jobs"`)
+	m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt",
+		row(int64(3), int64(3), int64(5)), row(int64(4), int64(4), int64(1))))
+	pgLocked(m, "3", true)
+	m.ExpectQuery(pgAdvClaim).WithArgs(int64(3), int64(5)).WillReturnRows(rows("id,attempt,payload")) // now at attempt 6
+	pgUnlocked(m, "3")
+	pgLocked(m, "4", true)
+	m.ExpectQuery(pgAdvClaim).WithArgs(int64(4), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(4), int64(1), nil)))
+	d := claim(t, q, 1, 4)[0]
+	m.ExpectExec(pgAdvAck).WithArgs(int64(4), int64(2)).WillReturnResult(affected(1))
+	pgUnlocked(m, "4")
+	ok(t, "Ack", d.Ack(context.Background()))
+	m.met(t)
+}
+
+// A job's lock depends on the table it lives in, not on how a description
+// spells it nor on the pool that reaches it: "jobs" and "public.jobs" both
+// resolve to public.jobs. On one pool the key set in work passes the job
+// over without a lock call; from another pool the server's lock, named by
+// the same key, refuses it.
+func TestPostgresAdvisoryIdentity(t *testing.T) {
+	m := newMock(t)
+	plain := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "id"}})
+	qualified := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "public.jobs", AdvisoryKey: "id"}})
+	m2 := newMock(t)
+	otherPool := newQueue(t, m2, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "public.jobs", AdvisoryKey: "id"}})
+	const (
+		qualCandidates = `SELECT "id", "id", "attempt" FROM "public"."jobs" ORDER BY "id" LIMIT $1`
+		qualClaim      = `UPDATE "public"."jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND "attempt" = $2 RETURNING "id", "attempt" - 1, "payload"`
+	)
+	pgIdent(m, `"jobs"`)
+	m.ExpectQuery(`SELECT "id", "id", "attempt" FROM "jobs" ORDER BY "id" LIMIT $1`).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(1))))
+	pgLocked(m, "3", true)
+	m.ExpectQuery(pgPlainAdvClaim).WithArgs(int64(3), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
+	d := claim(t, plain, 1, 3)[0]
+
+	pgIdent(m, `"public"."jobs"`)
+	m.ExpectQuery(qualCandidates).WithArgs(11).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(2))))
+	claim(t, qualified, 1)
+
+	pgIdent(m2, `"public"."jobs"`)
+	m2.ExpectQuery(qualCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(2)), row(int64(4), int64(4), int64(1))))
+	pgLocked(m2, "3", false) // the same key as the plain queue's
+	pgLocked(m2, "4", true)
+	m2.ExpectQuery(qualClaim).WithArgs(int64(4), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(4), int64(1), nil)))
+	d2 := claim(t, otherPool, 1, 4)[0]
+
+	m.ExpectExec(pgAdvAck).WithArgs(int64(3), int64(2)).WillReturnResult(affected(1))
+	pgUnlocked(m, "3")
+	ok(t, "Ack", d.Ack(context.Background()))
+	m2.ExpectExec(`DELETE FROM "public"."jobs" WHERE "id" = $1 AND "attempt" = $2`).WithArgs(int64(4), int64(2)).WillReturnResult(affected(1))
+	pgUnlocked(m2, "4")
+	ok(t, "Ack", d2.Ack(context.Background()))
+	m.met(t)
+	m2.met(t)
+}
+
+// A table the server cannot resolve fails the claim, with nothing claimed
+// and nothing kept: the next claim asks again.
+func TestPostgresAdvisoryIdentityUnresolved(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
+	m.ExpectQuery(pgIdentity).WithArgs(`"jobs"`).WillReturnRows(rows("ident", row(nil)))
+	ds, err := q.Claim(context.Background(), 1)
+	if err == nil || ds != nil || !strings.Contains(err.Error(), `no table "jobs"`) {
+		t.Fatalf("Claim of a table that does not resolve = %v, %v", ds, err)
+	}
+	errDown := errors.New("connection refused")
+	m.ExpectQuery(pgIdentity).WithArgs(`"jobs"`).WillReturnError(errDown)
+	if ds, err := q.Claim(context.Background(), 1); !errors.Is(err, errDown) || ds != nil {
+		t.Fatalf("Claim = %v, %v; want the driver's error", ds, err)
+	}
+	pgIdent(m, `"jobs"`)
+	m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt"))
+	claim(t, q, 1)
 	m.met(t)
 }
 
@@ -534,17 +671,17 @@ func TestPostgresAdvisoryInjectedClock(t *testing.T) {
 func TestPostgresAdvisorySharedKey(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "tenant"}})
-	m.ExpectQuery(`SELECT "id", "tenant" FROM "jobs" ORDER BY "id" LIMIT $1`).WithArgs(12).
-		WillReturnRows(rows("id,tenant", row(int64(1), []byte("a")), row(int64(2), []byte("a"))))
-	m.ExpectQuery(pgTryLock).WithArgs(pgKey["a"]).WillReturnRows(rows("pg_try_advisory_lock", row(true)))
-	m.ExpectQuery(`UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 RETURNING "id", "attempt" - 1, "payload"`).
-		WithArgs(int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(1), int64(1), []byte("p"))))
+	pgIdent(m, `"jobs"`)
+	m.ExpectQuery(pgTenantCandidates).WithArgs(12).
+		WillReturnRows(rows("id,tenant,attempt", row(int64(1), []byte("a"), int64(1)), row(int64(2), []byte("a"), int64(1))))
+	pgLocked(m, "a", true)
+	m.ExpectQuery(pgPlainAdvClaim).WithArgs(int64(1), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(1), int64(1), []byte("p"))))
 	d := claim(t, q, 2, 1)[0]
 	if d.Key() != "a" {
 		t.Fatalf("Key() = %q, want a", d.Key())
 	}
 	m.ExpectExec(pgAdvAck).WithArgs(int64(1), int64(2)).WillReturnResult(affected(1))
-	m.ExpectQuery(pgUnlock).WithArgs(pgKey["a"]).WillReturnRows(rows("pg_advisory_unlock", row(true)))
+	pgUnlocked(m, "a")
 	ok(t, "Ack", d.Ack(context.Background()))
 	m.met(t)
 }
@@ -554,11 +691,12 @@ func TestPostgresAdvisorySharedKey(t *testing.T) {
 func TestPostgresAdvisoryTx(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
-	m.ExpectQuery(pgAdvCandidates).WithArgs(16).WillReturnRows(rows("id,id",
-		row(int64(1), int64(1)), row(int64(2), int64(2)), row(int64(3), int64(3)), row(int64(4), int64(4))))
+	pgIdent(m, `"jobs"`)
+	m.ExpectQuery(pgAdvCandidates).WithArgs(16).WillReturnRows(rows("id,id,attempt",
+		row(int64(1), int64(1), int64(1)), row(int64(2), int64(2), int64(1)), row(int64(3), int64(3), int64(1)), row(int64(4), int64(4), int64(1))))
 	for id := int64(1); id <= 4; id++ {
-		m.ExpectQuery(pgTryLock).WithArgs(pgKey[string(rune('0'+id))]).WillReturnRows(rows("pg_try_advisory_lock", row(true)))
-		m.ExpectQuery(pgAdvClaim).WithArgs(id).WillReturnRows(rows("id,attempt,payload", row(id, int64(1), []byte("p"))))
+		pgLocked(m, fmt.Sprint(id), true)
+		m.ExpectQuery(pgAdvClaim).WithArgs(id, int64(1)).WillReturnRows(rows("id,attempt,payload", row(id, int64(1), []byte("p"))))
 	}
 	ds := claim(t, q, 4, 1, 2, 3, 4)
 	ctx := context.Background()
@@ -581,7 +719,7 @@ func TestPostgresAdvisoryTx(t *testing.T) {
 		tx, err := m.DB.Begin()
 		ok(t, "Begin", err)
 		expect[i]()
-		m.ExpectQuery(pgUnlock).WithArgs(pgKey[string(rune('1'+i))]).WillReturnRows(rows("pg_advisory_unlock", row(true)))
+		pgUnlocked(m, fmt.Sprint(i+1))
 		ok(t, "settle in tx", settle[i](d, tx))
 		m.ExpectCommit()
 		ok(t, "commit", tx.Commit())

@@ -28,50 +28,8 @@ func (t Table) withDefaults() Table {
 // describe validates t (defaults applied) and quotes its identifiers with d.
 func describe(d Dialect, t Table) (Names, error) {
 	n := Names{Raw: t}
-	var err error
 	if t.Name == "" {
 		return n, errors.New("inbox: new: Table.Name is empty")
-	}
-	if n.Table, n.Schema, n.TableName, err = quoteTable(d, "Table.Name", t.Name); err != nil {
-		return n, err
-	}
-	col := func(field, v string) (string, error) {
-		if v == "" {
-			return "", nil
-		}
-		if err := checkIdent(v); err != nil {
-			return "", fmt.Errorf("inbox: new: Table.%s %q: %v", field, v, err)
-		}
-		qv, err := d.QuoteIdent(v)
-		if err != nil {
-			return "", fmt.Errorf("inbox: new: Table.%s %q: %v", field, v, err)
-		}
-		return qv, nil
-	}
-	if n.ID, err = col("ID", t.ID); err != nil {
-		return n, err
-	}
-	if n.Attempt, err = col("Attempt", t.Attempt); err != nil {
-		return n, err
-	}
-	for i, c := range t.Data {
-		if c == "" {
-			return n, fmt.Errorf("inbox: new: Table.Data[%d] is empty", i)
-		}
-		qc, err := col("Data["+strconv.Itoa(i)+"]", c)
-		if err != nil {
-			return n, err
-		}
-		n.Data = append(n.Data, qc)
-	}
-	if n.LockedUntil, err = col("LockedUntil", t.LockedUntil); err != nil {
-		return n, err
-	}
-	if n.Key, err = col("AdvisoryKey", t.AdvisoryKey); err != nil {
-		return n, err
-	}
-	if n.NotBefore, err = col("NotBefore", t.NotBefore); err != nil {
-		return n, err
 	}
 	switch {
 	case t.LockedUntil != "" && t.AdvisoryKey != "":
@@ -81,55 +39,114 @@ func describe(d Dialect, t Table) (Names, error) {
 	case t.AdvisoryKey != "":
 		n.Form = Advisory
 	}
+	if err := n.quoteAll(d, t); err != nil {
+		return n, err
+	}
+	if err := checkOptions(&n, t); err != nil {
+		return n, err
+	}
+	return n, checkDistinct(&n)
+}
+
+// quoteAll validates and quotes every identifier of t into n.
+func (n *Names) quoteAll(d Dialect, t Table) error {
+	var err error
+	if n.Table, n.Schema, n.TableName, err = quoteTable(d, "Table.Name", t.Name); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		field, name string
+		into        *string
+	}{{"ID", t.ID, &n.ID}, {"Attempt", t.Attempt, &n.Attempt}, {"LockedUntil", t.LockedUntil, &n.LockedUntil},
+		{"AdvisoryKey", t.AdvisoryKey, &n.Key}, {"NotBefore", t.NotBefore, &n.NotBefore}} {
+		if *c.into, err = quoteColumn(d, c.field, c.name); err != nil {
+			return err
+		}
+	}
+	for i, c := range t.Data {
+		if c == "" {
+			return fmt.Errorf("inbox: new: Table.Data[%d] is empty", i)
+		}
+		qc, err := quoteColumn(d, "Data["+strconv.Itoa(i)+"]", c)
+		if err != nil {
+			return err
+		}
+		n.Data = append(n.Data, qc)
+	}
 	if t.DeadTable != "" {
 		if n.Dead, n.DeadSchema, n.DeadName, err = quoteTable(d, "Table.DeadTable", t.DeadTable); err != nil {
-			return n, err
-		}
-		if n.Dead == n.Table {
-			return n, fmt.Errorf("inbox: new: Table.DeadTable %q is the queue table itself", t.DeadTable)
+			return err
 		}
 	}
 	if t.ClaimsTable != "" {
 		if n.ClaimsTable, n.ClaimsSchema, n.ClaimsName, err = quoteTable(d, "Table.ClaimsTable", t.ClaimsTable); err != nil {
-			return n, err
-		}
-		if n.ClaimsTable == n.Table || n.ClaimsTable == n.Dead {
-			return n, fmt.Errorf("inbox: new: Table.ClaimsTable %q must be a table of its own", t.ClaimsTable)
+			return err
 		}
 	}
+	return nil
+}
+
+// quoteColumn validates and quotes the column name of field, empty when
+// the field names none.
+func quoteColumn(d Dialect, field, name string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+	if err := checkIdent(name); err != nil {
+		return "", fmt.Errorf("inbox: new: Table.%s %q: %v", field, name, err)
+	}
+	q, err := d.QuoteIdent(name)
+	if err != nil {
+		return "", fmt.Errorf("inbox: new: Table.%s %q: %v", field, name, err)
+	}
+	return q, nil
+}
+
+// checkOptions refuses optional fields that do not fit together or the form.
+func checkOptions(n *Names, t Table) error {
 	switch {
+	case n.Dead != "" && n.Dead == n.Table:
+		return fmt.Errorf("inbox: new: Table.DeadTable %q is the queue table itself", t.DeadTable)
+	case n.ClaimsTable != "" && (n.ClaimsTable == n.Table || n.ClaimsTable == n.Dead):
+		return fmt.Errorf("inbox: new: Table.ClaimsTable %q must be a table of its own", t.ClaimsTable)
 	case t.ClaimsTable != "" && n.Form != RowLock:
-		return n, fmt.Errorf("inbox: new: Table.ClaimsTable %q is for the row-lock form; under the %s form a crash already spends an attempt", t.ClaimsTable, n.Form)
+		return fmt.Errorf("inbox: new: Table.ClaimsTable %q is for the row-lock form; under the %s form a crash already spends an attempt", t.ClaimsTable, n.Form)
 	case t.ClaimsTable != "" && t.MaxClaims <= 0:
-		return n, fmt.Errorf("inbox: new: Table.MaxClaims %d must be positive with Table.ClaimsTable %q", t.MaxClaims, t.ClaimsTable)
+		return fmt.Errorf("inbox: new: Table.MaxClaims %d must be positive with Table.ClaimsTable %q", t.MaxClaims, t.ClaimsTable)
 	case t.ClaimsTable == "" && t.MaxClaims != 0:
-		return n, fmt.Errorf("inbox: new: Table.MaxClaims %d needs Table.ClaimsTable", t.MaxClaims)
+		return fmt.Errorf("inbox: new: Table.MaxClaims %d needs Table.ClaimsTable", t.MaxClaims)
 	case t.ClaimsTable != "" && t.DeadTable == "":
-		return n, fmt.Errorf("inbox: new: Table.ClaimsTable %q needs Table.DeadTable, where a job past MaxClaims goes", t.ClaimsTable)
+		return fmt.Errorf("inbox: new: Table.ClaimsTable %q needs Table.DeadTable, where a job past MaxClaims goes", t.ClaimsTable)
 	case n.Form == Lease && t.NotBefore != "":
-		return n, fmt.Errorf("inbox: new: Table.NotBefore %q: the lease form delays jobs with its lease column %q", t.NotBefore, t.LockedUntil)
+		return fmt.Errorf("inbox: new: Table.NotBefore %q: the lease form delays jobs with its lease column %q", t.NotBefore, t.LockedUntil)
 	}
+	return nil
+}
+
+// checkDistinct refuses two roles named by one column. Data columns may
+// repeat the id (a job's id is data too); the advisory key may be the id.
+func checkDistinct(n *Names) error {
 	seen := map[string]string{}
 	for _, c := range []struct{ field, v string }{{"ID", n.ID}, {"Attempt", n.Attempt}, {"LockedUntil", n.LockedUntil}, {"NotBefore", n.NotBefore}} {
 		if c.v == "" {
 			continue
 		}
 		if f, dup := seen[strings.ToLower(c.v)]; dup {
-			return n, fmt.Errorf("inbox: new: Table.%s and Table.%s name the same column %s", f, c.field, c.v)
+			return fmt.Errorf("inbox: new: Table.%s and Table.%s name the same column %s", f, c.field, c.v)
 		}
 		seen[strings.ToLower(c.v)] = c.field
 	}
 	if n.Key != "" && !strings.EqualFold(n.Key, n.ID) {
 		if f, dup := seen[strings.ToLower(n.Key)]; dup {
-			return n, fmt.Errorf("inbox: new: Table.AdvisoryKey and Table.%s name the same column %s", f, n.Key)
+			return fmt.Errorf("inbox: new: Table.AdvisoryKey and Table.%s name the same column %s", f, n.Key)
 		}
 	}
 	for i, c := range n.Data {
 		if f, dup := seen[strings.ToLower(c)]; dup && f != "ID" {
-			return n, fmt.Errorf("inbox: new: Table.Data[%d] names the column of Table.%s, %s", i, f, c)
+			return fmt.Errorf("inbox: new: Table.Data[%d] names the column of Table.%s, %s", i, f, c)
 		}
 	}
-	return n, nil
+	return nil
 }
 
 // quoteTable validates and quotes a possibly schema-qualified table name.
