@@ -350,9 +350,13 @@ func (d *Delivery) Key() string { return d.key }
 // through it commit with the settlement or roll back with Release.
 func (d *Delivery) Tx() *sql.Tx { return d.tx }
 
-// Scan copies the data columns into dest, in the order of Table.Data, as
-// sql.Row.Scan would for the usual destinations (pointers to []byte, string,
-// integers, floats, bool, time.Time, any, or an sql.Scanner).
+// Scan copies the data columns into dest, in the order of Table.Data,
+// converting as sql.Rows.Scan does for these destinations: *any, *string,
+// *[]byte (copied), *bool, *int, *int8 … *int64, *uint … *uint64, *float32,
+// *float64, *time.Time, and any sql.Scanner (sql.NullString and the like).
+// Numbers and bools become text in *string and *[]byte, a time its RFC 3339
+// text; text parses into numbers and bools; NULL goes only into *any,
+// *[]byte or a Scanner. Other destinations are an error.
 func (d *Delivery) Scan(dest ...any) error {
 	if len(dest) != len(d.data) {
 		return fmt.Errorf("inbox: scan: %d destinations for %d data columns", len(dest), len(d.data))

@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -63,13 +64,18 @@ func TestNewRefuses(t *testing.T) {
 		{"three-part dead table", with(lease, func(c *inbox.Config) { c.Table.DeadTable = "a.b.c" }), []string{`Table.DeadTable "a.b.c"`}},
 		{"empty data entry", with(lease, func(c *inbox.Config) { c.Table.Data = []string{"payload", ""} }), []string{"Table.Data[1] is empty"}},
 		{"both forms", with(lease, func(c *inbox.Config) { c.Table.AdvisoryKey = "id" }), []string{`LockedUntil "locked_until"`, `AdvisoryKey "id"`}},
-		{"claims without max", with(row, func(c *inbox.Config) { c.Table.Claims = "claims" }), []string{"Table.MaxClaims 0", `"claims"`}},
-		{"max without claims", with(row, func(c *inbox.Config) { c.Table.MaxClaims = 3 }), []string{"Table.MaxClaims 3", "Table.Claims"}},
-		{"claims without dead table", with(row, func(c *inbox.Config) { c.Table.Claims, c.Table.MaxClaims, c.Table.DeadTable = "claims", 3, "" }),
-			[]string{`Table.Claims "claims"`, "Table.DeadTable"}},
-		{"claims on lease", with(lease, func(c *inbox.Config) { c.Table.Claims, c.Table.MaxClaims = "claims", 3 }), []string{`Table.Claims "claims"`, "lease"}},
-		{"claims on advisory", inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "id", Claims: "claims", MaxClaims: 3, DeadTable: "dead"}},
-			[]string{`Table.Claims "claims"`, "advisory"}},
+		{"claims without max", with(row, func(c *inbox.Config) { c.Table.ClaimsTable = "job_claims" }), []string{"Table.MaxClaims 0", `"job_claims"`}},
+		{"max without claims", with(row, func(c *inbox.Config) { c.Table.MaxClaims = 3 }), []string{"Table.MaxClaims 3", "Table.ClaimsTable"}},
+		{"claims without dead table", with(row, func(c *inbox.Config) { c.Table.ClaimsTable, c.Table.MaxClaims, c.Table.DeadTable = "job_claims", 3, "" }),
+			[]string{`Table.ClaimsTable "job_claims"`, "Table.DeadTable"}},
+		{"claims on lease", with(lease, func(c *inbox.Config) { c.Table.ClaimsTable, c.Table.MaxClaims = "job_claims", 3 }), []string{`Table.ClaimsTable "job_claims"`, "lease"}},
+		{"claims on advisory", inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "id", ClaimsTable: "job_claims", MaxClaims: 3, DeadTable: "dead"}},
+			[]string{`Table.ClaimsTable "job_claims"`, "advisory"}},
+		{"claims table is the table", with(row, func(c *inbox.Config) { c.Table.ClaimsTable, c.Table.MaxClaims = "jobs", 3 }),
+			[]string{`Table.ClaimsTable "jobs"`, "table of its own"}},
+		{"claims table is the dead table", with(row, func(c *inbox.Config) { c.Table.ClaimsTable, c.Table.MaxClaims = "dead_jobs", 3 }),
+			[]string{`Table.ClaimsTable "dead_jobs"`, "table of its own"}},
+		{"three-part claims table", with(row, func(c *inbox.Config) { c.Table.ClaimsTable, c.Table.MaxClaims = "a.b.c", 3 }), []string{`Table.ClaimsTable "a.b.c"`}},
 		{"not-before on lease", with(lease, func(c *inbox.Config) { c.Table.NotBefore = "not_before" }), []string{`Table.NotBefore "not_before"`}},
 		{"negative lease", with(lease, func(c *inbox.Config) { c.Lease = -time.Second }), []string{"Config.Lease -1s"}},
 		{"lease under a microsecond", with(lease, func(c *inbox.Config) { c.Lease = 500 * time.Nanosecond }), []string{"Config.Lease 500ns"}},
@@ -81,8 +87,7 @@ func TestNewRefuses(t *testing.T) {
 		{"same id and attempt", with(lease, func(c *inbox.Config) { c.Table.Attempt = "ID" }), []string{"Table.ID", "Table.Attempt", "same column"}},
 		{"lease column is attempt", with(lease, func(c *inbox.Config) { c.Table.LockedUntil = "attempt" }), []string{"Table.Attempt", "Table.LockedUntil"}},
 		{"data is attempt", with(lease, func(c *inbox.Config) { c.Table.Data = []string{"payload", "attempt"} }), []string{"Table.Data[1]", "Table.Attempt"}},
-		{"not-before is claims", with(row, func(c *inbox.Config) { c.Table.Claims, c.Table.MaxClaims, c.Table.NotBefore = "nb", 3, "nb" }),
-			[]string{"Table.NotBefore", "Table.Claims"}},
+		{"not-before is attempt", with(row, func(c *inbox.Config) { c.Table.NotBefore = "attempt" }), []string{"Table.NotBefore", "Table.Attempt"}},
 		{"dead table is the table", with(lease, func(c *inbox.Config) { c.Table.DeadTable = "jobs" }), []string{`Table.DeadTable "jobs"`, "queue table itself"}},
 	}
 	// Invalid identifiers, in every field that takes one.
@@ -100,7 +105,8 @@ func TestNewRefuses(t *testing.T) {
 		{"Table.LockedUntil", lease, func(c *inbox.Config, v string) { c.Table.LockedUntil = v }},
 		{"Table.AdvisoryKey", row, func(c *inbox.Config, v string) { c.Table.AdvisoryKey = v }},
 		{"Table.NotBefore", row, func(c *inbox.Config, v string) { c.Table.NotBefore = v }},
-		{"Table.Claims", row, func(c *inbox.Config, v string) { c.Table.Claims, c.Table.MaxClaims = v, 3 }},
+		{"Table.ClaimsTable", row, func(c *inbox.Config, v string) { c.Table.ClaimsTable, c.Table.MaxClaims = v, 3 }},
+		{"Table.ClaimsTable", row, func(c *inbox.Config, v string) { c.Table.ClaimsTable, c.Table.MaxClaims = "app." + v, 3 }},
 		{"Table.DeadTable", lease, func(c *inbox.Config, v string) { c.Table.DeadTable = v }},
 	}
 	for _, f := range fields {
@@ -109,6 +115,9 @@ func TestNewRefuses(t *testing.T) {
 			quoted := fmt.Sprintf("%q", v)
 			if f.field == "Table.Name" && strings.HasPrefix(cfg.Table.Name, "app.") {
 				quoted = fmt.Sprintf("%q", cfg.Table.Name)
+			}
+			if f.field == "Table.ClaimsTable" && strings.HasPrefix(cfg.Table.ClaimsTable, "app.") {
+				quoted = fmt.Sprintf("%q", cfg.Table.ClaimsTable)
 			}
 			cases = append(cases, refusal{f.field + " " + v, cfg, []string{f.field + " " + quoted}})
 		}
@@ -144,21 +153,23 @@ func TestNewRefuses(t *testing.T) {
 	m.met(t)
 }
 
-// Claim refuses a count under one and an ended context, and sends nothing.
+// Claim refuses a count outside 1 to MaxClaim and an ended context, before
+// any I/O: nothing is sent, so nothing is claimed that a panic or an error
+// could strand.
 func TestClaimRefuses(t *testing.T) {
 	m := newMock(t)
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, d := range dialects {
-		for _, tb := range []inbox.Table{leaseTable, rowLockTable, advisoryTable} {
+		for _, tb := range []inbox.Table{leaseTable, rowLockTable, claimsTable, advisoryTable} {
 			if d == inbox.SQLite && tb.LockedUntil == "" && tb.AdvisoryKey == "" {
 				continue
 			}
 			q := newQueue(t, m, inbox.Config{Dialect: d, Table: tb})
 			m.quiet(t, "refused claims", func() {
-				for _, max := range []int{0, -1} {
+				for _, max := range []int{0, -1, inbox.MaxClaim + 1, math.MaxInt, math.MinInt} {
 					ds, err := q.Claim(context.Background(), max)
-					if err == nil || ds != nil || !strings.Contains(err.Error(), fmt.Sprintf("max %d", max)) {
+					if err == nil || ds != nil || !strings.Contains(err.Error(), fmt.Sprintf("max %d must be from 1 to %d", max, inbox.MaxClaim)) {
 						t.Errorf("%s %v: Claim(%d) = %v, %v", d.Name(), q.Form(), max, ds, err)
 					}
 				}
@@ -169,6 +180,11 @@ func TestClaimRefuses(t *testing.T) {
 			})
 		}
 	}
+	// MaxClaim itself is a claim like any other.
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Now: newClock(t0).Now})
+	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(inbox.MaxClaim, at(utc0), inbox.MaxClaim, inbox.MaxClaim, at(utc0.Add(time.Minute))).
+		WillReturnRows(rows("id,attempt,locked_until,payload"))
+	claim(t, q, inbox.MaxClaim)
 	m.met(t)
 }
 
@@ -302,9 +318,10 @@ func TestLeaseLostOtherPaths(t *testing.T) {
 	t.Run("advisory", func(t *testing.T) {
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
-		m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id", row(int64(3), int64(3))))
-		m.ExpectQuery(pgTryLock).WithArgs(pgKey["3"]).WillReturnRows(rows("ok", row(true)))
-		m.ExpectQuery(pgAdvClaim).WithArgs(int64(3)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
+		pgIdent(m, `"jobs"`)
+		m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(1))))
+		pgLocked(m, "3", true)
+		m.ExpectQuery(pgAdvClaim).WithArgs(int64(3), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
 		d := claim(t, q, 1, 3)[0]
 		// The attempt moved on (a cut session's job claimed again): the
 		// lock is let go all the same.
@@ -359,9 +376,10 @@ func TestSettleTwice(t *testing.T) {
 	t.Run("advisory", func(t *testing.T) {
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
-		m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id", row(int64(3), int64(3))))
-		m.ExpectQuery(pgTryLock).WithArgs(pgKey["3"]).WillReturnRows(rows("ok", row(true)))
-		m.ExpectQuery(pgAdvClaim).WithArgs(int64(3)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
+		pgIdent(m, `"jobs"`)
+		m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(1))))
+		pgLocked(m, "3", true)
+		m.ExpectQuery(pgAdvClaim).WithArgs(int64(3), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
 		d := claim(t, q, 1, 3)[0]
 		m.ExpectQuery(pgUnlock).WithArgs(pgKey["3"]).WillReturnRows(rows("ok", row(true)))
 		ok(t, "Retry(0)", d.Retry(context.Background(), 0))
@@ -483,10 +501,11 @@ func TestSettleRefusals(t *testing.T) {
 	t.Run("advisory", func(t *testing.T) {
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: inbox.Table{Name: "jobs", AdvisoryKey: "id"}})
-		m.ExpectQuery("SELECT `id`, `id` FROM `jobs` ORDER BY `id` LIMIT ?").WithArgs(10).WillReturnRows(rows("id,id", row(int64(3), int64(3))))
-		m.ExpectQuery(myGetLock).WithArgs(myLock["3"]).WillReturnRows(rows("got", row(int64(1))))
-		m.ExpectQuery("SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ?").WithArgs(int64(3)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
-		m.ExpectExec(myAdvMark).WithArgs(int64(3), int64(1)).WillReturnResult(affected(1))
+		myIdent(m, "", "jobs")
+		m.ExpectQuery(myPlainCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(1))))
+		myLocked(m, "3", 1)
+		m.ExpectQuery(myPlainSelect).WithArgs(int64(3), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
+		m.ExpectExec(myPlainMark).WithArgs(int64(3), int64(1)).WillReturnResult(affected(1))
 		d := claim(t, q, 1, 3)[0]
 		m.quiet(t, "refusals", func() {
 			if err := d.Dead(ctx); !errors.Is(err, inbox.ErrNoDeadTable) {
@@ -503,28 +522,62 @@ func TestSettleRefusals(t *testing.T) {
 	})
 }
 
-// An advisory unlock that fails discards the connection, whose session may
-// still hold the lock, and says so.
+// An advisory settlement's verdict is its statement's: an unlock that fails
+// discards the connection, whose session may still hold the lock (closing
+// it ends the session and the lock with it), and a committed Ack still
+// returns nil. So does one whose context ends between the statement and
+// the unlock, which is not even tried then.
 func TestAdvisoryUnlockFailure(t *testing.T) {
-	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
-	m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id", row(int64(3), int64(3))))
-	m.ExpectQuery(pgTryLock).WithArgs(pgKey["3"]).WillReturnRows(rows("ok", row(true)))
-	m.ExpectQuery(pgAdvClaim).WithArgs(int64(3)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
-	d := claim(t, q, 1, 3)[0]
-	m.ExpectExec(pgAdvAck).WithArgs(int64(3), int64(2)).WillReturnResult(affected(1))
-	m.ExpectQuery(pgUnlock).WithArgs(pgKey["3"]).WillReturnRows(rows("ok", row(false)))
-	if err := d.Ack(context.Background()); err == nil || !strings.Contains(err.Error(), "discarded") {
-		t.Fatalf("Ack with a failed unlock = %v", err)
+	for _, tc := range []struct {
+		name   string
+		unlock func(m *mock, cancel context.CancelFunc)
+	}{
+		{"unlock refused", func(m *mock, _ context.CancelFunc) {
+			m.ExpectQuery(pgUnlock).WithArgs(pgKey["3"]).WillReturnRows(rows("ok", row(false)))
+		}},
+		{"unlock error", func(m *mock, _ context.CancelFunc) {
+			m.ExpectQuery(pgUnlock).WithArgs(pgKey["3"]).WillReturnError(errors.New("connection reset by peer"))
+		}},
+		{"context ends after the statement", func(m *mock, cancel context.CancelFunc) {
+			m.after("exec "+pgAdvAck, cancel)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMock(t)
+			q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
+			pgIdent(m, `"jobs"`)
+			m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(1))))
+			pgLocked(m, "3", true)
+			m.ExpectQuery(pgAdvClaim).WithArgs(int64(3), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
+			d := claim(t, q, 1, 3)[0]
+			pinned := m.connsOf(pgAdvClaim)[0]
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			m.ExpectExec(pgAdvAck).WithArgs(int64(3), int64(2)).WillReturnResult(affected(1))
+			tc.unlock(m, cancel)
+			ok(t, "Ack with trouble letting the lock go", d.Ack(ctx))
+			if c := m.closedConns(); len(c) != 1 || c[0] != pinned {
+				t.Errorf("connections closed: %v, want the pinned one, %d, discarded", c, pinned)
+			}
+			if q.InWork() != 0 {
+				t.Errorf("InWork() = %d", q.InWork())
+			}
+			m.quiet(t, "settling again", func() {
+				if err := d.Ack(context.Background()); !errors.Is(err, inbox.ErrSettled) {
+					t.Errorf("Ack again = %v, want ErrSettled", err)
+				}
+			})
+			// The key is free in the process again: the next claim tries
+			// its lock, on a new session.
+			m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(1))))
+			pgLocked(m, "3", false)
+			claim(t, q, 1)
+			if c := m.connsOf(pgTryLock); len(c) != 2 || c[1] == pinned {
+				t.Errorf("lock calls on connections %v: the discarded %d came back", c, pinned)
+			}
+			m.met(t)
+		})
 	}
-	if q.InWork() != 0 {
-		t.Errorf("InWork() = %d", q.InWork())
-	}
-	// The key is free in the process again.
-	m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id", row(int64(3), int64(3))))
-	m.ExpectQuery(pgTryLock).WithArgs(pgKey["3"]).WillReturnRows(rows("ok", row(false)))
-	claim(t, q, 1)
-	m.met(t)
 }
 
 // Forms that hold a connection never take the pool's last one.
@@ -576,11 +629,12 @@ func TestPoolRule(t *testing.T) {
 		m := newMock(t)
 		m.DB.SetMaxOpenConns(3)
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable})
-		m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(rows("id,id",
-			row(int64(1), int64(1)), row(int64(2), int64(2)), row(int64(3), int64(3))))
+		myIdent(m, "", "jobs")
+		m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(rows("id,id,attempt",
+			row(int64(1), int64(1), int64(1)), row(int64(2), int64(2), int64(1)), row(int64(3), int64(3), int64(1))))
 		for id := int64(1); id <= 2; id++ {
-			m.ExpectQuery(myGetLock).WithArgs(myLock[fmt.Sprint(id)]).WillReturnRows(rows("got", row(int64(1))))
-			m.ExpectQuery(myAdvSelect).WithArgs(id).WillReturnRows(rows("id,attempt,payload", row(id, int64(1), nil)))
+			myLocked(m, fmt.Sprint(id), 1)
+			m.ExpectQuery(myAdvSelect).WithArgs(id, int64(1)).WillReturnRows(rows("id,attempt,payload", row(id, int64(1), nil)))
 			m.ExpectExec(myAdvMark).WithArgs(id, int64(1)).WillReturnResult(affected(1))
 		}
 		ds := claim(t, q, 10, 1, 2)
@@ -589,9 +643,9 @@ func TestPoolRule(t *testing.T) {
 		m.ExpectExec(myAdvAck).WithArgs(int64(2), int64(2)).WillReturnResult(affected(1))
 		m.ExpectQuery(myReleaseLock).WithArgs(myLock["2"]).WillReturnRows(rows("released", row(int64(1))))
 		ok(t, "Ack", ds[1].Ack(ctx))
-		m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(rows("id,id", row(int64(1), int64(1)), row(int64(3), int64(3))))
-		m.ExpectQuery(myGetLock).WithArgs(myLock["3"]).WillReturnRows(rows("got", row(int64(1))))
-		m.ExpectQuery(myAdvSelect).WithArgs(int64(3)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
+		m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(2)), row(int64(3), int64(3), int64(1))))
+		myLocked(m, "3", 1)
+		m.ExpectQuery(myAdvSelect).WithArgs(int64(3), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
 		m.ExpectExec(myAdvMark).WithArgs(int64(3), int64(1)).WillReturnResult(affected(1))
 		claim(t, q, 10, 3)
 		// Shutdown gives back what is held: here job 1 (its key, 1, was

@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -51,20 +52,18 @@ const (
 // Advisory form. The claim under the lock checks the candidate's attempt and
 // the row's readiness in both its statements.
 const (
-	myAdvCandidates              = "SELECT `id`, `id`, `attempt` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?"
-	myAdvCandidatesAfter         = "SELECT `id`, `id`, `attempt` FROM `jobs` WHERE `id` > ? AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?"
-	myAdvCandidatesInjected      = "SELECT `id`, `id`, `attempt` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?"
-	myAdvCandidatesAfterInjected = "SELECT `id`, `id`, `attempt` FROM `jobs` WHERE `id` > ? AND (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?"
-	myAdvSelect                  = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6))"
-	myAdvSelectInjected          = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= ?)"
-	myAdvMark                    = "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6))"
-	myAdvMarkInjected            = "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= ?)"
-	myAdvAck                     = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ?" // also the dead move's delete
-	myAdvRetry                   = "UPDATE `jobs` SET `not_before` = ? WHERE `id` = ? AND `attempt` = ?"
-	myAdvRelease                 = "UPDATE `jobs` SET `attempt` = `attempt` - 1 WHERE `id` = ? AND `attempt` = ?"
-	myAdvDeadInsert              = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ?"
-	myGetLock                    = "SELECT GET_LOCK(?, 0)"
-	myReleaseLock                = "SELECT RELEASE_LOCK(?)"
+	myAdvCandidates         = "SELECT `id`, `id`, `attempt` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?"
+	myAdvCandidatesInjected = "SELECT `id`, `id`, `attempt` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?"
+	myAdvSelect             = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6))"
+	myAdvSelectInjected     = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= ?)"
+	myAdvMark               = "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6))"
+	myAdvMarkInjected       = "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= ?)"
+	myAdvAck                = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ?" // also the dead move's delete
+	myAdvRetry              = "UPDATE `jobs` SET `not_before` = ? WHERE `id` = ? AND `attempt` = ?"
+	myAdvRelease            = "UPDATE `jobs` SET `attempt` = `attempt` - 1 WHERE `id` = ? AND `attempt` = ?"
+	myAdvDeadInsert         = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ?"
+	myGetLock               = "SELECT GET_LOCK(?, 0)"
+	myReleaseLock           = "SELECT RELEASE_LOCK(?)"
 
 	// Without a not-before column.
 	myPlainCandidates = "SELECT `id`, `id`, `attempt` FROM `jobs` ORDER BY `id` LIMIT ?"
@@ -339,37 +338,39 @@ func TestMySQLRowLockInjectedClock(t *testing.T) {
 	m.met(t)
 }
 
-// The counter is a locking SELECT and its UPDATE in a short transaction of
-// their own, committed before the held one begins.
+// The claims counter: the held transaction takes the row (SELECT … FOR
+// UPDATE SKIP LOCKED, then the attempt), then a second session counts the
+// delivery in the side table and reads the count back. Past MaxClaims the
+// job goes to the dead table through the held transaction, which clears the
+// count and commits.
 func TestMySQLClaimsCounter(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: claimsTable})
 	cols := "id,attempt,payload"
 	count := func(id, claims int64) {
-		m.ExpectBegin()
-		m.ExpectQuery(myClaimsCount).WithoutArgs().WillReturnRows(rows("id,claims", row(id, claims)))
-		m.ExpectExec(myClaimsMark).WithArgs(id).WillReturnResult(affected(1))
-		m.ExpectCommit()
+		// A first count inserts (1 row); later ones update (2 rows).
+		n := int64(2)
+		if claims == 1 {
+			n = 1
+		}
+		m.ExpectExec(myClaimsCount).WithArgs(id).WillReturnResult(affected(n))
+		m.ExpectQuery(myClaimsRead).WithArgs(id).WillReturnRows(rows("claims", row(claims)))
 	}
-	count(7, 1)
 	m.ExpectBegin()
-	m.ExpectQuery(myClaimsSelect).WithArgs(int64(7)).WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
+	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
 	m.ExpectExec(myRowLockMark).WithArgs(int64(7)).WillReturnResult(affected(1))
-	// Job 8's fourth claim is past MaxClaims 3: moved to the dead table.
-	count(8, 4)
+	count(7, 1)
+	// Job 8's fourth delivery without a settlement is past MaxClaims 3.
 	m.ExpectBegin()
-	m.ExpectQuery(myClaimsSelect).WithArgs(int64(8)).WillReturnRows(rows(cols, row(int64(8), int64(4), []byte("p8"))))
+	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(int64(8), int64(4), []byte("p8"))))
 	m.ExpectExec(myRowLockMark).WithArgs(int64(8)).WillReturnResult(affected(1))
+	count(8, 4)
 	m.ExpectExec(myRowLockDeadInsert).WithArgs(int64(4), int64(8)).WillReturnResult(affected(1))
 	m.ExpectExec(myRowLockAck).WithArgs(int64(8)).WillReturnResult(affected(1))
+	m.ExpectExec(myClaimsClear).WithArgs(int64(8)).WillReturnResult(affected(1))
 	m.ExpectCommit()
-	// Job 9 was counted, but another worker locked it first: look again.
-	count(9, 1)
 	m.ExpectBegin()
-	m.ExpectQuery(myClaimsSelect).WithArgs(int64(9)).WillReturnRows(rows(cols))
-	m.ExpectRollback()
-	m.ExpectBegin()
-	m.ExpectQuery(myClaimsCount).WithoutArgs().WillReturnRows(rows("id,claims"))
+	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols))
 	m.ExpectRollback()
 	ds := claim(t, q, 2, 7)
 	for i, l := range m.isolations() {
@@ -377,27 +378,63 @@ func TestMySQLClaimsCounter(t *testing.T) {
 			t.Errorf("transaction %d: isolation %v, want READ COMMITTED", i, l)
 		}
 	}
-	m.ExpectExec(myClaimsReset).WithArgs(int64(7)).WillReturnResult(affected(1))
+	on := m.since(t, 0,
+		"begin", "query "+myRowLockSelect, "exec "+myRowLockMark, "exec "+myClaimsCount, "query "+myClaimsRead,
+		"begin", "query "+myRowLockSelect, "exec "+myRowLockMark, "exec "+myClaimsCount, "query "+myClaimsRead,
+		"exec "+myRowLockDeadInsert, "exec "+myRowLockAck, "exec "+myClaimsClear, "commit",
+		"begin", "query "+myRowLockSelect, "rollback")
+	for _, c := range [][2]int{{0, 3}, {0, 4}, {5, 8}, {5, 9}} {
+		if on[c[0]] == on[c[1]] {
+			t.Errorf("connections %v: the count ran on the held transaction's connection", on)
+		}
+	}
+	for _, i := range []int{6, 7, 10, 11, 12, 13} {
+		if on[i] != on[5] {
+			t.Errorf("connections %v: job 8's claim and dead move ran apart from its transaction", on)
+		}
+	}
+	m.ExpectExec(myClaimsClear).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Retry", ds[0].Retry(context.Background(), 0))
 	m.met(t)
 }
 
+// Release gives the count back from a second session before it rolls back;
+// a count whose read-back fails is given back and its transaction rolled
+// back, and the claim fails.
 func TestMySQLClaimsCounterInjectedClock(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: claimsTable, Now: newClock(t0).Now})
+	const now = "2024-03-01 12:00:00.123456"
 	m.ExpectBegin()
-	m.ExpectQuery(myClaimsCountInjected).WithArgs("2024-03-01 12:00:00.123456").WillReturnRows(rows("id,claims", row(int64(7), int64(1))))
-	m.ExpectExec(myClaimsMark).WithArgs(int64(7)).WillReturnResult(affected(1))
-	m.ExpectCommit()
-	m.ExpectBegin()
-	m.ExpectQuery(myClaimsSelectInjected).WithArgs(int64(7), "2024-03-01 12:00:00.123456").WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
+	m.ExpectQuery(myRowLockSelectInjected).WithArgs(now).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
 	m.ExpectExec(myRowLockMark).WithArgs(int64(7)).WillReturnResult(affected(1))
+	m.ExpectExec(myClaimsCount).WithArgs(int64(7)).WillReturnResult(affected(2))
+	m.ExpectQuery(myClaimsRead).WithArgs(int64(7)).WillReturnRows(rows("claims", row(int64(2))))
 	d := claim(t, q, 1, 7)[0]
-	// Release rolls back, then gives back the claim it counted.
+	held := m.since(t, 0, "begin", "query "+myRowLockSelectInjected, "exec "+myRowLockMark, "exec "+myClaimsCount, "query "+myClaimsRead)[0]
+	n := m.sent()
+	m.ExpectExec(myClaimsGiveBack).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectRollback()
-	m.ExpectExec(myClaimsRelease).WithArgs(int64(7)).WillReturnResult(affected(1))
 	ok(t, "Release", d.Release(context.Background()))
+	if on := m.since(t, n, "exec "+myClaimsGiveBack, "rollback"); on[0] == held || on[1] != held {
+		t.Errorf("give-back on connection %d, rollback on %d; want the give-back apart from the held transaction's %d", on[0], on[1], held)
+	}
+
+	errDown := errors.New("invalid connection")
+	m.ExpectBegin()
+	m.ExpectQuery(myRowLockSelectInjected).WithArgs(now).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
+	m.ExpectExec(myRowLockMark).WithArgs(int64(7)).WillReturnResult(affected(1))
+	m.ExpectExec(myClaimsCount).WithArgs(int64(7)).WillReturnResult(affected(2))
+	m.ExpectQuery(myClaimsRead).WithArgs(int64(7)).WillReturnError(errDown)
+	m.ExpectExec(myClaimsGiveBack).WithArgs(int64(7)).WillReturnResult(affected(1))
+	m.ExpectRollback()
+	if ds, err := q.Claim(context.Background(), 1); !errors.Is(err, errDown) || ds != nil {
+		t.Fatalf("Claim with a failed count = %v, %v; want the driver's error", ds, err)
+	}
+	if q.InWork() != 0 {
+		t.Errorf("InWork() = %d", q.InWork())
+	}
 	m.met(t)
 }
 
@@ -405,53 +442,48 @@ func TestMySQLAdvisory(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable})
 	cols := "id,attempt,payload"
-	locked := func(k string, got int64) {
-		m.ExpectQuery(myGetLock).WithArgs(myLock[k]).WillReturnRows(rows("got", row(got)))
-	}
-	unlocked := func(k string) {
-		m.ExpectQuery(myReleaseLock).WithArgs(myLock[k]).WillReturnRows(rows("RELEASE_LOCK(?)", row(int64(1))))
-	}
-	m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(rows("id,id",
-		row(int64(1), int64(1)), row(int64(2), int64(2)), row(int64(3), int64(3)), row(int64(4), int64(4))))
-	locked("1", 0) // another session holds it
-	locked("2", 1)
-	m.ExpectQuery(myAdvSelect).WithArgs(int64(2)).WillReturnRows(rows(cols, row(int64(2), int64(1), nil)))
+	myIdent(m, "", "jobs")
+	m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(rows("id,id,attempt",
+		row(int64(1), int64(1), int64(1)), row(int64(2), int64(2), int64(1)), row(int64(3), int64(3), int64(1)), row(int64(4), int64(4), int64(1))))
+	myLocked(m, "1", 0) // another session holds it
+	myLocked(m, "2", 1)
+	m.ExpectQuery(myAdvSelect).WithArgs(int64(2), int64(1)).WillReturnRows(rows(cols, row(int64(2), int64(1), nil)))
 	m.ExpectExec(myAdvMark).WithArgs(int64(2), int64(1)).WillReturnResult(affected(0)) // its attempt moved on
-	unlocked("2")
-	locked("3", 1)
-	m.ExpectQuery(myAdvSelect).WithArgs(int64(3)).WillReturnRows(rows(cols)) // settled meanwhile
-	unlocked("3")
-	locked("4", 1)
-	m.ExpectQuery(myAdvSelect).WithArgs(int64(4)).WillReturnRows(rows(cols, row(int64(4), int64(1), []byte("p4"))))
+	myUnlocked(m, "2")
+	myLocked(m, "3", 1)
+	m.ExpectQuery(myAdvSelect).WithArgs(int64(3), int64(1)).WillReturnRows(rows(cols)) // settled meanwhile
+	myUnlocked(m, "3")
+	myLocked(m, "4", 1)
+	m.ExpectQuery(myAdvSelect).WithArgs(int64(4), int64(1)).WillReturnRows(rows(cols, row(int64(4), int64(1), []byte("p4"))))
 	m.ExpectExec(myAdvMark).WithArgs(int64(4), int64(1)).WillReturnResult(affected(1))
 	ds := claim(t, q, 2, 4)
 	m.ExpectExec(myAdvAck).WithArgs(int64(4), int64(2)).WillReturnResult(affected(1))
-	unlocked("4")
+	myUnlocked(m, "4")
 	ok(t, "Ack", ds[0].Ack(context.Background()))
 
-	m.ExpectQuery(myAdvCandidates).WithArgs(16).WillReturnRows(rows("id,id",
-		row(int64(5), int64(5)), row(int64(6), int64(6)), row(int64(7), int64(7)), row(int64(8), int64(8))))
+	m.ExpectQuery(myAdvCandidates).WithArgs(16).WillReturnRows(rows("id,id,attempt",
+		row(int64(5), int64(5), int64(1)), row(int64(6), int64(6), int64(1)), row(int64(7), int64(7), int64(1)), row(int64(8), int64(8), int64(1))))
 	for id := int64(5); id <= 8; id++ {
-		locked(string(rune('0'+id)), 1)
-		m.ExpectQuery(myAdvSelect).WithArgs(id).WillReturnRows(rows(cols, row(id, int64(1), nil)))
+		myLocked(m, fmt.Sprint(id), 1)
+		m.ExpectQuery(myAdvSelect).WithArgs(id, int64(1)).WillReturnRows(rows(cols, row(id, int64(1), nil)))
 		m.ExpectExec(myAdvMark).WithArgs(id, int64(1)).WillReturnResult(affected(1))
 	}
 	ds = claim(t, q, 4, 5, 6, 7, 8)
 	// The clock is read on the pinned connection.
 	myClock(m, []byte("2024-03-01 12:00:00.123456"))
 	m.ExpectExec(myAdvRetry).WithArgs("2024-03-01 12:00:30.123456", int64(5), int64(2)).WillReturnResult(affected(1))
-	unlocked("5")
+	myUnlocked(m, "5")
 	ok(t, "Retry", ds[0].Retry(context.Background(), 30*time.Second))
-	unlocked("6")
+	myUnlocked(m, "6")
 	ok(t, "Retry(0)", ds[1].Retry(context.Background(), 0))
 	m.ExpectExec(myAdvRelease).WithArgs(int64(7), int64(2)).WillReturnResult(affected(1))
-	unlocked("7")
+	myUnlocked(m, "7")
 	ok(t, "Release", ds[2].Release(context.Background()))
 	m.ExpectBegin()
 	m.ExpectExec(myAdvDeadInsert).WithArgs(int64(1), int64(8), int64(2)).WillReturnResult(affected(1))
 	m.ExpectExec(myAdvAck).WithArgs(int64(8), int64(2)).WillReturnResult(affected(1))
 	m.ExpectCommit()
-	unlocked("8")
+	myUnlocked(m, "8")
 	ok(t, "Dead", ds[3].Dead(context.Background()))
 	m.met(t)
 }
@@ -459,15 +491,79 @@ func TestMySQLAdvisory(t *testing.T) {
 func TestMySQLAdvisoryInjectedClock(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable, Now: newClock(t0).Now})
-	m.ExpectQuery(myAdvCandidatesInjected).WithArgs("2024-03-01 12:00:00.123456", 10).WillReturnRows(rows("id,id", row(int64(3), int64(3))))
-	m.ExpectQuery(myGetLock).WithArgs(myLock["3"]).WillReturnRows(rows("got", row(int64(1))))
-	m.ExpectQuery(myAdvSelectInjected).WithArgs(int64(3), "2024-03-01 12:00:00.123456").WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
-	m.ExpectExec(myAdvMark).WithArgs(int64(3), int64(1)).WillReturnResult(affected(1))
+	const now = "2024-03-01 12:00:00.123456"
+	myIdent(m, "", "jobs")
+	m.ExpectQuery(myAdvCandidatesInjected).WithArgs(now, 10).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(1))))
+	myLocked(m, "3", 1)
+	m.ExpectQuery(myAdvSelectInjected).WithArgs(int64(3), int64(1), now).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
+	m.ExpectExec(myAdvMarkInjected).WithArgs(int64(3), int64(1), now).WillReturnResult(affected(1))
 	d := claim(t, q, 1, 3)[0]
 	m.ExpectExec(myAdvRetry).WithArgs("2024-03-01 12:00:30.123456", int64(3), int64(2)).WillReturnResult(affected(1))
-	m.ExpectQuery(myReleaseLock).WithArgs(myLock["3"]).WillReturnRows(rows("RELEASE_LOCK(?)", row(int64(1))))
+	myUnlocked(m, "3")
 	ok(t, "Retry", d.Retry(context.Background(), 30*time.Second))
-	m.sameConn(t, myGetLock, myAdvSelectInjected, myAdvMark, myAdvRetry, myReleaseLock)
+	m.sameConn(t, myGetLock, myAdvSelectInjected, myAdvMarkInjected, myAdvRetry, myReleaseLock)
+	m.met(t)
+}
+
+// A first page whose keys other sessions all hold does not end the claim:
+// the next page, past its last id and twice as long, finds the job.
+// "jobs" and "test.jobs" resolve to one table, whose identity names the
+// locks.
+func TestMySQLAdvisoryPages(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: inbox.Table{Name: "test.jobs", AdvisoryKey: "id", NotBefore: "not_before"}, Now: newClock(t0).Now})
+	const (
+		now        = "2024-03-01 12:00:00.123456"
+		candidates = "SELECT `id`, `id`, `attempt` FROM `test`.`jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?"
+		after      = "SELECT `id`, `id`, `attempt` FROM `test`.`jobs` WHERE `id` > ? AND (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?"
+		sel        = "SELECT `id`, `attempt`, `payload` FROM `test`.`jobs` WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= ?)"
+		mark       = "UPDATE `test`.`jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= ?)"
+	)
+	myIdent(m, "test", "jobs")
+	page := rows("id,id,attempt")
+	for id := int64(1); id <= 9; id++ {
+		page.AddRow(id, id, int64(1))
+	}
+	page.AddRow(int64(10), int64(9), int64(1)) // key 9 again: not tried twice
+	m.ExpectQuery(candidates).WithArgs(now, 10).WillReturnRows(page)
+	for id := 1; id <= 9; id++ {
+		myLocked(m, fmt.Sprint(id), 0)
+	}
+	m.ExpectQuery(after).WithArgs(int64(10), now, 20).WillReturnRows(rows("id,id,attempt", row(int64(11), int64(11), int64(2))))
+	m.ExpectQuery(myGetLock).WithArgs(inbox.MySQLLockName("test.jobs", "11")).WillReturnRows(rows("got", row(int64(1))))
+	m.ExpectQuery(sel).WithArgs(int64(11), int64(2), now).WillReturnRows(rows("id,attempt,payload", row(int64(11), int64(2), nil)))
+	m.ExpectExec(mark).WithArgs(int64(11), int64(2), now).WillReturnResult(affected(1))
+	d := claim(t, q, 1, 11)[0]
+	m.ExpectExec("DELETE FROM `test`.`jobs` WHERE `id` = ? AND `attempt` = ?").WithArgs(int64(11), int64(3)).WillReturnResult(affected(1))
+	m.ExpectQuery(myReleaseLock).WithArgs(inbox.MySQLLockName("test.jobs", "11")).WillReturnRows(rows("released", row(int64(1))))
+	ok(t, "Ack", d.Ack(context.Background()))
+	m.met(t)
+}
+
+// Both statements of the claim under the lock require the candidate's
+// attempt and the row's readiness. A RetryTx(1h) whose transaction commits
+// between the candidate read and the claim is honoured: the locking UPDATE
+// waits for that commit and then finds the row not ready, so the job is
+// passed over and its lock let go. So is a row whose attempt moved on.
+func TestMySQLAdvisoryAttemptCheck(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable})
+	myIdent(m, "", "jobs")
+	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt",
+		row(int64(1), int64(1), int64(3)), row(int64(2), int64(2), int64(1)), row(int64(3), int64(3), int64(1))))
+	myLocked(m, "1", 1)
+	m.ExpectQuery(myAdvSelect).WithArgs(int64(1), int64(3)).WillReturnRows(rows("id,attempt,payload")) // at attempt 4 by now
+	myUnlocked(m, "1")
+	myLocked(m, "2", 1)
+	m.ExpectQuery(myAdvSelect).WithArgs(int64(2), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(2), int64(1), nil)))
+	m.ExpectExec(myAdvMark).WithArgs(int64(2), int64(1)).WillReturnResult(affected(0)) // delayed an hour meanwhile
+	myUnlocked(m, "2")
+	myLocked(m, "3", 1)
+	m.ExpectQuery(myAdvSelect).WithArgs(int64(3), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
+	m.ExpectExec(myAdvMark).WithArgs(int64(3), int64(1)).WillReturnResult(affected(1))
+	d := claim(t, q, 1, 3)[0]
+	myUnlocked(m, "3")
+	ok(t, "Retry(0)", d.Retry(context.Background(), 0))
 	m.met(t)
 }
 

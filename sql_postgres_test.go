@@ -64,7 +64,6 @@ const (
 // the claim under the lock requires unchanged.
 const (
 	pgAdvCandidates              = `SELECT "id", "id", "attempt" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT $1`
-	pgAdvCandidatesAfter         = `SELECT "id", "id", "attempt" FROM "jobs" WHERE "id" > $1 AND ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT $2`
 	pgAdvCandidatesInjected      = `SELECT "id", "id", "attempt" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= $1) ORDER BY "id" LIMIT $2`
 	pgAdvCandidatesAfterInjected = `SELECT "id", "id", "attempt" FROM "jobs" WHERE "id" > $1 AND ("not_before" IS NULL OR "not_before" <= $2) ORDER BY "id" LIMIT $3`
 	pgAdvClaim                   = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND "attempt" = $2 AND ("not_before" IS NULL OR "not_before" <= statement_timestamp()) RETURNING "id", "attempt" - 1, "payload"`

@@ -815,6 +815,7 @@ func TestConcTxSettlements(t *testing.T) {
 					case <-time.After(10 * time.Millisecond): // polling the server's lock waits, with a deadline
 					}
 					if concLockWaiting(t, e, db1, table) {
+						t.Logf("the concurrent claim waits for the row lock of the caller's transaction")
 						break wait
 					}
 					if time.Now().After(deadline) {
@@ -1422,7 +1423,9 @@ func TestConcClaimTooMany(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Claim(MaxClaim): %v", err)
 		}
-		if want := map[bool]int{true: 4, false: 3}[form == "lease"]; len(ds) != want {
+		// Forms that hold a connection per job leave the pool's last free.
+		holds := form == "rowlock" || (form == "advisory" && !e.IsSQLite())
+		if want := map[bool]int{true: 3, false: 4}[holds]; len(ds) != want {
 			t.Errorf("Claim(MaxClaim) got %d jobs, want %d", len(ds), want)
 		}
 		for _, d := range ds {

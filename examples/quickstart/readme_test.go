@@ -3,55 +3,74 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/sqlinbox/inbox"
 )
 
-// readme is the repository's README, relative to this directory.
-const readme = "../../README.md"
+// The repository's documents and schema files, relative to this directory.
+const (
+	repoRoot  = "../.."
+	readme    = repoRoot + "/README.md"
+	schemaDir = repoRoot + "/schema"
+)
 
-// block is one fenced code block of the README.
-type block struct {
-	lang string
-	tag  string // the <!-- ... --> comment on the line before, if any
-	line int    // of the opening fence
-	text []string
-}
-
-func readmeBlocks(t *testing.T) []block {
+// docs are the Markdown files whose Go samples and links the tests check.
+func docs(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile(readme)
+	more, err := filepath.Glob(repoRoot + "/docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	files := []string{readme, repoRoot + "/CONTRIBUTING.md", repoRoot + "/bench/README.md"}
+	return append(files, more...)
+}
+
+// block is one fenced code block of a Markdown file.
+type block struct {
+	lang string
+	line int // of the opening fence
+	text []string
+}
+
+// mdLines returns the lines of a Markdown file.
+func mdLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(string(b), "\n")
+}
+
+// codeBlocks returns the fenced code blocks of a Markdown file.
+func codeBlocks(t *testing.T, path string) []block {
+	t.Helper()
 	var blocks []block
 	var cur *block
-	prev := ""
-	for i, l := range strings.Split(string(b), "\n") {
+	for i, l := range mdLines(t, path) {
 		switch {
 		case cur == nil && strings.HasPrefix(l, "```"):
 			cur = &block{lang: strings.TrimPrefix(l, "```"), line: i + 1}
-			if strings.HasPrefix(prev, "<!--") {
-				cur.tag = strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(prev, "<!--"), "-->"))
-			}
 		case cur != nil && l == "```":
 			blocks = append(blocks, *cur)
 			cur = nil
 		case cur != nil:
 			cur.text = append(cur.text, l)
 		}
-		prev = l
 	}
 	if cur != nil {
-		t.Fatalf("README: code block at line %d never closes", cur.line)
+		t.Fatalf("%s: code block at line %d never closes", path, cur.line)
 	}
 	return blocks
 }
@@ -84,9 +103,9 @@ func contains(hay, needle []string) bool {
 	return false
 }
 
-// TestReadmeGoSamples checks that every Go sample of the README is a copy of
-// code of this module, which compiles and is tested, so the README cannot
-// drift from it.
+// TestReadmeGoSamples checks that every Go sample of the README and the
+// other documents is a copy of code of this module, which compiles and is
+// tested, so the documents cannot drift from it.
 func TestReadmeGoSamples(t *testing.T) {
 	sources := map[string][]string{}
 	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
@@ -103,61 +122,239 @@ func TestReadmeGoSamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, b := range readmeBlocks(t) {
-		if b.lang != "go" {
-			continue
-		}
-		n++
-		want := significant(b.text)
-		found := false
-		for _, src := range sources {
-			if contains(src, want) {
-				found = true
-				break
+	inReadme := 0
+	for _, doc := range docs(t) {
+		for _, b := range codeBlocks(t, doc) {
+			if b.lang != "go" {
+				continue
+			}
+			if doc == readme {
+				inReadme++
+			}
+			want := significant(b.text)
+			found := false
+			for _, src := range sources {
+				if contains(src, want) {
+					found = true
+					break
+				}
+			}
+			if !found {
+				t.Errorf("%s line %d: the Go sample is not a copy of any .go file of the examples module:\n%s", doc, b.line, strings.Join(b.text, "\n"))
 			}
 		}
-		if !found {
-			t.Errorf("README line %d: the Go sample is not a copy of any .go file of the examples module:\n%s", b.line, strings.Join(b.text, "\n"))
-		}
 	}
-	if n < 8 {
-		t.Errorf("found %d Go samples in the README, want at least 8: did the fences change?", n)
+	if inReadme < 8 {
+		t.Errorf("found %d Go samples in the README, want at least 8: did the fences change?", inReadme)
 	}
 }
 
-// schemaTag reads "schema <engine> <form>".
-var schemaTag = regexp.MustCompile(`^schema (postgres|mysql|sqlite) (lease|rowlock|advisory)$`)
+// TestReadmeCommands checks that the README still gives the two commands a
+// newcomer runs first, exactly as .ci/run and the examples expect them.
+func TestReadmeCommands(t *testing.T) {
+	var commands []string
+	for _, b := range codeBlocks(t, readme) {
+		if b.lang == "sh" {
+			commands = append(commands, significant(b.text)...)
+		}
+	}
+	for _, want := range []string{
+		"go run ./examples/report",
+		"go test ./... ./dbtest/... ./examples/... ./bench/...",
+	} {
+		found := false
+		for _, c := range commands {
+			found = found || c == want
+		}
+		if !found {
+			t.Errorf("the README has no sh block with %q", want)
+		}
+	}
+	ci, err := os.ReadFile(repoRoot + "/.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(ci), "./... ./dbtest/... ./examples/... ./bench/...") {
+		t.Error(".ci/run no longer tests the packages the README's test command names")
+	}
+}
 
-// readmePrefix keeps the README's tables apart from every other test's on the
-// shared servers.
-const readmePrefix = "ex_rd_"
+// mdLink is a Markdown link or image: [text](target).
+var mdLink = regexp.MustCompile(`!?\[[^\]]*\]\(([^)\s]+)\)`)
 
-// TestReadmeSchemas creates each schema of the README on its engine and runs
-// a queue with the README's description on it: CheckSchema finds nothing
-// wrong, and a job goes through a claim and an ack, another to the dead
-// table.
-func TestReadmeSchemas(t *testing.T) {
-	n := 0
-	for _, b := range readmeBlocks(t) {
-		m := schemaTag.FindStringSubmatch(b.tag)
+// slug is GitHub's anchor for a heading: lower case, punctuation dropped,
+// spaces turned into hyphens.
+func slug(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || ('a' <= r && r <= 'z') || ('0' <= r && r <= '9') || r > 127:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// anchors returns the heading anchors of a Markdown file.
+func anchors(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	fenced := false
+	for _, l := range mdLines(t, path) {
+		if strings.HasPrefix(l, "```") {
+			fenced = !fenced
+		}
+		if !fenced && strings.HasPrefix(l, "#") {
+			out[slug(strings.TrimLeft(l, "#"))] = true
+		}
+	}
+	return out
+}
+
+// TestDocLinks checks that every relative link of the documents names a
+// file or directory of the repository, and every anchor a heading.
+func TestDocLinks(t *testing.T) {
+	for _, doc := range docs(t) {
+		fenced := false
+		for i, l := range mdLines(t, doc) {
+			if strings.HasPrefix(l, "```") {
+				fenced = !fenced
+			}
+			if fenced {
+				continue
+			}
+			for _, m := range mdLink.FindAllStringSubmatch(l, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				file, anchor, _ := strings.Cut(target, "#")
+				path := doc
+				if file != "" {
+					path = filepath.Join(filepath.Dir(doc), file)
+					if _, err := os.Stat(path); err != nil {
+						t.Errorf("%s line %d: link %q: %v", doc, i+1, target, err)
+						continue
+					}
+				}
+				if anchor != "" && strings.HasSuffix(path, ".md") && !anchors(t, path)[anchor] {
+					t.Errorf("%s line %d: link %q: no heading with that anchor", doc, i+1, target)
+				}
+			}
+		}
+	}
+}
+
+// schemaFile is one of the schema files: schema/<engine>-<form>.sql.
+type schemaFile struct {
+	path, engine, form string
+}
+
+var schemaName = regexp.MustCompile(`^(postgres|mysql|sqlite)-(lease|rowlock|advisory)\.sql$`)
+
+// schemaFiles returns the schema files; every .sql file there must be named
+// for an engine and a form, and every pair but SQLite's row lock must have
+// one.
+func schemaFiles(t *testing.T) []schemaFile {
+	t.Helper()
+	paths, err := filepath.Glob(schemaDir + "/*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []schemaFile
+	have := map[string]bool{}
+	for _, p := range paths {
+		m := schemaName.FindStringSubmatch(filepath.Base(p))
 		if m == nil {
+			t.Errorf("%s: a schema file is named <postgres|mysql|sqlite>-<lease|rowlock|advisory>.sql", p)
 			continue
 		}
-		n++
-		engine, form := m[1], m[2]
-		t.Run(engine+"/"+form, func(t *testing.T) {
-			tb := map[string]inbox.Table{"lease": leaseTable, "rowlock": rowLockTable, "advisory": advisoryTable}[form]
-			if engine == "sqlite" && form == "lease" {
-				tb = reportTable
+		files = append(files, schemaFile{p, m[1], m[2]})
+		have[m[1]+"-"+m[2]] = true
+	}
+	for _, engine := range []string{"postgres", "mysql", "sqlite"} {
+		for _, form := range []string{"lease", "rowlock", "advisory"} {
+			want := !(engine == "sqlite" && form == "rowlock")
+			if have[engine+"-"+form] != want {
+				t.Errorf("schema/%s-%s.sql: present %v, want %v", engine, form, have[engine+"-"+form], want)
 			}
-			sqlText := strings.Join(b.text, "\n")
+		}
+	}
+	return files
+}
+
+// statements splits a schema file into its statements, comments dropped.
+func statements(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range strings.Split(stripComments(string(b)), ";") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// stripComments drops SQL line comments.
+func stripComments(s string) string {
+	return regexp.MustCompile(`--[^\n]*`).ReplaceAllString(s, "")
+}
+
+// TestReadmeLinksSchemas checks that the README links every schema file.
+func TestReadmeLinksSchemas(t *testing.T) {
+	b, err := os.ReadFile(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range schemaFiles(t) {
+		if link := "(schema/" + filepath.Base(f.path) + ")"; !strings.Contains(string(b), link) {
+			t.Errorf("the README does not link %s", f.path)
+		}
+	}
+}
+
+// TestQuickstartSchema checks that the quick start's schema is
+// schema/sqlite-lease.sql with its tables named report_jobs, as the README
+// says.
+func TestQuickstartSchema(t *testing.T) {
+	var want []string
+	for _, s := range statements(t, schemaDir+"/sqlite-lease.sql") {
+		want = append(want, strings.Join(strings.Fields(regexp.MustCompile(`\bjobs`).ReplaceAllString(s, "report_jobs")), " "))
+	}
+	var got []string
+	for _, s := range schema {
+		got = append(got, strings.Join(strings.Fields(stripComments(s)), " "))
+	}
+	if strings.Join(got, ";\n") != strings.Join(want, ";\n") {
+		t.Errorf("examples/quickstart's schema:\n%s\nschema/sqlite-lease.sql, renamed:\n%s", strings.Join(got, ";\n"), strings.Join(want, ";\n"))
+	}
+}
+
+// schemaPrefix keeps the schema files' tables apart from every other test's
+// on the shared servers.
+const schemaPrefix = "ex_rd_"
+
+// TestSchemaFiles creates each schema file on its engine and runs a queue
+// with the description of forms.go on it: CheckSchema finds nothing wrong,
+// and a job goes through a claim and an ack, another to the dead table. On
+// the lease form the README's Batcher sample then settles a claim of three.
+func TestSchemaFiles(t *testing.T) {
+	for _, f := range schemaFiles(t) {
+		t.Run(f.engine+"/"+f.form, func(t *testing.T) {
+			tb := map[string]inbox.Table{"lease": leaseTable, "rowlock": rowLockTable, "advisory": advisoryTable}[f.form]
+			stmts := statements(t, f.path)
 			var db *sql.DB
 			var dialect inbox.Dialect
-			switch engine {
+			switch f.engine {
 			case "sqlite":
 				dialect = inbox.SQLite
-				db = open(t, "sqlite", "file:"+filepath.Join(t.TempDir(), "readme.db")+"?_pragma=busy_timeout(5000)")
+				db = open(t, "sqlite", "file:"+filepath.Join(t.TempDir(), "schema.db")+"?_pragma=busy_timeout(5000)")
 			case "postgres":
 				dialect = inbox.Postgres
 				db = open(t, "pgx", dsn(t, "INBOX_POSTGRES_DSN"))
@@ -165,14 +362,16 @@ func TestReadmeSchemas(t *testing.T) {
 				dialect = inbox.MySQL
 				db = open(t, "mysql", dsn(t, "INBOX_MYSQL_DSN"))
 			}
-			if engine != "sqlite" {
-				// The shared servers: the README's jobs and jobs_dead get
-				// this test's prefix, index names too.
-				sqlText = regexp.MustCompile(`\bjobs`).ReplaceAllString(sqlText, readmePrefix+"jobs")
-				tb.Name = readmePrefix + tb.Name
-				tb.DeadTable = readmePrefix + tb.DeadTable
+			if f.engine != "sqlite" {
+				// The shared servers: the file's tables and indexes get
+				// this test's prefix.
+				for i, s := range stmts {
+					stmts[i] = regexp.MustCompile(`\bjobs`).ReplaceAllString(s, schemaPrefix+"jobs")
+				}
+				tb.Name = schemaPrefix + tb.Name
+				tb.DeadTable = schemaPrefix + tb.DeadTable
 				if tb.ClaimsTable != "" {
-					tb.ClaimsTable = readmePrefix + tb.ClaimsTable
+					tb.ClaimsTable = schemaPrefix + tb.ClaimsTable
 				}
 				drop := func() {
 					for _, name := range []string{tb.Name, tb.DeadTable, tb.ClaimsTable} {
@@ -187,12 +386,9 @@ func TestReadmeSchemas(t *testing.T) {
 				drop()
 				t.Cleanup(drop)
 			}
-			for _, stmt := range strings.Split(sqlText, ";\n") {
-				if strings.TrimSpace(stripComments(stmt)) == "" {
-					continue
-				}
+			for _, stmt := range stmts {
 				if _, err := db.Exec(stmt); err != nil {
-					t.Fatalf("README line %d: %v\n%s", b.line, err, stmt)
+					t.Fatalf("%s: %v\n%s", f.path, err, stmt)
 				}
 			}
 			ctx := context.Background()
@@ -201,7 +397,7 @@ func TestReadmeSchemas(t *testing.T) {
 				t.Fatal(err)
 			}
 			if err := q.CheckSchema(ctx); err != nil {
-				t.Fatalf("README line %d: %v", b.line, err)
+				t.Fatalf("%s: %v", f.path, err)
 			}
 			for _, payload := range []string{"ack me", "bury me"} {
 				if _, err := q.Enqueue(ctx, db, inbox.Job{Data: []any{[]byte(payload)}}); err != nil {
@@ -223,26 +419,89 @@ func TestReadmeSchemas(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var left, dead int
-			if err := db.QueryRow("SELECT COUNT(*) FROM " + tb.Name).Scan(&left); err != nil {
-				t.Fatal(err)
-			}
-			if err := db.QueryRow("SELECT COUNT(*) FROM " + tb.DeadTable).Scan(&dead); err != nil {
-				t.Fatal(err)
-			}
-			if left != 0 || dead != 1 {
+			if left, dead := count(t, db, tb.Name), count(t, db, tb.DeadTable); left != 0 || dead != 1 {
 				t.Errorf("%d jobs left, %d dead; want 0 and 1", left, dead)
+			}
+			if f.form == "lease" {
+				tryAckBatch(t, ctx, db, q, tb.Name)
 			}
 		})
 	}
-	if n != 8 {
-		t.Errorf("found %d tagged schemas in the README, want 8 (3 PostgreSQL, 3 MySQL, 2 SQLite)", n)
+}
+
+// tryAckBatch runs the README's Batcher sample on q: of three jobs, the two
+// that succeed are acknowledged together, the one that fails waits for its
+// retry.
+func tryAckBatch(t *testing.T, ctx context.Context, db *sql.DB, q *inbox.Queue, table string) {
+	t.Helper()
+	for _, payload := range []string{"one", "two", "fails"} {
+		if _, err := q.Enqueue(ctx, db, inbox.Job{Data: []any{[]byte(payload)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := q.NewBatcher(inbox.BatchConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var ran []string
+	run := func(d *inbox.Delivery) error {
+		var payload []byte
+		if err := d.Scan(&payload); err != nil {
+			return err
+		}
+		ran = append(ran, string(payload))
+		if string(payload) == "fails" {
+			return errors.New("it fails")
+		}
+		return nil
+	}
+	if err := ackBatch(ctx, q, b, run); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(ran) != "[one two fails]" {
+		t.Errorf("ran %v, want [one two fails]", ran)
+	}
+	if left := count(t, db, table); left != 1 {
+		t.Errorf("%d jobs left after the batch, want the one waiting for its retry", left)
+	}
+	if ds, err := q.Claim(ctx, 16); err != nil || len(ds) != 0 {
+		t.Errorf("Claim after the batch: %d deliveries, %v; want none before the retry is due", len(ds), err)
 	}
 }
 
-// stripComments drops SQL line comments.
-func stripComments(s string) string {
-	return regexp.MustCompile(`--[^\n]*`).ReplaceAllString(s, "")
+// ackBatch is the README's Batcher sample: it claims up to 16 lease jobs,
+// runs each, and acknowledges the ones that succeeded together.
+func ackBatch(ctx context.Context, q *inbox.Queue, b *inbox.Batcher, run func(*inbox.Delivery) error) error {
+	ds, err := q.Claim(ctx, 16)
+	if err != nil {
+		return err
+	}
+	var done []*inbox.Delivery
+	for _, d := range ds {
+		if run(d) == nil {
+			done = append(done, d)
+		} else if err := d.Retry(ctx, time.Minute); err != nil {
+			return err
+		}
+	}
+	// One statement deletes them all, each row only while it still
+	// carries its delivery's token. A lost lease is another worker's job now.
+	for _, err := range b.AckAll(ctx, done) {
+		if err != nil && !errors.Is(err, inbox.ErrLeaseLost) {
+			return err
+		}
+	}
+	return nil
+}
+
+func count(t *testing.T, db *sql.DB, table string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM " + table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func open(t *testing.T, driver, dsn string) *sql.DB {
@@ -265,9 +524,9 @@ func dsn(t *testing.T, env string) string {
 	v := os.Getenv(env)
 	if v == "" {
 		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-			t.Fatalf("%s is not set and INBOX_REQUIRE_DBS=1: the README's schemas must be tried on it", env)
+			t.Fatalf("%s is not set and INBOX_REQUIRE_DBS=1: the schema files must be tried on it", env)
 		}
-		t.Skipf("%s is not set: skipping the README's schema on it (set INBOX_REQUIRE_DBS=1 to make this a failure)", env)
+		t.Skipf("%s is not set: skipping the schema file on it (set INBOX_REQUIRE_DBS=1 to make this a failure)", env)
 	}
 	return v
 }
