@@ -12,6 +12,8 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
+	"math/rand"
 	"runtime"
 	"strings"
 	"sync"
@@ -578,5 +580,92 @@ func TestBatchConcurrent(t *testing.T) {
 		if sent < int64((jobs+70+cfg.MaxBatch-1)/cfg.MaxBatch) || sent > jobs+70 {
 			t.Fatalf("%+v: %d statements for %d jobs", cfg, sent, jobs+70)
 		}
+	}
+}
+
+// Settlements whose contexts end at random points, on the in-memory driver,
+// so that thousands of batches end within a second: no flusher slot may be
+// lost (with Flushers 1 a lost one hangs every later settlement and Close),
+// every settlement returns nil or its context's error, and under -race no
+// settlement is read after it was given back. dbtest/batch_cancel_test.go
+// runs the same on every real database.
+func TestBatchCancelStress(t *testing.T) {
+	f := newBTFake()
+	q := btQueue(t, f)
+	var next int64
+	for _, cfg := range []BatchConfig{{Flushers: 1}, {}, {Flushers: 1, MaxBatch: 4}} {
+		start := time.Now()
+		rounds := 0
+		for ; rounds < 2000 && (rounds < 50 || time.Since(start) < 500*time.Millisecond); rounds++ {
+			b, err := q.NewBatcher(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const workers, each = 16, 4
+			ds := make([]*Delivery, workers*each)
+			for i := range ds {
+				next++
+				ds[i] = btDel(q, next, 1, btExp)
+			}
+			errs := make([]error, len(ds))
+			var wg sync.WaitGroup
+			for w := 0; w < workers; w++ {
+				w := w
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					mine := ds[w*each : (w+1)*each]
+					if w%8 == 7 {
+						ctx, cancel := btRandomContext()
+						defer cancel()
+						copy(errs[w*each:], b.AckAll(ctx, mine))
+						return
+					}
+					for k, d := range mine {
+						ctx, cancel := btRandomContext()
+						errs[w*each+k] = b.Ack(ctx, d)
+						cancel()
+					}
+				}()
+			}
+			btWithin(t, fmt.Sprintf("%+v round %d: the settlements", cfg, rounds), wg.Wait)
+			btWithin(t, fmt.Sprintf("%+v round %d: Close", cfg, rounds), b.Close)
+			for i, err := range errs {
+				if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("%+v round %d: job %v: %v, want nil or the context's error", cfg, rounds, ds[i].ID(), err)
+				}
+				if again := ds[i].Ack(context.Background()); err == nil && !errors.Is(again, ErrSettled) {
+					t.Fatalf("%+v round %d: job %v acknowledged, then acked again: %v, want ErrSettled", cfg, rounds, ds[i].ID(), again)
+				}
+			}
+		}
+		t.Logf("%+v: %d rounds", cfg, rounds)
+	}
+}
+
+// btRandomContext ends at a random point in the next 200µs, or, one time in
+// eight, never.
+func btRandomContext() (context.Context, context.CancelFunc) {
+	if rand.Intn(8) == 0 {
+		return context.Background(), func() {}
+	}
+	return context.WithTimeout(context.Background(), time.Duration(rand.Int63n(int64(200*time.Microsecond)+1)))
+}
+
+// btWithin runs fn and fails the test with every goroutine's stack when fn
+// does not return within a minute: a hang is reported, never waited out.
+func btWithin(t *testing.T, what string, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Fatalf("%s did not return within a minute (a lost flusher slot?); goroutines:\n%s", what, buf)
 	}
 }

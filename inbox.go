@@ -215,7 +215,7 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 		q.locker = l
 	}
 	if n.Form != Lease {
-		q.holds = holdsOf(db)
+		q.holds = holdsOf(q, db)
 	}
 	q.keys = &processKeys
 	if q.locker != nil {

@@ -3,24 +3,33 @@ package inbox
 import (
 	"database/sql"
 	"database/sql/driver"
+	"runtime"
 	"sync"
 )
 
 // poolHolds counts, per *sql.DB, the connections held by jobs in work and the
-// advisory keys in work, shared by every queue on that pool.
+// advisory keys in work, shared by every queue on that pool: the pool rule
+// holds across queues, so the count cannot live in one queue.
 type poolHolds struct {
-	db   *sql.DB
+	db     *sql.DB
+	queues int // queues sharing it (guarded by holdsMu)
+
 	mu   sync.Mutex
 	n    int
 	keys keySet
 }
 
+// holdsFor finds a pool's count from a queue's New. An entry lives as long
+// as a queue on its pool does: each queue's finalizer gives its share back,
+// and the last one removes the entry, so the registry never keeps a pool
+// reachable that the caller has let go of.
 var (
 	holdsMu  sync.Mutex
 	holdsFor = map[*sql.DB]*poolHolds{}
 )
 
-func holdsOf(db *sql.DB) *poolHolds {
+// holdsOf returns db's count for q, released when q is collected.
+func holdsOf(q *Queue, db *sql.DB) *poolHolds {
 	holdsMu.Lock()
 	defer holdsMu.Unlock()
 	h := holdsFor[db]
@@ -28,7 +37,18 @@ func holdsOf(db *sql.DB) *poolHolds {
 		h = &poolHolds{db: db}
 		holdsFor[db] = h
 	}
+	h.queues++
+	runtime.SetFinalizer(q, func(*Queue) { h.release() })
 	return h
+}
+
+// release gives back one queue's share of h.
+func (h *poolHolds) release() {
+	holdsMu.Lock()
+	defer holdsMu.Unlock()
+	if h.queues--; h.queues == 0 && holdsFor[h.db] == h {
+		delete(holdsFor, h.db)
+	}
 }
 
 // reserve takes up to want connections for jobs in work, leaving the pool's
