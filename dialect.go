@@ -166,6 +166,9 @@ type Names struct {
 	// ClaimsTable is the quoted side table of the row-lock claims counter,
 	// empty when none is named; its columns are ID and claims.
 	ClaimsTable, ClaimsSchema, ClaimsName string
+	// NotifyChannel is the channel Enqueue notifies ([Config.NotifyChannel]),
+	// validated as an identifier; empty for none.
+	NotifyChannel string
 	// DBClock is true when the engine's clock decides: statements may read it
 	// themselves. When false, they take [ArgNow] and [ArgUntil] instead.
 	DBClock bool

@@ -141,6 +141,11 @@ type Config struct {
 	// After replaces time.After in keepers, with Now, so that a test clock
 	// drives them too.
 	After func(time.Duration) <-chan time.Time
+	// NotifyChannel, on PostgreSQL, makes Enqueue send a notification on
+	// this channel in the same statement, delivered when the job commits,
+	// so that idle [Queue.Work] loops of other processes wake through a
+	// [Listener]. An identifier: letters, digits and underscores.
+	NotifyChannel string
 	// KeepMargin is how long before the last expiry it knows of a keeper
 	// whose extensions keep failing cancels its handler. Zero means a tenth
 	// of the lease.
@@ -166,6 +171,8 @@ type Queue struct {
 	identMu sync.Mutex
 	ident   string // advisory: the table's identity, resolved at the first claim
 
+	bell *bell // wakes the idle Work loops of the table in this process
+
 	mu   sync.Mutex
 	live map[*Delivery]struct{} // held jobs (row lock, advisory), for Shutdown
 }
@@ -185,8 +192,14 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.NotifyChannel != "" {
+		if err := checkIdent(cfg.NotifyChannel); err != nil {
+			return nil, fmt.Errorf("inbox: new: Config.NotifyChannel %q: %v", cfg.NotifyChannel, err)
+		}
+		n.NotifyChannel = cfg.NotifyChannel
+	}
 	q := &Queue{db: db, cfg: cfg, dialect: cfg.Dialect, after: cfg.After, margin: cfg.KeepMargin,
-		live: map[*Delivery]struct{}{}}
+		live: map[*Delivery]struct{}{}, bell: bellOf(n.TableName)}
 	switch {
 	case n.Form != Lease && cfg.Lease != 0:
 		return nil, fmt.Errorf("inbox: new: Config.Lease %v is for the lease form; name Table.LockedUntil to select it", cfg.Lease)
@@ -286,6 +299,20 @@ func (q *Queue) Enqueue(ctx context.Context, ex Executor, job Job) (any, error) 
 	if !job.NotBefore.IsZero() && s.SQL == "" {
 		return nil, fmt.Errorf("inbox: enqueue: a not-before time needs Table.NotBefore under the %s form", q.names.Form)
 	}
+	id, err := q.insert(ctx, ex, s, job)
+	if err != nil {
+		return nil, err
+	}
+	if _, inTx := ex.(*sql.Tx); !inTx {
+		// Committed already (unless the caller began a transaction on a
+		// *sql.Conn in SQL, where the wake-up comes early and costs a claim).
+		q.bell.ring()
+	}
+	return id, nil
+}
+
+// insert runs the enqueue statement s and returns the new job's id.
+func (q *Queue) insert(ctx context.Context, ex Executor, s Stmt, job Job) (any, error) {
 	v := values{id: job.ID, data: job.Data, notBefore: job.NotBefore}
 	if s.Rows {
 		var id any

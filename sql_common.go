@@ -45,7 +45,9 @@ func deadCopy(t *sqlTemplate, token string) (insert, del Stmt) {
 // enqueue builds the four inserts: plain, with an id, with a not-before
 // time, with both. returning is false for engines without INSERT …
 // RETURNING (MySQL), which read LastInsertId instead. The column lists vary
-// with the description, so these are written column by column.
+// with the description, so these are written column by column. With a
+// notification channel (PostgreSQL) the insert notifies in the same
+// statement: the notification is delivered when the job commits.
 func enqueue(st *Statements, n *Names, mark func(int) string, returning bool) {
 	at := n.NotBefore
 	if n.Form == Lease {
@@ -71,6 +73,11 @@ func enqueue(st *Statements, n *Names, mark func(int) string, returning bool) {
 		}
 		if returning {
 			s.write(" RETURNING ", n.ID)
+		}
+		if n.NotifyChannel != "" {
+			insert := s.b.String()
+			s.b.Reset()
+			s.write("WITH j AS (", insert, ") SELECT j.", n.ID, " FROM j CROSS JOIN pg_notify('", n.NotifyChannel, "', '') AS n")
 		}
 		return s.stmt(returning)
 	}

@@ -51,6 +51,9 @@ func (mysql) ScanTime(src any) (time.Time, error) {
 const claimMarkIDs = 16
 
 func (mysql) Statements(n *Names) (*Statements, error) {
+	if n.NotifyChannel != "" {
+		return nil, fmt.Errorf("Config.NotifyChannel %q: MySQL has no notifications; idle workers of other processes find jobs by polling", n.NotifyChannel)
+	}
 	// Conditions only compare, so they read the engine's clock in place.
 	// UPDATE cannot return what it wrote: a time that becomes a token is
 	// computed from a reading taken first (Now) and written as $until.

@@ -52,6 +52,9 @@ func (sqlite) ScanTime(src any) (time.Time, error) {
 // its end, so one UPDATE … RETURNING claims atomically. The clock is always
 // the caller's, passed as parameters.
 func (sqlite) Statements(n *Names) (*Statements, error) {
+	if n.NotifyChannel != "" {
+		return nil, fmt.Errorf("Config.NotifyChannel %q: SQLite has no notifications; idle workers of other processes find jobs by polling", n.NotifyChannel)
+	}
 	t := newTemplate(n, question, "$now", "$until")
 	var st *Statements
 	switch n.Form {

@@ -1,0 +1,222 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"time"
+)
+
+// A Handler handles one job. Returning nil acknowledges it; an error retries
+// it after a backoff, or moves it to the dead table once its attempts run
+// out. ctx ends when the lease is lost (cause [ErrLeaseLost]) or, under the
+// row lock and advisory forms, when the loop shuts down.
+type Handler func(ctx context.Context, d *Delivery) error
+
+// WorkConfig configures [Queue.Work]. Its zero value means the defaults.
+type WorkConfig struct {
+	// Batch is how many jobs one claim takes, each handled in a goroutine
+	// of its own (a job is never held without its handler running). Zero
+	// means 1; at most [MaxClaim].
+	Batch int
+	// Poll is the fallback interval: an idle process claims again after it
+	// even when no wake-up came (jobs enqueued by another process without
+	// a notification, retry delays and leases running out), jittered by up
+	// to a tenth either way. One idle loop per table in a process polls; the others
+	// wait for a wake-up. Zero means one second.
+	Poll time.Duration
+	// MaxAttempts is the attempt whose failure moves a job to the dead
+	// table, where one is named; without one it is retried on. Zero means
+	// 25.
+	MaxAttempts int
+	// Backoff is the delay before the next attempt after attempt n failed.
+	// Nil means one second doubled each attempt, capped at an hour, less up
+	// to a fifth at random. The row lock and advisory forms delay only with
+	// a not-before column ([Table.NotBefore]); without one a failed job is
+	// claimable again at once.
+	Backoff func(attempt int) time.Duration
+}
+
+// Defaults of [WorkConfig].
+const (
+	DefaultPoll        = time.Second
+	DefaultMaxAttempts = 25
+)
+
+// Work claims jobs and runs handle on each, in the caller's goroutine (and
+// one more per job of a batch), until ctx ends; then it returns nil once
+// its handlers have returned. It settles each job by handle's result: nil
+// acks, an error retries after [WorkConfig.Backoff] or, past MaxAttempts,
+// moves the job to the dead table; a panic is recovered into a retry whose
+// error carries the panic's text. Each handler runs under [Delivery.Keep].
+//
+// When ctx ends, row-lock and advisory jobs are given back at once: their
+// handlers' contexts end, and a job whose handler then fails is released,
+// its attempt not spent. Lease jobs keep their leases: their handlers run
+// on, stopped only by the lease's end, and settle if they can.
+//
+// An idle loop waits for a wake-up: [Queue.Enqueue] through a *sql.DB or
+// *sql.Conn wakes the loops of the same table in the process, [Queue.Wake]
+// does after a transaction that enqueued commits, and a [Listener] relays
+// other processes' notifications. Without one, the fallback interval.
+// Start as many loops as you want workers, with errgroup for instance.
+func (q *Queue) Work(ctx context.Context, cfg WorkConfig, handle Handler) error {
+	if handle == nil {
+		return errors.New("inbox: work: the handler is nil")
+	}
+	w, err := newWorker(q, cfg, handle)
+	if err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		// The bell is read before the claim, so that a wake-up during the
+		// claim is not lost.
+		rang := q.bell.next()
+		ds, err := q.Claim(ctx, w.batch)
+		if err == nil && len(ds) > 0 {
+			if len(ds) == w.batch {
+				// There may be more: idle loops lend a hand.
+				q.bell.ring()
+			}
+			w.handleAll(ctx, ds)
+			continue
+		}
+		w.idle(ctx, rang)
+	}
+	return nil
+}
+
+// worker is one Work loop's settings.
+type worker struct {
+	q        *Queue
+	handle   Handler
+	batch    int
+	poll     time.Duration
+	attempts int
+	backoff  func(int) time.Duration
+}
+
+func newWorker(q *Queue, cfg WorkConfig, handle Handler) (*worker, error) {
+	switch {
+	case cfg.Batch < 0 || cfg.Batch > MaxClaim:
+		return nil, fmt.Errorf("inbox: work: WorkConfig.Batch %d must be from 1 to %d (0 for 1)", cfg.Batch, MaxClaim)
+	case cfg.Poll < 0:
+		return nil, fmt.Errorf("inbox: work: WorkConfig.Poll %v is negative", cfg.Poll)
+	case cfg.MaxAttempts < 0:
+		return nil, fmt.Errorf("inbox: work: WorkConfig.MaxAttempts %d is negative", cfg.MaxAttempts)
+	}
+	w := &worker{q: q, handle: handle, batch: cfg.Batch, poll: cfg.Poll, attempts: cfg.MaxAttempts, backoff: cfg.Backoff}
+	if w.batch == 0 {
+		w.batch = 1
+	}
+	if w.poll == 0 {
+		w.poll = DefaultPoll
+	}
+	if w.attempts == 0 {
+		w.attempts = DefaultMaxAttempts
+	}
+	if w.backoff == nil {
+		w.backoff = DefaultBackoff
+	}
+	return w, nil
+}
+
+// DefaultBackoff is the delay after attempt n failed when
+// [WorkConfig.Backoff] is nil: one second doubled each attempt, capped at an
+// hour, less up to a fifth at random so that jobs that failed together do
+// not come back together.
+func DefaultBackoff(attempt int) time.Duration {
+	d := time.Hour
+	if attempt >= 1 && attempt <= 12 {
+		d = min(time.Second<<(attempt-1), time.Hour)
+	}
+	return d - time.Duration(rand.Int63n(int64(d/5)+1))
+}
+
+// idle waits for a wake-up, or, for the one idle loop that polls, for the
+// fallback interval; ctx ending ends the wait.
+func (w *worker) idle(ctx context.Context, rang <-chan struct{}) {
+	if !w.q.bell.takePoll() {
+		select {
+		case <-rang:
+		case <-ctx.Done():
+		}
+		return
+	}
+	defer w.q.bell.dropPoll()
+	// Up to a tenth either way, so that processes idle together do not
+	// poll in step.
+	jitter := time.Duration(rand.Int63n(int64(w.poll/5) + 1))
+	t := time.NewTimer(w.poll - w.poll/10 + jitter)
+	defer t.Stop()
+	select {
+	case <-rang:
+	case <-t.C:
+	case <-ctx.Done():
+		// Another idle loop takes the polling over.
+		w.q.bell.ring()
+	}
+}
+
+// handleAll runs the handler of each delivery in a goroutine of its own and
+// waits for them.
+func (w *worker) handleAll(ctx context.Context, ds []*Delivery) {
+	if len(ds) == 1 {
+		w.handleOne(ctx, ds[0])
+		return
+	}
+	done := make(chan struct{}, len(ds))
+	for _, d := range ds {
+		go func(d *Delivery) {
+			defer func() { done <- struct{}{} }()
+			w.handleOne(ctx, d)
+		}(d)
+	}
+	for range ds {
+		<-done
+	}
+}
+
+// handleOne runs the handler on d under a keeper and settles d by its
+// result. Settlements outlive ctx: a job is settled or given back even
+// while the loop shuts down.
+func (w *worker) handleOne(ctx context.Context, d *Delivery) {
+	base := ctx
+	if w.q.names.Form == Lease {
+		// A lease job keeps its lease at shutdown: its handler runs on,
+		// and the keeper stops extending, its deadline still armed.
+		base = context.WithoutCancel(ctx)
+		stop := context.AfterFunc(ctx, d.pauseKeeper)
+		defer stop()
+	}
+	hctx, stopKeeper := d.Keep(base)
+	defer stopKeeper()
+	err := runHandler(hctx, w.handle, d)
+	settle := context.WithoutCancel(ctx)
+	switch {
+	case err == nil:
+		_ = d.Ack(settle)
+	case ctx.Err() != nil && w.q.names.Form != Lease:
+		_ = d.Release(settle)
+	case d.Attempt() >= w.attempts && w.q.names.Dead != "":
+		_ = d.Dead(settle)
+	default:
+		after := w.backoff(d.Attempt())
+		if w.q.names.Form != Lease && w.q.names.NotBefore == "" {
+			after = 0
+		}
+		_ = d.Retry(settle, max(after, 0))
+	}
+}
+
+// runHandler runs handle, turning a panic into an error that carries its
+// text.
+func runHandler(ctx context.Context, handle Handler, d *Delivery) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("inbox: handler panicked: %v", r)
+		}
+	}()
+	return handle(ctx, d)
+}
