@@ -107,8 +107,8 @@ type Table struct {
 	// ClaimsTable names an optional side table (optionally
 	// schema-qualified) counting the row-lock deliveries of each job whose
 	// holder ended without settling, so that a job that keeps killing its
-	// process is noticed: past MaxClaims such deliveries it is moved to
-	// DeadTable instead of delivered. Its columns are the job id (named as
+	// process is noticed: after more than MaxClaims such deliveries, its next
+	// claim moves it to DeadTable instead of delivering it. Its columns are the job id (named as
 	// Table.ID, the primary key) and claims, an integer. The count is written
 	// from a second session once the claim holds the row's lock, so it is
 	// committed whatever becomes of the claim's transaction, and only the

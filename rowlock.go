@@ -67,9 +67,10 @@ func (q *Queue) claimOneRowLock(ctx context.Context, now time.Time) (*Delivery, 
 
 // countClaim counts the delivery d in the claims table, from a second
 // session while tx holds d's row, so that the count commits whatever becomes
-// of tx and no other worker can count the same delivery. Past MaxClaims the
-// job is moved to the dead table through tx, which is committed, and
-// countClaim reports true.
+// of tx and no other worker can count the same delivery. When more than
+// MaxClaims deliveries before this one ended without settling, the job is
+// moved to the dead table through tx, which is committed, and countClaim
+// reports true.
 func (q *Queue) countClaim(ctx context.Context, tx *sql.Tx, d *Delivery) (bool, error) {
 	v := values{id: d.id, attempt: d.attempt}
 	claims, err := q.addClaim(ctx, &v)
@@ -80,7 +81,7 @@ func (q *Queue) countClaim(ctx context.Context, tx *sql.Tx, d *Delivery) (bool, 
 		_, _ = q.exec(context.WithoutCancel(ctx), q.db, q.st.ClaimsGiveBack, &v)
 		return false, err
 	}
-	if claims <= int64(q.names.Raw.MaxClaims) {
+	if ended := claims - 1; ended <= int64(q.names.Raw.MaxClaims) {
 		return false, nil
 	}
 	if _, err := q.moveDead(ctx, tx, &v); err != nil {
