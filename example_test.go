@@ -41,7 +41,7 @@ func ExampleNew_sqliteRowLock() {
 	_, err := inbox.New(db, inbox.Config{Dialect: inbox.SQLite, Table: inbox.Table{Name: "jobs"}})
 	fmt.Println(err)
 	// Output:
-	// inbox: New: sqlite: SQLite has no row locks: name Table.LockedUntil for the lease form or Table.AdvisoryKey for the advisory form
+	// inbox: new: sqlite: SQLite has no row locks: name Table.LockedUntil for the lease form or Table.AdvisoryKey for the advisory form
 }
 
 // A worker claims what is waiting and settles each job: Ack when done,

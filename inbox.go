@@ -554,11 +554,30 @@ func (o outcome) String() string {
 	return [...]string{"ack", "retry", "release", "dead"}[o]
 }
 
+// refuse returns why outcome o cannot run at all, before anything is sent.
+func (d *Delivery) refuse(tx *sql.Tx, o outcome, after time.Duration) error {
+	switch {
+	case o == outDead && d.q.names.Dead == "":
+		return ErrNoDeadTable
+	case after < 0:
+		return fmt.Errorf("delay %v is negative", after)
+	case o == outRetry && after > 0 && d.q.names.Form != Lease && d.q.st.Retry.SQL == "":
+		return ErrNoNotBefore
+	case tx != nil && d.q.names.Form == RowLock:
+		return ErrOwnTx
+	}
+	return nil
+}
+
 // settle runs outcome o, inside tx when not nil. A settlement that reached a
 // verdict (done, or the lease lost) finishes the delivery; one that failed on
 // the way (a cut connection) leaves it to be settled again where the form
 // allows.
 func (d *Delivery) settle(ctx context.Context, tx *sql.Tx, o outcome, after time.Duration) error {
+	// A settlement refused before it starts leaves the keeper extending.
+	if err := d.refuse(tx, o, after); err != nil {
+		return opErr(o.String(), err)
+	}
 	d.pauseKeeper()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -572,23 +591,11 @@ func (d *Delivery) settle(ctx context.Context, tx *sql.Tx, o outcome, after time
 	if d.settled {
 		return opErr(o.String(), d.finishedErr())
 	}
-	if o == outDead && d.q.names.Dead == "" {
-		return opErr(o.String(), ErrNoDeadTable)
-	}
-	if after < 0 {
-		return fmt.Errorf("inbox: %v: delay %v is negative", o, after)
-	}
-	if o == outRetry && after > 0 && d.q.names.Form != Lease && d.q.st.Retry.SQL == "" {
-		return opErr(o.String(), ErrNoNotBefore)
-	}
 	var err error
 	switch d.q.names.Form {
 	case Lease:
 		err = d.settleLease(ctx, tx, o, after)
 	case RowLock:
-		if tx != nil {
-			return opErr(o.String(), ErrOwnTx)
-		}
 		err = d.settleRowLock(ctx, o, after)
 	case Advisory:
 		err = d.settleAdvisory(ctx, tx, o, after)
@@ -601,8 +608,9 @@ func (d *Delivery) settle(ctx context.Context, tx *sql.Tx, o outcome, after time
 
 // Shutdown gives back every job this queue holds by a transaction or an
 // advisory lock, at once, as Release would (their connections go back to the
-// pool), and stops the keepers of lease deliveries, which keep their leases
-// and may still settle. It returns the first error met; the rest are still
+// pool), and stops the extensions of lease deliveries, which keep their
+// leases and may still settle: their keepers still cancel the handlers by
+// the leases' end. It returns the first error met; the rest are still
 // released.
 func (q *Queue) Shutdown(ctx context.Context) error {
 	q.mu.Lock()

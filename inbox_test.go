@@ -106,7 +106,7 @@ func TestNewRefuses(t *testing.T) {
 		{"Table.AdvisoryKey", row, func(c *inbox.Config, v string) { c.Table.AdvisoryKey = v }},
 		{"Table.NotBefore", row, func(c *inbox.Config, v string) { c.Table.NotBefore = v }},
 		{"Table.ClaimsTable", row, func(c *inbox.Config, v string) { c.Table.ClaimsTable, c.Table.MaxClaims = v, 3 }},
-		{"Table.ClaimsTable", row, func(c *inbox.Config, v string) { c.Table.ClaimsTable, c.Table.MaxClaims = "app." + v, 3 }},
+		{"Table.ClaimsTable", row, func(c *inbox.Config, v string) { c.Table.ClaimsTable, c.Table.MaxClaims = "app."+v, 3 }},
 		{"Table.DeadTable", lease, func(c *inbox.Config, v string) { c.Table.DeadTable = v }},
 	}
 	for _, f := range fields {

@@ -375,11 +375,3 @@ func (k *keeper) extend(ctx context.Context, giveUp time.Time) (sent time.Time, 
 		}
 	}
 }
-
-// stopKeeper pauses and ends the keeper; d.mu must not be held.
-func (d *Delivery) stopKeeper() {
-	d.pauseKeeper()
-	d.mu.Lock()
-	d.endKeeper()
-	d.mu.Unlock()
-}

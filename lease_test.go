@@ -101,6 +101,28 @@ func (c *fakeClock) waiter(t testing.TB) time.Time {
 	}
 }
 
+// waitingFor waits until something waits on the clock for the instant at.
+func (c *fakeClock) waitingFor(t testing.TB, at time.Time) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		c.mu.Lock()
+		found := false
+		for _, w := range c.waiters {
+			found = found || w.at.Equal(at)
+		}
+		c.mu.Unlock()
+		if found {
+			return
+		}
+		select {
+		case <-c.registered:
+		case <-deadline:
+			t.Fatalf("nothing waited on the fake clock for %v within 10s", at)
+		}
+	}
+}
+
 // eventually polls cond until it holds, failing the test after 10s.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
@@ -350,44 +372,113 @@ func TestKeeperStop(t *testing.T) {
 	m.met(t)
 }
 
-// A settlement stops the keeper; Shutdown does too, leaving the lease to
-// the delivery, which may still settle.
+// A settlement with a verdict ends the keeper for good.
 func TestKeeperStoppedBySettlement(t *testing.T) {
-	t.Run("Ack", func(t *testing.T) {
-		clk := newClock(t0)
-		m, q, d := keeperSetup(t, clk, 0)
-		before := keepers()
-		_, stop := d.Keep(context.Background())
-		defer stop()
-		id := startedKeeper(t, before)
-		clk.waiter(t)
-		m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(utc0.Add(time.Minute))).WillReturnResult(affected(1))
-		ok(t, "Ack", d.Ack(context.Background()))
-		keeperGone(t, id)
-		if q.InWork() != 0 {
-			t.Errorf("InWork() = %d after Ack, want 0", q.InWork())
+	clk := newClock(t0)
+	m, q, d := keeperSetup(t, clk, 0)
+	before := keepers()
+	ctx, stop := d.Keep(context.Background())
+	defer stop()
+	id := startedKeeper(t, before)
+	clk.waiter(t)
+	m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(utc0.Add(time.Minute))).WillReturnResult(affected(1))
+	ok(t, "Ack", d.Ack(context.Background()))
+	keeperGone(t, id)
+	if q.InWork() != 0 {
+		t.Errorf("InWork() = %d after Ack, want 0", q.InWork())
+	}
+	m.quiet(t, "after Ack", func() { clk.Advance(5 * time.Minute) })
+	if ctx.Err() != nil {
+		t.Errorf("Ack cancelled the handler's context: %v", context.Cause(ctx))
+	}
+	m.met(t)
+}
+
+// When nobody extends the lease any more and no verdict is known, the
+// handler is stopped by the last known expiry less the margin: after
+// Shutdown (the job keeps its lease and may still settle), and after a
+// settlement that failed without a verdict (a driver error, or its context
+// ended). The deadline holds whatever the clock does before it, and an
+// extension made earlier moves it.
+func TestKeeperFencesWithoutVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// stop ends the extensions, with expiry the token's expiry then.
+		stop func(t *testing.T, m *mock, q *inbox.Queue, d *inbox.Delivery, expiry time.Time)
+	}{
+		{"Shutdown", func(t *testing.T, m *mock, q *inbox.Queue, _ *inbox.Delivery, _ time.Time) {
+			m.quiet(t, "Shutdown of a lease queue", func() { ok(t, "Shutdown", q.Shutdown(context.Background())) })
+		}},
+		{"Ack with a driver error", func(t *testing.T, m *mock, _ *inbox.Queue, d *inbox.Delivery, expiry time.Time) {
+			errDown := errors.New("driver: bad connection")
+			m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(expiry)).WillReturnError(errDown)
+			if err := d.Ack(context.Background()); !errors.Is(err, errDown) {
+				t.Fatalf("Ack = %v, want the driver's error", err)
+			}
+		}},
+		{"Ack with an ended context", func(t *testing.T, m *mock, _ *inbox.Queue, d *inbox.Delivery, _ time.Time) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			m.quiet(t, "Ack with an ended context", func() {
+				if err := d.Ack(ctx); !errors.Is(err, context.Canceled) {
+					t.Fatalf("Ack = %v, want context.Canceled", err)
+				}
+			})
+		}},
+	} {
+		for _, extended := range []bool{false, true} {
+			name := tc.name
+			if extended {
+				name += " after an extension"
+			}
+			t.Run(name, func(t *testing.T) {
+				clk := newClock(t0)
+				m, q, d := keeperSetup(t, clk, 0)
+				before := keepers()
+				ctx, stop := d.Keep(context.Background())
+				defer stop()
+				id := startedKeeper(t, before)
+				clk.waitingFor(t, t0.Add(30*time.Second))
+				expiry, giveUp := utc0.Add(time.Minute), t0.Add(54*time.Second)
+				if extended {
+					// Sent at 30s: the lease runs to 90s, the deadline is
+					// 84s.
+					next := utc0.Add(90 * time.Second)
+					m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(next), int64(7), int64(2), at(expiry)).WillReturnResult(affected(1))
+					clk.Advance(30 * time.Second)
+					clk.waitingFor(t, t0.Add(60*time.Second))
+					expiry, giveUp = next, t0.Add(84*time.Second)
+				}
+				tc.stop(t, m, q, d, expiry)
+				clk.waitingFor(t, giveUp)
+				m.quiet(t, "a keeper without a verdict", func() {
+					clk.Advance(giveUp.Add(-time.Microsecond).Sub(clk.Now()))
+				})
+				if ctx.Err() != nil {
+					t.Fatalf("handler stopped at %v, before the deadline %v: %v", clk.Now().Sub(t0), giveUp.Sub(t0), context.Cause(ctx))
+				}
+				if !keepers()[id] {
+					t.Fatal("the keeper ended without a verdict, its deadline disarmed")
+				}
+				m.quiet(t, "the deadline", func() {
+					clk.Advance(time.Microsecond)
+					done(t, ctx)
+				})
+				if cause := context.Cause(ctx); !errors.Is(cause, inbox.ErrLeaseLost) {
+					t.Fatalf("cause = %v, want ErrLeaseLost", cause)
+				}
+				keeperGone(t, id)
+				// The lease is still the job's until it expires: it may
+				// settle.
+				m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(expiry)).WillReturnResult(affected(1))
+				ok(t, "Ack after the deadline", d.Ack(context.Background()))
+				if q.InWork() != 0 {
+					t.Errorf("InWork() = %d after Ack", q.InWork())
+				}
+				m.met(t)
+			})
 		}
-		m.quiet(t, "after Ack", func() { clk.Advance(5 * time.Minute) })
-		m.met(t)
-	})
-	t.Run("Shutdown", func(t *testing.T) {
-		clk := newClock(t0)
-		m, q, d := keeperSetup(t, clk, 0)
-		before := keepers()
-		ctx, stop := d.Keep(context.Background())
-		defer stop()
-		id := startedKeeper(t, before)
-		clk.waiter(t)
-		m.quiet(t, "Shutdown of a lease queue", func() { ok(t, "Shutdown", q.Shutdown(context.Background())) })
-		keeperGone(t, id)
-		if ctx.Err() != nil {
-			t.Errorf("Shutdown cancelled the handler: %v", context.Cause(ctx))
-		}
-		m.quiet(t, "after Shutdown", func() { clk.Advance(40 * time.Second) })
-		m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(utc0.Add(time.Minute))).WillReturnResult(affected(1))
-		ok(t, "Ack after Shutdown", d.Ack(context.Background()))
-		m.met(t)
-	})
+	}
 }
 
 // Keep outside the lease form, or on a settled delivery, starts nothing and

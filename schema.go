@@ -190,3 +190,9 @@ func (q *Queue) CheckSchema(ctx context.Context) error {
 	}
 	return nil
 }
+
+// claimsKeyProblem says that the claims table's id is not a key of its own.
+func claimsKeyProblem(n *Names) string {
+	return fmt.Sprintf("table %s: column %s is not its primary key (nor alone in a unique index), which the claims count's upsert needs",
+		n.Raw.ClaimsTable, n.Raw.ID)
+}

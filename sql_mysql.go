@@ -289,5 +289,20 @@ func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, e
 		}
 		problems = append(problems, p)
 	}
-	return problems, nil
+	if n.ClaimsTable == "" {
+		return problems, nil
+	}
+	// The count's upsert needs the id to be a key of its own: without one,
+	// ON DUPLICATE KEY would insert a row per claim and never count.
+	var tables, keys int
+	err = db.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM information_schema.tables t "+
+		"WHERE t.table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND t.table_name = ?), "+
+		"(SELECT COUNT(*) FROM information_schema.statistics s WHERE s.table_schema = COALESCE(NULLIF(?, ''), DATABASE()) "+
+		"AND s.table_name = ? AND s.column_name = ? AND s.non_unique = 0 AND NOT EXISTS (SELECT 1 FROM information_schema.statistics o "+
+		"WHERE o.table_schema = s.table_schema AND o.table_name = s.table_name AND o.index_name = s.index_name AND o.seq_in_index > 1))",
+		n.ClaimsSchema, n.ClaimsName, n.ClaimsSchema, n.ClaimsName, n.Raw.ID).Scan(&tables, &keys)
+	if err == nil && tables > 0 && keys == 0 {
+		problems = append(problems, claimsKeyProblem(n))
+	}
+	return problems, err
 }

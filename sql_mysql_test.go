@@ -340,9 +340,10 @@ func TestMySQLRowLockInjectedClock(t *testing.T) {
 
 // The claims counter: the held transaction takes the row (SELECT … FOR
 // UPDATE SKIP LOCKED, then the attempt), then a second session counts the
-// delivery in the side table and reads the count back. Past MaxClaims the
-// job goes to the dead table through the held transaction, which clears the
-// count and commits.
+// delivery in the side table and reads the count back. When more than
+// MaxClaims deliveries before this one ended unsettled, the job goes to the
+// dead table through the held transaction, which clears the count and
+// commits.
 func TestMySQLClaimsCounter(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: claimsTable})
@@ -360,12 +361,13 @@ func TestMySQLClaimsCounter(t *testing.T) {
 	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
 	m.ExpectExec(myRowLockMark).WithArgs(int64(7)).WillReturnResult(affected(1))
 	count(7, 1)
-	// Job 8's fourth delivery without a settlement is past MaxClaims 3.
+	// Job 8's fifth delivery: four before it ended unsettled, more than
+	// MaxClaims 3.
 	m.ExpectBegin()
-	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(int64(8), int64(4), []byte("p8"))))
+	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(int64(8), int64(5), []byte("p8"))))
 	m.ExpectExec(myRowLockMark).WithArgs(int64(8)).WillReturnResult(affected(1))
-	count(8, 4)
-	m.ExpectExec(myRowLockDeadInsert).WithArgs(int64(4), int64(8)).WillReturnResult(affected(1))
+	count(8, 5)
+	m.ExpectExec(myRowLockDeadInsert).WithArgs(int64(5), int64(8)).WillReturnResult(affected(1))
 	m.ExpectExec(myRowLockAck).WithArgs(int64(8)).WillReturnResult(affected(1))
 	m.ExpectExec(myClaimsClear).WithArgs(int64(8)).WillReturnResult(affected(1))
 	m.ExpectCommit()

@@ -260,5 +260,16 @@ func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string
 	}
 	const q = "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2"
 	found, err := checkTables(ctx, db, n, q, kind, "timestamptz", true)
+	if err != nil || n.ClaimsTable == "" {
+		return append(problems, found...), err
+	}
+	// The count's upsert needs the id to be a key of its own.
+	var exists, keyed bool
+	err = db.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT 1 FROM pg_catalog.pg_index i "+
+		"JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "+
+		"WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnatts = 1 AND a.attname = $2)", n.ClaimsTable, n.Raw.ID).Scan(&exists, &keyed)
+	if err == nil && exists && !keyed {
+		found = append(found, claimsKeyProblem(n))
+	}
 	return append(problems, found...), err
 }

@@ -311,9 +311,10 @@ func TestPostgresRowLockInjectedClock(t *testing.T) {
 // The claims counter: the held transaction takes the row first, then the
 // delivery is counted in the side table from a second session, so that the
 // count commits whatever becomes of the held transaction and only the row's
-// holder can count it. Past MaxClaims the job goes to the dead table through
-// the held transaction, which clears the count and commits, and the claim
-// looks for the next job.
+// holder can count it. The count includes the delivery being made: when
+// more than MaxClaims deliveries before it ended without a settlement, the
+// job goes to the dead table through the held transaction, which clears the
+// count and commits, and the claim looks for the next job.
 func TestPostgresClaimsCounter(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: claimsTable})
@@ -321,17 +322,19 @@ func TestPostgresClaimsCounter(t *testing.T) {
 	m.ExpectBegin()
 	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
 	m.ExpectQuery(pgClaimsCount).WithArgs(int64(7)).WillReturnRows(rows("claims", row(int64(1))))
-	// Job 8's fourth delivery without a settlement is past MaxClaims 3.
+	// Job 8's fifth delivery: four before it ended unsettled, more than
+	// MaxClaims 3.
 	m.ExpectBegin()
-	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(8), int64(4), []byte("p8"))))
-	m.ExpectQuery(pgClaimsCount).WithArgs(int64(8)).WillReturnRows(rows("claims", row(int64(4))))
-	m.ExpectExec(pgRowLockDead).WithArgs(int64(8), int64(4)).WillReturnResult(affected(1))
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(8), int64(5), []byte("p8"))))
+	m.ExpectQuery(pgClaimsCount).WithArgs(int64(8)).WillReturnRows(rows("claims", row(int64(5))))
+	m.ExpectExec(pgRowLockDead).WithArgs(int64(8), int64(5)).WillReturnResult(affected(1))
 	m.ExpectExec(pgClaimsClear).WithArgs(int64(8)).WillReturnResult(affected(1))
 	m.ExpectCommit()
-	// Job 9's third is MaxClaims itself: delivered.
+	// Job 9's fourth: three before it ended unsettled, MaxClaims itself,
+	// so it is delivered.
 	m.ExpectBegin()
-	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(9), int64(3), []byte("p9"))))
-	m.ExpectQuery(pgClaimsCount).WithArgs(int64(9)).WillReturnRows(rows("claims", row(int64(3))))
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(9), int64(4), []byte("p9"))))
+	m.ExpectQuery(pgClaimsCount).WithArgs(int64(9)).WillReturnRows(rows("claims", row(int64(4))))
 	ds := claim(t, q, 2, 7, 9)
 	on := m.since(t, 0,
 		"begin", "query "+pgRowLockClaim, "query "+pgClaimsCount,

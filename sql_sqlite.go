@@ -149,17 +149,20 @@ func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, 
 // without AUTOINCREMENT: SQLite then gives a new row the highest id in use
 // plus one, which is the id of the job deleted last when it was the highest.
 func sqliteReusesIDs(ctx context.Context, db *sql.DB, n *Names) (bool, error) {
-	schema := n.Schema
+	schema := strings.ToLower(n.Schema)
 	if schema == "" {
 		schema = "main"
 	}
 	var typ string
-	var pk int
-	err := db.QueryRowContext(ctx, "SELECT type, pk FROM pragma_table_info(?, ?) WHERE name = ? COLLATE NOCASE", n.TableName, schema, n.Raw.ID).Scan(&typ, &pk)
+	var pk, pks int
+	err := db.QueryRowContext(ctx, "SELECT type, pk, (SELECT COUNT(*) FROM pragma_table_info(?, ?) WHERE pk > 0)"+
+		" FROM pragma_table_info(?, ?) WHERE name = ? COLLATE NOCASE",
+		n.TableName, schema, n.TableName, schema, n.Raw.ID).Scan(&typ, &pk, &pks)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil // reported as a missing column
 	}
-	if err != nil || pk != 1 || !strings.EqualFold(typ, "INTEGER") {
+	// Only a lone INTEGER PRIMARY KEY is the rowid.
+	if err != nil || pk != 1 || pks != 1 || !strings.EqualFold(typ, "INTEGER") {
 		return false, err
 	}
 	var ddl string
@@ -167,7 +170,10 @@ func sqliteReusesIDs(ctx context.Context, db *sql.DB, n *Names) (bool, error) {
 	if err := db.QueryRowContext(ctx, q, n.TableName).Scan(&ddl); err != nil {
 		return false, err
 	}
-	return !strings.Contains(strings.ToUpper(ddl), "AUTOINCREMENT"), nil
+	// The DDL as written: AUTOINCREMENT is a keyword SQLite keeps there,
+	// and a WITHOUT ROWID table has no rowid to reuse.
+	ddl = strings.ToUpper(ddl)
+	return !strings.Contains(ddl, "AUTOINCREMENT") && !strings.Contains(ddl, "WITHOUT ROWID"), nil
 }
 
 func quoteSQLiteSchema(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
@@ -207,7 +213,7 @@ func (sqlite) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, 
 		schema = "main"
 	}
 	var file sql.NullString
-	err := db.QueryRowContext(ctx, "SELECT (SELECT file FROM pragma_database_list WHERE name = ?)", schema).Scan(&file)
+	err := db.QueryRowContext(ctx, "SELECT (SELECT file FROM pragma_database_list WHERE name = ? COLLATE NOCASE)", schema).Scan(&file)
 	if err != nil {
 		return "", err
 	}

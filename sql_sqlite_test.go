@@ -8,8 +8,12 @@ package inbox_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
 
 	"github.com/sqlinbox/inbox"
 )
@@ -26,16 +30,23 @@ const (
 	sqLeaseDeadInsert = `INSERT INTO "dead_jobs" ("id", "attempt", "payload") SELECT "id", ?, "payload" FROM "jobs" WHERE "id" = ? AND "attempt" = ? AND "locked_until" = ?`
 )
 
-// Advisory form: the keys in work are held by the process, so no lock
-// statement is sent.
+// Advisory form: the keys in work are held by the process, one set per
+// database file for every pool on it, so no lock statement is sent.
 const (
-	sqAdvCandidates = `SELECT "id", "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= ?) ORDER BY "id" LIMIT ?`
-	sqAdvClaim      = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = ? AND ("not_before" IS NULL OR "not_before" <= ?) RETURNING "id", "attempt" - 1, "payload"`
-	sqAdvAck        = `DELETE FROM "jobs" WHERE "id" = ? AND "attempt" = ?` // also the dead move's delete
-	sqAdvRetry      = `UPDATE "jobs" SET "not_before" = ? WHERE "id" = ? AND "attempt" = ?`
-	sqAdvRelease    = `UPDATE "jobs" SET "attempt" = "attempt" - 1 WHERE "id" = ? AND "attempt" = ?`
-	sqAdvDeadInsert = `INSERT INTO "dead_jobs" ("id", "attempt", "payload") SELECT "id", ?, "payload" FROM "jobs" WHERE "id" = ? AND "attempt" = ?`
+	sqAdvCandidates      = `SELECT "id", "id", "attempt" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= ?) ORDER BY "id" LIMIT ?`
+	sqAdvCandidatesAfter = `SELECT "id", "id", "attempt" FROM "jobs" WHERE "id" > ? AND ("not_before" IS NULL OR "not_before" <= ?) ORDER BY "id" LIMIT ?`
+	sqAdvClaim           = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = ? AND "attempt" = ? AND ("not_before" IS NULL OR "not_before" <= ?) RETURNING "id", "attempt" - 1, "payload"`
+	sqAdvAck             = `DELETE FROM "jobs" WHERE "id" = ? AND "attempt" = ?` // also the dead move's delete
+	sqAdvRetry           = `UPDATE "jobs" SET "not_before" = ? WHERE "id" = ? AND "attempt" = ?`
+	sqAdvRelease         = `UPDATE "jobs" SET "attempt" = "attempt" - 1 WHERE "id" = ? AND "attempt" = ?`
+	sqAdvDeadInsert      = `INSERT INTO "dead_jobs" ("id", "attempt", "payload") SELECT "id", ?, "payload" FROM "jobs" WHERE "id" = ? AND "attempt" = ?`
 )
+
+// sqFile is a database file of the test's own: the keys in work are the
+// process's, shared by every test on one file.
+func sqFile(t *testing.T) string {
+	return "/nonexistent/" + strings.ReplaceAll(t.Name(), "/", "_") + ".db"
+}
 
 // sqliteTime parses a captured time argument, failing the test unless it is
 // the package's fixed-width UTC text.
@@ -156,27 +167,30 @@ func TestSQLiteLeaseTx(t *testing.T) {
 }
 
 // The SQLite advisory form holds its keys in the process, shared by every
-// queue on the same *sql.DB and table: a key in work is passed over without
-// a statement.
+// queue on the same database file and table: a key in work is passed over
+// without a statement.
 func TestSQLiteAdvisory(t *testing.T) {
 	m := newMock(t)
 	clk := newClock(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: advisoryTable, Now: clk.Now})
 	other := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: advisoryTable, Now: clk.Now})
+	file := sqFile(t)
 	const now = "2024-03-01T12:00:00.123456Z"
 	cols := "id,attempt,payload"
-	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 10).WillReturnRows(rows("id,id", row(int64(1), int64(1))))
-	m.ExpectQuery(sqAdvClaim).WithArgs(int64(1), now).WillReturnRows(rows(cols, row(int64(1), int64(1), nil)))
+	sqIdent(m, "main", file)
+	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 10).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(1))))
+	m.ExpectQuery(sqAdvClaim).WithArgs(int64(1), int64(1), now).WillReturnRows(rows(cols, row(int64(1), int64(1), nil)))
 	d1 := claim(t, q, 1, 1)[0]
 	// Key 1 is in work; job 2 was settled since the candidates were read.
-	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 13).WillReturnRows(rows("id,id", row(int64(1), int64(1)), row(int64(2), int64(2))))
-	m.ExpectQuery(sqAdvClaim).WithArgs(int64(2), now).WillReturnRows(rows(cols))
+	sqIdent(m, "main", file)
+	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 13).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(2)), row(int64(2), int64(2), int64(1))))
+	m.ExpectQuery(sqAdvClaim).WithArgs(int64(2), int64(1), now).WillReturnRows(rows(cols))
 	claim(t, other, 2)
 
-	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 15).WillReturnRows(rows("id,id",
-		row(int64(3), int64(3)), row(int64(4), int64(4)), row(int64(5), int64(5))))
+	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 15).WillReturnRows(rows("id,id,attempt",
+		row(int64(3), int64(3), int64(1)), row(int64(4), int64(4), int64(1)), row(int64(5), int64(5), int64(1))))
 	for id := int64(3); id <= 5; id++ {
-		m.ExpectQuery(sqAdvClaim).WithArgs(id, now).WillReturnRows(rows(cols, row(id, int64(1), nil)))
+		m.ExpectQuery(sqAdvClaim).WithArgs(id, int64(1), now).WillReturnRows(rows(cols, row(id, int64(1), nil)))
 	}
 	ds := claim(t, q, 3, 3, 4, 5)
 	m.ExpectExec(sqAdvAck).WithArgs(int64(1), int64(2)).WillReturnResult(affected(1))
@@ -192,27 +206,200 @@ func TestSQLiteAdvisory(t *testing.T) {
 	ok(t, "Dead", ds[2].Dead(context.Background()))
 
 	// Settled keys are free again.
-	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 10).WillReturnRows(rows("id,id", row(int64(1), int64(1))))
-	m.ExpectQuery(sqAdvClaim).WithArgs(int64(1), now).WillReturnRows(rows(cols))
+	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 10).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(3))))
+	m.ExpectQuery(sqAdvClaim).WithArgs(int64(1), int64(3), now).WillReturnRows(rows(cols))
 	claim(t, other, 1)
 	m.met(t)
+}
+
+// Two pools on one database file in one process share its keys in work,
+// however each spells the table: "main.jobs" through the second pool waits
+// for the job "jobs" through the first holds, and gets it once settled.
+// A candidate whose attempt moved on is not claimed.
+func TestSQLiteAdvisoryOneFileTwoPools(t *testing.T) {
+	m1, m2 := newMock(t), newMock(t)
+	clk := newClock(t0)
+	q1 := newQueue(t, m1, inbox.Config{Dialect: inbox.SQLite, Table: inbox.Table{Name: "jobs", AdvisoryKey: "id"}, Now: clk.Now})
+	q2 := newQueue(t, m2, inbox.Config{Dialect: inbox.SQLite, Table: inbox.Table{Name: "main.JOBS", AdvisoryKey: "id"}, Now: clk.Now})
+	file := sqFile(t)
+	const (
+		plainCandidates = `SELECT "id", "id", "attempt" FROM "jobs" ORDER BY "id" LIMIT ?`
+		plainClaim      = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = ? AND "attempt" = ? RETURNING "id", "attempt" - 1, "payload"`
+		plainAck        = `DELETE FROM "jobs" WHERE "id" = ? AND "attempt" = ?`
+		mainCandidates  = `SELECT "id", "id", "attempt" FROM "main"."JOBS" ORDER BY "id" LIMIT ?`
+		mainAfter       = `SELECT "id", "id", "attempt" FROM "main"."JOBS" WHERE "id" > ? ORDER BY "id" LIMIT ?`
+		mainClaim       = `UPDATE "main"."JOBS" SET "attempt" = "attempt" + 1 WHERE "id" = ? AND "attempt" = ? RETURNING "id", "attempt" - 1, "payload"`
+		mainAck         = `DELETE FROM "main"."JOBS" WHERE "id" = ? AND "attempt" = ?`
+	)
+	cols := "id,attempt,payload"
+	sqIdent(m1, "main", file)
+	m1.ExpectQuery(plainCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(1))))
+	m1.ExpectQuery(plainClaim).WithArgs(int64(1), int64(1)).WillReturnRows(rows(cols, row(int64(1), int64(1), nil)))
+	d1 := claim(t, q1, 1, 1)[0]
+
+	// The second pool: job 1's key is in work, so a first page of it
+	// alone (full, for max 1 and one key held: 11 rows, the same job
+	// listed as the mock pleases) is passed over without a statement. On
+	// the next page job 2, read at attempt 4 but at 5 by the claim, is not
+	// claimed; job 3 is.
+	sqIdent(m2, "main", file)
+	page := rows("id,id,attempt")
+	for i := 0; i < 11; i++ {
+		page.AddRow(int64(1), int64(1), int64(2))
+	}
+	m2.ExpectQuery(mainCandidates).WithArgs(11).WillReturnRows(page)
+	m2.ExpectQuery(mainAfter).WithArgs(int64(1), 22).WillReturnRows(rows("id,id,attempt", row(int64(2), int64(2), int64(4)), row(int64(3), int64(3), int64(1))))
+	m2.ExpectQuery(mainClaim).WithArgs(int64(2), int64(4)).WillReturnRows(rows(cols))
+	m2.ExpectQuery(mainClaim).WithArgs(int64(3), int64(1)).WillReturnRows(rows(cols, row(int64(3), int64(1), nil)))
+	d2 := claim(t, q2, 1, 3)[0]
+
+	// Settled, job 1's key is free for either pool.
+	m1.ExpectExec(plainAck).WithArgs(int64(1), int64(2)).WillReturnResult(affected(1))
+	ok(t, "Ack", d1.Ack(context.Background()))
+	m2.ExpectQuery(mainCandidates).WithArgs(11).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(2))))
+	m2.ExpectQuery(mainClaim).WithArgs(int64(1), int64(2)).WillReturnRows(rows(cols, row(int64(1), int64(2), nil)))
+	d3 := claim(t, q2, 1, 1)[0]
+	for _, d := range []*inbox.Delivery{d2, d3} {
+		m2.ExpectExec(mainAck).WithArgs(d.ID(), d.Attempt()+1).WillReturnResult(affected(1))
+		ok(t, "Ack", d.Ack(context.Background()))
+	}
+	m1.met(t)
+	m2.met(t)
+}
+
+// A database with no file (in memory) is its pool's alone: another pool's
+// keys in work do not hold it back.
+func TestSQLiteAdvisoryInMemory(t *testing.T) {
+	m1, m2 := newMock(t), newMock(t)
+	clk := newClock(t0)
+	q1 := newQueue(t, m1, inbox.Config{Dialect: inbox.SQLite, Table: advisoryTable, Now: clk.Now})
+	q2 := newQueue(t, m2, inbox.Config{Dialect: inbox.SQLite, Table: advisoryTable, Now: clk.Now})
+	const now = "2024-03-01T12:00:00.123456Z"
+	cols := "id,attempt,payload"
+	var ds []*inbox.Delivery
+	for i, m := range []*mock{m1, m2} {
+		// The first page's length counts every key in work in the
+		// process, the first pool's included: 10, then 11.
+		sqIdent(m, "main", "")
+		m.ExpectQuery(sqAdvCandidates).WithArgs(now, 10+i).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(1))))
+		m.ExpectQuery(sqAdvClaim).WithArgs(int64(1), int64(1), now).WillReturnRows(rows(cols, row(int64(1), int64(1), nil)))
+		ds = append(ds, claim(t, []*inbox.Queue{q1, q2}[i], 1, 1)[0])
+	}
+	for i, m := range []*mock{m1, m2} {
+		m.ExpectExec(sqAdvAck).WithArgs(int64(1), int64(2)).WillReturnResult(affected(1))
+		ok(t, "Ack", ds[i].Ack(context.Background()))
+		m.met(t)
+	}
 }
 
 // Without Config.Now the advisory statements compare with time.Now, as text.
 func TestSQLiteAdvisoryRealClock(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: advisoryTable})
-	var now1, now2 capture
+	var now1, now2, now3 capture
 	before := time.Now().UTC().Truncate(time.Microsecond)
-	m.ExpectQuery(sqAdvCandidates).WithArgs(&now1, 10).WillReturnRows(rows("id,id", row(int64(1), int64(1))))
-	m.ExpectQuery(sqAdvClaim).WithArgs(int64(1), &now2).WillReturnRows(rows("id,attempt,payload"))
+	sqIdent(m, "main", sqFile(t))
+	page := rows("id,id,attempt")
+	for id := int64(1); id <= 10; id++ {
+		page.AddRow(id, id, int64(1))
+	}
+	m.ExpectQuery(sqAdvCandidates).WithArgs(&now1, 10).WillReturnRows(page)
+	for id := int64(1); id <= 10; id++ {
+		m.ExpectQuery(sqAdvClaim).WithArgs(id, int64(1), &now2).WillReturnRows(rows("id,attempt,payload"))
+	}
+	m.ExpectQuery(sqAdvCandidatesAfter).WithArgs(int64(10), &now3, 20).WillReturnRows(rows("id,id,attempt"))
 	claim(t, q, 1)
-	for _, c := range []*capture{&now1, &now2} {
+	for _, c := range []*capture{&now1, &now2, &now3} {
 		if n := sqliteTime(t, c); n.Before(before) || n.After(time.Now()) {
 			t.Errorf("now %v not between %v and the end of the claim", n, before)
 		}
 	}
+	if now1.v != now2.v || now2.v != now3.v {
+		t.Errorf("one claim read the clock more than once: %v, %v, %v", now1.v, now2.v, now3.v)
+	}
 	m.met(t)
+}
+
+// The schema check reports an id that is SQLite's rowid without
+// AUTOINCREMENT: a new job would take the id of the job deleted last, and
+// a stale holder's token (id, attempt) could match it.
+func TestSQLiteCheckSchemaAutoincrement(t *testing.T) {
+	const (
+		version  = `SELECT sqlite_version()`
+		columns  = `SELECT name, type FROM pragma_table_info(?)`
+		columns2 = `SELECT name, type FROM pragma_table_info(?, ?)`
+		idColumn = `SELECT type, pk, (SELECT COUNT(*) FROM pragma_table_info(?, ?) WHERE pk > 0) FROM pragma_table_info(?, ?) WHERE name = ? COLLATE NOCASE`
+		ddl      = `SELECT sql FROM "main".sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE`
+		auxDDL   = `SELECT sql FROM "aux".sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE`
+	)
+	leaseCols := func(idType string) *sqlmock.Rows {
+		return rows("name,type", row("id", idType), row("attempt", "INTEGER"), row("payload", "BLOB"), row("locked_until", "TEXT"))
+	}
+	for _, tc := range []struct {
+		name   string
+		table  string
+		expect func(m *mock)
+		want   string // the problem reported, or "" for none
+	}{
+		{"rowid without AUTOINCREMENT", "jobs", func(m *mock) {
+			m.ExpectQuery(columns).WithArgs("jobs").WillReturnRows(leaseCols("INTEGER"))
+			m.ExpectQuery(idColumn).WithArgs("jobs", "main", "jobs", "main", "id").WillReturnRows(rows("type,pk,pks", row("INTEGER", int64(1), int64(1))))
+			m.ExpectQuery(ddl).WithArgs("jobs").WillReturnRows(rows("sql",
+				row("CREATE TABLE jobs (id INTEGER PRIMARY KEY, attempt INTEGER NOT NULL DEFAULT 1, payload BLOB, locked_until TEXT)")))
+		}, "table jobs: its id is INTEGER PRIMARY KEY without AUTOINCREMENT"},
+		{"AUTOINCREMENT", "jobs", func(m *mock) {
+			m.ExpectQuery(columns).WithArgs("jobs").WillReturnRows(leaseCols("integer"))
+			m.ExpectQuery(idColumn).WithArgs("jobs", "main", "jobs", "main", "id").WillReturnRows(rows("type,pk,pks", row("integer", int64(1), int64(1))))
+			m.ExpectQuery(ddl).WithArgs("jobs").WillReturnRows(rows("sql",
+				row("CREATE TABLE jobs (id integer primary key autoincrement, attempt INTEGER NOT NULL DEFAULT 1, payload BLOB, locked_until TEXT)")))
+		}, ""},
+		{"text id", "jobs", func(m *mock) {
+			m.ExpectQuery(columns).WithArgs("jobs").WillReturnRows(leaseCols("TEXT"))
+			m.ExpectQuery(idColumn).WithArgs("jobs", "main", "jobs", "main", "id").WillReturnRows(rows("type,pk,pks", row("TEXT", int64(1), int64(1))))
+		}, ""},
+		{"INT is no rowid", "jobs", func(m *mock) {
+			m.ExpectQuery(columns).WithArgs("jobs").WillReturnRows(leaseCols("INT"))
+			m.ExpectQuery(idColumn).WithArgs("jobs", "main", "jobs", "main", "id").WillReturnRows(rows("type,pk,pks", row("INT", int64(1), int64(1))))
+		}, ""},
+		{"attached schema", "aux.jobs", func(m *mock) {
+			m.ExpectQuery(columns2).WithArgs("jobs", "aux").WillReturnRows(leaseCols("INTEGER"))
+			m.ExpectQuery(idColumn).WithArgs("jobs", "aux", "jobs", "aux", "id").WillReturnRows(rows("type,pk,pks", row("INTEGER", int64(1), int64(1))))
+			m.ExpectQuery(auxDDL).WithArgs("jobs").WillReturnRows(rows("sql",
+				row("CREATE TABLE jobs (id INTEGER PRIMARY KEY, attempt INTEGER, payload BLOB, locked_until TEXT)")))
+		}, "table aux.jobs: its id is INTEGER PRIMARY KEY without AUTOINCREMENT"},
+		{"composite key is no rowid", "jobs", func(m *mock) {
+			m.ExpectQuery(columns).WithArgs("jobs").WillReturnRows(leaseCols("INTEGER"))
+			m.ExpectQuery(idColumn).WithArgs("jobs", "main", "jobs", "main", "id").WillReturnRows(rows("type,pk,pks", row("INTEGER", int64(1), int64(2))))
+		}, ""},
+		{"WITHOUT ROWID", "jobs", func(m *mock) {
+			m.ExpectQuery(columns).WithArgs("jobs").WillReturnRows(leaseCols("INTEGER"))
+			m.ExpectQuery(idColumn).WithArgs("jobs", "main", "jobs", "main", "id").WillReturnRows(rows("type,pk,pks", row("INTEGER", int64(1), int64(1))))
+			m.ExpectQuery(ddl).WithArgs("jobs").WillReturnRows(rows("sql",
+				row("CREATE TABLE jobs (id INTEGER PRIMARY KEY, attempt INTEGER, payload BLOB, locked_until TEXT) WITHOUT ROWID")))
+		}, ""},
+		{"missing id reported once", "jobs", func(m *mock) {
+			m.ExpectQuery(columns).WithArgs("jobs").WillReturnRows(rows("name,type", row("attempt", "INTEGER"), row("payload", "BLOB"), row("locked_until", "TEXT")))
+			m.ExpectQuery(idColumn).WithArgs("jobs", "main", "jobs", "main", "id").WillReturnRows(rows("type,pk,pks"))
+		}, "table jobs has no column id (Table.ID)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMock(t)
+			q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: inbox.Table{Name: tc.table, LockedUntil: "locked_until"}})
+			m.ExpectQuery(version).WithoutArgs().WillReturnRows(rows("v", row("3.46.1")))
+			tc.expect(m)
+			err := q.CheckSchema(context.Background())
+			var se *inbox.SchemaError
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("CheckSchema = %v, want nil", err)
+			case tc.want != "" && (!errors.As(err, &se) || len(se.Problems) != 1 || !strings.HasPrefix(se.Problems[0], tc.want)):
+				t.Errorf("CheckSchema = %v, want one problem starting %q", err, tc.want)
+			case tc.want != "" && strings.Contains(tc.want, "AUTOINCREMENT") && !strings.Contains(se.Problems[0], "declare it INTEGER PRIMARY KEY AUTOINCREMENT"):
+				t.Errorf("problem %q does not say how to fix it", se.Problems[0])
+			}
+			m.met(t)
+		})
+	}
 }
 
 func TestSQLiteEnqueue(t *testing.T) {

@@ -439,7 +439,7 @@ const (
 		`JOIN pg_catalog.pg_namespace ns ON ns.oid = c.relnamespace WHERE c.oid = to_regclass($1))`
 	myIdentity = "SELECT (SELECT CONCAT(table_schema, '.', table_name) FROM information_schema.tables " +
 		"WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?)"
-	sqIdentity = `SELECT (SELECT file FROM pragma_database_list WHERE name = ?)`
+	sqIdentity = `SELECT (SELECT file FROM pragma_database_list WHERE name = ? COLLATE NOCASE)`
 )
 
 // pgIdent expects the Postgres identity query for the quoted name and
