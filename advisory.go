@@ -202,6 +202,10 @@ func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, af
 			if err = q.fillTimes(ctx, ex, q.st.Retry, &v, after); err == nil {
 				n, err = q.exec(ctx, ex, q.st.Retry, &v)
 			}
+			if err == nil && n == 0 && q.st.Exists.SQL != "" {
+				// MySQL: the time written may be the one the row holds.
+				err = q.queryRow(ctx, ex, q.st.Exists, &v).Scan(&n)
+			}
 		}
 	case outDead:
 		n, err = q.moveDead(ctx, ex, &v)

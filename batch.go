@@ -157,19 +157,19 @@ type flight struct {
 // range.
 func (q *Queue) NewBatcher(cfg BatchConfig) (*Batcher, error) {
 	if q.names.Form != Lease {
-		return nil, fmt.Errorf("inbox: NewBatcher: batched settlement is for the lease form, not the %s form", q.names.Form)
+		return nil, fmt.Errorf("inbox: new batcher: batched settlement is for the lease form, not the %s form", q.names.Form)
 	}
 	bd, ok := q.dialect.(BatchDialect)
 	if !ok {
-		return nil, fmt.Errorf("inbox: NewBatcher: dialect %s has no batched statements (BatchDialect)", q.dialect.Name())
+		return nil, fmt.Errorf("inbox: new batcher: dialect %s has no batched statements (BatchDialect)", q.dialect.Name())
 	}
 	switch {
 	case cfg.MaxBatch < 0 || cfg.MaxBatch > maxBatch:
-		return nil, fmt.Errorf("inbox: NewBatcher: BatchConfig.MaxBatch %d must be from 1 to %d (0 for 16)", cfg.MaxBatch, maxBatch)
+		return nil, fmt.Errorf("inbox: new batcher: BatchConfig.MaxBatch %d must be from 1 to %d (0 for 16)", cfg.MaxBatch, maxBatch)
 	case cfg.MaxWait < 0:
-		return nil, fmt.Errorf("inbox: NewBatcher: BatchConfig.MaxWait %v is negative", cfg.MaxWait)
+		return nil, fmt.Errorf("inbox: new batcher: BatchConfig.MaxWait %v is negative", cfg.MaxWait)
 	case cfg.Flushers < 0:
-		return nil, fmt.Errorf("inbox: NewBatcher: BatchConfig.Flushers %d is negative", cfg.Flushers)
+		return nil, fmt.Errorf("inbox: new batcher: BatchConfig.Flushers %d is negative", cfg.Flushers)
 	}
 	b := &Batcher{q: q, max: cfg.MaxBatch, wait: cfg.MaxWait, lanes: cfg.Flushers,
 		wake: make(chan struct{}), closing: make(chan struct{})}
@@ -189,11 +189,11 @@ func (q *Queue) NewBatcher(cfg BatchConfig) (*Batcher, error) {
 		}
 		st, err := bd.BatchStatements(&q.names, size)
 		if err != nil {
-			return nil, fmt.Errorf("inbox: NewBatcher: %s: %w", q.dialect.Name(), err)
+			return nil, fmt.Errorf("inbox: new batcher: %s: %w", q.dialect.Name(), err)
 		}
 		if st.Size != size || st.Ack.SQL == "" || st.Release.SQL == "" || st.Retry.SQL == "" ||
 			(!st.Ack.Rows || !st.Release.Rows || !st.Retry.Rows) && st.Lock.SQL == "" {
-			return nil, fmt.Errorf("inbox: NewBatcher: %s: incomplete batch statements for size %d", q.dialect.Name(), size)
+			return nil, fmt.Errorf("inbox: new batcher: %s: incomplete batch statements for size %d", q.dialect.Name(), size)
 		}
 		b.sets = append(b.sets, st)
 		if size == b.max {

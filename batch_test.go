@@ -3,9 +3,10 @@ package inbox
 // Unit tests of the Batcher: sqlmock (exact SQL) pins the batch statements
 // of every engine and the way each caller gets its own verdict; the fake
 // driver of bench_test.go blocks a statement for the cancellation test and
-// serves the concurrency test. The tests live inside the package so that
-// they can wait for a settlement to be pending (Batcher.pending) instead of
-// sleeping; everything they check is public behaviour.
+// serves the concurrency and cancellation stress tests. The tests live
+// inside the package so that they can wait for a settlement to be pending
+// (Batcher.pending) instead of sleeping; everything they check is public
+// behaviour.
 
 import (
 	"context"
@@ -587,8 +588,9 @@ func TestBatchConcurrent(t *testing.T) {
 // so that thousands of batches end within a second: no flusher slot may be
 // lost (with Flushers 1 a lost one hangs every later settlement and Close),
 // every settlement returns nil or its context's error, and under -race no
-// settlement is read after it was given back. dbtest/batch_cancel_test.go
-// runs the same on every real database.
+// settlement is read after it was given back. Many callers with one
+// settlement each hit a lost slot soonest. dbtest/batch_cancel_test.go runs
+// the same on every real database.
 func TestBatchCancelStress(t *testing.T) {
 	f := newBTFake()
 	q := btQueue(t, f)
@@ -596,46 +598,51 @@ func TestBatchCancelStress(t *testing.T) {
 	for _, cfg := range []BatchConfig{{Flushers: 1}, {}, {Flushers: 1, MaxBatch: 4}} {
 		start := time.Now()
 		rounds := 0
-		for ; rounds < 2000 && (rounds < 50 || time.Since(start) < 500*time.Millisecond); rounds++ {
+		for ; rounds < 5000 && (rounds < 20 || time.Since(start) < time.Second); rounds++ {
 			b, err := q.NewBatcher(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			const workers, each = 16, 4
-			ds := make([]*Delivery, workers*each)
-			for i := range ds {
-				next++
-				ds[i] = btDel(q, next, 1, btExp)
+			// 128 callers; every sixteenth acknowledges four jobs at once.
+			const callers, group = 128, 4
+			ds := make([][]*Delivery, callers)
+			errs := make([][]error, callers)
+			for c := range ds {
+				n := 1
+				if c%16 == 15 {
+					n = group
+				}
+				for k := 0; k < n; k++ {
+					next++
+					ds[c] = append(ds[c], btDel(q, next, 1, btExp))
+				}
 			}
-			errs := make([]error, len(ds))
 			var wg sync.WaitGroup
-			for w := 0; w < workers; w++ {
-				w := w
+			for c := range ds {
+				c := c
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					mine := ds[w*each : (w+1)*each]
-					if w%8 == 7 {
-						ctx, cancel := btRandomContext()
-						defer cancel()
-						copy(errs[w*each:], b.AckAll(ctx, mine))
-						return
-					}
-					for k, d := range mine {
-						ctx, cancel := btRandomContext()
-						errs[w*each+k] = b.Ack(ctx, d)
-						cancel()
+					ctx, cancel := btRandomContext()
+					defer cancel()
+					if len(ds[c]) > 1 {
+						errs[c] = b.AckAll(ctx, ds[c])
+					} else {
+						errs[c] = []error{b.Ack(ctx, ds[c][0])}
 					}
 				}()
 			}
 			btWithin(t, fmt.Sprintf("%+v round %d: the settlements", cfg, rounds), wg.Wait)
 			btWithin(t, fmt.Sprintf("%+v round %d: Close", cfg, rounds), b.Close)
-			for i, err := range errs {
-				if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("%+v round %d: job %v: %v, want nil or the context's error", cfg, rounds, ds[i].ID(), err)
-				}
-				if again := ds[i].Ack(context.Background()); err == nil && !errors.Is(again, ErrSettled) {
-					t.Fatalf("%+v round %d: job %v acknowledged, then acked again: %v, want ErrSettled", cfg, rounds, ds[i].ID(), again)
+			for c := range ds {
+				for k, d := range ds[c] {
+					err := errs[c][k]
+					if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+						t.Fatalf("%+v round %d: job %v: %v, want nil or the context's error", cfg, rounds, d.ID(), err)
+					}
+					if again := d.Ack(context.Background()); err == nil && !errors.Is(again, ErrSettled) {
+						t.Fatalf("%+v round %d: job %v acknowledged, then acked again: %v, want ErrSettled", cfg, rounds, d.ID(), again)
+					}
 				}
 			}
 		}
@@ -667,5 +674,173 @@ func btWithin(t *testing.T, what string, fn func()) {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
 		t.Fatalf("%s did not return within a minute (a lost flusher slot?); goroutines:\n%s", what, buf)
+	}
+}
+
+// A Batcher settlement of a finished delivery returns what the same
+// settlement called on the delivery returns, word for word: ErrSettled, and
+// ErrLeaseLost with it when the verdict that finished the delivery was a
+// lost lease, whichever way that verdict came.
+func TestBatchSettledAsDelivery(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 1})
+	ctx := context.Background()
+	const one = `DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3)) RETURNING "id"`
+	sm.ExpectQuery(one).WithArgs(int64(1), int64(2), btExp).WillReturnRows(sqlmock.NewRows([]string{"id"}))
+	sm.ExpectExec(q.st.Ack.SQL).WithArgs(int64(2), int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, 0))
+	sm.ExpectQuery(one).WithArgs(int64(3), int64(2), btExp).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(3)))
+	lostInBatch, lostAlone, acked := btDel(q, int64(1), 1, btExp), btDel(q, int64(2), 1, btExp), btDel(q, int64(3), 1, btExp)
+	btWant(t, "batch ack of a lost lease", b.Ack(ctx, lostInBatch), ErrLeaseLost)
+	btWant(t, "plain ack of a lost lease", lostAlone.Ack(ctx), ErrLeaseLost)
+	btWant(t, "batch ack", b.Ack(ctx, acked), nil)
+	btMet(t, sm)
+	for _, c := range []struct {
+		name string
+		d    *Delivery
+		lost bool
+	}{{"lost in a batch", lostInBatch, true}, {"lost alone", lostAlone, true}, {"acknowledged", acked, false}} {
+		for _, s := range []struct {
+			name         string
+			batch, plain func(d *Delivery) error
+		}{
+			{"ack", func(d *Delivery) error { return b.Ack(ctx, d) }, func(d *Delivery) error { return d.Ack(ctx) }},
+			{"retry", func(d *Delivery) error { return b.Retry(ctx, d, time.Second) }, func(d *Delivery) error { return d.Retry(ctx, time.Second) }},
+			{"release", func(d *Delivery) error { return b.Release(ctx, d) }, func(d *Delivery) error { return d.Release(ctx) }},
+			{"ack all", func(d *Delivery) error { return b.AckAll(ctx, []*Delivery{d})[0] }, func(d *Delivery) error { return d.Ack(ctx) }},
+		} {
+			got, want := s.batch(c.d), s.plain(c.d)
+			if got == nil || want == nil || got.Error() != want.Error() {
+				t.Errorf("%s, %s: the batcher returns %v, the delivery %v", c.name, s.name, got, want)
+			}
+			if !errors.Is(got, ErrSettled) || errors.Is(got, ErrLeaseLost) != c.lost {
+				t.Errorf("%s, %s: %v, want ErrSettled, and ErrLeaseLost %v", c.name, s.name, got, c.lost)
+			}
+		}
+	}
+	btMet(t, sm) // nothing more was sent
+}
+
+// A Batcher settlement pauses the keeper's extensions first. Without a
+// verdict (a driver error) the keeper's deadline stays armed and stops the
+// handler before the lease runs out; a verdict ends the keeper, which then
+// cancels nothing.
+func TestBatchKeeper(t *testing.T) {
+	db, sm := btMock(t)
+	clk := &btClock{now: btNow, registered: make(chan struct{}, 1)}
+	q, err := New(db, Config{Dialect: Postgres, Table: btLease, Lease: time.Minute, Now: clk.Now, After: clk.After})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := btBatcher(t, q, BatchConfig{})
+	ctx := context.Background()
+	const one = `DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3)) RETURNING "id"`
+	boom := errors.New("driver: bad connection")
+
+	d := btDel(q, int64(1), 1, btExp)
+	d.sentAt = btNow
+	handler, stop := d.Keep(ctx)
+	defer stop()
+	clk.waitFor(t, 1) // the first extension, due at half the lease
+	sm.ExpectQuery(one).WithArgs(int64(1), int64(2), btExp).WillReturnError(boom)
+	btWant(t, "ack failing", b.Ack(ctx, d), boom)
+	clk.waitFor(t, 2) // paused: the deadline alone
+	clk.Advance(time.Minute)
+	select {
+	case <-handler.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler was not stopped by the lease's end")
+	}
+	if cause := context.Cause(handler); !errors.Is(cause, ErrLeaseLost) {
+		t.Fatalf("handler cancelled with %v, want ErrLeaseLost", cause)
+	}
+	sm.ExpectQuery(one).WithArgs(int64(1), int64(2), btExp).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)))
+	btWant(t, "ack after the failure", b.Ack(ctx, d), nil)
+	if n := q.InWork(); n != 0 {
+		t.Fatalf("InWork %d after the ack, want 0", n)
+	}
+
+	d2 := btDel(q, int64(2), 1, btExp.Add(time.Minute))
+	d2.sentAt = clk.Now()
+	handler2, stop2 := d2.Keep(ctx)
+	defer stop2()
+	clk.waitFor(t, 3)
+	sm.ExpectQuery(one).WithArgs(int64(2), int64(2), btExp.Add(time.Minute)).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(2)))
+	btWant(t, "ack", b.Ack(ctx, d2), nil)
+	if n := q.InWork(); n != 0 {
+		t.Fatalf("InWork %d after the ack, want 0: the keeper still runs", n)
+	}
+	clk.Advance(5 * time.Minute)
+	if err := handler2.Err(); err != nil {
+		t.Fatalf("handler of an acknowledged job cancelled: %v", context.Cause(handler2))
+	}
+	btMet(t, sm)
+}
+
+// btClock is a Config.Now and Config.After whose time moves only on
+// Advance.
+type btClock struct {
+	mu         sync.Mutex
+	now        time.Time
+	waits      []btClockWait
+	total      int           // waits ever registered
+	registered chan struct{} // signalled on each registration
+}
+
+type btClockWait struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func (c *btClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *btClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	c.waits = append(c.waits, btClockWait{at: c.now.Add(d), ch: ch})
+	c.total++
+	select {
+	case c.registered <- struct{}{}:
+	default:
+	}
+	return ch
+}
+
+func (c *btClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.waits[:0]
+	for _, w := range c.waits {
+		if w.at.After(c.now) {
+			kept = append(kept, w)
+		} else {
+			w.ch <- c.now
+		}
+	}
+	c.waits = kept
+}
+
+// waitFor waits until n waits have been registered in all.
+func (c *btClock) waitFor(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		c.mu.Lock()
+		total := c.total
+		c.mu.Unlock()
+		if total >= n {
+			return
+		}
+		select {
+		case <-c.registered:
+		case <-deadline:
+			t.Fatalf("%d waits on the clock within 10s, want %d", total, n)
+		}
 	}
 }

@@ -242,9 +242,10 @@ type Statements struct {
 	// Extend (lease form) moves the expiry of the token's row. With Rows it
 	// returns the new expiry; otherwise it wrote ArgUntil.
 	Extend Stmt
-	// Exists counts the rows matching a token. Set by engines that report
-	// only changed rows as affected (MySQL): a write of the value a row
-	// already holds is confirmed with it instead of read as a lost lease.
+	// Exists counts the rows matching a token (lease: id, attempt, expiry;
+	// advisory: id and attempt). Set by engines that report only changed
+	// rows as affected (MySQL): an extension or a Retry writing the value a
+	// row already holds is confirmed with it instead of read as a lost lease.
 	Exists Stmt
 
 	// Settlements. Ack deletes; Retry delays (lease form: always, the

@@ -144,6 +144,11 @@ func myAdvisory(t *sqlTemplate, n *Names) *Statements {
 	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data} FROM {table} WHERE {id} = $id AND {attempt} = $delivered{and ready}")
 	st.ClaimMark = t.exec("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id AND {attempt} = $delivered{and ready}")
 	advisorySettlements(t, n, st)
+	if n.NotBefore != "" {
+		// A Retry writing the not-before time the row holds changes no row,
+		// which MySQL reports as none affected: it is confirmed by counting.
+		st.Exists = t.query("SELECT COUNT(*) FROM {table} WHERE " + advisoryToken)
+	}
 	if n.Dead != "" {
 		st.DeadInsert, st.DeadDelete = deadCopy(t, advisoryToken)
 	}

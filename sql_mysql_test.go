@@ -11,6 +11,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -504,6 +505,37 @@ func TestMySQLAdvisoryInjectedClock(t *testing.T) {
 	myUnlocked(m, "3")
 	ok(t, "Retry", d.Retry(context.Background(), 30*time.Second))
 	m.sameConn(t, myGetLock, myAdvSelectInjected, myAdvMarkInjected, myAdvRetry, myReleaseLock)
+	m.met(t)
+}
+
+// A Retry writing the not-before time the row already holds (a stopped
+// clock) changes no row, which MySQL reports as none affected: the token is
+// counted before the settlement is read as lost, and only a count of zero
+// is one.
+func TestMySQLAdvisoryRetrySameTime(t *testing.T) {
+	const exists = "SELECT COUNT(*) FROM `jobs` WHERE `id` = ? AND `attempt` = ?"
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable, Now: newClock(t0).Now})
+	const now = "2024-03-01 12:00:00.123456"
+	myIdent(m, "", "jobs")
+	m.ExpectQuery(myAdvCandidatesInjected).WithArgs(now, 12).WillReturnRows(rows("id,id,attempt",
+		row(int64(3), int64(3), int64(1)), row(int64(4), int64(4), int64(1))))
+	for _, id := range []int64{3, 4} {
+		myLocked(m, strconv.FormatInt(id, 10), 1)
+		m.ExpectQuery(myAdvSelectInjected).WithArgs(id, int64(1), now).WillReturnRows(rows("id,attempt,payload", row(id, int64(1), nil)))
+		m.ExpectExec(myAdvMarkInjected).WithArgs(id, int64(1), now).WillReturnResult(affected(1))
+	}
+	ds := claim(t, q, 2, 3, 4)
+	m.ExpectExec(myAdvRetry).WithArgs("2024-03-01 12:00:30.123456", int64(3), int64(2)).WillReturnResult(affected(0))
+	m.ExpectQuery(exists).WithArgs(int64(3), int64(2)).WillReturnRows(rows("n", row(int64(1))))
+	myUnlocked(m, "3")
+	ok(t, "Retry writing the time the row holds", ds[0].Retry(context.Background(), 30*time.Second))
+	m.ExpectExec(myAdvRetry).WithArgs("2024-03-01 12:00:30.123456", int64(4), int64(2)).WillReturnResult(affected(0))
+	m.ExpectQuery(exists).WithArgs(int64(4), int64(2)).WillReturnRows(rows("n", row(int64(0))))
+	myUnlocked(m, "4")
+	if err := ds[1].Retry(context.Background(), 30*time.Second); !errors.Is(err, inbox.ErrLeaseLost) {
+		t.Fatalf("Retry of a row gone: %v, want ErrLeaseLost", err)
+	}
 	m.met(t)
 }
 

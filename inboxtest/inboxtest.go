@@ -1,0 +1,418 @@
+// Package inboxtest expects, on a go-sqlmock, what an [inbox.Queue] sends: one
+// line per thing a worker does, for every form, engine and clock.
+//
+//	db, mock, _ := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+//	q, _ := inbox.New(db, cfg)
+//	m := inboxtest.New(mock, q, cfg)
+//	m.ExpectClaim(1, inboxtest.Job{ID: 7, Data: []any{[]byte("report")}})
+//	m.ExpectAck(7)
+//	// run the worker on q, then check mock.ExpectationsWereMet()
+//
+// A test written with it keeps passing when the package changes its SQL: each
+// expectation is recorded from a second queue with the same configuration,
+// run against an in-memory stand-in of the database, so the statements, their
+// arguments and their order are the package's own. Arguments are matched
+// exactly, but for a time taken from time.Now (SQLite without
+// [inbox.Config.Now]), which matches any time, and the advisory candidate
+// page's size, which depends on the pool. docs/testing.md in the module says
+// more, and lists the statements for those who write expectations by hand.
+//
+// The sqlmock must match exactly ([sqlmock.QueryMatcherEqual]) and in order
+// (its default); the queue goes to [New] before its first claim; its pool
+// leaves room for the largest claim under the row lock and advisory forms;
+// a Config.Now clock stands still between an expectation and the call it
+// stands for. A Mock is for the test's goroutine. Its methods panic on a
+// mistake in the test itself (an id never claimed, a claim of more jobs than
+// max, a configuration other than the queue's), saying which.
+package inboxtest
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// ErrSessionLost is what a row-lock settlement returns after
+// [Mock.ExpectLeaseLost]: the row lock holds a job by its transaction, which
+// no one else can take from it, so the way its hold ends early is with the
+// session (a server's idle-in-transaction timeout, a cut connection). The
+// first statement on the held transaction fails with this error.
+var ErrSessionLost = errors.New("inboxtest: the session holding the job was lost")
+
+// dbNow is the first reading of the engine's clock in the stand-in.
+var dbNow = time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// Job is a row a claim returns.
+type Job struct {
+	// ID is the job's id: an integer or a string.
+	ID any
+	// Attempt is the attempt the claim delivers; zero means 1, a new job's.
+	Attempt int
+	// Key is the advisory key's value (advisory form), when the key column
+	// is not the id; with the id as key it may stay nil.
+	Key any
+	// Data are the values of the table's data columns, in their order, as
+	// the driver returns them ([]byte("…") for text, say).
+	Data []any
+}
+
+// Call names one call on a delivery that a lease can be lost in, for
+// [Mock.ExpectLeaseLost]: [Ack], [Release], [Dead], [Extend], or [Retry]
+// with its delay.
+type Call struct {
+	kind  callKind
+	after time.Duration
+}
+
+type callKind int
+
+const (
+	callAck callKind = iota + 1
+	callRetry
+	callRelease
+	callDead
+	callExtend
+)
+
+// The calls on a delivery, for [Mock.ExpectLeaseLost].
+var (
+	Ack     = Call{kind: callAck}
+	Release = Call{kind: callRelease}
+	Dead    = Call{kind: callDead}
+	Extend  = Call{kind: callExtend}
+)
+
+// Retry is the call Retry(ctx, after), for [Mock.ExpectLeaseLost].
+func Retry(after time.Duration) Call { return Call{kind: callRetry, after: after} }
+
+// String names the call as the worker would write it: "Ack", "Retry(1m0s)".
+func (c Call) String() string {
+	switch c.kind {
+	case callAck:
+		return "Ack"
+	case callRetry:
+		return fmt.Sprintf("Retry(%v)", c.after)
+	case callRelease:
+		return "Release"
+	case callDead:
+		return "Dead"
+	case callExtend:
+		return "Extend"
+	}
+	return "Call(?)"
+}
+
+// Mock sets the expectations of one queue on a sqlmock. Make one with [New].
+type Mock struct {
+	sm    sqlmock.Sqlmock // nil: record only (the package's own doc tests)
+	db    *standIn
+	sdb   *sql.DB
+	q     *inbox.Queue // the shadow
+	table inbox.Table  // with the defaults applied
+	held  map[any]*inbox.Delivery
+	last  []call // the calls of the last expectation, for the package's tests
+}
+
+// New returns a Mock that sets expectations on mock for q, a queue on
+// mock's database made with cfg, before q's first claim. It panics when cfg
+// is not the configuration q was made with.
+func New(mock sqlmock.Sqlmock, q *inbox.Queue, cfg inbox.Config) *Mock {
+	if mock == nil || q == nil {
+		panic("inboxtest: new: mock and q must not be nil")
+	}
+	return newMock(mock, q, cfg)
+}
+
+func newMock(mock sqlmock.Sqlmock, q *inbox.Queue, cfg inbox.Config) *Mock {
+	if cfg.Dialect == nil {
+		panic("inboxtest: new: Config.Dialect is nil")
+	}
+	db, err := newStandIn(cfg)
+	if err != nil {
+		panic("inboxtest: new: " + err.Error())
+	}
+	sdb := sql.OpenDB(db)
+	shadow, err := inbox.New(sdb, cfg)
+	if err != nil {
+		sdb.Close()
+		panic(fmt.Sprintf("inboxtest: new: the configuration makes no queue: %v", err))
+	}
+	if q != nil && (q.Form() != shadow.Form() || q.Lease() != shadow.Lease() ||
+		!reflect.DeepEqual(*q.Statements(), *shadow.Statements())) {
+		sdb.Close()
+		panic("inboxtest: new: cfg is not the configuration q was made with: their statements differ")
+	}
+	db.learn(shadow)
+	m := &Mock{sm: mock, db: db, sdb: sdb, q: shadow, table: db.table, held: map[any]*inbox.Delivery{}}
+	// The shadow holds jobs as the queue does (advisory keys in this
+	// process, row-lock transactions); they are given back, and its pool
+	// closed, once the Mock is gone.
+	runtime.SetFinalizer(m, func(m *Mock) { m.close() })
+	return m
+}
+
+func (m *Mock) close() {
+	runtime.SetFinalizer(m, nil)
+	for _, d := range m.held {
+		_ = d.Release(context.Background())
+	}
+	m.held = nil
+	m.sdb.Close()
+}
+
+// ExpectClaim expects a call Claim(ctx, max) that returns jobs, in order:
+// every statement the claim sends, answered with these rows. Under the row
+// lock a claim of fewer jobs than max ends with an attempt that finds
+// none, expected too. It panics when jobs are more than max, repeat an id,
+// or name one still held.
+func (m *Mock) ExpectClaim(max int, jobs ...Job) {
+	js := make([]job, len(jobs))
+	seen := map[any]bool{}
+	for i, j := range jobs {
+		nj, err := m.db.normalize(j)
+		if err != nil {
+			panic(fmt.Sprintf("inboxtest: expect claim: job %d: %v", i, err))
+		}
+		if seen[nj.id] || m.held[nj.id] != nil {
+			panic(fmt.Sprintf("inboxtest: expect claim: job %v is listed twice or still held", nj.id))
+		}
+		seen[nj.id] = true
+		js[i] = nj
+	}
+	if len(js) > max {
+		panic(fmt.Sprintf("inboxtest: expect claim: %d jobs for a claim of at most %d", len(js), max))
+	}
+	m.db.begin(opClaim, js)
+	ds, err := m.q.Claim(context.Background(), max)
+	calls, _ := m.db.end()
+	if err != nil {
+		panic(fmt.Sprintf("inboxtest: expect claim: the queue's claim fails: %v", err))
+	}
+	if len(ds) != len(js) {
+		panic(fmt.Sprintf("inboxtest: expect claim: the queue claims %d of the %d jobs (under the advisory form, jobs sharing a key, or a key still held, are not claimed together)", len(ds), len(js)))
+	}
+	for i, d := range ds {
+		if d.ID() != js[i].id {
+			panic(fmt.Sprintf("inboxtest: expect claim: the queue claims job %v where job %v is listed", d.ID(), js[i].id))
+		}
+		m.held[js[i].id] = d
+	}
+	m.replay(calls)
+}
+
+// ExpectEmptyClaim expects a call Claim(ctx, max) that finds no job.
+func (m *Mock) ExpectEmptyClaim(max int) { m.ExpectClaim(max) }
+
+// ExpectAck expects Ack of the job claimed with id id.
+func (m *Mock) ExpectAck(id any) { m.expect(id, Ack, false) }
+
+// ExpectRetry expects Retry(ctx, after) of the job id. Under the row lock
+// and advisory forms a delay needs Table.NotBefore.
+func (m *Mock) ExpectRetry(id any, after time.Duration) { m.expect(id, Retry(after), false) }
+
+// ExpectRelease expects Release of the job id.
+func (m *Mock) ExpectRelease(id any) { m.expect(id, Release, false) }
+
+// ExpectDead expects Dead of the job id: the move to Table.DeadTable.
+func (m *Mock) ExpectDead(id any) { m.expect(id, Dead, false) }
+
+// ExpectExtend expects Extend of the job id (lease form), and moves the
+// expiry the helper expects in the job's later token. Under the other forms
+// Extend sends nothing and neither does this.
+func (m *Mock) ExpectExtend(id any) { m.expect(id, Extend, false) }
+
+// ExpectLeaseLost expects call on the job id to find its hold gone. Lease
+// and advisory: the statement that checks the delivery's token finds no row,
+// and the call returns [inbox.ErrLeaseLost]. Row lock: the first statement
+// on the held transaction fails with [ErrSessionLost], which the call
+// returns. It panics for a call that sends nothing that could find the hold
+// gone: Extend under the row lock and advisory forms, Retry without a delay
+// under the advisory form.
+func (m *Mock) ExpectLeaseLost(id any, call Call) { m.expect(id, call, true) }
+
+func (m *Mock) expect(id any, c Call, lost bool) {
+	key, err := normID(id)
+	if err != nil {
+		panic(fmt.Sprintf("inboxtest: expect %v: %v", c, err))
+	}
+	d := m.held[key]
+	if d == nil {
+		panic(fmt.Sprintf("inboxtest: expect %v: job %v is not held: expect its claim first", c, id))
+	}
+	op := opSettle
+	if lost {
+		op = opLost
+		if m.q.Form() == inbox.RowLock {
+			op = opSessionLost
+		}
+	}
+	m.db.begin(op, nil)
+	ctx := context.Background()
+	switch c.kind {
+	case callAck:
+		err = d.Ack(ctx)
+	case callRetry:
+		err = d.Retry(ctx, c.after)
+	case callRelease:
+		err = d.Release(ctx)
+	case callDead:
+		err = d.Dead(ctx)
+	case callExtend:
+		err = d.Extend(ctx)
+	}
+	calls, hit := m.db.end()
+	switch {
+	case lost && !hit:
+		panic(fmt.Sprintf("inboxtest: expect lease lost: %v under the %s form sends nothing that could find the hold gone", c, m.q.Form()))
+	case lost && op == opSessionLost && !errors.Is(err, ErrSessionLost),
+		lost && op == opLost && !errors.Is(err, inbox.ErrLeaseLost):
+		panic(fmt.Sprintf("inboxtest: expect lease lost: %v returns %v", c, err))
+	case !lost && err != nil:
+		panic(fmt.Sprintf("inboxtest: expect %v: the queue's %v fails: %v", c, c, err))
+	}
+	if lost || c.kind != callExtend {
+		delete(m.held, key)
+	}
+	m.replay(calls)
+}
+
+// replay turns recorded calls into expectations on the sqlmock.
+func (m *Mock) replay(calls []call) {
+	m.last = calls
+	if m.sm == nil {
+		return
+	}
+	for _, c := range calls {
+		switch c.op {
+		case "begin":
+			if e := m.sm.ExpectBegin(); c.err != nil {
+				e.WillReturnError(c.err)
+			}
+		case "commit":
+			if e := m.sm.ExpectCommit(); c.err != nil {
+				e.WillReturnError(c.err)
+			}
+		case "rollback":
+			if e := m.sm.ExpectRollback(); c.err != nil {
+				e.WillReturnError(c.err)
+			}
+		case "query":
+			e := m.sm.ExpectQuery(c.sql)
+			if args := m.db.matchers(c); len(args) == 0 {
+				e.WithoutArgs()
+			} else {
+				e.WithArgs(args...)
+			}
+			if c.err != nil {
+				e.WillReturnError(c.err)
+				continue
+			}
+			rows := sqlmock.NewRows(c.cols)
+			for _, r := range c.rows {
+				rows.AddRow(r...)
+			}
+			e.WillReturnRows(rows)
+		case "exec":
+			e := m.sm.ExpectExec(c.sql)
+			if args := m.db.matchers(c); len(args) == 0 {
+				e.WithoutArgs()
+			} else {
+				e.WithArgs(args...)
+			}
+			if c.err != nil {
+				e.WillReturnError(c.err)
+				continue
+			}
+			e.WillReturnResult(sqlmock.NewResult(0, c.affected))
+		}
+	}
+}
+
+// normID returns an id as a claim delivers it: an int64 or a string.
+func normID(v any) (any, error) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), nil
+	case int8:
+		return int64(x), nil
+	case int16:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case int64:
+		return x, nil
+	case uint:
+		return int64(x), nil
+	case uint8:
+		return int64(x), nil
+	case uint16:
+		return int64(x), nil
+	case uint32:
+		return int64(x), nil
+	case uint64:
+		return int64(x), nil
+	case string:
+		return x, nil
+	case []byte:
+		return string(x), nil
+	case nil:
+		return nil, errors.New("the id is nil")
+	}
+	return nil, fmt.Errorf("id %v is a %T, want an integer or a string", v, v)
+}
+
+// timeEqual matches a time.Time argument at the same instant.
+type timeEqual time.Time
+
+func (t timeEqual) Match(v driver.Value) bool {
+	got, ok := v.(time.Time)
+	return ok && got.Equal(time.Time(t))
+}
+
+// anyTime matches any time argument in the dialect's form: a value of the
+// type TimeArg gives that ScanTime reads back.
+type anyTime struct{ d inbox.Dialect }
+
+func (a anyTime) Match(v driver.Value) bool {
+	if reflect.TypeOf(v) != reflect.TypeOf(a.d.TimeArg(dbNow)) {
+		return false
+	}
+	_, err := a.d.ScanTime(v)
+	return err == nil
+}
+
+// above matches an integer larger than n: the advisory candidate page's
+// size, which depends on the pool's state, and which must exceed the rows
+// returned for the claim to read no further page.
+type above int64
+
+func (a above) Match(v driver.Value) bool {
+	n, ok := v.(int64)
+	return ok && n > int64(a)
+}
+
+// quoteTable quotes a possibly schema-qualified table name as the queue
+// does, for the dialect's TableIdentity.
+func quoteTable(d inbox.Dialect, name string) (quoted, schema, table string, err error) {
+	parts := strings.Split(name, ".")
+	q := make([]string, len(parts))
+	for i, p := range parts {
+		if q[i], err = d.QuoteIdent(p); err != nil {
+			return "", "", "", err
+		}
+	}
+	if len(parts) == 2 {
+		schema = parts[0]
+	}
+	return strings.Join(q, "."), schema, parts[len(parts)-1], nil
+}
