@@ -91,7 +91,8 @@ type BatchConfig struct {
 // settlement called on the delivery would return. Its methods are safe for
 // concurrent use. Dead has no batched form: use [Delivery.Dead].
 //
-// A Batcher starts no goroutine. Up to Flushers batches are in flight at
+// A Batcher starts no goroutine of its own (context.AfterFunc runs one when
+// a sender's context ends mid-batch). Up to Flushers batches are in flight at
 // once, each gathered and sent by one of the callers waiting (group commit):
 // a caller with a settlement still pending takes a free slot, sends what is
 // pending with its own, and frees the slot; every caller still pending is
@@ -220,13 +221,14 @@ func batchStmt(st *BatchStatements, o outcome) BatchStmt {
 	return st.Ack
 }
 
-// Ack is [Delivery.Ack] in a batch, with the same results: nil when the row
-// was deleted, [ErrLeaseLost] when it no longer carried d's token, an error
-// matching [ErrSettled] (and ErrLeaseLost after a lost lease) when d was
-// settled before, a driver error, which fails the whole batch and leaves d
-// to be settled again; and [ErrBatcherClosed] after Close. When ctx ends it
-// returns ctx's error at once; if the batch was in flight, the outcome is
-// unknown, and settling d again tells (ErrLeaseLost if the row went).
+// Ack is [Delivery.Ack] in a batch and returns what it would: nil when the
+// row was deleted, [ErrLeaseLost] when the row no longer carried d's token,
+// an error matching [ErrSettled] (and ErrLeaseLost after a lost lease) when
+// d was settled before, or a driver error, which fails the whole batch and
+// leaves d to be settled again. After Close it returns [ErrBatcherClosed].
+// When ctx ends it returns ctx's error at once; if d's batch was in flight,
+// the outcome is unknown and settling d again tells (ErrLeaseLost if the
+// row went).
 func (b *Batcher) Ack(ctx context.Context, d *Delivery) error {
 	return b.settle(ctx, d, outAck, 0)
 }
@@ -272,12 +274,14 @@ func (b *Batcher) AckAll(ctx context.Context, ds []*Delivery) []error {
 		}
 	}()
 	own := make([]*batchItem, 0, len(held))
+	slab := make([]batchItem, len(held)) // one allocation for all
 	for i, d := range ds {
 		if errs[i] != nil {
 			continue
 		}
-		if errs[i] = b.check(ctx, d, outAck, 0); errs[i] == nil {
-			items[i] = newItem(d, outAck, 0)
+		if errs[i] = b.recheck(ctx, d, outAck, 0); errs[i] == nil {
+			items[i] = &slab[len(own)]
+			*items[i] = itemOf(d, outAck, 0)
 			own = append(own, items[i])
 		}
 	}
@@ -347,10 +351,11 @@ func (b *Batcher) settle(ctx context.Context, d *Delivery, o outcome, after time
 	d.pauseKeeper()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := b.check(ctx, d, o, after); err != nil {
+	if err := b.recheck(ctx, d, o, after); err != nil {
 		return err
 	}
-	own := [1]*batchItem{newItem(d, o, after)}
+	it := itemOf(d, o, after)
+	own := [1]*batchItem{&it}
 	if err := b.run(ctx, own[:]); err != nil {
 		return opErr(o.String(), err)
 	}
@@ -358,7 +363,7 @@ func (b *Batcher) settle(ctx context.Context, d *Delivery, o outcome, after time
 }
 
 // precheck refuses a settlement before the keeper is paused, so that a
-// refused one changes nothing; check looks again once d.mu is held.
+// refused one changes nothing; recheck looks again once d.mu is held.
 func (b *Batcher) precheck(ctx context.Context, d *Delivery, o outcome, after time.Duration) error {
 	d.mu.Lock()
 	err := b.check(ctx, d, o, after)
@@ -373,14 +378,24 @@ func (b *Batcher) precheck(ctx context.Context, d *Delivery, o outcome, after ti
 	return err
 }
 
+// recheck is check once the keeper is paused and d.mu held: a settlement
+// that finished d meanwhile has a verdict, and its keeper is ended.
+func (b *Batcher) recheck(ctx context.Context, d *Delivery, o outcome, after time.Duration) error {
+	err := b.check(ctx, d, o, after)
+	if d.settled {
+		d.endKeeper()
+	}
+	return err
+}
+
 // check refuses a settlement before it is queued, in the order
 // Delivery.settle does; d.mu is held.
 func (b *Batcher) check(ctx context.Context, d *Delivery, o outcome, after time.Duration) error {
+	if err := d.refuse(nil, o, after); err != nil {
+		return opErr(o.String(), err)
+	}
 	if d.settled {
 		return opErr(o.String(), d.finishedErr())
-	}
-	if after < 0 {
-		return fmt.Errorf("inbox: %v: delay %v is negative", o, after)
 	}
 	if err := ctx.Err(); err != nil {
 		return opErr(o.String(), err)
@@ -388,9 +403,9 @@ func (b *Batcher) check(ctx context.Context, d *Delivery, o outcome, after time.
 	return nil
 }
 
-// newItem copies d's token; d.mu is held.
-func newItem(d *Delivery, o outcome, after time.Duration) *batchItem {
-	return &batchItem{id: d.id, attempt: d.attempt, expiry: d.expiry, o: o, after: after}
+// itemOf copies d's token; d.mu is held.
+func itemOf(d *Delivery, o outcome, after time.Duration) batchItem {
+	return batchItem{id: d.id, attempt: d.attempt, expiry: d.expiry, o: o, after: after}
 }
 
 // finish records the verdict of it on d, as Delivery.settle does; d.mu is

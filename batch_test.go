@@ -707,11 +707,15 @@ func TestBatchSettledAsDelivery(t *testing.T) {
 			{"ack", func(d *Delivery) error { return b.Ack(ctx, d) }, func(d *Delivery) error { return d.Ack(ctx) }},
 			{"retry", func(d *Delivery) error { return b.Retry(ctx, d, time.Second) }, func(d *Delivery) error { return d.Retry(ctx, time.Second) }},
 			{"release", func(d *Delivery) error { return b.Release(ctx, d) }, func(d *Delivery) error { return d.Release(ctx) }},
+			{"retry with a negative delay", func(d *Delivery) error { return b.Retry(ctx, d, -time.Second) }, func(d *Delivery) error { return d.Retry(ctx, -time.Second) }},
 			{"ack all", func(d *Delivery) error { return b.AckAll(ctx, []*Delivery{d})[0] }, func(d *Delivery) error { return d.Ack(ctx) }},
 		} {
 			got, want := s.batch(c.d), s.plain(c.d)
 			if got == nil || want == nil || got.Error() != want.Error() {
 				t.Errorf("%s, %s: the batcher returns %v, the delivery %v", c.name, s.name, got, want)
+			}
+			if s.name == "retry with a negative delay" {
+				continue
 			}
 			if !errors.Is(got, ErrSettled) || errors.Is(got, ErrLeaseLost) != c.lost {
 				t.Errorf("%s, %s: %v, want ErrSettled, and ErrLeaseLost %v", c.name, s.name, got, c.lost)

@@ -28,7 +28,7 @@ const (
 	bcGroup    = 3   // deliveries per AckAll
 	bcMinRound = 8   // rounds run whatever the time they take
 	bcMaxRound = 150 // and at most, while the budget lasts
-	bcBudget   = 1500 * time.Millisecond
+	bcBudget   = 600 * time.Millisecond
 	bcMaxDelay = 200 * time.Microsecond // contexts end after 0 to this
 	bcHang     = 60 * time.Second       // a wait this long means a hang
 )
