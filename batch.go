@@ -2,11 +2,9 @@ package inbox
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 )
@@ -29,42 +27,27 @@ type BatchDialect interface {
 	BatchStatements(n *Names, size int) (*BatchStatements, error)
 }
 
-// BatchArg is one parameter of a [BatchStmt]: ArgID, ArgAttempt or ArgExpiry
-// of the token numbered Token (from 0), or a value of the whole batch
-// (ArgNow, ArgUntil, ArgMicros), whose Token is ignored.
-type BatchArg struct {
-	Arg   Arg
-	Token int
-}
-
-// BatchStmt is one statement over a batch of tokens.
-type BatchStmt struct {
-	SQL  string
-	Args []BatchArg
-	// Rows is true when the statement returns the id of every row it
-	// settled (RETURNING); otherwise it runs in a transaction checked by its
-	// rows affected and, when that count falls short, by
-	// [BatchStatements.Lock].
-	Rows bool
-}
-
 // BatchStatements settle Size lease tokens (id, stored attempt, expiry) at
 // once, each a compare-and-set on its own token as the single-job
-// settlements are. The batcher fills unused token slots with copies of the
-// last token, so a statement's size need not match the batch's exactly.
+// settlements are. A statement takes each token's ArgID, ArgAttempt and
+// ArgExpiry in turn: the n-th of each is the n-th token's, and the last
+// token fills the places past the batch, so a statement's size need not
+// match the batch's exactly.
 type BatchStatements struct {
 	Size int
 	// Ack deletes the rows; Release clears their leases and gives their
 	// attempts back; Retry sets their expiry to ArgUntil, or to the engine's
 	// clock plus ArgMicros.
-	Ack, Release, Retry BatchStmt
+	// Each returns the ids of the rows it settled (Rows) or, where the
+	// engine cannot, relies on Lock.
+	Ack, Release, Retry Stmt
 	// Lock returns the ids of the rows still carrying their tokens and locks
 	// them until the transaction ends. Engines whose statements cannot
 	// return the rows they changed (MySQL) set it: when a statement affects
 	// fewer rows than the batch has tokens, the batcher rolls back and runs
 	// Lock then the statement again in a new transaction, so that each job
 	// learns its own result.
-	Lock BatchStmt
+	Lock Stmt
 }
 
 // BatchConfig configures a [Batcher]. Its zero value means the defaults.
@@ -112,7 +95,6 @@ type Batcher struct {
 	wait     time.Duration
 	lanes    int
 	sets     []*BatchStatements // by increasing Size; the last has Size max
-	needsNow [3]bool            // per outcome: a statement takes ArgNow or ArgUntil
 
 	mu      sync.Mutex
 	pending []*batchItem // each belongs to a caller waiting in run
@@ -201,24 +183,7 @@ func (q *Queue) NewBatcher(cfg BatchConfig) (*Batcher, error) {
 			break
 		}
 	}
-	for _, o := range []outcome{outAck, outRetry, outRelease} {
-		for _, a := range batchStmt(b.sets[0], o).Args {
-			if a.Arg == ArgNow || a.Arg == ArgUntil {
-				b.needsNow[o] = true
-			}
-		}
-	}
 	return b, nil
-}
-
-func batchStmt(st *BatchStatements, o outcome) BatchStmt {
-	switch o {
-	case outRetry:
-		return st.Retry
-	case outRelease:
-		return st.Release
-	}
-	return st.Ack
 }
 
 // Ack is [Delivery.Ack] in a batch and returns what it would: nil when the
@@ -561,7 +526,7 @@ func (b *Batcher) Close() {
 type flusher struct {
 	items             []*batchItem // the batch in flight
 	todo, group, rest []*batchItem // flush's scratch
-	args              []any
+	toks              []token      // the group's tokens
 }
 
 var flusherPool = sync.Pool{New: func() any { return &flusher{} }}
@@ -723,233 +688,21 @@ func (b *Batcher) flush(f *flusher, fl *flight) {
 	clear(f.rest[:cap(f.rest)])
 }
 
-// settleGroup settles items, which share outcome o and delay after, setting
-// each item's err.
+// settleGroup settles items, which share outcome o and delay after, in one
+// statement of the smallest set that holds them, setting each item's err.
 func (b *Batcher) settleGroup(ctx context.Context, f *flusher, o outcome, after time.Duration, items []*batchItem) {
-	// A batch the server chose as a deadlock's victim changed nothing (its
-	// statement or its transaction was rolled back whole): send it again,
-	// as single statements are.
-	for try := 0; ; try++ {
-		b.settleGroupOnce(ctx, f, o, after, items)
-		if try == deadlockRetries || !b.allDeadlocked(items) {
-			return
-		}
-	}
-}
-
-func (b *Batcher) allDeadlocked(items []*batchItem) bool {
-	for _, it := range items {
-		if it.err == nil || !b.q.deadlock(it.err) {
-			return false
-		}
-	}
-	return true
-}
-
-func (b *Batcher) settleGroupOnce(ctx context.Context, f *flusher, o outcome, after time.Duration, items []*batchItem) {
-	st := b.sets[len(b.sets)-1]
+	set := b.sets[len(b.sets)-1]
 	for _, s := range b.sets {
 		if s.Size >= len(items) {
-			st = s
+			set = s
 			break
 		}
 	}
-	s := batchStmt(st, o)
-	var now time.Time
-	if b.needsNow[o] {
-		var err error
-		if now, err = b.q.readNow(ctx, b.q.db); err != nil {
-			setErr(items, err)
-			return
-		}
-	}
-	args := b.args(f, s, items, now, after)
-	q := b.q
-	if s.Rows {
-		for _, it := range items {
-			it.err = ErrLeaseLost
-		}
-		rows, err := q.db.QueryContext(ctx, s.SQL, args...)
-		if err != nil {
-			setErr(items, err)
-			return
-		}
-		if err := markReturned(rows, items); err != nil {
-			setErr(items, err)
-		}
-		return
-	}
-	// The statement cannot say which rows it changed. A lone Ack or
-	// Release needs no more than its rows affected, one or none, as these
-	// writes always change the row they match (a Retry may write the
-	// expiry the row holds, which MySQL counts as no change). Otherwise:
-	// when the statement changed as many rows as there are tokens, every
-	// token matched; if not, roll back and ask under locks.
-	if len(items) == 1 && o != outRetry {
-		res, err := q.db.ExecContext(ctx, s.SQL, args...)
-		var n int64
-		if err == nil {
-			n, err = res.RowsAffected()
-		}
-		switch {
-		case err != nil:
-			setErr(items, err)
-		case n == 0:
-			setErr(items, ErrLeaseLost)
-		default:
-			setErr(items, nil)
-		}
-		return
-	}
-	tx, err := q.db.BeginTx(ctx, nil)
-	if err != nil {
-		setErr(items, err)
-		return
-	}
-	res, err := tx.ExecContext(ctx, s.SQL, args...)
-	var n int64
-	if err == nil {
-		n, err = res.RowsAffected()
-	}
-	if err != nil {
-		_ = tx.Rollback()
-		setErr(items, err)
-		return
-	}
-	if n == int64(len(items)) {
-		setErr(items, tx.Commit())
-		return
-	}
-	_ = tx.Rollback()
-	if tx, err = q.db.BeginTx(ctx, nil); err != nil {
-		setErr(items, err)
-		return
-	}
-	defer tx.Rollback()
+	f.toks = f.toks[:0]
 	for _, it := range items {
-		it.err = ErrLeaseLost
+		f.toks = append(f.toks, token{id: it.id, attempt: it.attempt, expiry: it.expiry})
 	}
-	rows, err := tx.QueryContext(ctx, st.Lock.SQL, b.args(f, st.Lock, items, now, after)...)
-	if err == nil {
-		err = markReturned(rows, items)
-	}
-	if err == nil {
-		args = b.args(f, s, items, now, after)
-		_, err = tx.ExecContext(ctx, s.SQL, args...)
-	}
-	if err == nil {
-		err = tx.Commit()
-	}
-	if err != nil {
-		setErr(items, err)
-	}
-}
-
-// markReturned reads the ids rows returns and clears the err of the items
-// they name.
-func markReturned(rows *sql.Rows, items []*batchItem) error {
-	defer rows.Close()
-	for rows.Next() {
-		var id any
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		id = normID(id)
-		for _, it := range items {
-			if it.id == id {
-				it.err = nil
-			}
-		}
-	}
-	return rows.Err()
-}
-
-func setErr(items []*batchItem, err error) {
-	for _, it := range items {
-		it.err = err
-	}
-}
-
-// args fills f.args with the parameters of s for items, padding the token
-// slots past the last item with the last item's token.
-func (b *Batcher) args(f *flusher, s BatchStmt, items []*batchItem, now time.Time, after time.Duration) []any {
-	d := b.q.dialect
-	out := f.args[:0]
-	for _, a := range s.Args {
-		var it *batchItem
-		if a.Token < len(items) {
-			it = items[a.Token]
-		} else {
-			it = items[len(items)-1]
-		}
-		var v any
-		switch a.Arg {
-		case ArgID:
-			v = it.id
-		case ArgAttempt:
-			v = it.attempt + 1
-		case ArgExpiry:
-			v = d.TimeArg(it.expiry)
-		case ArgNow:
-			v = d.TimeArg(now)
-		case ArgUntil:
-			v = d.TimeArg(now.Add(after))
-		case ArgMicros:
-			v = after.Microseconds()
-		}
-		out = append(out, v)
-	}
-	f.args = out
-	return out
-}
-
-// batchBuilder writes one batch statement, recording its parameters. The
-// dialects' BatchStatements use it.
-type batchBuilder struct {
-	b    strings.Builder
-	args []BatchArg
-	mark func(n int) string
-}
-
-func (s *batchBuilder) w(parts ...string) *batchBuilder {
-	for _, p := range parts {
-		s.b.WriteString(p)
-	}
-	return s
-}
-
-// p writes a placeholder for a of token (or of the batch).
-func (s *batchBuilder) p(a Arg, token int) string {
-	s.args = append(s.args, BatchArg{Arg: a, Token: token})
-	return s.mark(len(s.args))
-}
-
-func (s *batchBuilder) stmt(rows bool) BatchStmt {
-	return BatchStmt{SQL: s.b.String(), Args: s.args, Rows: rows}
-}
-
-// tokensIn writes "(id, attempt, expiry) IN ((…), …)" for size tokens, the
-// row-value comparison engines with row-value IN lists plan as one primary
-// key probe per token.
-func (s *batchBuilder) tokensIn(n *Names, size int) {
-	s.w("(", n.ID, ", ", n.Attempt, ", ", n.LockedUntil, ") IN (")
-	for k := 0; k < size; k++ {
-		if k > 0 {
-			s.w(", ")
-		}
-		s.w("(", s.p(ArgID, k), ", ", s.p(ArgAttempt, k), ", ", s.p(ArgExpiry, k), ")")
-	}
-	s.w(")")
-}
-
-// tokensOr writes the same test as an OR of per-token conditions, for
-// engines that search each disjunct by primary key but scan for a row-value
-// IN (SQLite).
-func (s *batchBuilder) tokensOr(n *Names, size int) {
-	for k := 0; k < size; k++ {
-		if k > 0 {
-			s.w(" OR ")
-		}
-		s.w("(", n.ID, " = ", s.p(ArgID, k), " AND ", n.Attempt, " = ", s.p(ArgAttempt, k), " AND ", n.LockedUntil, " = ", s.p(ArgExpiry, k), ")")
+	for i, err := range b.q.settleMany(ctx, set, o, after, f.toks) {
+		items[i].err = err
 	}
 }

@@ -32,26 +32,44 @@ type values struct {
 	limit      int
 	notBefore  time.Time
 	data       []any
-	ids        []any // several rows' ids, for a statement taking ArgID more than once
+	// tokens are several rows', for a statement that takes the token's
+	// parameters once per row: the n-th ArgID, ArgAttempt and ArgExpiry are
+	// the n-th token's, the last token standing in for the places past it.
+	// Without tokens, every place is the single row's above.
+	tokens []token
 }
 
+// token is one row's ownership token: its id, the attempt delivered and, under
+// the lease, the expiry as stored.
+type token struct {
+	id      any
+	attempt int64
+	expiry  time.Time
+}
+
+// args fills the parameters of s from v, in the order s takes them.
 func (q *Queue) args(s Stmt, v *values) []any {
 	out := make([]any, len(s.Args))
-	nextID := 0
+	single := token{v.id, v.attempt, v.expiry}
+	var nth [3]int // occurrences so far of ArgID, ArgAttempt, ArgExpiry
+	tok := func(k int) token {
+		if len(v.tokens) == 0 {
+			return single
+		}
+		t := v.tokens[min(nth[k], len(v.tokens)-1)]
+		nth[k]++
+		return t
+	}
 	for i, a := range s.Args {
 		switch a {
 		case ArgID:
-			out[i] = v.id
-			if len(v.ids) > 0 {
-				out[i] = v.ids[min(nextID, len(v.ids)-1)]
-				nextID++
-			}
+			out[i] = tok(0).id
 		case ArgAttempt:
-			out[i] = v.attempt + 1
+			out[i] = tok(1).attempt + 1
+		case ArgExpiry:
+			out[i] = q.dialect.TimeArg(tok(2).expiry)
 		case ArgDelivered:
 			out[i] = v.attempt
-		case ArgExpiry:
-			out[i] = q.dialect.TimeArg(v.expiry)
 		case ArgNow:
 			out[i] = q.dialect.TimeArg(v.now)
 		case ArgUntil:

@@ -55,20 +55,20 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 	if err != nil {
 		return nil, err
 	}
-	per := 0 // ids one ClaimMark takes
+	per := 0 // rows one ClaimMark marks
 	for _, a := range q.st.ClaimMark.Args {
 		if a == ArgID {
 			per++
 		}
 	}
-	ids := make([]any, 0, per)
+	toks := make([]token, 0, per)
 	for i := 0; i < len(ds); i += per {
-		ids = ids[:0]
+		toks = toks[:0]
 		for _, d := range ds[i:min(i+per, len(ds))] {
-			ids = append(ids, d.id)
+			toks = append(toks, token{id: d.id})
 			d.expiry, d.sentAt = v.until, sent
 		}
-		if _, err := q.exec(ctx, tx, q.st.ClaimMark, &values{ids: ids, until: v.until}); err != nil {
+		if _, err := q.exec(ctx, tx, q.st.ClaimMark, &values{tokens: toks, until: v.until}); err != nil {
 			return nil, err
 		}
 	}

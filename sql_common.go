@@ -15,6 +15,21 @@ const (
 	rowLockToken  = "{id} = $id"
 )
 
+// tokensIn compares size lease tokens as row values, "(id, attempt,
+// expiry) IN ((…), …)", which engines with row-value IN lists plan as one
+// primary-key probe per token. The n-th token's parameters are the n-th
+// $id, $attempt and $expiry.
+func tokensIn(size int) string {
+	return "({id}, {attempt}, {lease}) IN (" + strings.TrimSuffix(strings.Repeat("($id, $attempt, $expiry), ", size), ", ") + ")"
+}
+
+// tokensOr is the same test as an OR of per-token conditions, for engines
+// that search each disjunct by primary key but scan for a row-value IN
+// (SQLite).
+func tokensOr(size int) string {
+	return strings.TrimSuffix(strings.Repeat("({id} = $id AND {attempt} = $attempt AND {lease} = $expiry) OR ", size), " OR ")
+}
+
 // candidates are the advisory form's unlocked reads of claimable rows: id,
 // key and attempt in id order, the first page and the pages after an id. The
 // attempt lets the claim refuse a row that changed since it was read.

@@ -184,53 +184,37 @@ func (mysql) Unlock(ctx context.Context, conn *sql.Conn, table, key string) erro
 }
 
 // BatchStatements builds the lease settlements of size tokens at once
-// ([BatchDialect]). The tokens are compared as row values, (id, attempt,
-// expiry) IN ((…), …), which both MySQL and MariaDB plan as a range of
-// primary-key lookups. MySQL 8 has no DELETE … RETURNING (MariaDB has), so
-// one approach serves both: the statement runs in a transaction whose rows
-// affected is checked against the number of tokens; when it falls short,
-// Lock (SELECT … FOR UPDATE of the tokens still in place) names the rows
-// first and the statement runs again under those locks.
+// ([BatchDialect]). The tokens are compared as row values, which MySQL and
+// MariaDB plan as a range of primary-key lookups. MySQL 8 has no DELETE …
+// RETURNING (MariaDB has), so one approach serves both: the statement runs
+// in a transaction whose rows affected is checked against the number of
+// tokens; when it falls short, Lock (SELECT … FOR UPDATE of the tokens still
+// in place) names the rows first and the statement runs again under those
+// locks.
 func (mysql) BatchStatements(n *Names, size int) (*BatchStatements, error) {
 	if n.Form != Lease {
 		return nil, fmt.Errorf("batched settlement is for the lease form")
 	}
-	st := &BatchStatements{Size: size}
-	tokens := func(s *batchBuilder) {
-		if size == 1 {
-			// MariaDB plans a row-value IN of one row, in a prepared
-			// statement, as a table scan; plain conditions use the key.
-			s.tokensOr(n, 1)
-			return
-		}
-		s.tokensIn(n, size)
+	// MariaDB plans a row-value IN of one row, in a prepared statement, as
+	// a table scan; plain conditions use the key.
+	tokens := tokensIn(size)
+	if size == 1 {
+		tokens = tokensOr(1)
 	}
-	s := &batchBuilder{mark: question}
-	s.w("DELETE FROM ", n.Table, " WHERE ")
-	tokens(s)
-	st.Ack = s.stmt(false)
-	s = &batchBuilder{mark: question}
-	s.w("UPDATE ", n.Table, " SET ", n.LockedUntil, " = NULL, ", n.Attempt, " = ", n.Attempt, " - 1 WHERE ")
-	tokens(s)
-	st.Release = s.stmt(false)
 	// The new expiry is not returned, as the delivery ends here, so the
-	// engine's clock can be read in place rather than first.
-	s = &batchBuilder{mark: question}
-	s.w("UPDATE ", n.Table, " SET ", n.LockedUntil, " = ")
-	if n.DBClock {
-		s.w("DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ", s.p(ArgMicros, 0), " MICROSECOND)")
-	} else {
-		s.w(s.p(ArgUntil, 0))
+	// engine's clock is read in place rather than first.
+	until := "DATE_ADD(UTC_TIMESTAMP(6), INTERVAL $micros MICROSECOND)"
+	if !n.DBClock {
+		until = "$until"
 	}
-	s.w(" WHERE ")
-	tokens(s)
-	st.Retry = s.stmt(false)
-	s = &batchBuilder{mark: question}
-	s.w("SELECT ", n.ID, " FROM ", n.Table, " WHERE ")
-	tokens(s)
-	s.w(" FOR UPDATE")
-	st.Lock = s.stmt(true)
-	return st, nil
+	t := newTemplate(n, question, "", until)
+	return &BatchStatements{
+		Size:    size,
+		Ack:     t.exec("DELETE FROM {table} WHERE " + tokens),
+		Release: t.exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + tokens),
+		Retry:   t.exec("UPDATE {table} SET {lease} = {until} WHERE " + tokens),
+		Lock:    t.query("SELECT {id} FROM {table} WHERE " + tokens + " FOR UPDATE"),
+	}, nil
 }
 
 // IsDeadlock reports InnoDB's deadlock victim (error 1213). Secondary

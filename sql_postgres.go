@@ -163,54 +163,27 @@ func (postgres) Unlock(ctx context.Context, conn *sql.Conn, table, key string) e
 }
 
 // BatchStatements builds the lease settlements of size tokens at once
-// ([BatchDialect]).
+// ([BatchDialect]). RETURNING names the rows settled, so one statement,
+// committed on its own, gives every token its own verdict. The tokens are
+// compared as row values, which the planner expands into one primary-key
+// probe per token (a BitmapOr of index scans).
 func (postgres) BatchStatements(n *Names, size int) (*BatchStatements, error) {
-	return pgLikeBatch(n, size, dollar, "statement_timestamp()", false)
-}
-
-// pgLikeBatch builds the batch statements of engines with DELETE/UPDATE …
-// RETURNING: RETURNING names the rows settled, so one statement, committed
-// on its own, gives every token its own verdict. Postgres compares the
-// tokens as row values, (id, attempt, expiry) IN ((…), …), which the planner
-// expands into one primary-key probe per token (a BitmapOr of index scans);
-// orForm writes the same test as an OR of per-token conditions for SQLite,
-// whose planner scans the table for a row-value IN (its right side must be
-// a subquery) but searches each disjunct by rowid. clock is the engine's
-// clock expression, empty for the caller's.
-func pgLikeBatch(n *Names, size int, mark func(int) string, clock string, orForm bool) (*BatchStatements, error) {
 	if n.Form != Lease {
 		return nil, fmt.Errorf("batched settlement is for the lease form")
 	}
-	st := &BatchStatements{Size: size}
-	where := func(s *batchBuilder) {
-		s.w(" WHERE ")
-		if orForm {
-			s.tokensOr(n, size)
-		} else {
-			s.tokensIn(n, size)
-		}
-		s.w(" RETURNING ", n.ID)
+	until := "(statement_timestamp() + $micros * interval '1 microsecond')"
+	if !n.DBClock {
+		until = "$until"
 	}
-	s := &batchBuilder{mark: mark}
-	s.w("DELETE FROM ", n.Table)
-	where(s)
-	st.Ack = s.stmt(true)
-	s = &batchBuilder{mark: mark}
-	s.w("UPDATE ", n.Table, " SET ", n.LockedUntil, " = NULL, ", n.Attempt, " = ", n.Attempt, " - 1")
-	where(s)
-	st.Release = s.stmt(true)
-	// One delay for the whole statement: the batcher groups retries by
-	// delay. The new expiry is not returned, as the delivery ends here.
-	s = &batchBuilder{mark: mark}
-	s.w("UPDATE ", n.Table, " SET ", n.LockedUntil, " = ")
-	if n.DBClock && clock != "" {
-		s.w("(", clock, " + ", s.p(ArgMicros, 0), " * interval '1 microsecond')")
-	} else {
-		s.w(s.p(ArgUntil, 0))
-	}
-	where(s)
-	st.Retry = s.stmt(true)
-	return st, nil
+	t := newTemplate(n, dollar, "", until)
+	where := " WHERE " + tokensIn(size) + " RETURNING {id}"
+	return &BatchStatements{
+		Size:    size,
+		Ack:     t.query("DELETE FROM {table}" + where),
+		Release: t.query("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1" + where),
+		// One delay for the whole statement: retries are grouped by delay.
+		Retry: t.query("UPDATE {table} SET {lease} = {until}" + where),
+	}, nil
 }
 
 // IsDeadlock reports PostgreSQL's deadlock victim (SQLSTATE 40P01), from

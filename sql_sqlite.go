@@ -195,11 +195,21 @@ func sqliteKind(k colKind, declared string) bool {
 }
 
 // BatchStatements builds the lease settlements of size tokens at once
-// ([BatchDialect]): those of Postgres with the tokens as an OR of
-// per-token conditions, each searched by rowid, where a row-value IN would
-// scan the table.
+// ([BatchDialect]): those of Postgres, with the tokens as an OR of per-token
+// conditions, each searched by rowid, where a row-value IN would scan the
+// table.
 func (sqlite) BatchStatements(n *Names, size int) (*BatchStatements, error) {
-	return pgLikeBatch(n, size, question, "", true)
+	if n.Form != Lease {
+		return nil, fmt.Errorf("batched settlement is for the lease form")
+	}
+	t := newTemplate(n, question, "", "$until")
+	where := " WHERE " + tokensOr(size) + " RETURNING {id}"
+	return &BatchStatements{
+		Size:    size,
+		Ack:     t.query("DELETE FROM {table}" + where),
+		Release: t.query("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1" + where),
+		Retry:   t.query("UPDATE {table} SET {lease} = {until}" + where),
+	}, nil
 }
 
 // TableIdentity is the table's database file and its name in lower case, as

@@ -308,7 +308,7 @@ func TestExplainLeaseClaim(t *testing.T) {
 					plan = explainPlan(t, e, db, false, bst.Ack.SQL, tok...)
 					explainMust(t, what, plan, []string{" using " + table + "_pkey"}, []string{"Seq Scan"})
 				case e.IsMySQL():
-					for _, st := range []inbox.BatchStmt{bst.Ack, bst.Release, bst.Lock} {
+					for _, st := range []inbox.Stmt{bst.Ack, bst.Release, bst.Lock} {
 						plan = explainPlan(t, e, prepDB, false, st.SQL, tok...)
 						explainMust(t, what+": "+st.SQL[:6], plan, []string{" on " + table + " using PRIMARY"}, []string{"ALL on", "index on"})
 					}
