@@ -108,65 +108,53 @@ func convertNumber(dest, src any) error {
 	if !ok {
 		return fmt.Errorf("unsupported Scan, storing driver.Value type %T into type %T", src, dest)
 	}
-	var err error
-	switch d := dest.(type) {
-	case *int:
-		err = setInt(d, text, strconv.IntSize)
-	case *int8:
-		err = setInt(d, text, 8)
-	case *int16:
-		err = setInt(d, text, 16)
-	case *int32:
-		err = setInt(d, text, 32)
-	case *int64:
-		err = setInt(d, text, 64)
-	case *uint:
-		err = setUint(d, text, strconv.IntSize)
-	case *uint8:
-		err = setUint(d, text, 8)
-	case *uint16:
-		err = setUint(d, text, 16)
-	case *uint32:
-		err = setUint(d, text, 32)
-	case *uint64:
-		err = setUint(d, text, 64)
-	case *float32:
-		err = setFloat(d, text, 32)
-	case *float64:
-		err = setFloat(d, text, 64)
-	default:
-		return fmt.Errorf("unsupported Scan, storing driver.Value type %T into type %T", src, dest)
+	for _, store := range numberStores {
+		handled, err := store(dest, text)
+		if !handled {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("converting driver.Value type %T (%q) to %T: %w", src, text, dest, err)
+		}
+		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("converting driver.Value type %T (%q) to %T: %w", src, text, dest, err)
-	}
-	return nil
+	return fmt.Errorf("unsupported Scan, storing driver.Value type %T into type %T", src, dest)
 }
 
-// setInt, setUint and setFloat store the parsed text into d, leaving d as
-// it was when the text does not fit.
-func setInt[T int | int8 | int16 | int32 | int64](d *T, text string, bits int) error {
-	n, err := strconv.ParseInt(text, 10, bits)
-	if err == nil {
-		*d = T(n)
-	}
-	return err
+// numberStores parse text into each number destination, leaving it as it
+// was when the text does not fit; each reports whether dest was its kind.
+var numberStores = [...]func(dest any, text string) (bool, error){
+	number(signed[int](strconv.IntSize)), number(signed[int8](8)), number(signed[int16](16)),
+	number(signed[int32](32)), number(signed[int64](64)),
+	number(unsigned[uint](strconv.IntSize)), number(unsigned[uint8](8)), number(unsigned[uint16](16)),
+	number(unsigned[uint32](32)), number(unsigned[uint64](64)),
+	number(float[float32](32)), number(float[float64](64)),
 }
 
-func setUint[T uint | uint8 | uint16 | uint32 | uint64](d *T, text string, bits int) error {
-	n, err := strconv.ParseUint(text, 10, bits)
-	if err == nil {
-		*d = T(n)
+func number[T any](parse func(string) (T, error)) func(any, string) (bool, error) {
+	return func(dest any, text string) (bool, error) {
+		d, ok := dest.(*T)
+		if !ok {
+			return false, nil
+		}
+		v, err := parse(text)
+		if err == nil {
+			*d = v
+		}
+		return true, err
 	}
-	return err
 }
 
-func setFloat[T float32 | float64](d *T, text string, bits int) error {
-	f, err := strconv.ParseFloat(text, bits)
-	if err == nil {
-		*d = T(f)
-	}
-	return err
+func signed[T int | int8 | int16 | int32 | int64](bits int) func(string) (T, error) {
+	return func(s string) (T, error) { n, err := strconv.ParseInt(s, 10, bits); return T(n), err }
+}
+
+func unsigned[T uint | uint8 | uint16 | uint32 | uint64](bits int) func(string) (T, error) {
+	return func(s string) (T, error) { n, err := strconv.ParseUint(s, 10, bits); return T(n), err }
+}
+
+func float[T float32 | float64](bits int) func(string) (T, error) {
+	return func(s string) (T, error) { f, err := strconv.ParseFloat(s, bits); return T(f), err }
 }
 
 // scalarText is the text of a number or a bool, as database/sql writes it.

@@ -17,6 +17,10 @@ import (
 // the clock first (Statements.Now) and writes the times it computed.
 var MySQL Dialect = mysql{}
 
+// mysqlTime is how times go to the server: text it reads as DATETIME(6)
+// whatever the connection's time zone or parseTime setting.
+const mysqlTime = "2006-01-02 15:04:05.000000"
+
 type mysql struct{}
 
 func (mysql) Name() string { return "mysql" }
@@ -24,10 +28,6 @@ func (mysql) Name() string { return "mysql" }
 func (mysql) QuoteIdent(s string) (string, error) {
 	return "`" + strings.ReplaceAll(s, "`", "``") + "`", nil
 }
-
-// mysqlTime is how times go to the server: text it reads as DATETIME(6)
-// whatever the connection's time zone or parseTime setting.
-const mysqlTime = "2006-01-02 15:04:05.000000"
 
 // mysqlLayout reads DATETIME text with or without fractional seconds.
 const mysqlLayout = "2006-01-02 15:04:05.999999"

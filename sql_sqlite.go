@@ -19,17 +19,16 @@ import (
 // holds the keys in work, so one process serves a database file.
 var SQLite Dialect = sqlite{}
 
-// SQLiteTimeFormat is the text of a time in a SQLite table: UTC, microseconds,
-// fixed width, so that text order is time order.
-const SQLiteTimeFormat = "2006-01-02T15:04:05.000000Z"
-
 type sqlite struct{}
 
 func (sqlite) Name() string { return "sqlite" }
 
-func (sqlite) QuoteIdent(s string) (string, error) {
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`, nil
-}
+// QuoteIdent quotes as PostgreSQL does, with double quotes.
+func (sqlite) QuoteIdent(s string) (string, error) { return postgres{}.QuoteIdent(s) }
+
+// SQLiteTimeFormat is the text of a time in a SQLite table: UTC, microseconds,
+// fixed width, so that text order is time order.
+const SQLiteTimeFormat = "2006-01-02T15:04:05.000000Z"
 
 func (sqlite) TimeArg(t time.Time) any { return t.UTC().Format(SQLiteTimeFormat) }
 
