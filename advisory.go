@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -293,6 +294,11 @@ func (q *Queue) identity(ctx context.Context) (string, error) {
 	ident, err := ti.TableIdentity(ctx, q.db, &q.names)
 	if err != nil {
 		return "", fmt.Errorf("resolving table %s: %w", q.names.Raw.Name, err)
+	}
+	if q.locker == nil && strings.HasPrefix(ident, sqliteMemory+"\x00") {
+		// A database in memory is its pool's: so are its keys. (Set
+		// before ident, which every reader of q.keys waits for.)
+		q.keys = &q.holds.keys
 	}
 	q.ident = ident
 	return ident, nil

@@ -211,6 +211,11 @@ func (sqlite) BatchStatements(n *Names, size int) (*BatchStatements, error) {
 	}, nil
 }
 
+// sqliteMemory stands for the file of a database in memory, which is its
+// pool's alone: the queue keeps such a table's keys with the pool, not the
+// process.
+const sqliteMemory = ":memory:"
+
 // TableIdentity is the table's database file and its name in lower case, as
 // SQLite's names are ([TableIdentifier]): every pool of the process on one
 // file shares the keys in work, however the table is spelled ("jobs",
@@ -231,7 +236,7 @@ func (sqlite) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, 
 	}
 	path := file.String
 	if path == "" {
-		path = fmt.Sprintf("memory:%p", db)
+		path = sqliteMemory
 	} else if real, err := filepath.EvalSymlinks(path); err == nil {
 		path = real
 	}

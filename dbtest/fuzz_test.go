@@ -351,7 +351,8 @@ func fuzzXList(t *testing.T, e Engine, db *sql.DB, schema, what, table string) [
 	var args []any
 	switch {
 	case e.IsSQLite() && what == "tables":
-		q = "SELECT name FROM sqlite_master WHERE type = 'table'"
+		// sqlite_sequence is SQLite's own, made for AUTOINCREMENT.
+		q = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
 	case e.IsSQLite():
 		q, args = "SELECT name FROM pragma_table_info(?)", []any{table}
 	case what == "tables":

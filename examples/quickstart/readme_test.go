@@ -108,19 +108,23 @@ func contains(hay, needle []string) bool {
 // tested, so the documents cannot drift from it.
 func TestReadmeGoSamples(t *testing.T) {
 	sources := map[string][]string{}
-	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
-			return err
-		}
-		b, err := os.ReadFile(path)
+	// The examples module, and the test helper's package (docs/testing.md
+	// quotes its tests).
+	for _, dir := range []string{"..", filepath.Join("..", "..", "inboxtest")} {
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			sources[path] = significant(strings.Split(string(b), "\n"))
+			return nil
+		})
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		sources[path] = significant(strings.Split(string(b), "\n"))
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	inReadme := 0
 	for _, doc := range docs(t) {
@@ -140,7 +144,7 @@ func TestReadmeGoSamples(t *testing.T) {
 				}
 			}
 			if !found {
-				t.Errorf("%s line %d: the Go sample is not a copy of any .go file of the examples module:\n%s", doc, b.line, strings.Join(b.text, "\n"))
+				t.Errorf("%s line %d: the Go sample is not a copy of any .go file of the examples module or inboxtest:\n%s", doc, b.line, strings.Join(b.text, "\n"))
 			}
 		}
 	}
