@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -237,6 +238,24 @@ func (mysql) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, e
 	return ident.String, err
 }
 
+// myLookalike refuses a form that an engine speaking MySQL's protocol cannot
+// hold, naming the engine, the form and what to use instead.
+func myLookalike(version string, f Form, galera bool) string {
+	v := strings.ToLower(version)
+	switch {
+	case galera && f == Advisory:
+		return "MariaDB Galera (wsrep_on): GET_LOCK is held by one node and not replicated, so two nodes would hand out the same key: " +
+			"the advisory form cannot hold a job on a cluster; use the lease form (Table.LockedUntil) or the row-lock form"
+	case strings.Contains(v, "tidb") && f != Advisory:
+		return fmt.Sprintf("TiDB does not honour FOR UPDATE SKIP LOCKED (pingcap/tidb#18207), which the %s form's claim relies on: "+
+			"use the advisory form (Table.AdvisoryKey); TiDB's GET_LOCK holds across the cluster", f)
+	case strings.Contains(v, "vitess") && f != Advisory:
+		return fmt.Sprintf("Vitess rejects FOR UPDATE SKIP LOCKED, which the %s form's claim needs: "+
+			"use the advisory form (Table.AdvisoryKey); Vitess routes GET_LOCK to one mysqld", f)
+	}
+	return ""
+}
+
 // CheckSchema checks the version (SKIP LOCKED: MySQL 8, MariaDB 10.6) and
 // the tables' columns through information_schema ([SchemaChecker]).
 func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
@@ -245,7 +264,19 @@ func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, e
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
 		return nil, err
 	}
-	if strings.Contains(strings.ToLower(version), "mariadb") {
+	galera := false
+	if n.Form == Advisory {
+		// SHOW answers on MySQL too, where the variable does not exist.
+		var name, value string
+		err := db.QueryRowContext(ctx, "SHOW VARIABLES LIKE 'wsrep_on'").Scan(&name, &value)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
+		galera = strings.EqualFold(value, "ON")
+	}
+	if p := myLookalike(version, n.Form, galera); p != "" {
+		problems = append(problems, p)
+	} else if strings.Contains(strings.ToLower(version), "mariadb") {
 		if versionBelow(version, 10, 6) {
 			problems = append(problems, fmt.Sprintf("MariaDB %s is older than 10.6, which brought SKIP LOCKED", version))
 		}

@@ -209,15 +209,35 @@ func (postgres) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string
 	return ident.String, err
 }
 
+// pgLookalike refuses a form that an engine speaking PostgreSQL's protocol
+// cannot hold, naming the engine, the form and what to use instead.
+func pgLookalike(version string, f Form) string {
+	if !strings.Contains(version, "CockroachDB") {
+		return ""
+	}
+	switch f {
+	case Advisory:
+		return "CockroachDB's session advisory-lock functions are stubs that always grant the lock " +
+			"(cockroachdb/cockroach#13546), so the advisory form would run the jobs of one key side by side: use the lease form (Table.LockedUntil)"
+	case RowLock:
+		return "CockroachDB keeps SELECT … FOR UPDATE locks best-effort under SERIALIZABLE (a lease transfer drops them) " +
+			"and retries a transaction held for a whole handler, so the row-lock form cannot hold a job there: use the lease form (Table.LockedUntil)"
+	}
+	return ""
+}
+
 // CheckSchema checks the version (12, for MATERIALIZED) and the tables'
 // columns through information_schema ([SchemaChecker]).
 func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
 	var problems []string
 	var num int
-	if err := db.QueryRowContext(ctx, "SELECT current_setting('server_version_num')::int").Scan(&num); err != nil {
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT current_setting('server_version_num')::int, version()").Scan(&num, &version); err != nil {
 		return nil, err
 	}
-	if num < 120000 {
+	if p := pgLookalike(version, n.Form); p != "" {
+		problems = append(problems, p)
+	} else if num < 120000 {
 		problems = append(problems, fmt.Sprintf("PostgreSQL %d is older than 12, which brought MATERIALIZED", num))
 	}
 	kind := func(k colKind, t string) bool {
