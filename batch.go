@@ -90,11 +90,11 @@ type BatchConfig struct {
 // batch in flight at a time queued sixteen workers behind one commit (0.6
 // on Postgres); a timer before each batch slows a lone worker by the timer.
 type Batcher struct {
-	q        *Queue
-	max      int
-	wait     time.Duration
-	lanes    int
-	sets     []*BatchStatements // by increasing Size; the last has Size max
+	q     *Queue
+	max   int
+	wait  time.Duration
+	lanes int
+	sets  []*BatchStatements // by increasing Size; the last has Size max
 
 	mu      sync.Mutex
 	pending []*batchItem // each belongs to a caller waiting in run
