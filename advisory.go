@@ -72,7 +72,7 @@ func (q *Queue) claimAdvisory(ctx context.Context, max int) ([]*Delivery, error)
 		if len(ds) == got || len(cands) < v.limit {
 			return ds, nil
 		}
-		v.id = cands[len(cands)-1].id
+		v.id, v.priority = cands[len(cands)-1].id, cands[len(cands)-1].priority
 		v.limit = min(2*v.limit, maxCandidatePage)
 		page = q.st.CandidatesAfter
 	}
@@ -84,9 +84,10 @@ const maxCandidatePage = 1 << 16
 // candidate is a row an advisory claim may lock: id, key and the attempt
 // read, which the claim requires unchanged.
 type candidate struct {
-	id      any
-	key     string
-	attempt int64
+	id       any
+	key      string
+	attempt  int64
+	priority int64 // Table.Priority, for the next page's start
 }
 
 func (q *Queue) readCandidates(ctx context.Context, s Stmt, v *values) ([]candidate, error) {
@@ -99,7 +100,11 @@ func (q *Queue) readCandidates(ctx context.Context, s Stmt, v *values) ([]candid
 	for rows.Next() {
 		var id, key any
 		var c candidate
-		if err := rows.Scan(&id, &key, &c.attempt); err != nil {
+		dest := []any{&id, &key, &c.attempt}
+		if q.names.Priority != "" {
+			dest = append(dest, &c.priority)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		c.id, c.key = normID(id), keyString(key)
@@ -190,7 +195,7 @@ func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, af
 	if tx != nil {
 		ex = tx
 	}
-	v := values{id: d.id, attempt: d.attempt, micros: after.Microseconds()}
+	v := values{id: d.id, attempt: d.attempt, micros: after.Microseconds(), errText: d.errText}
 	var n int64 = 1
 	var err error
 	switch o {
@@ -199,7 +204,9 @@ func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, af
 	case outRelease:
 		n, err = q.exec(ctx, ex, q.st.Release, &v)
 	case outRetry:
-		if after > 0 {
+		// A delay needs the not-before column, an error the last-error
+		// column: either is written by Retry, when there is one.
+		if q.st.Retry.SQL != "" && (after > 0 || d.errText != nil) {
 			if err = q.fillTimes(ctx, ex, q.st.Retry, &v, after); err == nil {
 				n, err = q.exec(ctx, ex, q.st.Retry, &v)
 			}

@@ -201,6 +201,11 @@ func (b *Batcher) Ack(ctx context.Context, d *Delivery) error {
 // Retry is [Delivery.Retry] in a batch: the lease is set to end after
 // after. Results and errors are those of [Batcher.Ack].
 func (b *Batcher) Retry(ctx context.Context, d *Delivery, after time.Duration) error {
+	if d.q == b.q && b.q.names.LastError != "" && d.recordedError() {
+		// The batch statement writes no error text: a Retry that records
+		// one is settled alone.
+		return d.Retry(ctx, after)
+	}
 	return b.settle(ctx, d, outRetry, after)
 }
 

@@ -161,6 +161,9 @@ type Names struct {
 	LockedUntil, Key string
 	// NotBefore is the optional not-before column.
 	NotBefore string
+	// LastError, Priority and EnqueuedAt are the optional columns of the
+	// last error text, the priority (higher first) and the enqueue time.
+	LastError, Priority, EnqueuedAt string
 	// Dead is the quoted dead-letter table, empty when none is named.
 	Dead, DeadSchema, DeadName string
 	// ClaimsTable is the quoted side table of the row-lock claims counter,
@@ -190,6 +193,8 @@ const (
 	ArgMicros                   // the lease or retry delay in microseconds, for a statement reading the engine's clock
 	ArgLimit                    // the most rows a statement may claim
 	ArgNotBefore                // the not-before time given to Enqueue
+	ArgError                    // the error text a Retry or Dead records (NULL for none: the row keeps its own)
+	ArgPriority                 // a job's priority: Enqueue's, or the last candidate's for the next page
 	ArgData                     // ArgData+i is the value of the i-th data column (Enqueue)
 )
 
@@ -233,6 +238,9 @@ type Statements struct {
 	// at once, the core filling the places in order and repeating the last
 	// id when fewer rows were claimed.
 	ClaimSelect, ClaimMark Stmt
+	// ClaimSelectMore (lease, optional) reads more rows, as ClaimSelect
+	// does, for the places ClaimSelect left: ArgLimit is the number left.
+	ClaimSelectMore Stmt
 
 	// Candidates (advisory form) returns id, key and attempt of up to
 	// ArgLimit claimable rows in id order, without locking them;
@@ -272,6 +280,15 @@ type Statements struct {
 	// not-before time. With Rows they return the id; otherwise the core uses
 	// the given id or LastInsertId.
 	Enqueue, EnqueueID, EnqueueAt, EnqueueIDAt Stmt
+
+	// Stats ([Queue.Stats]) returns one row: jobs ready by time (claimable
+	// now, held ones included where the engine cannot tell them apart),
+	// waiting for a later time, in work (-1 where the engine cannot tell),
+	// in the dead table (-1 without one), and the age in microseconds of
+	// the oldest ready job (NULL without Table.EnqueuedAt or a ready job).
+	// A lease in force counts as in work when it ends within a lease, as
+	// waiting beyond.
+	Stats Stmt
 }
 
 // sqlBuilder writes one statement, recording its parameters in order.
@@ -310,7 +327,13 @@ func question(int) string { return "?" }
 // latter two with a leading comma, empty when there are none); {now} and
 // {until} the clock, the engine's or parameters; {where ready} and
 // {and ready} the not-before condition, empty without the column.
-// Parameters: $id $attempt $delivered $expiry $now $until $micros $limit.
+// Optional columns: {lastError} {priority} {enqueuedAt}; {, extra} and
+// {, j.extra} what a claim returns after the data (last error, priority);
+// {order} and {pick} the claim order and the columns it needs; {, error}
+// and {, set error} the error a Retry or Dead writes; all empty or plain
+// without the columns.
+// Parameters: $id $attempt $delivered $expiry $now $until $micros $limit
+// $error $priority.
 type sqlTemplate struct {
 	mark  func(int) string
 	frags map[string]string
@@ -319,6 +342,7 @@ type sqlTemplate struct {
 var templateArgs = map[string]Arg{
 	"id": ArgID, "attempt": ArgAttempt, "delivered": ArgDelivered, "expiry": ArgExpiry,
 	"now": ArgNow, "until": ArgUntil, "micros": ArgMicros, "limit": ArgLimit,
+	"error": ArgError, "priority": ArgPriority,
 }
 
 // newTemplate returns the templates of n, with now and until the SQL of the
@@ -327,8 +351,13 @@ func newTemplate(n *Names, mark func(int) string, now, until string) *sqlTemplat
 	f := map[string]string{
 		"table": n.Table, "id": n.ID, "attempt": n.Attempt, "lease": n.LockedUntil, "key": n.Key,
 		"notBefore": n.NotBefore, "dead": n.Dead, "claims": n.ClaimsTable,
+		"lastError": n.LastError, "priority": n.Priority, "enqueuedAt": n.EnqueuedAt,
 		"data": joinCols("", n.Data), ", data": "", ", j.data": "",
 		"now": now, "until": until, "where ready": "", "and ready": "",
+		// Optional columns: what a claim returns after the data, how it
+		// orders, what a Retry or Dead writes of the error.
+		", extra": "", ", j.extra": "", ", priority": "", ", lastError": "", ", error": "", ", set error": "",
+		"order": "{id}", "pick": "{id}",
 	}
 	if len(n.Data) > 0 {
 		f[", data"], f[", j.data"] = ", "+joinCols("", n.Data), ", "+joinCols("j.", n.Data)
@@ -336,6 +365,19 @@ func newTemplate(n *Names, mark func(int) string, now, until string) *sqlTemplat
 	if n.NotBefore != "" {
 		f["where ready"] = " WHERE ({notBefore} IS NULL OR {notBefore} <= {now})"
 		f["and ready"] = " AND ({notBefore} IS NULL OR {notBefore} <= {now})"
+	}
+	if n.LastError != "" {
+		f[", extra"], f[", j.extra"] = ", {lastError}", ", j.{lastError}"
+		f[", lastError"] = ", {lastError}"
+		// A Retry or Dead without an error recorded keeps the row's.
+		f[", error"] = ", COALESCE($error, {lastError})"
+		f[", set error"] = ", {lastError} = COALESCE($error, {lastError})"
+	}
+	if n.Priority != "" {
+		f[", extra"] += ", {priority}"
+		f[", j.extra"] += ", j.{priority}"
+		f[", priority"] = ", {priority}"
+		f["order"], f["pick"] = "{priority} DESC, {id}", "{id}, {priority}"
 	}
 	return &sqlTemplate{mark: mark, frags: f}
 }

@@ -31,6 +31,8 @@ type values struct {
 	micros     int64
 	limit      int
 	notBefore  time.Time
+	errText    any // the error text a settlement records: a string, or nil
+	priority   int64
 	data       []any
 	// tokens are several rows', for a statement that takes the token's
 	// parameters once per row: the n-th ArgID, ArgAttempt and ArgExpiry are
@@ -80,6 +82,10 @@ func (q *Queue) args(s Stmt, v *values) []any {
 			out[i] = v.limit
 		case ArgNotBefore:
 			out[i] = q.dialect.TimeArg(micro(v.notBefore))
+		case ArgError:
+			out[i] = v.errText
+		case ArgPriority:
+			out[i] = v.priority
 		default:
 			out[i] = v.data[a-ArgData]
 		}

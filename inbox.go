@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 var (
@@ -119,9 +120,26 @@ type Table struct {
 	// MaxClaims is the limit for ClaimsTable; required with it.
 	MaxClaims int
 	// DeadTable names the dead-letter table (optionally schema-qualified),
-	// with the columns ID, Attempt and Data of this table. Dead needs it.
+	// with the columns ID, Attempt and Data of this table (and LastError,
+	// when named). Dead needs it.
 	DeadTable string
+
+	// LastError names an optional text column: Retry and Dead write the
+	// error recorded with [Delivery.SetError] (its first [MaxErrorText]
+	// bytes) and the dead table keeps it; a claim delivers it
+	// ([Delivery.LastError]).
+	LastError string
+	// Priority names an optional integer column: claims take the highest
+	// priority first, then the oldest id. [Job.Priority] sets it.
+	Priority string
+	// EnqueuedAt names an optional time column that Enqueue writes with the
+	// clock's time, for [Queue.Stats]' age of the oldest ready job.
+	EnqueuedAt string
 }
+
+// MaxErrorText is the most bytes of an error's text that Table.LastError
+// keeps: longer texts are cut at a character boundary.
+const MaxErrorText = 2000
 
 // Config configures a [Queue]. Its zero value, but for Table.Name and
 // Dialect, means the documented defaults. New takes it by value.
@@ -278,6 +296,9 @@ type Job struct {
 	// lease form writes it into the lease column; other forms need
 	// Table.NotBefore.
 	NotBefore time.Time
+	// Priority is the job's priority, written when Table.Priority is named:
+	// higher is claimed first.
+	Priority int
 }
 
 // Enqueue inserts job through ex (a *sql.DB, *sql.Tx or *sql.Conn, so that it
@@ -313,7 +334,10 @@ func (q *Queue) Enqueue(ctx context.Context, ex Executor, job Job) (any, error) 
 
 // insert runs the enqueue statement s and returns the new job's id.
 func (q *Queue) insert(ctx context.Context, ex Executor, s Stmt, job Job) (any, error) {
-	v := values{id: job.ID, data: job.Data, notBefore: job.NotBefore}
+	v := values{id: job.ID, data: job.Data, notBefore: job.NotBefore, priority: int64(job.Priority)}
+	if err := q.fillTimes(ctx, ex, s, &v, 0); err != nil {
+		return nil, opErr("enqueue", err)
+	}
 	if s.Rows {
 		var id any
 		if err := q.queryRow(ctx, ex, s, &v).Scan(&id); err != nil {
@@ -343,6 +367,9 @@ type Delivery struct {
 	attempt int64
 	data    []any
 
+	lastError string // Table.LastError as claimed
+	priority  int64  // Table.Priority as claimed
+
 	// Advisory: the key value, the table's identity, and the two joined as
 	// the key set names the key in work.
 	key, ident, inProcess string
@@ -350,6 +377,7 @@ type Delivery struct {
 	mu      sync.Mutex
 	expiry  time.Time // lease: the token's expiry as stored
 	sentAt  time.Time // lease: when the statement that set expiry was sent (monoNow)
+	errText any  // what SetError recorded: a string, or nil
 	settled bool
 	lost    bool      // settled by a verdict of ErrLeaseLost
 	tx      *sql.Tx   // row lock: the held transaction
@@ -368,6 +396,40 @@ func (d *Delivery) Expiry() time.Time {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.expiry
+}
+
+// LastError returns the error text the job's last Retry or Dead recorded
+// (Table.LastError; empty without one).
+func (d *Delivery) LastError() string { return d.lastError }
+
+// Priority returns the job's priority (Table.Priority; zero without one).
+func (d *Delivery) Priority() int { return int(d.priority) }
+
+// SetError records err's text (its first [MaxErrorText] bytes) for the
+// delivery's Retry or Dead to write into Table.LastError; without that
+// column it is not kept. A nil err records nothing.
+func (d *Delivery) SetError(err error) {
+	if err == nil {
+		return
+	}
+	text := err.Error()
+	if len(text) > MaxErrorText {
+		cut := MaxErrorText
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		text = text[:cut]
+	}
+	d.mu.Lock()
+	d.errText = text
+	d.mu.Unlock()
+}
+
+// recordedError reports whether SetError recorded an error.
+func (d *Delivery) recordedError() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.errText != nil
 }
 
 // Key returns the advisory key the delivery holds (advisory form).
@@ -467,10 +529,17 @@ func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery) (
 		for i := range d.data {
 			dest = append(dest, &d.data[i])
 		}
+		var lastErr sql.NullString
+		if q.names.LastError != "" {
+			dest = append(dest, &lastErr)
+		}
+		if q.names.Priority != "" {
+			dest = append(dest, &d.priority)
+		}
 		if err := rows.Scan(dest...); err != nil {
 			return into, err
 		}
-		d.id = normID(id)
+		d.id, d.lastError = normID(id), lastErr.String
 		if withExpiry {
 			t, err := q.dialect.ScanTime(rawExp)
 			if err != nil {
@@ -485,7 +554,7 @@ func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery) (
 
 // tokenValues are the parameters of a statement checking d's token.
 func (d *Delivery) tokenValues() values {
-	return values{id: d.id, attempt: d.attempt, expiry: d.expiry}
+	return values{id: d.id, attempt: d.attempt, expiry: d.expiry, errText: d.errText}
 }
 
 // Ack settles the job as done: its row is deleted.
@@ -561,7 +630,7 @@ func (d *Delivery) refuse(tx *sql.Tx, o outcome, after time.Duration) error {
 		return ErrNoDeadTable
 	case after < 0:
 		return fmt.Errorf("delay %v is negative", after)
-	case o == outRetry && after > 0 && d.q.names.Form != Lease && d.q.st.Retry.SQL == "":
+	case o == outRetry && after > 0 && d.q.names.Form != Lease && d.q.names.NotBefore == "":
 		return ErrNoNotBefore
 	case tx != nil && d.q.names.Form == RowLock:
 		return ErrOwnTx

@@ -47,13 +47,19 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 		return nil, err
 	}
 	v.now, v.until = now, now.Add(q.lease)
-	rows, err := q.query(ctx, tx, q.st.ClaimSelect, v)
-	if err != nil {
-		return nil, err
-	}
-	ds, err := q.scanClaimed(rows, false, make([]*Delivery, 0, v.limit))
-	if err != nil {
-		return nil, err
+	ds := make([]*Delivery, 0, v.limit)
+	for _, s := range []Stmt{q.st.ClaimSelect, q.st.ClaimSelectMore} {
+		if s.SQL == "" || len(ds) == cap(ds) {
+			continue
+		}
+		v.limit = cap(ds) - len(ds)
+		rows, err := q.query(ctx, tx, s, v)
+		if err != nil {
+			return nil, err
+		}
+		if ds, err = q.scanClaimed(rows, false, ds); err != nil {
+			return nil, err
+		}
 	}
 	per := 0 // rows one ClaimMark marks
 	for _, a := range q.st.ClaimMark.Args {

@@ -140,7 +140,7 @@ func (q *Queue) claimOne(ctx context.Context, ex Executor, v *values) (*Delivery
 func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Duration) error {
 	q := d.q
 	tx := d.tx
-	v := values{id: d.id, attempt: d.attempt, micros: after.Microseconds()}
+	v := values{id: d.id, attempt: d.attempt, micros: after.Microseconds(), errText: d.errText}
 	var err error
 	switch o {
 	case outAck:
@@ -149,7 +149,9 @@ func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Dura
 			err = fmt.Errorf("deleted %d rows for id %v", n, d.id)
 		}
 	case outRetry:
-		if after > 0 {
+		// A delay needs the not-before column, an error the last-error
+		// column: either is written by Retry, when there is one.
+		if q.st.Retry.SQL != "" && (after > 0 || d.errText != nil) {
 			if err = q.fillTimes(ctx, tx, q.st.Retry, &v, after); err == nil {
 				_, err = q.exec(ctx, tx, q.st.Retry, &v)
 			}

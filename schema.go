@@ -16,9 +16,10 @@ const (
 	kindInt                 // integer
 	kindTime                // the engine's time representation
 	kindAny                 // data: whatever the caller stores
+	kindString              // text
 )
 
-var kindText = map[colKind]string{kindID: "an integer or text type", kindInt: "an integer type", kindAny: "any type"}
+var kindText = map[colKind]string{kindID: "an integer or text type", kindInt: "an integer type", kindAny: "any type", kindString: "a text type"}
 
 type colWant struct {
 	field, name string
@@ -64,8 +65,17 @@ func wantedColumns(n *Names, role tableRole) []colWant {
 	for i, c := range r.Data {
 		w = append(w, colWant{"Data[" + strconv.Itoa(i) + "]", c, kindAny})
 	}
+	if r.LastError != "" {
+		w = append(w, colWant{"LastError", r.LastError, kindString})
+	}
 	if role == deadTable {
 		return w
+	}
+	if r.Priority != "" {
+		w = append(w, colWant{"Priority", r.Priority, kindInt})
+	}
+	if r.EnqueuedAt != "" {
+		w = append(w, colWant{"EnqueuedAt", r.EnqueuedAt, kindTime})
 	}
 	if r.LockedUntil != "" {
 		w = append(w, colWant{"LockedUntil", r.LockedUntil, kindTime})

@@ -34,8 +34,13 @@ func tokensOr(size int) string {
 // key and attempt in id order, the first page and the pages after an id. The
 // attempt lets the claim refuse a row that changed since it was read.
 func candidates(t *sqlTemplate) (first, after Stmt) {
-	first = t.query("SELECT {id}, {key}, {attempt} FROM {table}{where ready} ORDER BY {id} LIMIT $limit")
-	after = t.query("SELECT {id}, {key}, {attempt} FROM {table} WHERE {id} > $id{and ready} ORDER BY {id} LIMIT $limit")
+	first = t.query("SELECT {id}, {key}, {attempt}{, priority} FROM {table}{where ready} ORDER BY {order} LIMIT $limit")
+	past := "{id} > $id"
+	if t.frags["priority"] != "" {
+		// Past the last candidate in the claim order: by priority, then id.
+		past = "({priority} < $priority OR {priority} = $priority AND {id} > $id)"
+	}
+	after = t.query("SELECT {id}, {key}, {attempt}{, priority} FROM {table} WHERE " + past + "{and ready} ORDER BY {order} LIMIT $limit")
 	return first, after
 }
 
@@ -44,15 +49,26 @@ func candidates(t *sqlTemplate) (first, after Stmt) {
 func advisorySettlements(t *sqlTemplate, n *Names, st *Statements) {
 	st.Ack = t.exec("DELETE FROM {table} WHERE " + advisoryToken)
 	st.Release = t.exec("UPDATE {table} SET {attempt} = {attempt} - 1 WHERE " + advisoryToken)
-	if n.NotBefore != "" {
-		st.Retry = t.exec("UPDATE {table} SET {notBefore} = {until} WHERE " + advisoryToken)
+	st.Retry = retryLater(t, n, advisoryToken)
+}
+
+// retryLater is the row lock's and the advisory form's Retry: it writes the
+// not-before time and, with Table.LastError, the error; empty when there is
+// neither column, as a Retry then only commits or lets go.
+func retryLater(t *sqlTemplate, n *Names, token string) Stmt {
+	switch {
+	case n.NotBefore != "":
+		return t.exec("UPDATE {table} SET {notBefore} = {until}{, set error} WHERE " + token)
+	case n.LastError != "":
+		return t.exec("UPDATE {table} SET {lastError} = COALESCE($error, {lastError}) WHERE " + token)
 	}
+	return Stmt{}
 }
 
 // deadCopy is the move to the dead table in two statements, run in one
 // transaction: a copy with the delivered attempt, then the delete.
 func deadCopy(t *sqlTemplate, token string) (insert, del Stmt) {
-	insert = t.exec("INSERT INTO {dead} ({id}, {attempt}{, data}) SELECT {id}, $delivered{, data} FROM {table} WHERE " + token)
+	insert = t.exec("INSERT INTO {dead} ({id}, {attempt}{, data}{, lastError}) SELECT {id}, $delivered{, data}{, error} FROM {table} WHERE " + token)
 	del = t.exec("DELETE FROM {table} WHERE " + token)
 	return insert, del
 }
@@ -62,8 +78,9 @@ func deadCopy(t *sqlTemplate, token string) (insert, del Stmt) {
 // RETURNING (MySQL), which read LastInsertId instead. The column lists vary
 // with the description, so these are written column by column. With a
 // notification channel (PostgreSQL) the insert notifies in the same
-// statement: the notification is delivered when the job commits.
-func enqueue(st *Statements, n *Names, mark func(int) string, returning bool) {
+// statement: the notification is delivered when the job commits. clock is
+// the engine's clock for the enqueue time, empty for the caller's.
+func enqueue(st *Statements, n *Names, mark func(int) string, returning bool, clock string) {
 	at := n.NotBefore
 	if n.Form == Lease {
 		// A lease form delays a job the way it delays a retry: an expiry.
@@ -80,6 +97,16 @@ func enqueue(st *Statements, n *Names, mark func(int) string, returning bool) {
 		}
 		if withAt {
 			cols, vals = append(cols, at), append(vals, s.param(ArgNotBefore))
+		}
+		if n.Priority != "" {
+			cols, vals = append(cols, n.Priority), append(vals, s.param(ArgPriority))
+		}
+		if n.EnqueuedAt != "" {
+			now := clock // the engine's, or the caller's passed as a parameter
+			if now == "" {
+				now = s.param(ArgNow)
+			}
+			cols, vals = append(cols, n.EnqueuedAt), append(vals, now)
 		}
 		if len(cols) == 0 {
 			s.write("INSERT INTO ", n.Table, " DEFAULT VALUES")
@@ -102,4 +129,46 @@ func enqueue(st *Statements, n *Names, mark func(int) string, returning bool) {
 		st.EnqueueAt = build(false, true)
 		st.EnqueueIDAt = build(true, true)
 	}
+}
+
+// statsDead counts the dead table, -1 without one.
+func statsDead(n *Names) string {
+	if n.Dead == "" {
+		return "-1"
+	}
+	return "(SELECT COUNT(*) FROM {dead})"
+}
+
+// statsCounts are the Stats columns but the age: ready by time, waiting,
+// and in work (inWork, an expression), each an indexed count.
+func statsCounts(n *Names, now, until, inWork string) string {
+	if n.Form == Lease {
+		return "(SELECT COUNT(*) FROM {table} WHERE {lease} IS NULL) + (SELECT COUNT(*) FROM {table} WHERE {lease} <= " + now + "), " +
+			"(SELECT COUNT(*) FROM {table} WHERE {lease} > " + until + "), " +
+			"(SELECT COUNT(*) FROM {table} WHERE {lease} > " + now + " AND {lease} <= " + until + "), " + statsDead(n)
+	}
+	if n.NotBefore == "" {
+		return "(SELECT COUNT(*) FROM {table}), 0, " + inWork + ", " + statsDead(n)
+	}
+	return "(SELECT COUNT(*) FROM {table} WHERE {notBefore} IS NULL) + (SELECT COUNT(*) FROM {table} WHERE {notBefore} <= " + now + "), " +
+		"(SELECT COUNT(*) FROM {table} WHERE {notBefore} > " + now + "), " + inWork + ", " + statsDead(n)
+}
+
+// statsOldest is the oldest enqueue time of a ready job, from the two
+// ordered index reads a ready row can come from (none: NULL), each the
+// first entry of an index on the enqueue time; least picks the older where
+// NULLs are ignored (coalesced around an engine's LEAST that is not).
+func statsOldest(n *Names, now string) (free, due string) {
+	if n.EnqueuedAt == "" {
+		return "NULL", "NULL"
+	}
+	col := "{lease}"
+	if n.Form != Lease {
+		if n.NotBefore == "" {
+			return "(SELECT MIN({enqueuedAt}) FROM {table})", "NULL"
+		}
+		col = "{notBefore}"
+	}
+	return "(SELECT MIN({enqueuedAt}) FROM {table} WHERE " + col + " IS NULL)",
+		"(SELECT MIN({enqueuedAt}) FROM {table} WHERE " + col + " <= " + now + ")"
 }

@@ -75,7 +75,16 @@ func (mysql) Statements(n *Names) (*Statements, error) {
 	if n.DBClock {
 		st.Now = t.query("SELECT UTC_TIMESTAMP(6)")
 	}
-	enqueue(st, n, question, false)
+	clock := ""
+	if n.DBClock {
+		clock = "UTC_TIMESTAMP(6)"
+	}
+	enqueue(st, n, question, false, clock)
+	// The engine cannot tell which locks are this table's: in work is
+	// counted under the lease form alone. The clock is read first.
+	free, due := statsOldest(n, "$now")
+	st.Stats = t.query("SELECT " + statsCounts(n, "$now", "$until", "-1") +
+		", TIMESTAMPDIFF(MICROSECOND, COALESCE(LEAST(" + free + ", " + due + "), " + free + ", " + due + "), $now)")
 	return st, nil
 }
 
@@ -83,21 +92,21 @@ func (mysql) Statements(n *Names) (*Statements, error) {
 // SELECT in a READ COMMITTED transaction, then writes their leases.
 func myLease(t *sqlTemplate, n *Names) *Statements {
 	st := &Statements{}
-	// Free rows and expired ones are read apart, each an ordered, limited
-	// read of the index on (lease, id), so that a head of rows under lease
-	// in force is never walked; SKIP LOCKED lets concurrent claims pass each
-	// other's rows. The union is ordered by position: a data column may
-	// repeat the id's name.
-	st.ClaimSelect = t.query("(SELECT {id}, {attempt}{, data} FROM {table} WHERE {lease} IS NULL ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED)" +
-		" UNION ALL " +
-		"(SELECT {id}, {attempt}{, data} FROM {table} WHERE {lease} <= $now ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED)" +
-		" ORDER BY 1 LIMIT $limit")
+	// Rows whose lease ran out (a crashed holder, a retry delay) and free
+	// rows are read apart, each an ordered, limited read of the index on
+	// (lease, id), so that a head of rows under lease in force is never
+	// walked; SKIP LOCKED lets concurrent claims pass each other's rows. The
+	// due rows come first, then free rows fill the places left: two reads,
+	// not a UNION, whose temporary table MariaDB 10.11 was seen to crash on
+	// (signal 11 in create_tmp_table's failure path) under load.
+	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} WHERE {lease} <= $now ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+	st.ClaimSelectMore = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
 	// One UPDATE writes the leases of up to claimMarkIDs rows; a claim of
 	// fewer repeats its last id, which changes nothing twice.
 	st.ClaimMark = t.exec("UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = $until WHERE {id} IN (" +
 		strings.Repeat("$id, ", claimMarkIDs-1) + "$id)")
 	st.Extend = t.exec("UPDATE {table} SET {lease} = $until WHERE " + leaseToken)
-	st.Retry = st.Extend
+	st.Retry = t.exec("UPDATE {table} SET {lease} = $until{, set error} WHERE " + leaseToken)
 	// MySQL reports changed rows, not matched ones: a write of the expiry a
 	// row already holds is confirmed by counting the token.
 	st.Exists = t.query("SELECT COUNT(*) FROM {table} WHERE " + leaseToken)
@@ -113,12 +122,10 @@ func myLease(t *sqlTemplate, n *Names) *Statements {
 // the attempt, so a crash rolls the count back.
 func myRowLock(t *sqlTemplate, n *Names) *Statements {
 	st := &Statements{}
-	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data} FROM {table}{where ready} ORDER BY {id} LIMIT 1 FOR UPDATE SKIP LOCKED")
+	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table}{where ready} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED")
 	st.ClaimMark = t.exec("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id")
 	st.Ack = t.exec("DELETE FROM {table} WHERE " + rowLockToken)
-	if n.NotBefore != "" {
-		st.Retry = t.exec("UPDATE {table} SET {notBefore} = $until WHERE " + rowLockToken)
-	}
+	st.Retry = retryLater(t, n, rowLockToken)
 	if n.ClaimsTable != "" {
 		// Written by a second session while the held transaction has the
 		// row, so only its holder counts it; without RETURNING the count is
@@ -142,11 +149,11 @@ func myRowLock(t *sqlTemplate, n *Names) *Statements {
 func myAdvisory(t *sqlTemplate, n *Names) *Statements {
 	st := &Statements{}
 	st.Candidates, st.CandidatesAfter = candidates(t)
-	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data} FROM {table} WHERE {id} = $id AND {attempt} = $delivered{and ready}")
+	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} WHERE {id} = $id AND {attempt} = $delivered{and ready}")
 	st.ClaimMark = t.exec("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id AND {attempt} = $delivered{and ready}")
 	advisorySettlements(t, n, st)
-	if n.NotBefore != "" {
-		// A Retry writing the not-before time the row holds changes no row,
+	if st.Retry.SQL != "" {
+		// A Retry writing the values the row holds changes no row,
 		// which MySQL reports as none affected: it is confirmed by counting.
 		st.Exists = t.query("SELECT COUNT(*) FROM {table} WHERE " + advisoryToken)
 	}
@@ -238,6 +245,23 @@ func (mysql) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, e
 	return ident.String, err
 }
 
+// myPriorityIndex reports a row-lock table with a priority but no index
+// leading with (priority, id): InnoDB's SKIP LOCKED after a filesort picks
+// the first row in order and then skips it when held, returning none, so
+// every claim would wait for the head job's holder.
+func myPriorityIndex(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+	var found int
+	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.statistics p JOIN information_schema.statistics i "+
+		"ON i.table_schema = p.table_schema AND i.table_name = p.table_name AND i.index_name = p.index_name AND i.seq_in_index = 2 "+
+		"WHERE p.table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND p.table_name = ? AND p.seq_in_index = 1 "+
+		"AND p.column_name = ? AND i.column_name = ?", n.Schema, n.TableName, n.Raw.Priority, n.Raw.ID).Scan(&found)
+	if err != nil || found > 0 {
+		return nil, err
+	}
+	return []string{fmt.Sprintf("table %s has no index on (%s DESC, %s): without it MySQL sorts the rows, and SKIP LOCKED "+
+		"then returns no job while the first in order is held", n.Raw.Name, n.Raw.Priority, n.Raw.ID)}, nil
+}
+
 // myLookalike refuses a form that an engine speaking MySQL's protocol cannot
 // hold, naming the engine, the form and what to use instead.
 func myLookalike(version string, f Form, galera bool) string {
@@ -291,6 +315,8 @@ func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, e
 			return isInt || strings.Contains(t, "char") || strings.Contains(t, "text") || strings.Contains(t, "binary")
 		case kindInt:
 			return isInt
+		case kindString:
+			return strings.Contains(t, "char") || strings.Contains(t, "text")
 		case kindTime:
 			// A bare DATETIME drops the microseconds of the token;
 			// TIMESTAMP follows the session's time zone.
@@ -308,6 +334,13 @@ func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, e
 			p += " (fractional seconds missing: the lease token needs DATETIME(6))"
 		}
 		problems = append(problems, p)
+	}
+	if n.Form == RowLock && n.Priority != "" {
+		p, err := myPriorityIndex(ctx, db, n)
+		if err != nil {
+			return nil, err
+		}
+		problems = append(problems, p...)
 	}
 	if n.ClaimsTable == "" {
 		return problems, nil

@@ -24,8 +24,8 @@ const myNow = "SELECT UTC_TIMESTAMP(6)"
 
 // Lease form.
 const (
-	myLeaseSelect = "(SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED) UNION ALL " +
-		"(SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` <= ? ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED) ORDER BY 1 LIMIT ?"
+	myLeaseDue        = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` <= ? ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	myLeaseFree       = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
 	myLeaseMark       = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	myLeaseExtend     = "UPDATE `jobs` SET `locked_until` = ? WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?" // also Retry
 	myLeaseExists     = "SELECT COUNT(*) FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?"
@@ -104,13 +104,16 @@ func TestMySQLLease(t *testing.T) {
 	// Without parseTime the driver returns DATETIME text.
 	m.ExpectBegin()
 	myClock(m, []byte("2024-03-01 12:00:00.123456"))
-	m.ExpectQuery(myLeaseSelect).WithArgs(4, "2024-03-01 12:00:00.123456", 4, 4).WillReturnRows(rows("id,attempt,payload",
-		row(int64(7), int64(1), []byte("p7")), row(int64(8), int64(3), []byte("p8")),
-		row(int64(9), int64(1), []byte("p9")), row(int64(10), int64(2), []byte("p10"))))
-	m.ExpectExec(myLeaseMark).WithArgs(exp, int64(7), int64(8), int64(9), int64(10), int64(10), int64(10), int64(10), int64(10),
+	// Rows whose lease ran out come first; free rows fill the places left.
+	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 4).WillReturnRows(rows("id,attempt,payload",
+		row(int64(8), int64(3), []byte("p8"))))
+	m.ExpectQuery(myLeaseFree).WithArgs(3).WillReturnRows(rows("id,attempt,payload",
+		row(int64(7), int64(1), []byte("p7")), row(int64(9), int64(1), []byte("p9")), row(int64(10), int64(2), []byte("p10"))))
+	m.ExpectExec(myLeaseMark).WithArgs(exp, int64(8), int64(7), int64(9), int64(10), int64(10), int64(10), int64(10), int64(10),
 		int64(10), int64(10), int64(10), int64(10), int64(10), int64(10), int64(10), int64(10)).WillReturnResult(affected(4))
 	m.ExpectCommit()
-	ds := claim(t, q, 4, 7, 8, 9, 10)
+	ds := claim(t, q, 4, 8, 7, 9, 10)
+	ds[0], ds[1] = ds[1], ds[0] // in id order for what follows
 	if iso := m.isolations(); len(iso) != 1 || iso[0] != sql.LevelReadCommitted {
 		t.Errorf("claim transaction isolation %v, want READ COMMITTED", iso)
 	}
@@ -147,7 +150,8 @@ func TestMySQLLeaseInjectedClock(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
-	m.ExpectQuery(myLeaseSelect).WithArgs(2, "2024-03-01 12:00:00.123456", 2, 2).WillReturnRows(rows("id,attempt,payload",
+	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 2).WillReturnRows(rows("id,attempt,payload"))
+	m.ExpectQuery(myLeaseFree).WithArgs(2).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), []byte("p7")), row(int64(8), int64(1), []byte("p8"))))
 	m.ExpectExec(myLeaseMark).WithArgs(markIDs(exp, 7, 8)...).WillReturnResult(affected(2))
 	m.ExpectCommit()
@@ -177,7 +181,8 @@ func TestMySQLLeaseClaimMarkChunks(t *testing.T) {
 		want = append(want, id)
 	}
 	m.ExpectBegin()
-	m.ExpectQuery(myLeaseSelect).WithArgs(20, "2024-03-01 12:00:00.123456", 20, 20).WillReturnRows(r)
+	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 20).WillReturnRows(rows("id,attempt,payload"))
+	m.ExpectQuery(myLeaseFree).WithArgs(20).WillReturnRows(r)
 	m.ExpectExec(myLeaseMark).WithArgs(exp, int64(1), int64(2), int64(3), int64(4), int64(5), int64(6), int64(7), int64(8),
 		int64(9), int64(10), int64(11), int64(12), int64(13), int64(14), int64(15), int64(16)).WillReturnResult(affected(16))
 	m.ExpectExec(myLeaseMark).WithArgs(exp, int64(17), int64(18), int64(18), int64(18), int64(18), int64(18), int64(18), int64(18),
@@ -201,7 +206,8 @@ func TestMySQLSameExpiryIsNotLost(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
-	m.ExpectQuery(myLeaseSelect).WithArgs(3, "2024-03-01 12:00:00.123456", 3, 3).WillReturnRows(rows("id,attempt,payload",
+	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 3).WillReturnRows(rows("id,attempt,payload"))
+	m.ExpectQuery(myLeaseFree).WithArgs(3).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), nil), row(int64(8), int64(1), nil), row(int64(9), int64(1), nil)))
 	m.ExpectExec(myLeaseMark).WithArgs(markIDs(exp, 7, 8, 9)...).WillReturnResult(affected(3))
 	m.ExpectCommit()
@@ -242,7 +248,8 @@ func TestMySQLLeaseTx(t *testing.T) {
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
 	myClock(m, []byte("2024-03-01 12:00:00.123456"))
-	m.ExpectQuery(myLeaseSelect).WithArgs(4, "2024-03-01 12:00:00.123456", 4, 4).WillReturnRows(rows("id,attempt,payload",
+	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 4).WillReturnRows(rows("id,attempt,payload"))
+	m.ExpectQuery(myLeaseFree).WithArgs(4).WillReturnRows(rows("id,attempt,payload",
 		row(int64(1), int64(1), nil), row(int64(2), int64(1), nil), row(int64(3), int64(1), nil), row(int64(4), int64(1), nil)))
 	m.ExpectExec(myLeaseMark).WithArgs(markIDs(exp, 1, 2, 3, 4)...).WillReturnResult(affected(4))
 	m.ExpectCommit()

@@ -50,7 +50,12 @@ func (postgres) Statements(n *Names) (*Statements, error) {
 	case Advisory:
 		st = pgAdvisory(t, n)
 	}
-	enqueue(st, n, dollar, true)
+	clock := ""
+	if n.DBClock {
+		clock = "statement_timestamp()"
+	}
+	enqueue(st, n, dollar, true, clock)
+	st.Stats = pgStats(t, n)
 	return st, nil
 }
 
@@ -67,12 +72,12 @@ func pgLease(t *sqlTemplate, n *Names) *Statements {
 	// the LIMIT are let go at statement end. MATERIALIZED makes the planner
 	// run the locking subqueries once, rather than per joined row.
 	st.Claim = t.query("WITH picked AS MATERIALIZED (SELECT {id} FROM (" +
-		"SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} IS NULL ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED) AS free" +
+		"SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED) AS free" +
 		" UNION ALL " +
-		"SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} <= {now} ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED) AS expired" +
-		") AS c ORDER BY {id} LIMIT $limit) " +
+		"SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} <= {now} ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED) AS expired" +
+		") AS c ORDER BY {order} LIMIT $limit) " +
 		"UPDATE {table} AS j SET {attempt} = j.{attempt} + 1, {lease} = {until} FROM picked WHERE j.{id} = picked.{id}" +
-		" RETURNING j.{id}, j.{attempt} - 1, j.{lease}{, j.data}")
+		" RETURNING j.{id}, j.{attempt} - 1, j.{lease}{, j.data}{, j.extra}")
 	if n.DBClock {
 		// The engine chose the new expiry: it comes back as the token.
 		st.Extend = t.query("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken + " RETURNING {lease}")
@@ -80,7 +85,7 @@ func pgLease(t *sqlTemplate, n *Names) *Statements {
 		st.Extend = t.exec("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken)
 	}
 	st.Ack = t.exec("DELETE FROM {table} WHERE " + leaseToken)
-	st.Retry = t.exec("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken)
+	st.Retry = t.exec("UPDATE {table} SET {lease} = {until}{, set error} WHERE " + leaseToken)
 	st.Release = t.exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + leaseToken)
 	if n.Dead != "" {
 		st.DeadInsert = pgDeadMove(t, leaseToken)
@@ -93,12 +98,10 @@ func pgLease(t *sqlTemplate, n *Names) *Statements {
 func pgRowLock(t *sqlTemplate, n *Names) *Statements {
 	st := &Statements{}
 	st.Claim = t.query("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = " +
-		"(SELECT {id} FROM {table}{where ready} ORDER BY {id} LIMIT 1 FOR UPDATE SKIP LOCKED)" +
-		" RETURNING {id}, {attempt} - 1{, data}")
+		"(SELECT {id} FROM {table}{where ready} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED)" +
+		" RETURNING {id}, {attempt} - 1{, data}{, extra}")
 	st.Ack = t.exec("DELETE FROM {table} WHERE " + rowLockToken)
-	if n.NotBefore != "" {
-		st.Retry = t.exec("UPDATE {table} SET {notBefore} = {until} WHERE " + rowLockToken)
-	}
+	st.Retry = retryLater(t, n, rowLockToken)
 	if n.ClaimsTable != "" {
 		// Written by a second session once the held transaction has the
 		// row, so only the row's holder counts it; an upsert committed on
@@ -122,7 +125,7 @@ func pgAdvisory(t *sqlTemplate, n *Names) *Statements {
 	st := &Statements{}
 	st.Candidates, st.CandidatesAfter = candidates(t)
 	st.Claim = t.query("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id AND {attempt} = $delivered{and ready}" +
-		" RETURNING {id}, {attempt} - 1{, data}")
+		" RETURNING {id}, {attempt} - 1{, data}{, extra}")
 	advisorySettlements(t, n, st)
 	if n.Dead != "" {
 		st.DeadInsert = pgDeadMove(t, advisoryToken)
@@ -130,11 +133,27 @@ func pgAdvisory(t *sqlTemplate, n *Names) *Statements {
 	return st
 }
 
+// pgStats counts a queue by indexed reads. In work under the row lock: the
+// transactions holding a write lock on the table, which the engine lists
+// (open claims, and the short writes of settlements and enqueues); under
+// the advisory form the engine cannot tell which of its locks are this
+// table's.
+func pgStats(t *sqlTemplate, n *Names) Stmt {
+	now := "CAST({now} AS timestamptz)"
+	inWork := "-1"
+	if n.Form == RowLock {
+		inWork = "(SELECT COUNT(DISTINCT pid) FROM pg_catalog.pg_locks WHERE relation = '{table}'::regclass AND mode = 'RowExclusiveLock' AND granted)"
+	}
+	free, due := statsOldest(n, now)
+	return t.query("SELECT " + statsCounts(n, now, "{until}", inWork) +
+		", CAST(EXTRACT(EPOCH FROM (" + now + " - LEAST(" + free + ", " + due + "))) * 1000000 AS bigint)")
+}
+
 // pgDeadMove moves a row to the dead table in one statement, atomic alone:
 // DELETE … RETURNING feeds the INSERT.
 func pgDeadMove(t *sqlTemplate, token string) Stmt {
-	return t.exec("WITH gone AS (DELETE FROM {table} WHERE " + token + " RETURNING {id}{, data})" +
-		" INSERT INTO {dead} ({id}, {attempt}{, data}) SELECT {id}, $delivered{, data} FROM gone")
+	return t.exec("WITH gone AS (DELETE FROM {table} WHERE " + token + " RETURNING {id}{, data}{, lastError})" +
+		" INSERT INTO {dead} ({id}, {attempt}{, data}{, lastError}) SELECT {id}, $delivered{, data}{, error} FROM gone")
 }
 
 // PostgresLockKey is the 64-bit advisory lock key of one key value of a
@@ -248,6 +267,8 @@ func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string
 			return t == "bigint" || t == "integer" || t == "smallint"
 		case kindTime:
 			return t == "timestamp with time zone"
+		case kindString:
+			return t == "text" || t == "character varying"
 		}
 		return true
 	}

@@ -64,7 +64,11 @@ func (sqlite) Statements(n *Names) (*Statements, error) {
 	default:
 		return nil, fmt.Errorf("SQLite has no row locks: name Table.LockedUntil for the lease form or Table.AdvisoryKey for the advisory form")
 	}
-	enqueue(st, n, question, true)
+	enqueue(st, n, question, true, "")
+	// In work under the advisory form is the process's own count.
+	free, due := statsOldest(n, "$now")
+	st.Stats = t.query("SELECT " + statsCounts(n, "$now", "$until", "-1") +
+		", CAST((julianday($now) - julianday(COALESCE(MIN(" + free + ", " + due + "), " + free + ", " + due + "))) * 86400000000 AS INTEGER)")
 	return st, nil
 }
 
@@ -80,10 +84,20 @@ func sqliteLease(t *sqlTemplate, n *Names) *Statements {
 		" UNION ALL " +
 		"SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} <= {now} ORDER BY +{id} LIMIT $limit)" +
 		" ORDER BY {id} LIMIT $limit)" +
-		" RETURNING {id}, {attempt} - 1, {lease}{, data}")
+		" RETURNING {id}, {attempt} - 1, {lease}{, data}{, extra}")
+	if n.Priority != "" {
+		// The compound read carries the priority to order by; IN takes
+		// its ids alone.
+		st.Claim = t.query("UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = {until} WHERE {id} IN (SELECT {id} FROM (" +
+			"SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit)" +
+			" UNION ALL " +
+			"SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} <= {now} ORDER BY {priority} DESC, +{id} LIMIT $limit)" +
+			" ORDER BY {order} LIMIT $limit))" +
+			" RETURNING {id}, {attempt} - 1, {lease}{, data}{, extra}")
+	}
 	st.Extend = t.exec("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken)
 	st.Ack = t.exec("DELETE FROM {table} WHERE " + leaseToken)
-	st.Retry = t.exec("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken)
+	st.Retry = t.exec("UPDATE {table} SET {lease} = {until}{, set error} WHERE " + leaseToken)
 	st.Release = t.exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + leaseToken)
 	if n.Dead != "" {
 		st.DeadInsert, st.DeadDelete = deadCopy(t, leaseToken)
@@ -98,7 +112,7 @@ func sqliteAdvisory(t *sqlTemplate, n *Names) *Statements {
 	st := &Statements{}
 	st.Candidates, st.CandidatesAfter = candidates(t)
 	st.Claim = t.query("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id AND {attempt} = $delivered{and ready}" +
-		" RETURNING {id}, {attempt} - 1{, data}")
+		" RETURNING {id}, {attempt} - 1{, data}{, extra}")
 	advisorySettlements(t, n, st)
 	if n.Dead != "" {
 		st.DeadInsert, st.DeadDelete = deadCopy(t, advisoryToken)
@@ -185,6 +199,8 @@ func sqliteKind(k colKind, declared string) bool {
 		return strings.Contains(d, "INT") || strings.Contains(d, "TEXT") || strings.Contains(d, "CHAR") || d == "BLOB" || d == ""
 	case kindInt:
 		return strings.Contains(d, "INT")
+	case kindString:
+		return strings.Contains(d, "TEXT") || strings.Contains(d, "CHAR") || d == ""
 	case kindTime:
 		// TEXT affinity keeps the package's format as written; mattn would
 		// turn DATETIME into Go times.

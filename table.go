@@ -58,7 +58,8 @@ func (n *Names) quoteAll(d Dialect, t Table) error {
 		field, name string
 		into        *string
 	}{{"ID", t.ID, &n.ID}, {"Attempt", t.Attempt, &n.Attempt}, {"LockedUntil", t.LockedUntil, &n.LockedUntil},
-		{"AdvisoryKey", t.AdvisoryKey, &n.Key}, {"NotBefore", t.NotBefore, &n.NotBefore}} {
+		{"AdvisoryKey", t.AdvisoryKey, &n.Key}, {"NotBefore", t.NotBefore, &n.NotBefore},
+		{"LastError", t.LastError, &n.LastError}, {"Priority", t.Priority, &n.Priority}, {"EnqueuedAt", t.EnqueuedAt, &n.EnqueuedAt}} {
 		if *c.into, err = quoteColumn(d, c.field, c.name); err != nil {
 			return err
 		}
@@ -127,7 +128,8 @@ func checkOptions(n *Names, t Table) error {
 // repeat the id (a job's id is data too); the advisory key may be the id.
 func checkDistinct(n *Names) error {
 	seen := map[string]string{}
-	for _, c := range []struct{ field, v string }{{"ID", n.ID}, {"Attempt", n.Attempt}, {"LockedUntil", n.LockedUntil}, {"NotBefore", n.NotBefore}} {
+	for _, c := range []struct{ field, v string }{{"ID", n.ID}, {"Attempt", n.Attempt}, {"LockedUntil", n.LockedUntil}, {"NotBefore", n.NotBefore},
+		{"LastError", n.LastError}, {"Priority", n.Priority}, {"EnqueuedAt", n.EnqueuedAt}} {
 		if c.v == "" {
 			continue
 		}

@@ -14,7 +14,8 @@ import (
 type bell struct {
 	mu      sync.Mutex
 	ch      chan struct{}
-	polling bool // an idle loop holds the fallback interval
+	polling bool          // an idle loop holds the fallback interval
+	free    chan struct{} // closed when that loop stops polling
 }
 
 // next returns the channel the next ring closes.
@@ -31,20 +32,25 @@ func (b *bell) ring() {
 	b.mu.Unlock()
 }
 
-// takePoll makes the caller the idle loop that polls, unless one is.
-func (b *bell) takePoll() bool {
+// takePoll makes the caller the idle loop that polls, unless one is; then
+// it returns a channel closed when that loop stops polling.
+func (b *bell) takePoll() (bool, <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.polling {
-		return false
+		return false, b.free
 	}
 	b.polling = true
-	return true
+	b.free = make(chan struct{})
+	return true, nil
 }
 
+// dropPoll ends the caller's polling and wakes the loops waiting to take
+// it over.
 func (b *bell) dropPoll() {
 	b.mu.Lock()
 	b.polling = false
+	close(b.free)
 	b.mu.Unlock()
 }
 

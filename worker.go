@@ -24,7 +24,8 @@ type WorkConfig struct {
 	// even when no wake-up came (jobs enqueued by another process without
 	// a notification, retry delays and leases running out), jittered by up
 	// to a tenth either way. One idle loop per table in a process polls; the others
-	// wait for a wake-up. Zero means one second.
+	// wait for a wake-up, and one of them takes the polling over when that
+	// loop stops idling. Zero means one second.
 	Poll time.Duration
 	// MaxAttempts is the attempt whose failure moves a job to the dead
 	// table, where one is named; without one it is retried on. Zero means
@@ -136,13 +137,27 @@ func DefaultBackoff(attempt int) time.Duration {
 
 // idle waits for a wake-up, or, for the one idle loop that polls, for the
 // fallback interval; ctx ending ends the wait.
+//
+// The polling loop stops polling when its interval runs out, when it is
+// woken and when its ctx ends; it may then find jobs and handle them for a
+// long time. One of the loops still idle takes the polling over at once,
+// without a claim, so that while any loop is idle one of them polls. (A ring
+// instead would cost a claim per idle loop; and without a handover, a job
+// enqueued by another process while the loop that polled is busy would wait
+// for that loop's handlers, not for the interval.)
 func (w *worker) idle(ctx context.Context, rang <-chan struct{}) {
-	if !w.q.bell.takePoll() {
+	for {
+		polls, free := w.q.bell.takePoll()
+		if polls {
+			break
+		}
 		select {
 		case <-rang:
+			return
 		case <-ctx.Done():
+			return
+		case <-free:
 		}
-		return
 	}
 	defer w.q.bell.dropPoll()
 	// Up to a tenth either way, so that processes idle together do not
@@ -154,8 +169,6 @@ func (w *worker) idle(ctx context.Context, rang <-chan struct{}) {
 	case <-rang:
 	case <-t.C:
 	case <-ctx.Done():
-		// Another idle loop takes the polling over.
-		w.q.bell.ring()
 	}
 }
 
@@ -182,16 +195,21 @@ func (w *worker) handleAll(ctx context.Context, ds []*Delivery) {
 // result. Settlements outlive ctx: a job is settled or given back even
 // while the loop shuts down.
 func (w *worker) handleOne(ctx context.Context, d *Delivery) {
+	lease := w.q.names.Form == Lease
 	base := ctx
-	if w.q.names.Form == Lease {
+	if lease {
 		// A lease job keeps its lease at shutdown: its handler runs on,
 		// and the keeper stops extending, its deadline still armed.
 		base = context.WithoutCancel(ctx)
-		stop := context.AfterFunc(ctx, d.pauseKeeper)
-		defer stop()
 	}
 	hctx, stopKeeper := d.Keep(base)
 	defer stopKeeper()
+	if lease {
+		// Armed once the keeper exists: a ctx that ended before would
+		// find no keeper to pause, and the lease would be extended on.
+		stop := context.AfterFunc(ctx, d.pauseKeeper)
+		defer stop()
+	}
 	err := runHandler(hctx, w.handle, d)
 	settle := context.WithoutCancel(ctx)
 	switch {
@@ -200,8 +218,10 @@ func (w *worker) handleOne(ctx context.Context, d *Delivery) {
 	case ctx.Err() != nil && w.q.names.Form != Lease:
 		_ = d.Release(settle)
 	case d.Attempt() >= w.attempts && w.q.names.Dead != "":
+		d.SetError(err)
 		_ = d.Dead(settle)
 	default:
+		d.SetError(err)
 		after := w.backoff(d.Attempt())
 		if w.q.names.Form != Lease && w.q.names.NotBefore == "" {
 			after = 0

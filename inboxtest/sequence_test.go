@@ -85,7 +85,7 @@ func TestSequenceMySQLClock(t *testing.T) {
 	want(t, "claim", record(m, func() { m.ExpectClaim(1, job7) }),
 		"begin",
 		"query SELECT UTC_TIMESTAMP(6)",
-		"query "+st.ClaimSelect.SQL+" [1 2024-01-01 12:00:00.000000 1 1]",
+		"query "+st.ClaimSelect.SQL+" [2024-01-01 12:00:00.000000 1]",
 		"exec "+st.ClaimMark.SQL+" [2024-01-01 12:00:30.000000 "+ids16(7)+"]",
 		"commit")
 	want(t, "retry", record(m, func() { m.ExpectRetry(7, time.Minute) }),
@@ -109,7 +109,7 @@ func TestSequenceMySQLClock(t *testing.T) {
 	m = recorder(t, inbox.Config{Dialect: inbox.MySQL, Table: pgLease, Now: func() time.Time { return t0 }})
 	want(t, "claim, injected clock", record(m, func() { m.ExpectClaim(1, job7) }),
 		"begin",
-		"query "+st.ClaimSelect.SQL+" [1 2024-03-01 12:00:00.123456 1 1]",
+		"query "+st.ClaimSelect.SQL+" [2024-03-01 12:00:00.123456 1]",
 		"exec "+st.ClaimMark.SQL+" [2024-03-01 12:00:30.123456 "+ids16(7)+"]",
 		"commit")
 }

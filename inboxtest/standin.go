@@ -332,6 +332,9 @@ func (s *standIn) answerQuery(c *call) {
 		c.cols, c.rows = []string{"now"}, [][]driver.Value{{s.d.TimeArg(s.engineNow())}}
 	case c.is("Claim", "ClaimSelect"):
 		s.claimRows(c)
+	case c.is("ClaimSelectMore"):
+		// The claim's jobs all came with the first read.
+		c.cols = append([]string{s.table.ID, s.table.Attempt}, s.table.Data...)
 	case c.is("Candidates"):
 		c.cols = []string{s.table.ID, s.table.AdvisoryKey, s.table.Attempt}
 		for _, j := range s.jobs {

@@ -1,0 +1,83 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+)
+
+// Stats is one queue's state as [Queue.Stats] read it.
+type Stats struct {
+	// Ready counts the jobs claimable now by their times. Under the row
+	// lock and advisory forms it includes the jobs held, less those the
+	// engine can tell are (InWork).
+	Ready int64
+	// Waiting counts the jobs not claimable before a later time: a
+	// not-before time or a retry delay. Under the lease form, a lease that
+	// ends more than a lease from now (a retry delay) counts here, one
+	// ending sooner as in work.
+	Waiting int64
+	// InWork counts the jobs held. Lease: leases in force. Row lock
+	// (PostgreSQL): the transactions holding a write lock on the table,
+	// which includes a settlement or enqueue in progress. Advisory on
+	// SQLite: the keys in work in this process. -1 where the engine cannot
+	// tell (row lock on MySQL, advisory on PostgreSQL and MySQL):
+	// [Queue.InWork] counts this process's.
+	InWork int64
+	// Dead counts the dead table's rows; -1 without Table.DeadTable.
+	Dead int64
+	// OldestReady is the age of the oldest ready job, by Table.EnqueuedAt
+	// and the clock; zero when none is ready.
+	OldestReady time.Duration
+}
+
+// ErrNoEnqueuedAt is returned by [Queue.Stats] when the description names
+// no Table.EnqueuedAt, which the age of the oldest ready job needs.
+var ErrNoEnqueuedAt = errors.New("inbox: the age of the oldest ready job needs Table.EnqueuedAt")
+
+// Stats reads the queue's state in one statement (Statements.Stats) of
+// indexed counts: with the recommended indexes it reads no table row (see
+// docs/schema.md). It needs Table.EnqueuedAt ([ErrNoEnqueuedAt]).
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	var st Stats
+	if q.names.EnqueuedAt == "" {
+		return st, opErr("stats", ErrNoEnqueuedAt)
+	}
+	v := values{micros: q.lease.Microseconds()}
+	if err := q.fillTimes(ctx, q.db, q.st.Stats, &v, q.lease); err != nil {
+		return st, opErr("stats", err)
+	}
+	var age sql.NullInt64
+	if err := q.queryRow(ctx, q.db, q.st.Stats, &v).Scan(&st.Ready, &st.Waiting, &st.InWork, &st.Dead, &age); err != nil {
+		return st, opErr("stats", err)
+	}
+	if q.names.Form == Advisory && q.locker == nil {
+		ident, err := q.identity(ctx)
+		if err != nil {
+			return st, opErr("stats", err)
+		}
+		st.InWork = int64(q.keys.count(ident + "\x00"))
+	}
+	if q.names.Form != Lease && st.InWork > 0 {
+		st.Ready = max(st.Ready-st.InWork, 0)
+	}
+	if age.Valid && age.Int64 > 0 {
+		st.OldestReady = time.Duration(age.Int64) * time.Microsecond
+	}
+	return st, nil
+}
+
+// count counts the keys in work that begin with prefix.
+func (s *keySet) count(prefix string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k := range s.m {
+		if strings.HasPrefix(k, prefix) {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,598 @@
+package inbox_test
+
+// The worker loop, Queue.Work, pinned with sqlmock's exact matcher: what it
+// sends for each outcome of a handler (ack, retry after the backoff, dead
+// past MaxAttempts, a panic), what it gives back at shutdown under each form,
+// and the claims a wake-up causes. One loop with a batch of one, so that the
+// statements come in one order; the loop is stopped by ending its context
+// from a driver hook or from the handler, never by a timer.
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// workRun runs one Work loop on q until its context ends, and returns a
+// channel that receives its result.
+func workRun(ctx context.Context, q *inbox.Queue, cfg inbox.WorkConfig, h inbox.Handler) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- q.Work(ctx, cfg, h) }()
+	return done
+}
+
+// workDone waits for the loop's result, failing after a generous deadline.
+func workDone(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Work returned %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Work did not return 30s after its context ended")
+	}
+}
+
+// workLog records the handler's deliveries and the backoff's calls.
+type workLog struct {
+	mu       sync.Mutex
+	handled  []string // "id@attempt"
+	backoffs []int
+}
+
+func (l *workLog) handle(d *inbox.Delivery) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.handled = append(l.handled, fmt.Sprintf("%v@%d", d.ID(), d.Attempt()))
+}
+
+func (l *workLog) backoff(n int) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.backoffs = append(l.backoffs, n)
+	return 90 * time.Second
+}
+
+func (l *workLog) check(t *testing.T, handled string, backoffs ...int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if got := strings.Join(l.handled, " "); got != handled {
+		t.Errorf("handled %q, want %q", got, handled)
+	}
+	if !slices.Equal(l.backoffs, backoffs) {
+		t.Errorf("backoff called for attempts %v, want %v", l.backoffs, backoffs)
+	}
+}
+
+// A bad configuration is an error before any I/O.
+func TestWorkRefuses(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable})
+	h := func(context.Context, *inbox.Delivery) error { return nil }
+	for _, c := range []struct {
+		cfg  inbox.WorkConfig
+		h    inbox.Handler
+		want string
+	}{
+		{inbox.WorkConfig{}, nil, "handler is nil"},
+		{inbox.WorkConfig{Batch: -1}, h, "WorkConfig.Batch -1"},
+		{inbox.WorkConfig{Batch: inbox.MaxClaim + 1}, h, "WorkConfig.Batch 1001"},
+		{inbox.WorkConfig{Poll: -time.Second}, h, "WorkConfig.Poll -1s"},
+		{inbox.WorkConfig{MaxAttempts: -1}, h, "WorkConfig.MaxAttempts -1"},
+	} {
+		m.quiet(t, c.want, func() {
+			err := q.Work(context.Background(), c.cfg, c.h)
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "inbox: work: ") {
+				t.Errorf("Work(%+v) = %v, want an error naming %q", c.cfg, err, c.want)
+			}
+		})
+	}
+}
+
+// DefaultBackoff: a second doubled each attempt, capped at an hour, less up
+// to a fifth.
+func TestDefaultBackoff(t *testing.T) {
+	for n := 1; n <= 15; n++ {
+		base := time.Hour
+		if n <= 12 {
+			base = min(time.Second<<(n-1), time.Hour)
+		}
+		lo, hi := base, time.Duration(0)
+		for i := 0; i < 200; i++ {
+			d := inbox.DefaultBackoff(n)
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		if lo < base-base/5 || hi > base {
+			t.Errorf("DefaultBackoff(%d) in [%v, %v], want within [%v, %v]", n, lo, hi, base-base/5, base)
+		}
+		if lo == hi {
+			t.Errorf("DefaultBackoff(%d) always %v: no jitter", n, lo)
+		}
+	}
+}
+
+// Lease form: nil acks; an error retries after the backoff of the failed
+// attempt; an error at MaxAttempts moves the job to the dead table, no
+// backoff asked; a panic retries like an error. The loop stops when the claim
+// after the last job finds nothing and its context ends.
+func TestWorkPostgresLease(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
+	exp := utc0.Add(time.Minute)
+	cols := "id,attempt,locked_until,payload"
+	claimRow := func(id, attempt int64) {
+		m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows(cols, row(id, attempt, exp, []byte("p"))))
+	}
+	claimRow(7, 1)
+	m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(exp)).WillReturnResult(affected(1))
+	claimRow(8, 1)
+	m.ExpectExec(pgLeaseRetry).WithArgs(int64(90_000_000), int64(8), int64(2), at(exp)).WillReturnResult(affected(1))
+	claimRow(9, 3)
+	m.ExpectExec(pgLeaseDead).WithArgs(int64(9), int64(4), at(exp), int64(3)).WillReturnResult(affected(1))
+	claimRow(10, 1)
+	m.ExpectExec(pgLeaseRetry).WithArgs(int64(90_000_000), int64(10), int64(2), at(exp)).WillReturnResult(affected(1))
+	m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows(cols))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var log workLog
+	done := workRun(ctx, q, inbox.WorkConfig{MaxAttempts: 3, Backoff: log.backoff}, func(ctx context.Context, d *inbox.Delivery) error {
+		log.handle(d)
+		switch d.ID() {
+		case int64(7):
+			return nil
+		case int64(10):
+			m.after("query "+pgLeaseClaim, cancel) // the next claim is the last
+			panic("kaboom")
+		}
+		return errors.New("failed")
+	})
+	workDone(t, done)
+	m.since(t, 0,
+		"query "+pgLeaseClaim, "exec "+pgLeaseAck,
+		"query "+pgLeaseClaim, "exec "+pgLeaseRetry,
+		"query "+pgLeaseClaim, "exec "+pgLeaseDead,
+		"query "+pgLeaseClaim, "exec "+pgLeaseRetry,
+		"query "+pgLeaseClaim)
+	m.met(t)
+	log.check(t, "7@1 8@1 9@3 10@1", 1, 1)
+}
+
+// Lease form at shutdown: the handler's context lives on, and the job keeps
+// its lease and settles by the handler's result: an ack, or a retry after
+// the backoff; nothing is released and nothing more claimed.
+func TestWorkPostgresLeaseShutdown(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		m := newMock(t)
+		q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
+		exp := utc0.Add(time.Minute)
+		m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows("id,attempt,locked_until,payload", row(int64(7), int64(1), exp, []byte("p"))))
+		settle := "exec " + pgLeaseAck
+		if fail {
+			settle = "exec " + pgLeaseRetry
+			m.ExpectExec(pgLeaseRetry).WithArgs(int64(90_000_000), int64(7), int64(2), at(exp)).WillReturnResult(affected(1))
+		} else {
+			m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(exp)).WillReturnResult(affected(1))
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var log workLog
+		var hctxErr error
+		done := workRun(ctx, q, inbox.WorkConfig{Backoff: log.backoff}, func(hctx context.Context, d *inbox.Delivery) error {
+			log.handle(d)
+			cancel()
+			<-ctx.Done()
+			hctxErr = hctx.Err()
+			if fail {
+				return errors.New("failed after the shutdown")
+			}
+			return nil
+		})
+		workDone(t, done)
+		if hctxErr != nil {
+			t.Errorf("fail %v: the handler's context ended with the loop's: %v", fail, hctxErr)
+		}
+		m.since(t, 0, "query "+pgLeaseClaim, settle)
+		m.met(t)
+		if fail {
+			log.check(t, "7@1", 1)
+		} else {
+			log.check(t, "7@1")
+		}
+		if q.InWork() != 0 {
+			t.Errorf("InWork() = %d", q.InWork())
+		}
+	}
+}
+
+// Row-lock form: each outcome commits the held transaction; at shutdown the
+// handler's context ends and the job is released, its transaction rolled
+// back, the attempt not spent.
+func TestWorkPostgresRowLock(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: rowLockTable})
+	cols := "id,attempt,payload"
+	claimRow := func(id, attempt int64) {
+		m.ExpectBegin()
+		m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(id, attempt, []byte("p"))))
+	}
+	claimRow(7, 1)
+	m.ExpectExec(pgRowLockAck).WithArgs(int64(7)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	claimRow(8, 1)
+	m.ExpectExec(pgRowLockRetry).WithArgs(int64(90_000_000), int64(8)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	claimRow(9, 3)
+	m.ExpectExec(pgRowLockDead).WithArgs(int64(9), int64(3)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	claimRow(10, 1)
+	m.ExpectRollback()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var log workLog
+	var cause error
+	done := workRun(ctx, q, inbox.WorkConfig{MaxAttempts: 3, Backoff: log.backoff}, func(hctx context.Context, d *inbox.Delivery) error {
+		log.handle(d)
+		switch d.ID() {
+		case int64(7):
+			return nil
+		case int64(10):
+			cancel() // the shutdown, mid-handler
+			<-hctx.Done()
+			cause = hctx.Err()
+			return hctx.Err()
+		}
+		return errors.New("failed")
+	})
+	workDone(t, done)
+	if !errors.Is(cause, context.Canceled) {
+		t.Errorf("the handler's context ended with %v, want context.Canceled", cause)
+	}
+	m.since(t, 0,
+		"begin", "query "+pgRowLockClaim, "exec "+pgRowLockAck, "commit",
+		"begin", "query "+pgRowLockClaim, "exec "+pgRowLockRetry, "commit",
+		"begin", "query "+pgRowLockClaim, "exec "+pgRowLockDead, "commit",
+		"begin", "query "+pgRowLockClaim, "rollback")
+	m.met(t)
+	log.check(t, "7@1 8@1 9@3 10@1", 1)
+	if q.InWork() != 0 {
+		t.Errorf("InWork() = %d after the shutdown", q.InWork())
+	}
+}
+
+// Row-lock form without a not-before column: a failed job cannot be
+// delayed, so the retry commits the counted attempt alone.
+func TestWorkPostgresRowLockNoDelay(t *testing.T) {
+	const claimSQL = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = (SELECT "id" FROM "jobs" ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED) ` +
+		`RETURNING "id", "attempt" - 1, "payload"`
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", DeadTable: "dead_jobs"}})
+	m.ExpectBegin()
+	m.ExpectQuery(claimSQL).WithoutArgs().WillReturnRows(rows("id,attempt,payload", row(int64(8), int64(1), []byte("p"))))
+	m.ExpectCommit()
+	m.ExpectBegin()
+	m.ExpectQuery(claimSQL).WithoutArgs().WillReturnRows(rows("id,attempt,payload"))
+	m.ExpectRollback()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var log workLog
+	done := workRun(ctx, q, inbox.WorkConfig{Backoff: log.backoff}, func(_ context.Context, d *inbox.Delivery) error {
+		log.handle(d)
+		m.after("query "+claimSQL, cancel)
+		return errors.New("failed")
+	})
+	workDone(t, done)
+	m.since(t, 0, "begin", "query "+claimSQL, "commit", "begin", "query "+claimSQL, "rollback")
+	m.met(t)
+	log.check(t, "8@1", 1)
+}
+
+// Advisory form: each outcome runs on the pinned connection, then unlocks;
+// at shutdown the job is released (its attempt given back) and unlocked.
+func TestWorkPostgresAdvisory(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
+	cols := "id,attempt,payload"
+	pgIdent(m, `"jobs"`)
+	claimRow := func(id, attempt int64) {
+		k := fmt.Sprint(id)
+		// Candidates for a batch of one: twice one, no key held, and 8.
+		m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(id, id, attempt)))
+		pgLocked(m, k, true)
+		m.ExpectQuery(pgAdvClaim).WithArgs(id, attempt).WillReturnRows(rows(cols, row(id, attempt, []byte("p"))))
+	}
+	claimRow(1, 1)
+	m.ExpectExec(pgAdvAck).WithArgs(int64(1), int64(2)).WillReturnResult(affected(1))
+	pgUnlocked(m, "1")
+	claimRow(2, 1)
+	m.ExpectExec(pgAdvRetry).WithArgs(int64(90_000_000), int64(2), int64(2)).WillReturnResult(affected(1))
+	pgUnlocked(m, "2")
+	claimRow(3, 3)
+	m.ExpectExec(pgAdvDead).WithArgs(int64(3), int64(4), int64(3)).WillReturnResult(affected(1))
+	pgUnlocked(m, "3")
+	claimRow(4, 1)
+	m.ExpectExec(pgAdvRelease).WithArgs(int64(4), int64(2)).WillReturnResult(affected(1))
+	pgUnlocked(m, "4")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var log workLog
+	done := workRun(ctx, q, inbox.WorkConfig{MaxAttempts: 3, Backoff: log.backoff}, func(hctx context.Context, d *inbox.Delivery) error {
+		log.handle(d)
+		switch d.ID() {
+		case int64(1):
+			return nil
+		case int64(4):
+			cancel()
+			<-hctx.Done()
+			return hctx.Err()
+		}
+		return errors.New("failed")
+	})
+	workDone(t, done)
+	claim := []string{"query " + pgAdvCandidates, "query " + pgTryLock, "query " + pgAdvClaim}
+	var want []string
+	want = append(want, "query "+pgIdentity)
+	for _, settle := range []string{pgAdvAck, pgAdvRetry, pgAdvDead, pgAdvRelease} {
+		want = append(append(want, claim...), "exec "+settle, "query "+pgUnlock)
+	}
+	m.since(t, 0, want...)
+	m.met(t)
+	log.check(t, "1@1 2@1 3@3 4@1", 1)
+	if q.InWork() != 0 {
+		t.Errorf("InWork() = %d after the shutdown", q.InWork())
+	}
+}
+
+// A batch: the jobs of one claim are handled side by side and each settled
+// by its own handler's result; a full batch is claimed again at once.
+func TestWorkBatch(t *testing.T) {
+	m := newMock(t)
+	m.MatchExpectationsInOrder(false) // the settlements of one batch race
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
+	exp := utc0.Add(time.Minute)
+	cols := "id,attempt,locked_until,payload"
+	m.ExpectQuery(pgLeaseClaim).WithArgs(3, 3, 3, minute).WillReturnRows(rows(cols,
+		row(int64(1), int64(1), exp, []byte("p")), row(int64(2), int64(1), exp, []byte("p")), row(int64(3), int64(1), exp, []byte("p"))))
+	m.ExpectExec(pgLeaseAck).WithArgs(int64(1), int64(2), at(exp)).WillReturnResult(affected(1))
+	m.ExpectExec(pgLeaseRetry).WithArgs(int64(90_000_000), int64(2), int64(2), at(exp)).WillReturnResult(affected(1))
+	m.ExpectExec(pgLeaseAck).WithArgs(int64(3), int64(2), at(exp)).WillReturnResult(affected(1))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var log workLog
+	all := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { wg.Wait(); close(all) }()
+	// The batch was full: the loop claims again before it idles. That claim
+	// ends the test.
+	m.ExpectQuery(pgLeaseClaim).WithArgs(3, 3, 3, minute).WillReturnRows(rows(cols))
+	done := workRun(ctx, q, inbox.WorkConfig{Batch: 3, Backoff: log.backoff}, func(_ context.Context, d *inbox.Delivery) error {
+		log.handle(d)
+		if d.ID() == int64(1) {
+			m.after("query "+pgLeaseClaim, cancel) // the first claim was answered
+		}
+		wg.Done()
+		<-all // all three handlers run at once
+		if d.ID() == int64(2) {
+			return errors.New("failed")
+		}
+		return nil
+	})
+	workDone(t, done)
+	m.met(t)
+	if got := strings.Join(m.log(0), "\n"); strings.Count(got, "query "+pgLeaseClaim) != 2 || strings.Count(got, "exec ") != 3 {
+		t.Errorf("calls:\n%s\nwant two claims and three settlements", got)
+	}
+	log.mu.Lock()
+	slices.Sort(log.handled)
+	log.mu.Unlock()
+	log.check(t, "1@1 2@1 3@1", 1)
+}
+
+// Wake-ups: an idle loop (fallback interval an hour) claims again when a
+// job is enqueued through the *sql.DB, when Wake follows a transaction's
+// commit, and when a Listener relays a notification; Enqueue with a
+// notification channel notifies in the insert itself.
+func TestWorkWakes(t *testing.T) {
+	const (
+		insert       = `INSERT INTO "jobs" ("payload") VALUES ($1) RETURNING "id"`
+		insertNotify = `WITH j AS (INSERT INTO "jobs" ("payload") VALUES ($1) RETURNING "id") SELECT j."id" FROM j CROSS JOIN pg_notify('jobs_ready', '') AS n`
+	)
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, NotifyChannel: "jobs_ready"})
+	plain := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
+	exp := utc0.Add(time.Minute)
+	cols := "id,attempt,locked_until,payload"
+	p := []byte("p")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// idle expects a claim that finds nothing and returns a channel closed
+	// once it has been answered: from then on the loop is idle, or sees any
+	// wake-up that follows.
+	idle := func() (<-chan struct{}, func()) {
+		m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows(cols))
+		ch := make(chan struct{})
+		return ch, func() { close(ch) }
+	}
+	wait := func(ch <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the loop did not claim within 30s")
+		}
+	}
+	// The handler reports each job and installs the hook the test hands
+	// it for the claim that follows.
+	type turn struct {
+		id   any
+		next chan func()
+	}
+	handled := make(chan turn)
+	job := func(id int64) {
+		m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows(cols, row(id, int64(1), exp, p)))
+		m.ExpectExec(pgLeaseAck).WithArgs(id, int64(2), at(exp)).WillReturnResult(affected(1))
+	}
+	// handle waits for job want and has the next claim run then.
+	handle := func(want int64, then func()) {
+		t.Helper()
+		select {
+		case tr := <-handled:
+			if tr.id != want {
+				t.Fatalf("handled %v, want %d", tr.id, want)
+			}
+			tr.next <- then
+		case <-time.After(30 * time.Second):
+			t.Fatalf("job %d not handled within 30s of its wake-up", want)
+		}
+	}
+
+	first, answered := idle()
+	m.after("query "+pgLeaseClaim, answered)
+	done := workRun(ctx, q, inbox.WorkConfig{Poll: time.Hour}, func(_ context.Context, d *inbox.Delivery) error {
+		next := make(chan func())
+		handled <- turn{d.ID(), next}
+		m.after("query "+pgLeaseClaim, <-next)
+		return nil
+	})
+	wait(first)
+
+	// Through the *sql.DB, by a queue without the channel: a plain insert.
+	m.ExpectQuery(insert).WithArgs(p).WillReturnRows(rows("id", row(int64(1))))
+	job(1)
+	next, answered := idle()
+	_, err := plain.Enqueue(ctx, m.DB, inbox.Job{Data: []any{p}})
+	ok(t, "Enqueue", err)
+	handle(1, answered)
+	wait(next)
+
+	// In a transaction, with the channel: the notification goes with the
+	// insert; the loops of this process wake when Wake follows the commit.
+	m.ExpectBegin()
+	m.ExpectQuery(insertNotify).WithArgs(p).WillReturnRows(rows("id", row(int64(2))))
+	m.ExpectCommit()
+	tx, err := m.DB.Begin()
+	ok(t, "Begin", err)
+	_, err = q.Enqueue(ctx, tx, inbox.Job{Data: []any{p}})
+	ok(t, "Enqueue", err)
+	ok(t, "Commit", tx.Commit())
+	job(2)
+	next, answered = idle()
+	q.Wake()
+	handle(2, answered)
+	wait(next)
+
+	// A listener's notification, as from another process.
+	l := &fakeListener{ready: make(chan func())}
+	lctx, lcancel := context.WithCancel(ctx)
+	listened := make(chan error, 1)
+	go func() { listened <- q.Listen(lctx, l) }()
+	var wake func()
+	select {
+	case wake = <-l.ready:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Listen did not start the listener")
+	}
+	if l.channel != "jobs_ready" {
+		t.Errorf("listener got channel %q, want jobs_ready", l.channel)
+	}
+	job(3)
+	m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows(cols))
+	wake()
+	handle(3, cancel)
+	lcancel()
+	if err := <-listened; err != nil {
+		t.Errorf("Listen returned %v", err)
+	}
+	workDone(t, done)
+	m.since(t, 0,
+		"query "+pgLeaseClaim,
+		"query "+insert, "query "+pgLeaseClaim, "exec "+pgLeaseAck, "query "+pgLeaseClaim,
+		"begin", "query "+insertNotify, "commit", "query "+pgLeaseClaim, "exec "+pgLeaseAck, "query "+pgLeaseClaim,
+		"query "+pgLeaseClaim, "exec "+pgLeaseAck, "query "+pgLeaseClaim)
+	m.met(t)
+
+	// Listen needs the channel; MySQL and SQLite have no notifications.
+	if err := plain.Listen(ctx, l); err == nil || !strings.Contains(err.Error(), "NotifyChannel") {
+		t.Errorf("Listen without a channel: %v", err)
+	}
+	for _, d := range []inbox.Dialect{inbox.MySQL, inbox.SQLite} {
+		if _, err := inbox.New(m.DB, inbox.Config{Dialect: d, Table: leaseTable, NotifyChannel: "jobs_ready"}); err == nil {
+			t.Errorf("%s accepted a notification channel", d.Name())
+		}
+	}
+	if _, err := inbox.New(m.DB, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, NotifyChannel: "jobs'); DROP TABLE jobs; --"}); err == nil {
+		t.Error("a channel that is not an identifier was accepted")
+	}
+}
+
+// fakeListener hands the test its wake function and waits for ctx.
+type fakeListener struct {
+	channel string
+	ready   chan func()
+}
+
+func (l *fakeListener) Listen(ctx context.Context, channel string, wake func()) error {
+	l.channel = channel
+	l.ready <- wake
+	<-ctx.Done()
+	return nil
+}
+
+// The loop records the handler's error, or a panic's text, for Retry and
+// Dead to write into Table.LastError. The statements are pinned in the
+// engine files' tests; this pins the text the loop passes.
+func TestWorkRecordsErrors(t *testing.T) {
+	m := newMock(t)
+	tb := leaseTable
+	tb.LastError = "last_error"
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: tb, Lease: time.Minute})
+	st := q.Statements()
+	exp := utc0.Add(time.Minute)
+	cols := "id,attempt,locked_until,payload,last_error"
+	args := func(s inbox.Stmt, text string) []driver.Value {
+		out := make([]driver.Value, len(s.Args))
+		for i, a := range s.Args {
+			out[i] = sqlmock.AnyArg()
+			if a == inbox.ArgError {
+				out[i] = text
+			}
+		}
+		return out
+	}
+	m.ExpectQuery(st.Claim.SQL).WillReturnRows(rows(cols, row(int64(7), int64(1), exp, []byte("p"), nil)))
+	m.ExpectExec(st.Retry.SQL).WithArgs(args(st.Retry, "inbox: handler panicked: kaboom")...).WillReturnResult(affected(1))
+	m.ExpectQuery(st.Claim.SQL).WillReturnRows(rows(cols, row(int64(7), int64(2), exp, []byte("p"), "inbox: handler panicked: kaboom")))
+	m.ExpectExec(st.DeadInsert.SQL).WithArgs(args(st.DeadInsert, "still failing")...).WillReturnResult(affected(1))
+	m.ExpectQuery(st.Claim.SQL).WillReturnRows(rows(cols))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var seen []string
+	done := workRun(ctx, q, inbox.WorkConfig{MaxAttempts: 2}, func(_ context.Context, d *inbox.Delivery) error {
+		seen = append(seen, d.LastError())
+		if d.Attempt() == 1 {
+			panic("kaboom")
+		}
+		m.after("query "+st.Claim.SQL, cancel)
+		return errors.New("still failing")
+	})
+	workDone(t, done)
+	m.met(t)
+	if want := []string{"", "inbox: handler panicked: kaboom"}; !slices.Equal(seen, want) {
+		t.Errorf("delivered with last errors %q, want %q", seen, want)
+	}
+}
