@@ -64,14 +64,19 @@ type Job struct {
 	// Data are the values of the table's data columns, in their order, as
 	// the driver returns them ([]byte("…") for text, say).
 	Data []any
+	// LastError and Priority are the values of Table.LastError and
+	// Table.Priority, when the description names them.
+	LastError string
+	Priority  int
 }
 
 // Call names one call on a delivery that a lease can be lost in, for
 // [Mock.ExpectLeaseLost]: [Ack], [Release], [Dead], [Extend], or [Retry]
 // with its delay.
 type Call struct {
-	kind  callKind
-	after time.Duration
+	kind     callKind
+	after    time.Duration
+	withText bool // the worker recorded an error (Delivery.SetError)
 }
 
 type callKind int
@@ -220,6 +225,16 @@ func (m *Mock) ExpectAck(id any) { m.expect(id, Ack, false) }
 // and advisory forms a delay needs Table.NotBefore.
 func (m *Mock) ExpectRetry(id any, after time.Duration) { m.expect(id, Retry(after), false) }
 
+// ExpectRetryWithError expects Retry of the job id after after, by a worker
+// that recorded the handler's error first (Delivery.SetError): with
+// Table.LastError a Retry then always writes, a delay or not. The error's
+// text itself is matched by any value.
+func (m *Mock) ExpectRetryWithError(id any, after time.Duration) {
+	c := Retry(after)
+	c.withText = true
+	m.expect(id, c, false)
+}
+
 // ExpectRelease expects Release of the job id.
 func (m *Mock) ExpectRelease(id any) { m.expect(id, Release, false) }
 
@@ -262,6 +277,9 @@ func (m *Mock) expect(id any, c Call, lost bool) {
 	case callAck:
 		err = d.Ack(ctx)
 	case callRetry:
+		if c.withText {
+			d.SetError(errors.New("inboxtest: the worker's error"))
+		}
 		err = d.Retry(ctx, c.after)
 	case callRelease:
 		err = d.Release(ctx)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+
+	"github.com/DATA-DOG/go-sqlmock"
 )
 
 // The stand-in is a database/sql driver that answers the statements of one
@@ -52,10 +54,12 @@ type call struct {
 
 // job is a Job as the stand-in returns it.
 type job struct {
-	id      any // int64 or string
-	attempt int64
-	key     driver.Value
-	data    []driver.Value
+	id        any // int64 or string
+	attempt   int64
+	key       driver.Value
+	data      []driver.Value
+	lastError string
+	priority  int64
 }
 
 type known struct {
@@ -190,7 +194,7 @@ func (s *standIn) normalize(j Job) (job, error) {
 	if err != nil {
 		return job{}, err
 	}
-	out := job{id: id, attempt: int64(j.Attempt)}
+	out := job{id: id, attempt: int64(j.Attempt), lastError: j.LastError, priority: int64(j.Priority)}
 	if out.attempt == 0 {
 		out.attempt = 1
 	}
@@ -334,14 +338,25 @@ func (s *standIn) answerQuery(c *call) {
 		s.claimRows(c)
 	case c.is("ClaimSelectMore"):
 		// The claim's jobs all came with the first read.
-		c.cols = append([]string{s.table.ID, s.table.Attempt}, s.table.Data...)
+		s.claimRows(c)
+		c.rows = nil
 	case c.is("Candidates"):
 		c.cols = []string{s.table.ID, s.table.AdvisoryKey, s.table.Attempt}
+		if s.table.Priority != "" {
+			c.cols = append(c.cols, s.table.Priority)
+		}
 		for _, j := range s.jobs {
-			c.rows = append(c.rows, []driver.Value{j.id, j.key, j.attempt})
+			r := []driver.Value{j.id, j.key, j.attempt}
+			if s.table.Priority != "" {
+				r = append(r, j.priority)
+			}
+			c.rows = append(c.rows, r)
 		}
 	case c.is("CandidatesAfter"):
 		c.cols = []string{s.table.ID, s.table.AdvisoryKey, s.table.Attempt}
+		if s.table.Priority != "" {
+			c.cols = append(c.cols, s.table.Priority)
+		}
 	case c.is("Extend"):
 		c.cols = []string{s.table.LockedUntil}
 		if lost {
@@ -414,12 +429,25 @@ func (s *standIn) claimRows(c *call) {
 		c.cols = append(c.cols, s.table.LockedUntil)
 	}
 	c.cols = append(c.cols, s.table.Data...)
+	if s.table.LastError != "" {
+		c.cols = append(c.cols, s.table.LastError)
+	}
+	if s.table.Priority != "" {
+		c.cols = append(c.cols, s.table.Priority)
+	}
 	row := func(j job) []driver.Value {
 		r := []driver.Value{j.id, j.attempt}
 		if expiry {
 			r = append(r, s.until(c))
 		}
-		return append(r, j.data...)
+		r = append(r, j.data...)
+		if s.table.LastError != "" {
+			r = append(r, j.lastError)
+		}
+		if s.table.Priority != "" {
+			r = append(r, j.priority)
+		}
+		return r
 	}
 	switch s.form {
 	case inbox.Lease:
@@ -467,6 +495,9 @@ func (s *standIn) matchers(c call) []driver.Value {
 			if c.is("Candidates", "CandidatesAfter") {
 				out[i] = above(len(c.rows))
 			}
+		case inbox.ArgError:
+			// The text the worker recorded with SetError, or none.
+			out[i] = sqlmock.AnyArg()
 		}
 	}
 	return out
