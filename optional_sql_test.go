@@ -1,0 +1,79 @@
+package inbox_test
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// TestOptionalColumnsSQL pins, per engine and form, the statements that the
+// optional columns change (Table.LastError, Table.Priority,
+// Table.EnqueuedAt): the claims return the last error and the priority and
+// order by priority, Retry and Dead write the error (COALESCE keeps the
+// row's when none is recorded), Enqueue writes the priority and the enqueue
+// time, Stats counts by indexed reads.
+func TestOptionalColumnsSQL(t *testing.T) {
+	tables := map[string]inbox.Table{
+		"lease":         {Name: "jobs", LockedUntil: "locked_until", DeadTable: "dead", LastError: "last_error", Priority: "priority", EnqueuedAt: "enqueued_at"},
+		"row lock":      {Name: "jobs", NotBefore: "not_before", DeadTable: "dead", LastError: "last_error", Priority: "priority", EnqueuedAt: "enqueued_at"},
+		"advisory lock": {Name: "jobs", AdvisoryKey: "id", NotBefore: "not_before", DeadTable: "dead", LastError: "last_error", Priority: "priority", EnqueuedAt: "enqueued_at"},
+	}
+	dialects := map[string]inbox.Dialect{"postgres": inbox.Postgres, "mysql": inbox.MySQL, "sqlite": inbox.SQLite}
+	for _, w := range []struct{ engine, form, field, sql string }{
+		{"postgres", "lease", "Claim", `WITH picked AS MATERIALIZED (SELECT "id" FROM (SELECT "id", "priority" FROM (SELECT "id", "priority" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "priority" DESC, "id" LIMIT $1 FOR UPDATE SKIP LOCKED) AS free UNION ALL SELECT "id", "priority" FROM (SELECT "id", "priority" FROM "jobs" WHERE "locked_until" <= statement_timestamp() ORDER BY "priority" DESC, "id" LIMIT $2 FOR UPDATE SKIP LOCKED) AS expired) AS c ORDER BY "priority" DESC, "id" LIMIT $3) UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = (statement_timestamp() + $4 * interval '1 microsecond') FROM picked WHERE j."id" = picked."id" RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload", j."last_error", j."priority"`},
+		{"postgres", "lease", "Retry", `UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond'), "last_error" = COALESCE($2, "last_error") WHERE "id" = $3 AND "attempt" = $4 AND "locked_until" = $5`},
+		{"postgres", "lease", "DeadInsert", `WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 AND "locked_until" = $3 RETURNING "id", "payload", "last_error") INSERT INTO "dead" ("id", "attempt", "payload", "last_error") SELECT "id", $4, "payload", COALESCE($5, "last_error") FROM gone`},
+		{"postgres", "lease", "Enqueue", `INSERT INTO "jobs" ("payload", "priority", "enqueued_at") VALUES ($1, $2, statement_timestamp()) RETURNING "id"`},
+		{"postgres", "lease", "Stats", `SELECT (SELECT COUNT(*) FROM "jobs" WHERE "locked_until" IS NULL) + (SELECT COUNT(*) FROM "jobs" WHERE "locked_until" <= CAST(statement_timestamp() AS timestamptz)), (SELECT COUNT(*) FROM "jobs" WHERE "locked_until" > (statement_timestamp() + $1 * interval '1 microsecond')), (SELECT COUNT(*) FROM "jobs" WHERE "locked_until" > CAST(statement_timestamp() AS timestamptz) AND "locked_until" <= (statement_timestamp() + $2 * interval '1 microsecond')), (SELECT COUNT(*) FROM "dead"), CAST(EXTRACT(EPOCH FROM (CAST(statement_timestamp() AS timestamptz) - LEAST((SELECT MIN("enqueued_at") FROM "jobs" WHERE "locked_until" IS NULL), (SELECT MIN("enqueued_at") FROM "jobs" WHERE "locked_until" <= CAST(statement_timestamp() AS timestamptz))))) * 1000000 AS bigint)`},
+		{"postgres", "row lock", "Claim", `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = (SELECT "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "priority" DESC, "id" LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING "id", "attempt" - 1, "payload", "last_error", "priority"`},
+		{"postgres", "row lock", "Retry", `UPDATE "jobs" SET "not_before" = (statement_timestamp() + $1 * interval '1 microsecond'), "last_error" = COALESCE($2, "last_error") WHERE "id" = $3`},
+		{"postgres", "row lock", "DeadInsert", `WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 RETURNING "id", "payload", "last_error") INSERT INTO "dead" ("id", "attempt", "payload", "last_error") SELECT "id", $2, "payload", COALESCE($3, "last_error") FROM gone`},
+		{"postgres", "row lock", "Enqueue", `INSERT INTO "jobs" ("payload", "priority", "enqueued_at") VALUES ($1, $2, statement_timestamp()) RETURNING "id"`},
+		{"postgres", "row lock", "Stats", `SELECT (SELECT COUNT(*) FROM "jobs" WHERE "not_before" IS NULL) + (SELECT COUNT(*) FROM "jobs" WHERE "not_before" <= CAST(statement_timestamp() AS timestamptz)), (SELECT COUNT(*) FROM "jobs" WHERE "not_before" > CAST(statement_timestamp() AS timestamptz)), (SELECT COUNT(DISTINCT pid) FROM pg_catalog.pg_locks WHERE relation = '"jobs"'::regclass AND mode = 'RowExclusiveLock' AND granted), (SELECT COUNT(*) FROM "dead"), CAST(EXTRACT(EPOCH FROM (CAST(statement_timestamp() AS timestamptz) - LEAST((SELECT MIN("enqueued_at") FROM "jobs" WHERE "not_before" IS NULL), (SELECT MIN("enqueued_at") FROM "jobs" WHERE "not_before" <= CAST(statement_timestamp() AS timestamptz))))) * 1000000 AS bigint)`},
+		{"postgres", "advisory lock", "Claim", `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND "attempt" = $2 AND ("not_before" IS NULL OR "not_before" <= statement_timestamp()) RETURNING "id", "attempt" - 1, "payload", "last_error", "priority"`},
+		{"postgres", "advisory lock", "Candidates", `SELECT "id", "id", "attempt", "priority" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "priority" DESC, "id" LIMIT $1`},
+		{"postgres", "advisory lock", "CandidatesAfter", `SELECT "id", "id", "attempt", "priority" FROM "jobs" WHERE ("priority" < $1 OR "priority" = $2 AND "id" > $3) AND ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "priority" DESC, "id" LIMIT $4`},
+		{"postgres", "advisory lock", "Retry", `UPDATE "jobs" SET "not_before" = (statement_timestamp() + $1 * interval '1 microsecond'), "last_error" = COALESCE($2, "last_error") WHERE "id" = $3 AND "attempt" = $4`},
+		{"postgres", "advisory lock", "DeadInsert", `WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 RETURNING "id", "payload", "last_error") INSERT INTO "dead" ("id", "attempt", "payload", "last_error") SELECT "id", $3, "payload", COALESCE($4, "last_error") FROM gone`},
+		{"postgres", "advisory lock", "Enqueue", `INSERT INTO "jobs" ("payload", "priority", "enqueued_at") VALUES ($1, $2, statement_timestamp()) RETURNING "id"`},
+		{"postgres", "advisory lock", "Stats", `SELECT (SELECT COUNT(*) FROM "jobs" WHERE "not_before" IS NULL) + (SELECT COUNT(*) FROM "jobs" WHERE "not_before" <= CAST(statement_timestamp() AS timestamptz)), (SELECT COUNT(*) FROM "jobs" WHERE "not_before" > CAST(statement_timestamp() AS timestamptz)), -1, (SELECT COUNT(*) FROM "dead"), CAST(EXTRACT(EPOCH FROM (CAST(statement_timestamp() AS timestamptz) - LEAST((SELECT MIN("enqueued_at") FROM "jobs" WHERE "not_before" IS NULL), (SELECT MIN("enqueued_at") FROM "jobs" WHERE "not_before" <= CAST(statement_timestamp() AS timestamptz))))) * 1000000 AS bigint)`},
+		{"mysql", "lease", "ClaimSelect", "SELECT `id`, `attempt`, `payload`, `last_error`, `priority` FROM `jobs` WHERE `locked_until` <= ? ORDER BY `priority` DESC, `id` LIMIT ? FOR UPDATE SKIP LOCKED"},
+		{"mysql", "lease", "ClaimSelectMore", "SELECT `id`, `attempt`, `payload`, `last_error`, `priority` FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `priority` DESC, `id` LIMIT ? FOR UPDATE SKIP LOCKED"},
+		{"mysql", "lease", "Retry", "UPDATE `jobs` SET `locked_until` = ?, `last_error` = COALESCE(?, `last_error`) WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?"},
+		{"mysql", "lease", "DeadInsert", "INSERT INTO `dead` (`id`, `attempt`, `payload`, `last_error`) SELECT `id`, ?, `payload`, COALESCE(?, `last_error`) FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?"},
+		{"mysql", "lease", "Enqueue", "INSERT INTO `jobs` (`payload`, `priority`, `enqueued_at`) VALUES (?, ?, UTC_TIMESTAMP(6))"},
+		{"mysql", "lease", "Stats", "SELECT (SELECT COUNT(*) FROM `jobs` WHERE `locked_until` IS NULL) + (SELECT COUNT(*) FROM `jobs` WHERE `locked_until` <= ?), (SELECT COUNT(*) FROM `jobs` WHERE `locked_until` > ?), (SELECT COUNT(*) FROM `jobs` WHERE `locked_until` > ? AND `locked_until` <= ?), (SELECT COUNT(*) FROM `dead`), TIMESTAMPDIFF(MICROSECOND, COALESCE(LEAST((SELECT MIN(`enqueued_at`) FROM `jobs` WHERE `locked_until` IS NULL), (SELECT MIN(`enqueued_at`) FROM `jobs` WHERE `locked_until` <= ?)), (SELECT MIN(`enqueued_at`) FROM `jobs` WHERE `locked_until` IS NULL), (SELECT MIN(`enqueued_at`) FROM `jobs` WHERE `locked_until` <= ?)), ?)"},
+		{"mysql", "row lock", "ClaimSelect", "SELECT `id`, `attempt`, `payload`, `last_error`, `priority` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `priority` DESC, `id` LIMIT 1 FOR UPDATE SKIP LOCKED"},
+		{"mysql", "row lock", "Retry", "UPDATE `jobs` SET `not_before` = ?, `last_error` = COALESCE(?, `last_error`) WHERE `id` = ?"},
+		{"mysql", "row lock", "DeadInsert", "INSERT INTO `dead` (`id`, `attempt`, `payload`, `last_error`) SELECT `id`, ?, `payload`, COALESCE(?, `last_error`) FROM `jobs` WHERE `id` = ?"},
+		{"mysql", "row lock", "Enqueue", "INSERT INTO `jobs` (`payload`, `priority`, `enqueued_at`) VALUES (?, ?, UTC_TIMESTAMP(6))"},
+		{"mysql", "row lock", "Stats", "SELECT (SELECT COUNT(*) FROM `jobs` WHERE `not_before` IS NULL) + (SELECT COUNT(*) FROM `jobs` WHERE `not_before` <= ?), (SELECT COUNT(*) FROM `jobs` WHERE `not_before` > ?), -1, (SELECT COUNT(*) FROM `dead`), TIMESTAMPDIFF(MICROSECOND, COALESCE(LEAST((SELECT MIN(`enqueued_at`) FROM `jobs` WHERE `not_before` IS NULL), (SELECT MIN(`enqueued_at`) FROM `jobs` WHERE `not_before` <= ?)), (SELECT MIN(`enqueued_at`) FROM `jobs` WHERE `not_before` IS NULL), (SELECT MIN(`enqueued_at`) FROM `jobs` WHERE `not_before` <= ?)), ?)"},
+		{"mysql", "advisory lock", "ClaimSelect", "SELECT `id`, `attempt`, `payload`, `last_error`, `priority` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6))"},
+		{"mysql", "advisory lock", "Candidates", "SELECT `id`, `id`, `attempt`, `priority` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `priority` DESC, `id` LIMIT ?"},
+		{"mysql", "advisory lock", "CandidatesAfter", "SELECT `id`, `id`, `attempt`, `priority` FROM `jobs` WHERE (`priority` < ? OR `priority` = ? AND `id` > ?) AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `priority` DESC, `id` LIMIT ?"},
+		{"mysql", "advisory lock", "Retry", "UPDATE `jobs` SET `not_before` = ?, `last_error` = COALESCE(?, `last_error`) WHERE `id` = ? AND `attempt` = ?"},
+		{"mysql", "advisory lock", "DeadInsert", "INSERT INTO `dead` (`id`, `attempt`, `payload`, `last_error`) SELECT `id`, ?, `payload`, COALESCE(?, `last_error`) FROM `jobs` WHERE `id` = ? AND `attempt` = ?"},
+		{"mysql", "advisory lock", "Enqueue", "INSERT INTO `jobs` (`payload`, `priority`, `enqueued_at`) VALUES (?, ?, UTC_TIMESTAMP(6))"},
+		{"mysql", "advisory lock", "Stats", "SELECT (SELECT COUNT(*) FROM `jobs` WHERE `not_before` IS NULL) + (SELECT COUNT(*) FROM `jobs` WHERE `not_before` <= ?), (SELECT COUNT(*) FROM `jobs` WHERE `not_before` > ?), -1, (SELECT COUNT(*) FROM `dead`), TIMESTAMPDIFF(MICROSECOND, COALESCE(LEAST((SELECT MIN(`enqueued_at`) FROM `jobs` WHERE `not_before` IS NULL), (SELECT MIN(`enqueued_at`) FROM `jobs` WHERE `not_before` <= ?)), (SELECT MIN(`enqueued_at`) FROM `jobs` WHERE `not_before` IS NULL), (SELECT MIN(`enqueued_at`) FROM `jobs` WHERE `not_before` <= ?)), ?)"},
+		{"sqlite", "lease", "Claim", `UPDATE "jobs" SET "attempt" = "attempt" + 1, "locked_until" = ? WHERE "id" IN (SELECT "id" FROM (SELECT "id", "priority" FROM (SELECT "id", "priority" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "priority" DESC, "id" LIMIT ?) UNION ALL SELECT "id", "priority" FROM (SELECT "id", "priority" FROM "jobs" WHERE "locked_until" <= ? ORDER BY "priority" DESC, +"id" LIMIT ?) ORDER BY "priority" DESC, "id" LIMIT ?)) RETURNING "id", "attempt" - 1, "locked_until", "payload", "last_error", "priority"`},
+		{"sqlite", "lease", "Retry", `UPDATE "jobs" SET "locked_until" = ?, "last_error" = COALESCE(?, "last_error") WHERE "id" = ? AND "attempt" = ? AND "locked_until" = ?`},
+		{"sqlite", "lease", "DeadInsert", `INSERT INTO "dead" ("id", "attempt", "payload", "last_error") SELECT "id", ?, "payload", COALESCE(?, "last_error") FROM "jobs" WHERE "id" = ? AND "attempt" = ? AND "locked_until" = ?`},
+		{"sqlite", "lease", "Enqueue", `INSERT INTO "jobs" ("payload", "priority", "enqueued_at") VALUES (?, ?, ?) RETURNING "id"`},
+		{"sqlite", "lease", "Stats", `SELECT (SELECT COUNT(*) FROM "jobs" WHERE "locked_until" IS NULL) + (SELECT COUNT(*) FROM "jobs" WHERE "locked_until" <= ?), (SELECT COUNT(*) FROM "jobs" WHERE "locked_until" > ?), (SELECT COUNT(*) FROM "jobs" WHERE "locked_until" > ? AND "locked_until" <= ?), (SELECT COUNT(*) FROM "dead"), CAST((julianday(?) - julianday(COALESCE(MIN((SELECT MIN("enqueued_at") FROM "jobs" WHERE "locked_until" IS NULL), (SELECT MIN("enqueued_at") FROM "jobs" WHERE "locked_until" <= ?)), (SELECT MIN("enqueued_at") FROM "jobs" WHERE "locked_until" IS NULL), (SELECT MIN("enqueued_at") FROM "jobs" WHERE "locked_until" <= ?)))) * 86400000000 AS INTEGER)`},
+		{"sqlite", "advisory lock", "Claim", `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = ? AND "attempt" = ? AND ("not_before" IS NULL OR "not_before" <= ?) RETURNING "id", "attempt" - 1, "payload", "last_error", "priority"`},
+		{"sqlite", "advisory lock", "Candidates", `SELECT "id", "id", "attempt", "priority" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= ?) ORDER BY "priority" DESC, "id" LIMIT ?`},
+		{"sqlite", "advisory lock", "CandidatesAfter", `SELECT "id", "id", "attempt", "priority" FROM "jobs" WHERE ("priority" < ? OR "priority" = ? AND "id" > ?) AND ("not_before" IS NULL OR "not_before" <= ?) ORDER BY "priority" DESC, "id" LIMIT ?`},
+		{"sqlite", "advisory lock", "Retry", `UPDATE "jobs" SET "not_before" = ?, "last_error" = COALESCE(?, "last_error") WHERE "id" = ? AND "attempt" = ?`},
+		{"sqlite", "advisory lock", "DeadInsert", `INSERT INTO "dead" ("id", "attempt", "payload", "last_error") SELECT "id", ?, "payload", COALESCE(?, "last_error") FROM "jobs" WHERE "id" = ? AND "attempt" = ?`},
+		{"sqlite", "advisory lock", "Enqueue", `INSERT INTO "jobs" ("payload", "priority", "enqueued_at") VALUES (?, ?, ?) RETURNING "id"`},
+		{"sqlite", "advisory lock", "Stats", `SELECT (SELECT COUNT(*) FROM "jobs" WHERE "not_before" IS NULL) + (SELECT COUNT(*) FROM "jobs" WHERE "not_before" <= ?), (SELECT COUNT(*) FROM "jobs" WHERE "not_before" > ?), -1, (SELECT COUNT(*) FROM "dead"), CAST((julianday(?) - julianday(COALESCE(MIN((SELECT MIN("enqueued_at") FROM "jobs" WHERE "not_before" IS NULL), (SELECT MIN("enqueued_at") FROM "jobs" WHERE "not_before" <= ?)), (SELECT MIN("enqueued_at") FROM "jobs" WHERE "not_before" IS NULL), (SELECT MIN("enqueued_at") FROM "jobs" WHERE "not_before" <= ?)))) * 86400000000 AS INTEGER)`},
+	} {
+		m := newMock(t)
+		q := newQueue(t, m, inbox.Config{Dialect: dialects[w.engine], Table: tables[w.form]})
+		got := reflect.ValueOf(*q.Statements()).FieldByName(w.field).Interface().(inbox.Stmt).SQL
+		if got != w.sql {
+			t.Errorf("%s %s %s:\n got %s\nwant %s", w.engine, w.form, w.field, got, w.sql)
+		}
+	}
+}
