@@ -149,12 +149,9 @@ func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Dura
 			err = fmt.Errorf("deleted %d rows for id %v", n, d.id)
 		}
 	case outRetry:
-		// A delay needs the not-before column, an error the last-error
-		// column: either is written by Retry, when there is one.
-		if q.st.Retry.SQL != "" && (after > 0 || d.errText != nil) {
-			if err = q.fillTimes(ctx, tx, q.st.Retry, &v, after); err == nil {
-				_, err = q.exec(ctx, tx, q.st.Retry, &v)
-			}
+		// The claim wrote nothing: the Retry counts the attempt spent.
+		if err = q.fillTimes(ctx, tx, q.st.Retry, &v, after); err == nil {
+			_, err = q.exec(ctx, tx, q.st.Retry, &v)
 		}
 	case outDead:
 		_, err = q.moveDead(ctx, tx, &v)

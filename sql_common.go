@@ -52,7 +52,18 @@ func advisorySettlements(t *sqlTemplate, n *Names, st *Statements) {
 	st.Retry = retryLater(t, n, advisoryToken)
 }
 
-// retryLater is the row lock's and the advisory form's Retry: it writes the
+// rowLockRetry is the row lock's Retry: the claim wrote nothing, so the
+// Retry counts the attempt spent, with the not-before time and the error
+// where the description has their columns.
+func rowLockRetry(t *sqlTemplate, n *Names) Stmt {
+	delay := ""
+	if n.NotBefore != "" {
+		delay = ", {notBefore} = {until}"
+	}
+	return t.exec("UPDATE {table} SET {attempt} = {attempt} + 1" + delay + "{, set error} WHERE " + rowLockToken)
+}
+
+// retryLater is the advisory form's Retry: it writes the
 // not-before time and, with Table.LastError, the error; empty when there is
 // neither column, as a Retry then only commits or lets go.
 func retryLater(t *sqlTemplate, n *Names, token string) Stmt {

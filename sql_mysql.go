@@ -118,14 +118,14 @@ func myLease(t *sqlTemplate, n *Names) *Statements {
 	return st
 }
 
-// myRowLock: the held transaction locks the row with SKIP LOCKED and counts
-// the attempt, so a crash rolls the count back.
+// myRowLock: the held transaction locks the row with SKIP LOCKED and writes
+// nothing: only a committed Retry counts the attempt, so a crash or a
+// Release leaves the row as it was.
 func myRowLock(t *sqlTemplate, n *Names) *Statements {
 	st := &Statements{}
-	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table}{where ready} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED")
-	st.ClaimMark = t.exec("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id")
+	st.Claim = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table}{where ready} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED")
 	st.Ack = t.exec("DELETE FROM {table} WHERE " + rowLockToken)
-	st.Retry = retryLater(t, n, rowLockToken)
+	st.Retry = rowLockRetry(t, n)
 	if n.ClaimsTable != "" {
 		// Written by a second session while the held transaction has the
 		// row, so only its holder counts it; without RETURNING the count is

@@ -39,9 +39,8 @@ const (
 const (
 	myRowLockSelect         = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT 1 FOR UPDATE SKIP LOCKED"
 	myRowLockSelectInjected = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT 1 FOR UPDATE SKIP LOCKED"
-	myRowLockMark           = "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ?"
 	myRowLockAck            = "DELETE FROM `jobs` WHERE `id` = ?" // also the dead move's delete
-	myRowLockRetry          = "UPDATE `jobs` SET `not_before` = ? WHERE `id` = ?"
+	myRowLockRetry          = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `not_before` = ? WHERE `id` = ?"
 	myRowLockDeadInsert     = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ?"
 
 	myClaimsCount    = "INSERT INTO `job_claims` (`id`, claims) VALUES (?, 1) ON DUPLICATE KEY UPDATE claims = claims + 1"
@@ -289,10 +288,8 @@ func TestMySQLRowLock(t *testing.T) {
 	cols := "id,attempt,payload"
 	m.ExpectBegin()
 	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
-	m.ExpectExec(myRowLockMark).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectBegin()
 	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(int64(8), int64(2), []byte("p8"))))
-	m.ExpectExec(myRowLockMark).WithArgs(int64(8)).WillReturnResult(affected(1))
 	m.ExpectBegin()
 	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols))
 	m.ExpectRollback()
@@ -317,9 +314,11 @@ func TestMySQLRowLock(t *testing.T) {
 	for id := int64(9); id <= 11; id++ {
 		m.ExpectBegin()
 		m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(id, int64(4), []byte("p"))))
-		m.ExpectExec(myRowLockMark).WithArgs(id).WillReturnResult(affected(1))
 	}
 	ds = claim(t, q, 3, 9, 10, 11)
+	// The claim wrote nothing: Retry without a delay counts the attempt.
+	myClock(m, "2024-03-01 12:00:31.000000")
+	m.ExpectExec(myRowLockRetry).WithArgs("2024-03-01 12:00:31.000000", int64(9)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Retry(0)", ds[0].Retry(context.Background(), 0))
 	m.ExpectRollback()
@@ -337,7 +336,6 @@ func TestMySQLRowLockInjectedClock(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: rowLockTable, Now: clk.Now})
 	m.ExpectBegin()
 	m.ExpectQuery(myRowLockSelectInjected).WithArgs("2024-03-01 12:00:00.123456").WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
-	m.ExpectExec(myRowLockMark).WithArgs(int64(7)).WillReturnResult(affected(1))
 	d := claim(t, q, 1, 7)[0]
 	clk.Advance(time.Second)
 	m.ExpectExec(myRowLockRetry).WithArgs("2024-03-01 12:00:31.123456", int64(7)).WillReturnResult(affected(1))
@@ -367,13 +365,11 @@ func TestMySQLClaimsCounter(t *testing.T) {
 	}
 	m.ExpectBegin()
 	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
-	m.ExpectExec(myRowLockMark).WithArgs(int64(7)).WillReturnResult(affected(1))
 	count(7, 1)
 	// Job 8's fifth delivery: four before it ended unsettled, more than
 	// MaxClaims 3.
 	m.ExpectBegin()
 	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(int64(8), int64(5), []byte("p8"))))
-	m.ExpectExec(myRowLockMark).WithArgs(int64(8)).WillReturnResult(affected(1))
 	count(8, 5)
 	m.ExpectExec(myRowLockDeadInsert).WithArgs(int64(5), int64(8)).WillReturnResult(affected(1))
 	m.ExpectExec(myRowLockAck).WithArgs(int64(8)).WillReturnResult(affected(1))
@@ -389,20 +385,23 @@ func TestMySQLClaimsCounter(t *testing.T) {
 		}
 	}
 	on := m.since(t, 0,
-		"begin", "query "+myRowLockSelect, "exec "+myRowLockMark, "exec "+myClaimsCount, "query "+myClaimsRead,
-		"begin", "query "+myRowLockSelect, "exec "+myRowLockMark, "exec "+myClaimsCount, "query "+myClaimsRead,
+		"begin", "query "+myRowLockSelect, "exec "+myClaimsCount, "query "+myClaimsRead,
+		"begin", "query "+myRowLockSelect, "exec "+myClaimsCount, "query "+myClaimsRead,
 		"exec "+myRowLockDeadInsert, "exec "+myRowLockAck, "exec "+myClaimsClear, "commit",
 		"begin", "query "+myRowLockSelect, "rollback")
-	for _, c := range [][2]int{{0, 3}, {0, 4}, {5, 8}, {5, 9}} {
+	for _, c := range [][2]int{{0, 2}, {0, 3}, {4, 6}, {4, 7}} {
 		if on[c[0]] == on[c[1]] {
 			t.Errorf("connections %v: the count ran on the held transaction's connection", on)
 		}
 	}
-	for _, i := range []int{6, 7, 10, 11, 12, 13} {
-		if on[i] != on[5] {
+	for _, i := range []int{5, 8, 9, 10, 11} {
+		if on[i] != on[4] {
 			t.Errorf("connections %v: job 8's claim and dead move ran apart from its transaction", on)
 		}
 	}
+	// The claim wrote nothing: the Retry counts the attempt.
+	myClock(m, "2024-03-01 12:00:00.123456")
+	m.ExpectExec(myRowLockRetry).WithArgs("2024-03-01 12:00:00.123456", int64(7)).WillReturnResult(affected(1))
 	m.ExpectExec(myClaimsClear).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Retry", ds[0].Retry(context.Background(), 0))
@@ -418,11 +417,10 @@ func TestMySQLClaimsCounterInjectedClock(t *testing.T) {
 	const now = "2024-03-01 12:00:00.123456"
 	m.ExpectBegin()
 	m.ExpectQuery(myRowLockSelectInjected).WithArgs(now).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
-	m.ExpectExec(myRowLockMark).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectExec(myClaimsCount).WithArgs(int64(7)).WillReturnResult(affected(2))
 	m.ExpectQuery(myClaimsRead).WithArgs(int64(7)).WillReturnRows(rows("claims", row(int64(2))))
 	d := claim(t, q, 1, 7)[0]
-	held := m.since(t, 0, "begin", "query "+myRowLockSelectInjected, "exec "+myRowLockMark, "exec "+myClaimsCount, "query "+myClaimsRead)[0]
+	held := m.since(t, 0, "begin", "query "+myRowLockSelectInjected, "exec "+myClaimsCount, "query "+myClaimsRead)[0]
 	n := m.sent()
 	m.ExpectExec(myClaimsGiveBack).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectRollback()
@@ -434,7 +432,6 @@ func TestMySQLClaimsCounterInjectedClock(t *testing.T) {
 	errDown := errors.New("invalid connection")
 	m.ExpectBegin()
 	m.ExpectQuery(myRowLockSelectInjected).WithArgs(now).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
-	m.ExpectExec(myRowLockMark).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectExec(myClaimsCount).WithArgs(int64(7)).WillReturnResult(affected(2))
 	m.ExpectQuery(myClaimsRead).WithArgs(int64(7)).WillReturnError(errDown)
 	m.ExpectExec(myClaimsGiveBack).WithArgs(int64(7)).WillReturnResult(affected(1))

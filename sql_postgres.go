@@ -93,15 +93,15 @@ func pgLease(t *sqlTemplate, n *Names) *Statements {
 	return st
 }
 
-// pgRowLock: the claim locks and counts the attempt inside the held
-// transaction, so a crash rolls the count back with everything else.
+// pgRowLock: the claim locks the row and writes nothing: the held
+// transaction is the hold, and only a committed Retry counts the attempt
+// (Dead records the one delivered), so a crash or a Release leaves the row
+// as it was, and an acknowledged job costs one write, its delete.
 func pgRowLock(t *sqlTemplate, n *Names) *Statements {
 	st := &Statements{}
-	st.Claim = t.query("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = " +
-		"(SELECT {id} FROM {table}{where ready} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED)" +
-		" RETURNING {id}, {attempt} - 1{, data}{, extra}")
+	st.Claim = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table}{where ready} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED")
 	st.Ack = t.exec("DELETE FROM {table} WHERE " + rowLockToken)
-	st.Retry = retryLater(t, n, rowLockToken)
+	st.Retry = rowLockRetry(t, n)
 	if n.ClaimsTable != "" {
 		// Written by a second session once the held transaction has the
 		// row, so only the row's holder counts it; an upsert committed on

@@ -46,13 +46,11 @@ const (
 // Row-lock form, and its claims counter: a side table whose count is
 // written from a second session once the held transaction has the row.
 const (
-	pgRowLockClaim = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = (SELECT "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED) ` +
-		`RETURNING "id", "attempt" - 1, "payload"`
-	pgRowLockClaimInjected = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = (SELECT "id" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= $1) ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED) ` +
-		`RETURNING "id", "attempt" - 1, "payload"`
+	pgRowLockClaim         = `SELECT "id", "attempt", "payload" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED`
+	pgRowLockClaimInjected = `SELECT "id", "attempt", "payload" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= $1) ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED`
 	pgRowLockAck           = `DELETE FROM "jobs" WHERE "id" = $1`
-	pgRowLockRetry         = `UPDATE "jobs" SET "not_before" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE "id" = $2`
-	pgRowLockRetryInjected = `UPDATE "jobs" SET "not_before" = $1 WHERE "id" = $2`
+	pgRowLockRetry         = `UPDATE "jobs" SET "attempt" = "attempt" + 1, "not_before" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE "id" = $2`
+	pgRowLockRetryInjected = `UPDATE "jobs" SET "attempt" = "attempt" + 1, "not_before" = $1 WHERE "id" = $2`
 	pgRowLockDead          = `WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 RETURNING "id", "payload") INSERT INTO "dead_jobs" ("id", "attempt", "payload") SELECT "id", $2, "payload" FROM gone`
 
 	pgClaimsCount    = `INSERT INTO "job_claims" AS c ("id", claims) VALUES ($1, 1) ON CONFLICT ("id") DO UPDATE SET claims = c.claims + 1 RETURNING claims`
@@ -251,7 +249,8 @@ func TestPostgresRowLock(t *testing.T) {
 	m.ExpectBegin()
 	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(11), int64(4), []byte("p11"))))
 	ds = claim(t, q, 3, 9, 10, 11)
-	// Retry without a delay commits the counted attempt, nothing more.
+	// The claim wrote nothing: Retry without a delay counts the attempt.
+	m.ExpectExec(pgRowLockRetry).WithArgs(int64(0), int64(9)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Retry(0)", ds[0].Retry(context.Background(), 0))
 	m.ExpectRollback()
@@ -354,6 +353,7 @@ func TestPostgresClaimsCounter(t *testing.T) {
 
 	// Every settlement with a verdict clears the count in the held
 	// transaction: Retry starts it anew, Ack and Dead remove the job.
+	m.ExpectExec(pgRowLockRetry).WithArgs(int64(0), int64(7)).WillReturnResult(affected(1))
 	m.ExpectExec(pgClaimsClear).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Retry", ds[0].Retry(context.Background(), 0))

@@ -273,14 +273,15 @@ func TestWorkPostgresRowLock(t *testing.T) {
 }
 
 // Row-lock form without a not-before column: a failed job cannot be
-// delayed, so the retry commits the counted attempt alone.
+// delayed, so the retry counts the attempt alone.
 func TestWorkPostgresRowLockNoDelay(t *testing.T) {
-	const claimSQL = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = (SELECT "id" FROM "jobs" ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED) ` +
-		`RETURNING "id", "attempt" - 1, "payload"`
+	const claimSQL = `SELECT "id", "attempt", "payload" FROM "jobs" ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED`
+	const retrySQL = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1`
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", DeadTable: "dead_jobs"}})
 	m.ExpectBegin()
 	m.ExpectQuery(claimSQL).WithoutArgs().WillReturnRows(rows("id,attempt,payload", row(int64(8), int64(1), []byte("p"))))
+	m.ExpectExec(retrySQL).WithArgs(int64(8)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	m.ExpectBegin()
 	m.ExpectQuery(claimSQL).WithoutArgs().WillReturnRows(rows("id,attempt,payload"))
@@ -294,7 +295,7 @@ func TestWorkPostgresRowLockNoDelay(t *testing.T) {
 		return errors.New("failed")
 	})
 	workDone(t, done)
-	m.since(t, 0, "begin", "query "+claimSQL, "commit", "begin", "query "+claimSQL, "rollback")
+	m.since(t, 0, "begin", "query "+claimSQL, "exec "+retrySQL, "commit", "begin", "query "+claimSQL, "rollback")
 	m.met(t)
 	log.check(t, "8@1", 1)
 }

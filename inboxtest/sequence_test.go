@@ -170,8 +170,7 @@ func TestSequenceRowLock(t *testing.T) {
 	st = m.q.Statements()
 	want(t, "mysql claim", record(m, func() { m.ExpectClaim(1, job7) }),
 		"begin",
-		"query "+st.ClaimSelect.SQL,
-		"exec "+st.ClaimMark.SQL+" [7]")
+		"query "+st.Claim.SQL)
 	want(t, "mysql retry", record(m, func() { m.ExpectRetry(7, time.Minute) }),
 		"query SELECT UTC_TIMESTAMP(6)",
 		"exec "+st.Retry.SQL+" [2024-01-01 12:01:00.000000 7]",
