@@ -377,7 +377,7 @@ type Delivery struct {
 	mu      sync.Mutex
 	expiry  time.Time // lease: the token's expiry as stored
 	sentAt  time.Time // lease: when the statement that set expiry was sent (monoNow)
-	errText any  // what SetError recorded: a string, or nil
+	errText any       // what SetError recorded: a string, or nil
 	settled bool
 	lost    bool      // settled by a verdict of ErrLeaseLost
 	tx      *sql.Tx   // row lock: the held transaction

@@ -12,11 +12,11 @@ import (
 type colKind int
 
 const (
-	kindID   colKind = iota // integer or text
-	kindInt                 // integer
-	kindTime                // the engine's time representation
-	kindAny                 // data: whatever the caller stores
-	kindString              // text
+	kindID     colKind = iota // integer or text
+	kindInt                   // integer
+	kindTime                  // the engine's time representation
+	kindAny                   // data: whatever the caller stores
+	kindString                // text
 )
 
 var kindText = map[colKind]string{kindID: "an integer or text type", kindInt: "an integer type", kindAny: "any type", kindString: "a text type"}
