@@ -47,8 +47,9 @@ var reportTable = inbox.Table{
 }
 
 const (
-	maxAttempts = 3
-	retryDelay  = 100 * time.Millisecond // times the attempt; short for the demo
+	maxAttempts  = 3
+	retryDelay   = 100 * time.Millisecond // times the attempt; short for the demo
+	pollInterval = 100 * time.Millisecond // an idle worker's fallback; the examples share it
 )
 
 func main() {
@@ -61,8 +62,11 @@ func main() {
 }
 
 // run enqueues three reports, one of which never renders, and works until
-// every report is settled.
-func run(ctx context.Context, w io.Writer) error {
+// every report is settled, with the package's worker loop.
+func run(ctx context.Context, w io.Writer) error { return runWith(ctx, w, serve) }
+
+// runWith is run with the given worker: serve, or work, a loop of your own.
+func runWith(ctx context.Context, w io.Writer, worker func(context.Context, *inbox.Queue, *log.Logger) error) error {
 	dir, err := os.MkdirTemp("", "inbox-quickstart-")
 	if err != nil {
 		return err
@@ -109,7 +113,7 @@ func run(ctx context.Context, w io.Writer) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- work(wctx, q, l)
+			errs <- worker(wctx, q, l)
 		}()
 	}
 	// Stop the workers once the queue is empty.

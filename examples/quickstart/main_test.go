@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,13 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 // attempt, the broken one retried until its last attempt and moved to the
 // dead table.
 func TestQuickstart(t *testing.T) {
+	t.Run("loop", func(t *testing.T) { quickstart(t, run) })
+	t.Run("own loop", func(t *testing.T) {
+		quickstart(t, func(ctx context.Context, w io.Writer) error { return runWith(ctx, w, work) })
+	})
+}
+
+func quickstart(t *testing.T, run func(context.Context, io.Writer) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out lockedBuffer

@@ -9,8 +9,41 @@ import (
 	"github.com/sqlinbox/inbox"
 )
 
-// work claims and handles one job at a time until ctx ends. The package never
-// polls: when nothing is claimable, the worker looks again a little later.
+// serve runs the package's worker loop until ctx ends: it claims a report,
+// renders it under a keeper, and settles it by render's result. Enqueue
+// through the *sql.DB wakes an idle loop at once; pollInterval is the
+// fallback for jobs that become due on their own (a retry delay).
+func serve(ctx context.Context, q *inbox.Queue, l *log.Logger) error {
+	cfg := inbox.WorkConfig{
+		Poll:        pollInterval,
+		MaxAttempts: maxAttempts,
+		Backoff:     func(attempt int) time.Duration { return retryDelay * time.Duration(attempt) },
+	}
+	return q.Work(ctx, cfg, func(ctx context.Context, d *inbox.Delivery) error {
+		var payload []byte
+		if err := d.Scan(&payload); err != nil {
+			return err
+		}
+		err := render(ctx, payload) // nil acks; an error retries, or buries the last attempt
+		l.Printf("report %v, attempt %d: %s", d.ID(), d.Attempt(), outcome(d, err))
+		return err
+	})
+}
+
+// outcome says what the loop does with a result.
+func outcome(d *inbox.Delivery, err error) string {
+	switch {
+	case err == nil:
+		return "acked"
+	case d.Attempt() >= maxAttempts:
+		return "dead: " + err.Error()
+	}
+	return "retry: " + err.Error()
+}
+
+// work is a loop of your own instead of Queue.Work: it claims and handles one
+// job at a time until ctx ends, and when nothing is claimable it looks again
+// after pollInterval.
 func work(ctx context.Context, q *inbox.Queue, l *log.Logger) error {
 	for {
 		ds, err := q.Claim(ctx, 1)
@@ -24,7 +57,7 @@ func work(ctx context.Context, q *inbox.Queue, l *log.Logger) error {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(pollInterval):
 			}
 			continue
 		}
@@ -61,8 +94,10 @@ func handle(ctx context.Context, d *inbox.Delivery) (string, error) {
 		// Shutting down: give the job back without spending its attempt.
 		return "released", d.Release(sctx)
 	case d.Attempt() >= maxAttempts:
+		d.SetError(err)
 		return "dead: " + err.Error(), d.Dead(sctx)
 	default:
+		d.SetError(err)
 		return "retry: " + err.Error(), d.Retry(sctx, retryDelay*time.Duration(d.Attempt()))
 	}
 }

@@ -356,10 +356,13 @@ func (wk *workers) run(ctx context.Context) error {
 	return first
 }
 
+// pollInterval is how long an idle worker waits before it claims again; the
+// examples share it.
+const pollInterval = 100 * time.Millisecond
+
 // loop is one worker: claim a report, render it under a keeper, ack it;
 // when nothing is claimable, look again a little later.
 func (wk *workers) loop(ctx context.Context, done context.CancelFunc, who string) error {
-	poll := wk.o.lease / 10
 	for {
 		ds, err := wk.q.Claim(ctx, 1)
 		if ctx.Err() != nil {
@@ -378,7 +381,7 @@ func (wk *workers) loop(ctx context.Context, done context.CancelFunc, who string
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(poll):
+			case <-time.After(pollInterval):
 			}
 			continue
 		}
