@@ -37,6 +37,12 @@ type WorkConfig struct {
 	// a not-before column ([Table.NotBefore]); without one a failed job is
 	// claimable again at once.
 	Backoff func(attempt int) time.Duration
+	// OnError, when set, is told what the loop meets and cannot return: a
+	// claim that failed (the loop waits its fallback interval and claims
+	// again) and a settlement that failed (the job comes back as its form
+	// says). The package never logs; this is where to. It runs in the
+	// loop's goroutine, or a batch handler's.
+	OnError func(error)
 }
 
 // Defaults of [WorkConfig].
@@ -75,6 +81,9 @@ func (q *Queue) Work(ctx context.Context, cfg WorkConfig, handle Handler) error 
 		// claim is not lost.
 		rang := q.bell.next()
 		ds, err := q.Claim(ctx, w.batch)
+		if err != nil && ctx.Err() == nil {
+			w.report(err)
+		}
 		if err == nil && len(ds) > 0 {
 			if len(ds) == w.batch {
 				// There may be more: idle loops lend a hand.
@@ -96,6 +105,13 @@ type worker struct {
 	poll     time.Duration
 	attempts int
 	backoff  func(int) time.Duration
+	onError  func(error)
+}
+
+func (w *worker) report(err error) {
+	if err != nil && w.onError != nil {
+		w.onError(err)
+	}
 }
 
 func newWorker(q *Queue, cfg WorkConfig, handle Handler) (*worker, error) {
@@ -107,7 +123,7 @@ func newWorker(q *Queue, cfg WorkConfig, handle Handler) (*worker, error) {
 	case cfg.MaxAttempts < 0:
 		return nil, fmt.Errorf("inbox: work: WorkConfig.MaxAttempts %d is negative", cfg.MaxAttempts)
 	}
-	w := &worker{q: q, handle: handle, batch: cfg.Batch, poll: cfg.Poll, attempts: cfg.MaxAttempts, backoff: cfg.Backoff}
+	w := &worker{q: q, handle: handle, batch: cfg.Batch, poll: cfg.Poll, attempts: cfg.MaxAttempts, backoff: cfg.Backoff, onError: cfg.OnError}
 	if w.batch == 0 {
 		w.batch = 1
 	}
@@ -214,19 +230,19 @@ func (w *worker) handleOne(ctx context.Context, d *Delivery) {
 	settle := context.WithoutCancel(ctx)
 	switch {
 	case err == nil:
-		_ = d.Ack(settle)
+		w.report(d.Ack(settle))
 	case ctx.Err() != nil && w.q.names.Form != Lease:
-		_ = d.Release(settle)
+		w.report(d.Release(settle))
 	case d.Attempt() >= w.attempts && w.q.names.Dead != "":
 		d.SetError(err)
-		_ = d.Dead(settle)
+		w.report(d.Dead(settle))
 	default:
 		d.SetError(err)
 		after := w.backoff(d.Attempt())
 		if w.q.names.Form != Lease && w.q.names.NotBefore == "" {
 			after = 0
 		}
-		_ = d.Retry(settle, max(after, 0))
+		w.report(d.Retry(settle, max(after, 0)))
 	}
 }
 

@@ -1,0 +1,37 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// The loop returns nothing but at shutdown, so what it cannot return goes to
+// WorkConfig.OnError: here a claim the driver fails. The loop then claims
+// again after its fallback interval, until its context ends.
+func TestWorkOnError(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable})
+	errDown := errors.New("connection refused")
+	m.ExpectQuery(pgLeaseClaim).WillReturnError(errDown)
+	m.ExpectQuery(pgLeaseClaim).WillReturnError(errDown)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var seen []error
+	cfg := inbox.WorkConfig{Poll: time.Millisecond, OnError: func(err error) {
+		seen = append(seen, err)
+		if len(seen) == 2 {
+			cancel()
+		}
+	}}
+	if err := q.Work(ctx, cfg, func(context.Context, *inbox.Delivery) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 || !errors.Is(seen[0], errDown) || !errors.Is(seen[1], errDown) {
+		t.Fatalf("OnError saw %v, want the driver's error twice", seen)
+	}
+	m.met(t)
+}
