@@ -523,7 +523,8 @@ func TestOutcomes(t *testing.T) {
 		}
 
 		// afterSettled checks that every settlement and Extend of a settled
-		// delivery return ErrSettled and change nothing.
+		// delivery return ErrSettled (or, a row-lock AckTx, the ErrOwnTx it
+		// always gets) and change nothing.
 		afterSettled := func(t *testing.T, d *inbox.Delivery) {
 			t.Helper()
 			before := append(confDump(t, db, table), confDump(t, db, table+"_dead")...)
@@ -543,7 +544,11 @@ func TestOutcomes(t *testing.T) {
 					return d.AckTx(ctx, tx)
 				},
 			} {
-				if err := f(); !errors.Is(err, inbox.ErrSettled) {
+				err := f()
+				if name == "AckTx" && form == "rowlock" && errors.Is(err, inbox.ErrOwnTx) {
+					continue // refused as it would be before settling: the row lock settles in Delivery.Tx
+				}
+				if !errors.Is(err, inbox.ErrSettled) {
 					t.Errorf("%s after settling: %v, want ErrSettled", name, err)
 				}
 			}
