@@ -270,8 +270,12 @@ func crashXPostgresHeldKeys(ctx context.Context, db *sql.DB, regs []crashXRegist
 	}
 	var problems []string
 	for _, r := range regs {
+		ident, err := crashXIdent(ctx, r.engine, db, r.table)
+		if err != nil {
+			return problems, err
+		}
 		for id := int64(1); id <= r.maxID && len(held) > 0; id++ {
-			if pid, ok := held[inbox.PostgresLockKey(r.table, strconv.FormatInt(id, 10))]; ok {
+			if pid, ok := held[inbox.PostgresLockKey(ident, strconv.FormatInt(id, 10))]; ok {
 				problems = append(problems, fmt.Sprintf("postgres: session %d holds the advisory lock of %s key %d", pid, r.table, id))
 			}
 		}
@@ -333,13 +337,30 @@ func crashXMySQLHeldKeys(ctx context.Context, db *sql.DB, regs []crashXRegistere
 		if r.maxID == 0 {
 			continue
 		}
-		found, err := crashXMySQLUsedLocks(ctx, db, r.table, r.maxID)
+		ident, err := crashXIdent(ctx, r.engine, db, r.table)
+		if err != nil {
+			return problems, err
+		}
+		found, err := crashXMySQLUsedLocks(ctx, db, ident, r.maxID)
 		if err != nil {
 			return problems, err
 		}
 		problems = append(problems, found...)
 	}
 	return problems, nil
+}
+
+// crashXIdent is the identity the advisory form names an unqualified
+// table's locks by: schema and name on PostgreSQL, database and name on
+// MariaDB (inbox.TableIdentifier).
+func crashXIdent(ctx context.Context, e Engine, db *sql.DB, table string) (string, error) {
+	q := "SELECT current_schema()"
+	if e.IsMySQL() {
+		q = "SELECT DATABASE()"
+	}
+	var schema string
+	err := db.QueryRowContext(ctx, q).Scan(&schema)
+	return schema + "." + table, err
 }
 
 // crashXMySQLUsedLocks asks IS_USED_LOCK for the keys 1..maxID of table, a
@@ -436,7 +457,7 @@ func TestCrashHygieneDetects(t *testing.T) {
 			key := "2"
 			switch {
 			case e.IsPostgres():
-				if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_lock($1)", inbox.PostgresLockKey(table, key)); err != nil {
+				if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_lock($1)", inbox.PostgresLockKey(lockIdent(t, e, db, table), key)); err != nil {
 					t.Fatal(err)
 				}
 				sessions = func() []string {
@@ -458,7 +479,7 @@ func TestCrashHygieneDetects(t *testing.T) {
 					return p
 				}
 			default:
-				if _, err := tx.ExecContext(ctx, "SELECT GET_LOCK(?, 0)", inbox.MySQLLockName(table, key)); err != nil {
+				if _, err := tx.ExecContext(ctx, "SELECT GET_LOCK(?, 0)", inbox.MySQLLockName(lockIdent(t, e, db, table), key)); err != nil {
 					t.Fatal(err)
 				}
 				sessions = func() []string {
