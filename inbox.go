@@ -155,6 +155,10 @@ type Config struct {
 	// Now replaces the database's clock with the caller's, passed to SQL as a
 	// parameter, so tests can stop time. Every worker of a table must share
 	// one clock. SQLite always uses the caller's clock: time.Now by default.
+	// A clock that stands still gives a job released and claimed again the
+	// lease token it had (id, attempt, expiry), so a stale holder's late
+	// settlement would match the new delivery: move a stopped clock on
+	// between a Release and the next claim.
 	Now func() time.Time
 	// After replaces time.After in keepers, with Now, so that a test clock
 	// drives them too.
