@@ -80,7 +80,7 @@ func (q *Queue) Work(ctx context.Context, cfg WorkConfig, handle Handler) error 
 		// The bell is read before the claim, so that a wake-up during the
 		// claim is not lost.
 		rang := q.bell.next()
-		ds, err := q.Claim(ctx, w.batch)
+		ds, err := w.claim(ctx)
 		if err != nil && ctx.Err() == nil {
 			w.report(err)
 		}
@@ -96,6 +96,26 @@ func (q *Queue) Work(ctx context.Context, cfg WorkConfig, handle Handler) error 
 	}
 	return nil
 }
+
+// claim claims a batch. The claim runs to its end even when ctx ends
+// meanwhile (bounded by claimTimeout): a claim cut off by its context may
+// still commit at the server, leaving leases that hold jobs nobody runs
+// until they run out. Jobs claimed after ctx ended are given back at once.
+func (w *worker) claim(ctx context.Context) ([]*Delivery, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	ds, err := w.q.Claim(cctx, w.batch)
+	if err == nil && ctx.Err() != nil {
+		for _, d := range ds {
+			w.report(d.Release(cctx))
+		}
+		return nil, nil
+	}
+	return ds, err
+}
+
+// claimTimeout bounds a claim that outlives its loop's context.
+const claimTimeout = 30 * time.Second
 
 // worker is one Work loop's settings.
 type worker struct {
