@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sort"
 	"sync"
 	"time"
 )
@@ -47,19 +48,9 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 		return nil, err
 	}
 	v.now, v.until = now, now.Add(q.lease)
-	ds := make([]*Delivery, 0, v.limit)
-	for _, s := range []Stmt{q.st.ClaimSelect, q.st.ClaimSelectMore} {
-		if s.SQL == "" || len(ds) == cap(ds) {
-			continue
-		}
-		v.limit = cap(ds) - len(ds)
-		rows, err := q.query(ctx, tx, s, v)
-		if err != nil {
-			return nil, err
-		}
-		if ds, err = q.scanClaimed(rows, false, ds); err != nil {
-			return nil, err
-		}
+	ds, err := q.selectClaimed(ctx, tx, v)
+	if err != nil {
+		return nil, err
 	}
 	per := 0 // rows one ClaimMark marks
 	for _, a := range q.st.ClaimMark.Args {
@@ -80,6 +71,36 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, err
+	}
+	return ds, nil
+}
+
+// selectClaimed locks the rows of a lease claim by ClaimSelect and, for the
+// places left, ClaimSelectMore. With a priority both read the whole claim
+// and the best are kept, by priority then id: the rows locked beyond it are
+// let go when the claim's transaction commits.
+func (q *Queue) selectClaimed(ctx context.Context, tx *sql.Tx, v *values) ([]*Delivery, error) {
+	max := v.limit
+	ds := make([]*Delivery, 0, max)
+	for _, s := range []Stmt{q.st.ClaimSelect, q.st.ClaimSelectMore} {
+		if s.SQL == "" || (len(ds) == max && q.names.Priority == "") {
+			continue
+		}
+		v.limit = max - len(ds)
+		if q.names.Priority != "" {
+			v.limit = max
+		}
+		rows, err := q.query(ctx, tx, s, v)
+		if err != nil {
+			return nil, err
+		}
+		if ds, err = q.scanClaimed(rows, false, ds); err != nil {
+			return nil, err
+		}
+	}
+	if q.names.Priority != "" && len(ds) > max {
+		sort.SliceStable(ds, func(i, j int) bool { return ds[i].priority > ds[j].priority })
+		ds = ds[:max]
 	}
 	return ds, nil
 }

@@ -20,7 +20,7 @@ func TestCheckSchemaLookalikes(t *testing.T) {
 		pgVersion = "SELECT current_setting('server_version_num')::int, version()"
 		pgColumns = "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2"
 		myVersion = "SELECT VERSION()"
-		myWsrep   = "SHOW VARIABLES LIKE 'wsrep_on'"
+		myWsrep   = "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'"
 		myColumns = "SELECT column_name, column_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
 	)
 	tables := map[inbox.Form]inbox.Table{
@@ -67,7 +67,8 @@ func TestCheckSchemaLookalikes(t *testing.T) {
 		{"vitess", inbox.MySQL, vitess, false, inbox.Lease, []string{"Vitess", "SKIP LOCKED", "advisory form"}},
 		{"vitess", inbox.MySQL, vitess, false, inbox.RowLock, []string{"Vitess", "row lock form", "advisory form"}},
 		{"vitess", inbox.MySQL, vitess, false, inbox.Advisory, nil},
-		{"galera", inbox.MySQL, mariadb, true, inbox.Advisory, []string{"Galera", "GET_LOCK", "lease form", "row-lock form"}},
+		{"galera", inbox.MySQL, mariadb, true, inbox.Advisory, []string{"Galera", "GET_LOCK", "lease form"}},
+		{"galera", inbox.MySQL, mariadb, true, inbox.RowLock, []string{"Galera", "row-lock form", "1213", "lease form"}},
 		{"galera", inbox.MySQL, mariadb, true, inbox.Lease, nil},
 		{"mariadb", inbox.MySQL, mariadb, false, inbox.Advisory, nil},
 	} {
@@ -79,7 +80,7 @@ func TestCheckSchemaLookalikes(t *testing.T) {
 				m.ExpectQuery(pgColumns).WithArgs("", "jobs").WillReturnRows(pgCols(tc.form))
 			} else {
 				m.ExpectQuery(myVersion).WithoutArgs().WillReturnRows(rows("version", row(tc.version)))
-				if tc.form == inbox.Advisory {
+				if tc.form != inbox.Lease {
 					wsrep := rows("Variable_name,Value")
 					if tc.galera {
 						wsrep.AddRow("wsrep_on", "ON")

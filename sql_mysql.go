@@ -246,7 +246,7 @@ func (mysql) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, e
 }
 
 // myPriorityIndex reports a row-lock table with a priority but no index
-// leading with (priority, id): InnoDB's SKIP LOCKED after a filesort picks
+// leading with (priority DESC, id) (MariaDB 10.8 or later keeps DESC): InnoDB's SKIP LOCKED after a filesort picks
 // the first row in order and then skips it when held, returning none, so
 // every claim would wait for the head job's holder.
 func myPriorityIndex(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
@@ -254,7 +254,7 @@ func myPriorityIndex(ctx context.Context, db *sql.DB, n *Names) ([]string, error
 	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.statistics p JOIN information_schema.statistics i "+
 		"ON i.table_schema = p.table_schema AND i.table_name = p.table_name AND i.index_name = p.index_name AND i.seq_in_index = 2 "+
 		"WHERE p.table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND p.table_name = ? AND p.seq_in_index = 1 "+
-		"AND p.column_name = ? AND i.column_name = ?", n.Schema, n.TableName, n.Raw.Priority, n.Raw.ID).Scan(&found)
+		"AND p.column_name = ? AND p.collation = 'D' AND i.column_name = ?", n.Schema, n.TableName, n.Raw.Priority, n.Raw.ID).Scan(&found)
 	if err != nil || found > 0 {
 		return nil, err
 	}
@@ -269,7 +269,11 @@ func myLookalike(version string, f Form, galera bool) string {
 	switch {
 	case galera && f == Advisory:
 		return "MariaDB Galera (wsrep_on): GET_LOCK is held by one node and not replicated, so two nodes would hand out the same key: " +
-			"the advisory form cannot hold a job on a cluster; use the lease form (Table.LockedUntil) or the row-lock form"
+			"the advisory form cannot hold a job on a cluster; use the lease form (Table.LockedUntil)"
+	case galera && f == RowLock:
+		return "MariaDB Galera (wsrep_on): row locks are held by one node, so a job is in work on every node that claims it " +
+			"until the first commit wins and the others fail with 1213: the row-lock form cannot hold a job on a cluster; " +
+			"use the lease form (Table.LockedUntil), whose expiry replicates"
 	case strings.Contains(v, "tidb") && f != Advisory:
 		return fmt.Sprintf("TiDB does not honour FOR UPDATE SKIP LOCKED (pingcap/tidb#18207), which the %s form's claim relies on: "+
 			"use the advisory form (Table.AdvisoryKey); TiDB's GET_LOCK holds across the cluster", f)
@@ -289,10 +293,11 @@ func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, e
 		return nil, err
 	}
 	galera := false
-	if n.Form == Advisory {
-		// SHOW answers on MySQL too, where the variable does not exist.
+	if n.Form != Lease {
+		// SHOW answers on MySQL too, where the variable does not exist;
+		// GLOBAL, as a session may set its own.
 		var name, value string
-		err := db.QueryRowContext(ctx, "SHOW VARIABLES LIKE 'wsrep_on'").Scan(&name, &value)
+		err := db.QueryRowContext(ctx, "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'").Scan(&name, &value)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return nil, err
 		}

@@ -134,15 +134,16 @@ func pgAdvisory(t *sqlTemplate, n *Names) *Statements {
 }
 
 // pgStats counts a queue by indexed reads. In work under the row lock: the
-// transactions holding a write lock on the table, which the engine lists
-// (open claims, and the short writes of settlements and enqueues); under
+// transactions holding a row lock or a write lock on the table, which the
+// engine lists (open claims, and the short writes of settlements and
+// enqueues); under
 // the advisory form the engine cannot tell which of its locks are this
 // table's.
 func pgStats(t *sqlTemplate, n *Names) Stmt {
 	now := "CAST({now} AS timestamptz)"
 	inWork := "-1"
 	if n.Form == RowLock {
-		inWork = "(SELECT COUNT(DISTINCT pid) FROM pg_catalog.pg_locks WHERE relation = '{table}'::regclass AND mode = 'RowExclusiveLock' AND granted)"
+		inWork = "(SELECT COUNT(DISTINCT pid) FROM pg_catalog.pg_locks WHERE relation = '{table}'::regclass AND mode IN ('RowShareLock', 'RowExclusiveLock') AND granted)"
 	}
 	free, due := statsOldest(n, now)
 	return t.query("SELECT " + statsCounts(n, now, "{until}", inWork) +

@@ -1,0 +1,526 @@
+package main
+
+// -run scale: many worker processes against one PostgreSQL server. Each
+// line of its table is one claim form run by P processes of W workers each
+// (the -scale plan, "1x1,1x16,1x64,4x16" by default; "4x16:9" gives each
+// process a pool of 9 connections), all set off at once on one table and
+// stopped together. The figures: every process's acknowledgements over the
+// window, and, sampled on the server halfway through, the run's
+// connections and its jobs in work (lease: rows under a lease in force;
+// row lock: sessions inside a transaction; advisory: advisory locks held).
+// -scale-hold gives the handler a duration, so that jobs in work show what
+// a pool allows. The lease tables get the claim's recommended indexes.
+//
+// Each process is this program started again (scaleChildEnv), so that 64
+// workers in four processes meet the server as four hosts would: four
+// pools, four sets of connections, and no shared in-process state (the
+// advisory form's keys in work, the Batcher).
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// scaleChildEnv, when set, makes this program one worker process of -run
+// scale, configured by its value (see scaleChild).
+const scaleChildEnv = "INBOX_BENCH_SCALE_CHILD"
+
+// scaleApp is the application_name of the run's connections, by which the
+// parent counts them on the server.
+const scaleApp = "inbox_bench_scale"
+
+var (
+	scalePlan string
+	scaleReps int
+	scaleHold time.Duration
+)
+
+func init() {
+	if v := os.Getenv(scaleChildEnv); v != "" {
+		// Before main parses the parent's flags: the child takes its
+		// configuration from the environment alone.
+		os.Exit(scaleChildMain(v))
+	}
+	flag.StringVar(&scalePlan, "scale", "1x1,1x16,1x64,4x16", "scale: processes x workers per process, one table line each")
+	flag.IntVar(&scaleReps, "scale-reps", 3, "scale: runs of each line; the table gives the median")
+	flag.DurationVar(&scaleHold, "scale-hold", 0, "scale: how long each handler runs (0: a no-op handler)")
+}
+
+// scalePlanEntry is one entry of -scale: procs processes of workers
+// workers, each process with a pool of pool connections (0: scaleConns).
+type scalePlanEntry struct{ procs, workers, pool int }
+
+// scaleLine is one form (and batch) under one plan entry.
+type scaleLine struct {
+	form  string
+	batch int
+	scalePlanEntry
+}
+
+// scaleChild is a worker process's configuration, passed as
+// "engine,table,form,batch,workers,pool,hold,duration".
+type scaleChild struct {
+	engine, table, form  string
+	batch, workers, pool int
+	hold, duration       time.Duration
+}
+
+func (c scaleChild) encode() string {
+	return strings.Join([]string{c.engine, c.table, c.form, strconv.Itoa(c.batch), strconv.Itoa(c.workers),
+		strconv.Itoa(c.pool), c.hold.String(), c.duration.String()}, ",")
+}
+
+func decodeScaleChild(s string) (scaleChild, error) {
+	f := strings.Split(s, ",")
+	if len(f) != 8 {
+		return scaleChild{}, fmt.Errorf("%s=%q: want engine,table,form,batch,workers,pool,hold,duration", scaleChildEnv, s)
+	}
+	c := scaleChild{engine: f[0], table: f[1], form: f[2]}
+	var errs [5]error
+	c.batch, errs[0] = strconv.Atoi(f[3])
+	c.workers, errs[1] = strconv.Atoi(f[4])
+	c.pool, errs[2] = strconv.Atoi(f[5])
+	c.hold, errs[3] = time.ParseDuration(f[6])
+	c.duration, errs[4] = time.ParseDuration(f[7])
+	return c, errors.Join(errs[:]...)
+}
+
+// parseScalePlan reads "PxW[:pool],…".
+func parseScalePlan(s string) ([]scalePlanEntry, error) {
+	var plan []scalePlanEntry
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		pw, pool, hasPool := strings.Cut(f, ":")
+		p, w, ok := strings.Cut(pw, "x")
+		var e scalePlanEntry
+		var err1, err2, err3 error
+		e.procs, err1 = strconv.Atoi(p)
+		e.workers, err2 = strconv.Atoi(w)
+		if hasPool {
+			e.pool, err3 = strconv.Atoi(pool)
+			if err3 == nil && e.pool < 2 {
+				err3 = errors.New("a pool under 2")
+			}
+		}
+		if !ok || err1 != nil || err2 != nil || err3 != nil || e.procs <= 0 || e.workers <= 0 {
+			return nil, fmt.Errorf("-scale %q: want processes x workers, optionally :pool, such as 4x16 or 4x16:9", f)
+		}
+		plan = append(plan, e)
+	}
+	return plan, nil
+}
+
+// scaleConns is a worker process's pool when the plan names none: the
+// lease form uses a connection per statement, so one per worker and two
+// for the batcher suffice; the forms that hold a connection per job get
+// one per job plus the one the queue never takes (the pool rule:
+// SetMaxOpenConns(n) holds at most n-1 jobs).
+func scaleConns(form string, workers, batch int) int {
+	if form == "lease" {
+		return workers + 2
+	}
+	return workers*batch + 1
+}
+
+// scaleDSN adds the run's application_name to a PostgreSQL DSN, URL or
+// keyword form.
+func scaleDSN(dsn string) string {
+	if !strings.Contains(dsn, "://") {
+		return dsn + " application_name=" + scaleApp
+	}
+	if strings.Contains(dsn, "?") {
+		return dsn + "&application_name=" + scaleApp
+	}
+	return dsn + "?application_name=" + scaleApp
+}
+
+// runScale prints the table of -run scale for the PostgreSQL engines of es.
+func runScale(ctx context.Context, out, log io.Writer, es []engine, forms []string, duration time.Duration, dir string) error {
+	plan, err := parseScalePlan(scalePlan)
+	if err != nil {
+		return err
+	}
+	var lines []scaleLine
+	for _, form := range forms {
+		form = strings.TrimSpace(form)
+		batches := []int{1}
+		switch form {
+		case "lease":
+			batches = []int{1, 16}
+		case "rowlock", "advisory":
+		default:
+			continue // lease-async shares one Batcher inside a process; the lease lines stand for it
+		}
+		for _, b := range batches {
+			for _, pe := range plan {
+				lines = append(lines, scaleLine{form: form, batch: b, scalePlanEntry: pe})
+			}
+		}
+	}
+	var versions []string
+	var pgs []engine
+	for _, e := range es {
+		if e.family != "postgres" {
+			fmt.Fprintf(log, "scale: %s skipped, the scale table is PostgreSQL's\n", e.name)
+			continue
+		}
+		pgs = append(pgs, e)
+		db, err := e.open(dir, 1)
+		if err != nil {
+			return err
+		}
+		versions = append(versions, e.version(db)+" ("+e.label+")")
+		db.Close()
+	}
+	if len(pgs) == 0 {
+		return errors.New("-run scale needs a PostgreSQL engine: -engines pq or pgx")
+	}
+	header(out, versions)
+	handler := "a no-op handler"
+	if scaleHold > 0 {
+		handler = "a handler of " + scaleHold.String()
+	}
+	fmt.Fprintf(out, "Each line: P processes of W workers on one table, claim + %s + ack for %v, median of %d runs. "+
+		"Connections and jobs in work sampled on the server halfway through each run (the largest sample of the runs).\n\n", handler, duration, scaleReps)
+	fmt.Fprintln(out, "| driver | form | batch | processes × workers | pool per process | jobs/s (median) | runs | server connections | jobs in work |")
+	fmt.Fprintln(out, "|---|---|---:|---|---:|---:|---|---:|---:|")
+	for _, e := range pgs {
+		for _, l := range lines {
+			var rates []float64
+			var sample scaleSample
+			for r := 0; r < scaleReps; r++ {
+				rate, got, err := scaleRun(ctx, log, e, l, duration)
+				if err != nil {
+					return fmt.Errorf("scale %s %s b%d %dx%d: %w", e.name, l.form, l.batch, l.procs, l.workers, err)
+				}
+				rates = append(rates, rate)
+				sample.conns, sample.inWork = max(sample.conns, got.conns), max(sample.inWork, got.inWork)
+			}
+			runs := make([]string, len(rates))
+			for i, r := range rates {
+				runs[i] = strconv.FormatFloat(r, 'f', 0, 64)
+			}
+			sorted := slices.Clone(rates)
+			slices.Sort(sorted)
+			fmt.Fprintf(out, "| %s | %s | %d | %d × %d | %d | %.0f | %s | %d | %d |\n", e.label, l.form, l.batch, l.procs, l.workers,
+				l.poolSize(), sorted[len(sorted)/2], strings.Join(runs, " / "), sample.conns, sample.inWork)
+		}
+	}
+	return nil
+}
+
+// poolSize is the line's pool per process.
+func (l scaleLine) poolSize() int {
+	if l.pool > 0 {
+		return l.pool
+	}
+	return scaleConns(l.form, l.workers, l.batch)
+}
+
+// scaleSample is what the server showed halfway through a run.
+type scaleSample struct{ conns, inWork int }
+
+// scaleRun runs one line once: a fresh table filled with more jobs than
+// the line can take in duration, procs worker processes started, set off
+// together, and their acknowledgements summed. It returns jobs per second
+// over the longest process's window and the server's sample.
+func scaleRun(ctx context.Context, log io.Writer, e engine, l scaleLine, duration time.Duration) (rate float64, sample scaleSample, err error) {
+	db, err := e.openDSN(e.dsn(""), 2)
+	if err != nil {
+		return 0, sample, err
+	}
+	defer db.Close()
+	table := "bench_scale_" + e.name
+	if err := e.createTable(ctx, db, table); err != nil {
+		return 0, sample, err
+	}
+	defer e.drop(context.WithoutCancel(ctx), db, table)
+	// Generous: more than the fastest line seen here could take.
+	perSec := 8000
+	if l.form == "lease" && l.batch > 1 {
+		perSec = 40000
+	}
+	fill := int(float64(perSec)*duration.Seconds()) + 1000
+	if l.form == "lease" {
+		// The lease claim's indexes, as schema/ recommends: without the
+		// one on the lease column every claim scans the table.
+		for _, s := range depthIndexes(e, table) {
+			if _, err := db.ExecContext(ctx, s); err != nil {
+				return 0, sample, err
+			}
+		}
+	}
+	if err := e.fill(ctx, db, table, fill, payload); err != nil {
+		return 0, sample, err
+	}
+	if _, err := db.ExecContext(ctx, "ANALYZE "+table); err != nil {
+		return 0, sample, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return 0, sample, err
+	}
+	cfg := scaleChild{engine: e.name, table: table, form: l.form, batch: l.batch, workers: l.workers,
+		pool: l.poolSize(), hold: scaleHold, duration: duration}.encode()
+	type proc struct {
+		cmd   *exec.Cmd
+		stdin io.WriteCloser
+		lines chan string
+	}
+	procs := make([]proc, l.procs)
+	defer func() {
+		for _, p := range procs {
+			if p.cmd == nil {
+				continue
+			}
+			p.stdin.Close() // a worker process ends when its standard input does
+			if werr := p.cmd.Wait(); werr != nil && err == nil {
+				err = fmt.Errorf("worker process: %w", werr)
+			}
+		}
+	}()
+	for i := range procs {
+		cmd := exec.CommandContext(ctx, self)
+		cmd.Env = append(os.Environ(), scaleChildEnv+"="+cfg)
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return 0, sample, err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return 0, sample, err
+		}
+		if err := cmd.Start(); err != nil {
+			return 0, sample, err
+		}
+		lines := make(chan string, 4)
+		go func() {
+			defer close(lines)
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+		}()
+		procs[i] = proc{cmd: cmd, stdin: stdin, lines: lines}
+	}
+	next := func(p proc) (string, error) {
+		select {
+		case s, ok := <-p.lines:
+			if !ok {
+				return "", errors.New("a worker process ended early")
+			}
+			return s, nil
+		case <-time.After(duration + time.Minute):
+			return "", errors.New("a worker process did not answer within a minute")
+		}
+	}
+	for _, p := range procs {
+		if s, err := next(p); err != nil || s != "ready" {
+			return 0, sample, fmt.Errorf("waiting for ready: %q %v", s, err)
+		}
+	}
+	for _, p := range procs {
+		if _, err := io.WriteString(p.stdin, "go\n"); err != nil {
+			return 0, sample, err
+		}
+	}
+	var sampled sync.WaitGroup
+	var sampleErr error
+	sampled.Add(1)
+	go func() {
+		defer sampled.Done()
+		time.Sleep(duration / 2)
+		sample, sampleErr = scaleSampleNow(ctx, db, l.form, table)
+	}()
+	var jobs int
+	var window time.Duration
+	for _, p := range procs {
+		s, err := next(p)
+		if err != nil {
+			return 0, sample, err
+		}
+		var n int
+		var ns int64
+		if _, err := fmt.Sscanf(s, "done %d %d", &n, &ns); err != nil {
+			return 0, sample, fmt.Errorf("worker process said %q", s)
+		}
+		jobs += n
+		window = max(window, time.Duration(ns))
+	}
+	sampled.Wait()
+	if sampleErr != nil {
+		return 0, sample, sampleErr
+	}
+	left, err := count(ctx, db, table)
+	if err != nil {
+		return 0, sample, err
+	}
+	if left == 0 {
+		fmt.Fprintf(log, "scale %s %s b%d %dx%d: the table ran dry; the rate is a lower bound\n", e.name, l.form, l.batch, l.procs, l.workers)
+	}
+	fmt.Fprintf(log, "scale %s %s b%d %dx%d pool %d: %d jobs in %v, %d connections, %d jobs in work\n",
+		e.name, l.form, l.batch, l.procs, l.workers, l.poolSize(), jobs, window.Round(time.Millisecond), sample.conns, sample.inWork)
+	return float64(jobs) / window.Seconds(), sample, nil
+}
+
+// scaleSampleNow counts the run's connections on the server, and its jobs
+// in work as the form holds them: rows under a lease in force, sessions
+// inside a transaction (row lock), advisory locks granted.
+func scaleSampleNow(ctx context.Context, db *sql.DB, form, table string) (scaleSample, error) {
+	var s scaleSample
+	err := db.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", scaleApp).Scan(&s.conns)
+	if err != nil {
+		return s, err
+	}
+	var row *sql.Row
+	switch form {
+	case "lease":
+		row = db.QueryRowContext(ctx, "SELECT count(*) FROM "+table+" WHERE locked_until > statement_timestamp()")
+	case "rowlock":
+		row = db.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND xact_start IS NOT NULL", scaleApp)
+	default:
+		row = db.QueryRowContext(ctx, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "+
+			"WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $1", scaleApp)
+	}
+	err = row.Scan(&s.inWork)
+	return s, err
+}
+
+// scaleSide is one worker process's round: claim up to batch jobs, run the
+// handler on each (read the payload, then hold for the -scale-hold time),
+// acknowledge them (a lease batch through one Batcher.AckAll).
+type scaleSide struct {
+	q     *inbox.Queue
+	b     *inbox.Batcher
+	batch int
+	hold  time.Duration
+}
+
+func (s *scaleSide) round(ctx context.Context) (int, error) {
+	ds, err := s.q.Claim(ctx, s.batch)
+	if err != nil || len(ds) == 0 {
+		return 0, err
+	}
+	for _, d := range ds {
+		var p []byte
+		if err := d.Scan(&p); err != nil {
+			return 0, err
+		}
+	}
+	if s.hold > 0 {
+		time.Sleep(s.hold) // the handlers of a batch run side by side
+	}
+	if s.b != nil {
+		for i, err := range s.b.AckAll(ctx, ds) {
+			if err != nil {
+				return 0, fmt.Errorf("ack %v: %w", ds[i].ID(), err)
+			}
+		}
+		return len(ds), nil
+	}
+	for i, d := range ds {
+		if err := d.Ack(ctx); err != nil {
+			return i, fmt.Errorf("ack %v: %w", d.ID(), err)
+		}
+	}
+	return len(ds), nil
+}
+
+func (s *scaleSide) close() {
+	if s.b != nil {
+		s.b.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = s.q.Shutdown(ctx)
+}
+
+// scaleChildMain is one worker process: it opens its own pool, warms its
+// connections, prints "ready", waits for "go" on its standard input, runs
+// its workers for the duration, prints "done <jobs> <nanoseconds>", and
+// ends when its standard input does.
+func scaleChildMain(config string) int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "bench scale worker:", err)
+		return 1
+	}
+	c, err := decodeScaleChild(config)
+	if err != nil {
+		return fail(err)
+	}
+	e, err := engineNamed(c.engine)
+	if err != nil {
+		return fail(err)
+	}
+	db, err := e.openDSN(scaleDSN(e.dsn("")), c.pool)
+	if err != nil {
+		return fail(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if err := warm(ctx, db, c.pool); err != nil {
+		return fail(err)
+	}
+	q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Table: benchTable(c.table, c.form)})
+	if err != nil {
+		return fail(err)
+	}
+	s := &scaleSide{q: q, batch: c.batch, hold: c.hold}
+	if c.form == "lease" && c.batch > 1 {
+		if s.b, err = q.NewBatcher(inbox.BatchConfig{MaxBatch: c.batch}); err != nil {
+			return fail(err)
+		}
+	}
+	defer s.close()
+	in := bufio.NewScanner(os.Stdin)
+	fmt.Println("ready")
+	if !in.Scan() || in.Text() != "go" {
+		return fail(errors.New("no go on standard input"))
+	}
+	r := measure(ctx, s, c.workers, 1<<40, c.duration, 10*time.Second)
+	if r.err != nil {
+		return fail(r.err)
+	}
+	fmt.Printf("done %d %d\n", r.jobs, r.elapsed.Nanoseconds())
+	for in.Scan() {
+	}
+	return 0
+}
+
+// warm opens n connections of db at once and gives them back to the pool,
+// so that no worker pays for a connection inside the measured window.
+func warm(ctx context.Context, db *sql.DB, n int) error {
+	conns := make([]*sql.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		if err := c.PingContext(ctx); err != nil {
+			c.Close()
+			return err
+		}
+		conns = append(conns, c)
+	}
+	return nil
+}
