@@ -8,6 +8,10 @@ package main
 // the free jobs and the expired ones in two ordered, limited branches, and
 // the old single-condition claim ("lease NULL or over", hand-written here)
 // it replaced, which steps over a leased head row by row.
+//
+// Then priorities (issue 11), in every form: the claim of one job of high
+// priority among a mass of low ones, each form with its recommended
+// indexes, and Queue.Stats on the same tables (runPriorityDepth below).
 
 import (
 	"context"
@@ -183,7 +187,7 @@ func runDepth(ctx context.Context, out, log io.Writer, es []engine, deep, rounds
 			return err
 		}
 	}
-	return nil
+	return runPriorityDepth(ctx, out, log, es, deep, rounds, dir)
 }
 
 func depthEngine(ctx context.Context, out, log io.Writer, e engine, cases []depthCase, passes, rounds int, dir string) error {
@@ -283,4 +287,364 @@ func analyze(ctx context.Context, e engine, db *sql.DB, table string) {
 	default:
 		_, _ = db.ExecContext(ctx, "ANALYZE")
 	}
+}
+
+// Priorities with depth (issue 11). Four tables per engine: ten jobs of
+// high priority before (the lowest ids) or after (the highest ids) 10,000
+// and 1,000,000 (-depth-rows) jobs of low priority. Each form claims one
+// job at a time with its recommended indexes (prioIndexes), checks that it
+// is one of the ten and releases it, so that every claim meets the same
+// table; the figure is the median time of the Claim call alone, compared
+// with the same shape at 10,000. Then Queue.Stats runs on the same tables
+// with the indexes that serve it (statsIndexes) added.
+
+// prioHigh is the high priority; the low one is 0.
+const prioHigh = 10
+
+// prioCase is a table shape: low jobs, with the ten high ones first or last.
+type prioCase struct {
+	name      string
+	low       int
+	highFirst bool
+}
+
+// benchIndex is an index of a bench table: a name suffix and the part of
+// CREATE INDEX after the table's name.
+type benchIndex struct{ name, def string }
+
+func (ix benchIndex) create(table string) string {
+	return "CREATE INDEX " + table + "_" + ix.name + " ON " + table + " " + ix.def
+}
+
+func (ix benchIndex) drop(e engine, table string) string {
+	s := "DROP INDEX " + table + "_" + ix.name
+	if e.family == "mysql" {
+		s += " ON " + table
+	}
+	return s
+}
+
+// prioIndexes are the indexes recommended for a claim by priority, as in
+// docs/schema.md. PostgreSQL lease: the free jobs in claim order (a partial
+// index) and the expiry, for the expired branch. InnoDB and SQLite lease:
+// (expiry, priority DESC, id), whose NULL range is the free jobs in claim
+// order. Row lock and advisory: (priority DESC, id), read in order until a
+// row passes the not-before test (and, row lock, is not locked).
+func prioIndexes(e engine, form string) []benchIndex {
+	switch {
+	case form == "lease" && e.family == "postgres":
+		return []benchIndex{{"free", "(priority DESC, id) WHERE locked_until IS NULL"}, {"lu", "(locked_until)"}}
+	case form == "lease":
+		return []benchIndex{{"claimable", "(locked_until, priority DESC, id)"}}
+	}
+	return []benchIndex{{"prio", "(priority DESC, id)"}}
+}
+
+// statsIndexes are what Queue.Stats needs beyond the claim's indexes, as in
+// docs/schema.md: every count is a range of an index on the form's time
+// column (lease: the expiry; the others: not_before), and the oldest ready
+// job is the first entry of an index on enqueued_at among the rows whose
+// time column is NULL. PostgreSQL does not read (time, enqueued_at) in
+// enqueued_at order within the NULL range, so it takes a partial index.
+func statsIndexes(e engine, form string) []benchIndex {
+	switch {
+	case e.family == "postgres" && form == "lease":
+		return []benchIndex{{"free_age", "(enqueued_at) WHERE locked_until IS NULL"}}
+	case e.family == "postgres":
+		return []benchIndex{{"ready", "(not_before, id)"}, {"ready_age", "(enqueued_at) WHERE not_before IS NULL"}}
+	case form == "lease":
+		return []benchIndex{{"age", "(locked_until, enqueued_at)"}}
+	}
+	return []benchIndex{{"age", "(not_before, enqueued_at)"}}
+}
+
+// prioTable describes a priority table in a form: the schema files' columns
+// for it, with a priority, an enqueue time and a dead table.
+func prioTable(table, form string) inbox.Table {
+	t := inbox.Table{Name: table, DeadTable: table + "_dead", Priority: "priority", EnqueuedAt: "enqueued_at"}
+	switch form {
+	case "lease":
+		t.LockedUntil = "locked_until"
+	case "advisory":
+		t.AdvisoryKey, t.NotBefore = "id", "not_before"
+	default:
+		t.NotBefore = "not_before"
+	}
+	return t
+}
+
+// prioCreate (re)creates a priority table and its dead table.
+func prioCreate(ctx context.Context, e engine, db *sql.DB, table string) error {
+	var create, dead string
+	switch e.family {
+	case "postgres":
+		create = "CREATE TABLE " + table + " (id bigserial PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, locked_until timestamptz, not_before timestamptz, " +
+			"priority integer NOT NULL DEFAULT 0, enqueued_at timestamptz, payload bytea NOT NULL)"
+		dead = "CREATE TABLE " + table + "_dead (id bigint PRIMARY KEY, attempt integer NOT NULL, payload bytea NOT NULL)"
+	case "mysql":
+		create = "CREATE TABLE " + table + " (id bigint AUTO_INCREMENT PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, locked_until DATETIME(6) NULL, " +
+			"not_before DATETIME(6) NULL, priority integer NOT NULL DEFAULT 0, enqueued_at DATETIME(6) NULL, payload blob NOT NULL)"
+		dead = "CREATE TABLE " + table + "_dead (id bigint PRIMARY KEY, attempt integer NOT NULL, payload blob NOT NULL)"
+	default:
+		create = "CREATE TABLE " + table + " (id INTEGER PRIMARY KEY AUTOINCREMENT, attempt INTEGER NOT NULL DEFAULT 1, locked_until TEXT, not_before TEXT, " +
+			"priority INTEGER NOT NULL DEFAULT 0, enqueued_at TEXT, payload BLOB NOT NULL)"
+		dead = "CREATE TABLE " + table + "_dead (id INTEGER PRIMARY KEY, attempt INTEGER NOT NULL, payload BLOB NOT NULL)"
+	}
+	for _, s := range []string{"DROP TABLE IF EXISTS " + table, "DROP TABLE IF EXISTS " + table + "_dead", create, dead} {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("%s: %s: %w", e.name, s, err)
+		}
+	}
+	return nil
+}
+
+// prioFill inserts n jobs of one priority, enqueued at at, in one
+// statement (as engine.fill does).
+func prioFill(ctx context.Context, e engine, db *sql.DB, table string, n, priority int, at time.Time) error {
+	switch e.family {
+	case "postgres":
+		_, err := db.ExecContext(ctx, "INSERT INTO "+table+" (payload, priority, enqueued_at) SELECT $1::bytea, $2, $3::timestamptz FROM generate_series(1, $4)", payload, priority, at, n)
+		return err
+	case "mysql":
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		var version string
+		if err := conn.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+			return err
+		}
+		enq := at.UTC().Format("2006-01-02 15:04:05.000000")
+		if strings.Contains(strings.ToLower(version), "mariadb") {
+			_, err = conn.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s (payload, priority, enqueued_at) SELECT ?, ?, ? FROM seq_1_to_%d", table, n), payload, priority, enq)
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION cte_max_recursion_depth = %d", n+1)); err != nil {
+			return err
+		}
+		_, err = conn.ExecContext(ctx, "INSERT INTO "+table+" (payload, priority, enqueued_at) WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < ?) SELECT ?, ?, ? FROM s",
+			n, payload, priority, enq)
+		return err
+	default:
+		_, err := db.ExecContext(ctx, "INSERT INTO "+table+" (payload, priority, enqueued_at) WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < ?) SELECT ?, ?, ? FROM s",
+			n, payload, priority, at.UTC().Format(inbox.SQLiteTimeFormat))
+		return err
+	}
+}
+
+// rowsName writes a row count as the tables' headers do: 10k, 1M.
+func rowsName(n int) string {
+	if n >= 1000000 && n%1000000 == 0 {
+		return fmt.Sprintf("%dM", n/1000000)
+	}
+	return fmt.Sprintf("%dk", n/1000)
+}
+
+func runPriorityDepth(ctx context.Context, out, log io.Writer, es []engine, deep, rounds int, dir string) error {
+	cases := []prioCase{
+		{"10 high, then 10k low", 10000, true},
+		{"10 high, then " + rowsName(deep) + " low", deep, true},
+		{"10k low, then 10 high", 10000, false},
+		{rowsName(deep) + " low, then 10 high", deep, false},
+	}
+	fmt.Fprintf(out, "\nPriorities: one Claim(1) of a job of high priority, then a Release, by one worker, with the form's recommended indexes: "+
+		"median time of the claim over up to %d rounds (at most %v), each round one claim on every table in turn; ratio to the same shape with 10k low jobs.\n\n", rounds, prioBudget)
+	fmt.Fprintf(out, "| engine | form | indexes | %s | %s | %s | %s |\n|---|---|---|---:|---:|---:|---:|\n", cases[0].name, cases[1].name, cases[2].name, cases[3].name)
+	var stats []string
+	seen := map[string]bool{}
+	for _, e := range es {
+		if seen[e.family] {
+			continue // one driver per engine
+		}
+		seen[e.family] = true
+		lines, err := priorityEngine(ctx, out, log, e, cases, rounds, dir)
+		if err != nil {
+			return err
+		}
+		stats = append(stats, lines...)
+	}
+	fmt.Fprintf(out, "\nQueue.Stats (one statement) on the same tables, all jobs ready, with the form's claim and Stats indexes: median of %d calls, interleaved.\n\n", statsCalls)
+	fmt.Fprintf(out, "| engine | form | Stats indexes | %s rows | %s rows |\n|---|---|---|---:|---:|\n", thousands(cases[2].low+prioHigh), thousands(cases[3].low+prioHigh))
+	for _, l := range stats {
+		fmt.Fprintln(out, l)
+	}
+	return nil
+}
+
+// statsCalls is how many Stats calls each figure is the median of.
+const statsCalls = 15
+
+// priorityEngine loads the engine's tables, measures each form on them and
+// prints its claim lines; it returns its Stats lines.
+func priorityEngine(ctx context.Context, out, log io.Writer, e engine, cases []prioCase, rounds int, dir string) ([]string, error) {
+	db, err := e.open(dir, 4)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	tables := make([]string, len(cases))
+	at := time.Now().Add(-time.Minute)
+	for i, c := range cases {
+		tables[i] = fmt.Sprintf("bench_prio_%s_%d", e.name, i)
+		fmt.Fprintf(log, "priority %s: loading %s\n", e.name, c.name)
+		if err := prioCreate(ctx, e, db, tables[i]); err != nil {
+			return nil, err
+		}
+		defer e.drop(context.WithoutCancel(ctx), db, tables[i]+"_dead")
+		defer e.drop(context.WithoutCancel(ctx), db, tables[i])
+		parts := [][2]int{{prioHigh, prioHigh}, {c.low, 0}}
+		if !c.highFirst {
+			parts[0], parts[1] = parts[1], parts[0]
+		}
+		for _, p := range parts {
+			if err := prioFill(ctx, e, db, tables[i], p[0], p[1], at); err != nil {
+				return nil, fmt.Errorf("priority %s: load %s: %w", e.name, c.name, err)
+			}
+		}
+	}
+	var statsLines []string
+	for _, form := range []string{"lease", "rowlock", "advisory"} {
+		if !contains(e.forms(), form) {
+			continue
+		}
+		fmt.Fprintf(log, "priority %s: %s\n", e.name, form)
+		idx := prioIndexes(e, form)
+		if err := prioIndex(ctx, e, db, tables, idx, true); err != nil {
+			return nil, err
+		}
+		qs := make([]*inbox.Queue, len(tables))
+		for i, t := range tables {
+			q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Table: prioTable(t, form)})
+			if err != nil {
+				return nil, err
+			}
+			if err := q.CheckSchema(ctx); err != nil {
+				return nil, fmt.Errorf("priority %s %s: %w", e.name, form, err)
+			}
+			defer q.Shutdown(context.WithoutCancel(ctx))
+			qs[i] = q
+		}
+		// The tables in turn, one claim each, round after round, so that a
+		// change of load on the shared machine falls on all alike.
+		samples := make([][]time.Duration, len(cases))
+		start := time.Now()
+		for r := 0; r < rounds && (r < 30 || time.Since(start) < prioBudget); r++ {
+			for i := range cases {
+				d, err := prioClaim(ctx, qs[i])
+				if err != nil {
+					return nil, fmt.Errorf("priority %s %s %s: %w", e.name, form, cases[i].name, err)
+				}
+				samples[i] = append(samples[i], d)
+			}
+		}
+		cells := make([]string, len(cases))
+		for i := range cases {
+			m := median(samples[i])
+			cells[i] = fmt.Sprintf("%.0f µs", float64(m)/1e3)
+			if i%2 == 1 {
+				cells[i] += fmt.Sprintf(" (%.2f×)", float64(m)/float64(median(samples[i-1])))
+			}
+		}
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s |\n", e.family, form, indexText(idx), cells[0], cells[1], cells[2], cells[3])
+
+		// Stats, on the tables with the ten high jobs last.
+		sidx := statsIndexes(e, form)
+		if err := prioIndex(ctx, e, db, tables, sidx, true); err != nil {
+			return nil, err
+		}
+		var st [2][]time.Duration
+		for k := 0; k < statsCalls; k++ {
+			for j, i := range []int{2, 3} {
+				t0 := time.Now()
+				s, err := qs[i].Stats(ctx)
+				if err != nil {
+					return nil, fmt.Errorf("priority %s %s: stats: %w", e.name, form, err)
+				}
+				st[j] = append(st[j], time.Since(t0))
+				if want := int64(cases[i].low + prioHigh); s.Ready != want || s.Waiting != 0 || s.OldestReady < time.Minute {
+					return nil, fmt.Errorf("priority %s %s: stats of %s: %+v, want %d ready, none waiting, the oldest a minute old", e.name, form, cases[i].name, s, want)
+				}
+			}
+		}
+		m0, m1 := median(st[0]), median(st[1])
+		statsLines = append(statsLines, fmt.Sprintf("| %s | %s | %s | %s | %s (%.1f×) |", e.family, form, indexText(sidx),
+			fmtDuration(m0), fmtDuration(m1), float64(m1)/float64(m0)))
+		if err := prioIndex(ctx, e, db, tables, append(idx, sidx...), false); err != nil {
+			return nil, err
+		}
+	}
+	return statsLines, nil
+}
+
+// prioIndex creates (or drops) indexes on every table, then refreshes the
+// statistics.
+func prioIndex(ctx context.Context, e engine, db *sql.DB, tables []string, idx []benchIndex, create bool) error {
+	for _, t := range tables {
+		for _, ix := range idx {
+			s := ix.create(t)
+			if !create {
+				s = ix.drop(e, t)
+			}
+			if _, err := db.ExecContext(ctx, s); err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+		}
+		if create {
+			analyze(ctx, e, db, t)
+		}
+	}
+	return nil
+}
+
+// prioBudget bounds the claims of one form on one engine.
+const prioBudget = 15 * time.Second
+
+// prioClaim claims one job from q, which must be one of the high ones, and
+// releases it, so that the next claim meets the same table. It returns the
+// time of the claim.
+func prioClaim(ctx context.Context, q *inbox.Queue) (time.Duration, error) {
+	t0 := time.Now()
+	ds, err := q.Claim(ctx, 1)
+	d := time.Since(t0)
+	if err != nil {
+		return 0, err
+	}
+	if len(ds) != 1 {
+		return 0, fmt.Errorf("claimed %d jobs, want 1", len(ds))
+	}
+	p := ds[0].Priority()
+	if err := ds[0].Release(ctx); err != nil {
+		return 0, err
+	}
+	if p != prioHigh {
+		return 0, fmt.Errorf("claimed job %v of priority %d, want %d", ds[0].ID(), p, prioHigh)
+	}
+	return d, nil
+}
+
+// indexText writes indexes as the tables' column does.
+func indexText(idx []benchIndex) string {
+	var s []string
+	for _, ix := range idx {
+		s = append(s, ix.def)
+	}
+	return strings.Join(s, " + ")
+}
+
+// fmtDuration writes a duration in µs or ms.
+func fmtDuration(d time.Duration) string {
+	if d < 10*time.Millisecond {
+		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+	}
+	return fmt.Sprintf("%.1f ms", float64(d)/1e6)
+}
+
+// thousands writes n with commas: 1,000,010.
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

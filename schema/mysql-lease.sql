@@ -20,3 +20,13 @@ CREATE TABLE jobs_dead (
     attempt integer NOT NULL,
     payload blob NOT NULL
 ) ENGINE=InnoDB;
+
+-- Optional columns (docs/schema.md), each named in inbox.Table: LastError,
+-- Priority, EnqueuedAt. To add them, run these lines without their "-- ".
+-- ALTER TABLE jobs ADD COLUMN last_error text NULL, ADD COLUMN priority integer NOT NULL DEFAULT 0, ADD COLUMN enqueued_at DATETIME(6) NULL;
+-- ALTER TABLE jobs_dead ADD COLUMN last_error text NULL;
+-- With a priority (MySQL 8, MariaDB 10.8 or later), the free rows in claim order,
+-- in place of jobs_claimable above:
+-- ALTER TABLE jobs DROP INDEX jobs_claimable, ADD INDEX jobs_claimable (locked_until, priority DESC, id);
+-- For Queue.Stats (with EnqueuedAt): the counts and the oldest free job.
+-- CREATE INDEX jobs_age ON jobs (locked_until, enqueued_at);

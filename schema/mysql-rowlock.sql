@@ -25,3 +25,13 @@ CREATE TABLE jobs_claims (
     id     bigint PRIMARY KEY,
     claims integer NOT NULL
 ) ENGINE=InnoDB;
+
+-- Optional columns (docs/schema.md), each named in inbox.Table: LastError,
+-- Priority, EnqueuedAt. To add them, run these lines without their "-- ".
+-- ALTER TABLE jobs ADD COLUMN last_error text NULL, ADD COLUMN priority integer NOT NULL DEFAULT 0, ADD COLUMN enqueued_at DATETIME(6) NULL;
+-- ALTER TABLE jobs_dead ADD COLUMN last_error text NULL;
+-- With a priority (MySQL 8, MariaDB 10.8 or later), required: without it SKIP LOCKED
+-- returns no job while the first in order is held.
+-- CREATE INDEX jobs_priority ON jobs (priority DESC, id);
+-- For Queue.Stats (with EnqueuedAt): the counts and the oldest ready job.
+-- CREATE INDEX jobs_age ON jobs (not_before, enqueued_at);

@@ -21,3 +21,13 @@ CREATE TABLE jobs_dead (
 -- claim scans the table.
 CREATE INDEX jobs_free ON jobs (id) WHERE locked_until IS NULL;
 CREATE INDEX jobs_lu ON jobs (locked_until);
+
+-- Optional columns (docs/schema.md), each named in inbox.Table: LastError,
+-- Priority, EnqueuedAt. To add them, run these lines without their "-- ".
+-- ALTER TABLE jobs ADD COLUMN last_error text, ADD COLUMN priority integer NOT NULL DEFAULT 0, ADD COLUMN enqueued_at timestamptz;
+-- ALTER TABLE jobs_dead ADD COLUMN last_error text;
+-- With a priority, the free rows in claim order, in place of jobs_free above:
+-- DROP INDEX jobs_free;
+-- CREATE INDEX jobs_free ON jobs (priority DESC, id) WHERE locked_until IS NULL;
+-- For Queue.Stats (with EnqueuedAt): the oldest free job.
+-- CREATE INDEX jobs_free_age ON jobs (enqueued_at) WHERE locked_until IS NULL;

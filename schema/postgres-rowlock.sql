@@ -27,3 +27,12 @@ CREATE TABLE jobs_claims (
 
 -- Recommended with not_before: ready rows in id order.
 CREATE INDEX jobs_ready ON jobs (not_before, id);
+
+-- Optional columns (docs/schema.md), each named in inbox.Table: LastError,
+-- Priority, EnqueuedAt. To add them, run these lines without their "-- ".
+-- ALTER TABLE jobs ADD COLUMN last_error text, ADD COLUMN priority integer NOT NULL DEFAULT 0, ADD COLUMN enqueued_at timestamptz;
+-- ALTER TABLE jobs_dead ADD COLUMN last_error text;
+-- With a priority, the rows in claim order:
+-- CREATE INDEX jobs_priority ON jobs (priority DESC, id);
+-- For Queue.Stats (with EnqueuedAt): the oldest ready job; jobs_ready serves the counts.
+-- CREATE INDEX jobs_ready_age ON jobs (enqueued_at) WHERE not_before IS NULL;

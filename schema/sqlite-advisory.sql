@@ -25,3 +25,14 @@ CREATE TABLE IF NOT EXISTS jobs_dead (
 
 -- Recommended with not_before: ready rows in id order.
 CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (not_before, id);
+
+-- Optional columns (docs/schema.md), each named in inbox.Table: LastError,
+-- Priority, EnqueuedAt. To add them, run these lines without their "-- ".
+-- ALTER TABLE jobs ADD COLUMN last_error TEXT;
+-- ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+-- ALTER TABLE jobs ADD COLUMN enqueued_at TEXT;
+-- ALTER TABLE jobs_dead ADD COLUMN last_error TEXT;
+-- With a priority, the rows in claim order:
+-- CREATE INDEX jobs_priority ON jobs (priority DESC, id);
+-- For Queue.Stats (with EnqueuedAt): the counts and the oldest ready job.
+-- CREATE INDEX jobs_age ON jobs (not_before, enqueued_at);

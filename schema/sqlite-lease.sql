@@ -27,3 +27,15 @@ CREATE TABLE IF NOT EXISTS jobs_dead (
 -- rows under a live lease. Without it every claim scans the table while holding
 -- the database's write lock.
 CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (locked_until, id);
+
+-- Optional columns (docs/schema.md), each named in inbox.Table: LastError,
+-- Priority, EnqueuedAt. To add them, run these lines without their "-- ".
+-- ALTER TABLE jobs ADD COLUMN last_error TEXT;
+-- ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+-- ALTER TABLE jobs ADD COLUMN enqueued_at TEXT;
+-- ALTER TABLE jobs_dead ADD COLUMN last_error TEXT;
+-- With a priority, the free rows in claim order, in place of jobs_claimable above:
+-- DROP INDEX jobs_claimable;
+-- CREATE INDEX jobs_claimable ON jobs (locked_until, priority DESC, id);
+-- For Queue.Stats (with EnqueuedAt): the counts and the oldest free job.
+-- CREATE INDEX jobs_age ON jobs (locked_until, enqueued_at);
