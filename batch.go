@@ -81,14 +81,8 @@ type BatchConfig struct {
 // pending with its own, and frees the slot; every caller still pending is
 // woken then, and the first to look takes it.
 //
-// Rejected designs: handing the slot from a sender to one chosen waiter lost
-// the slot whenever that waiter's context ended at the moment of the
-// hand-over, and Flushers 1 then hung every later settlement and Close;
-// items reused through a sync.Pool were read by a caller after they had
-// gone back. Measured with bench/: flusher goroutines owned by the batcher
-// cost two hand-offs per batch (0.6–0.8 of hand-written SQL on SQLite); one
-// batch in flight at a time queued sixteen workers behind one commit (0.6
-// on Postgres); a timer before each batch slows a lone worker by the timer.
+// The designs rejected on the way, and the figures that decided them, are in
+// docs/design/batcher.md.
 type Batcher struct {
 	q     *Queue
 	max   int
