@@ -18,38 +18,6 @@ var ErrBatcherClosed = errors.New("inbox: batcher closed")
 // statement saves nothing, and every engine's parameter limit stays far away.
 const maxBatch = 256
 
-// BatchDialect is implemented by a [Dialect] that can settle many lease
-// deliveries in one statement; [Queue.NewBatcher] needs it. Postgres, MySQL
-// and SQLite implement it.
-type BatchDialect interface {
-	// BatchStatements returns the statements settling size lease tokens at
-	// once. Called by NewBatcher only, for a few sizes, never per flush.
-	BatchStatements(n *Names, size int) (*BatchStatements, error)
-}
-
-// BatchStatements settle Size lease tokens (id, stored attempt, expiry) at
-// once, each a compare-and-set on its own token as the single-job
-// settlements are. A statement takes each token's ArgID, ArgAttempt and
-// ArgExpiry in turn: the n-th of each is the n-th token's, and the last
-// token fills the places past the batch, so a statement's size need not
-// match the batch's exactly.
-type BatchStatements struct {
-	Size int
-	// Ack deletes the rows; Release clears their leases and gives their
-	// attempts back; Retry sets their expiry to ArgUntil, or to the engine's
-	// clock plus ArgMicros.
-	// Each returns the ids of the rows it settled (Rows) or, where the
-	// engine cannot, relies on Lock.
-	Ack, Release, Retry Stmt
-	// Lock returns the ids of the rows still carrying their tokens and locks
-	// them until the transaction ends. Engines whose statements cannot
-	// return the rows they changed (MySQL) set it: when a statement affects
-	// fewer rows than the batch has tokens, the batcher rolls back and runs
-	// Lock then the statement again in a new transaction, so that each job
-	// learns its own result.
-	Lock Stmt
-}
-
 // BatchConfig configures a [Batcher]. Its zero value means the defaults.
 type BatchConfig struct {
 	// MaxBatch is the most settlements one statement carries. Zero means 16;
@@ -450,18 +418,22 @@ func (b *Batcher) run(ctx context.Context, own []*batchItem) error {
 		}
 		b.mu.Lock()
 	}
+	answerLocked(ctx, own)
+	b.mu.Unlock()
+	return nil
+}
+
+// answerLocked gives each of own its answer: the verdict, or ctx's error
+// when it was withdrawn or in flight as ctx ended (no verdict known; an
+// error of the batch's own cancellation is the caller's).
+func answerLocked(ctx context.Context, own []*batchItem) {
 	for _, it := range own {
-		switch {
-		case !it.done, it.abandoned && !verdict(it.err):
-			// Withdrawn, or in flight when ctx ended: no verdict known.
-			// An error of the batch's own cancellation is the caller's.
+		if !it.done || it.abandoned && !verdict(it.err) {
 			it.out = ctx.Err()
-		default:
+		} else {
 			it.out = it.err
 		}
 	}
-	b.mu.Unlock()
-	return nil
 }
 
 // giveUpLocked withdraws the pending items of own and abandons those in

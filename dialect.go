@@ -112,6 +112,38 @@ var (
 	_ SchemaChecker    = sqlite{}
 )
 
+// BatchDialect is implemented by a [Dialect] that can settle many lease
+// deliveries in one statement; [Queue.NewBatcher] needs it. Postgres, MySQL
+// and SQLite implement it.
+type BatchDialect interface {
+	// BatchStatements returns the statements settling size lease tokens at
+	// once. Called by NewBatcher only, for a few sizes, never per flush.
+	BatchStatements(n *Names, size int) (*BatchStatements, error)
+}
+
+// BatchStatements settle Size lease tokens (id, stored attempt, expiry) at
+// once, each a compare-and-set on its own token as the single-job
+// settlements are. A statement takes each token's ArgID, ArgAttempt and
+// ArgExpiry in turn: the n-th of each is the n-th token's, and the last
+// token fills the places past the batch, so a statement's size need not
+// match the batch's exactly.
+type BatchStatements struct {
+	Size int
+	// Ack deletes the rows; Release clears their leases and gives their
+	// attempts back; Retry sets their expiry to ArgUntil, or to the engine's
+	// clock plus ArgMicros.
+	// Each returns the ids of the rows it settled (Rows) or, where the
+	// engine cannot, relies on Lock.
+	Ack, Release, Retry Stmt
+	// Lock returns the ids of the rows still carrying their tokens and locks
+	// them until the transaction ends. Engines whose statements cannot
+	// return the rows they changed (MySQL) set it: when a statement affects
+	// fewer rows than the batch has tokens, the batcher rolls back and runs
+	// Lock then the statement again in a new transaction, so that each job
+	// learns its own result.
+	Lock Stmt
+}
+
 // SchemaChecker is implemented by a [Dialect] that can verify a table against
 // a queue's description; [Queue.CheckSchema] uses it.
 type SchemaChecker interface {

@@ -287,50 +287,12 @@ func myLookalike(version string, f Form, galera bool) string {
 // CheckSchema checks the version (SKIP LOCKED: MySQL 8, MariaDB 10.6) and
 // the tables' columns through information_schema ([SchemaChecker]).
 func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
-	var problems []string
-	var version string
-	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+	problems, err := myServer(ctx, db, n)
+	if err != nil {
 		return nil, err
 	}
-	galera := false
-	if n.Form != Lease {
-		// SHOW answers on MySQL too, where the variable does not exist;
-		// GLOBAL, as a session may set its own.
-		var name, value string
-		err := db.QueryRowContext(ctx, "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'").Scan(&name, &value)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return nil, err
-		}
-		galera = strings.EqualFold(value, "ON")
-	}
-	if p := myLookalike(version, n.Form, galera); p != "" {
-		problems = append(problems, p)
-	} else if strings.Contains(strings.ToLower(version), "mariadb") {
-		if versionBelow(version, 10, 6) {
-			problems = append(problems, fmt.Sprintf("MariaDB %s is older than 10.6, which brought SKIP LOCKED", version))
-		}
-	} else if versionBelow(version, 8, 0) {
-		problems = append(problems, fmt.Sprintf("MySQL %s is older than 8.0, which brought SKIP LOCKED", version))
-	}
-	kind := func(k colKind, t string) bool {
-		t = strings.ToLower(t)
-		isInt := strings.Contains(t, "int")
-		switch k {
-		case kindID:
-			return isInt || strings.Contains(t, "char") || strings.Contains(t, "text") || strings.Contains(t, "binary")
-		case kindInt:
-			return isInt
-		case kindString:
-			return strings.Contains(t, "char") || strings.Contains(t, "text")
-		case kindTime:
-			// A bare DATETIME drops the microseconds of the token;
-			// TIMESTAMP follows the session's time zone.
-			return t == "datetime(6)"
-		}
-		return true
-	}
 	const q = "SELECT column_name, column_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
-	found, err := checkTables(ctx, db, n, q, kind, "DATETIME(6)", false)
+	found, err := checkTables(ctx, db, n, q, myKind, "DATETIME(6)", false)
 	if err != nil {
 		return nil, err
 	}
@@ -350,17 +312,70 @@ func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, e
 	if n.ClaimsTable == "" {
 		return problems, nil
 	}
-	// The count's upsert needs the id to be a key of its own: without one,
-	// ON DUPLICATE KEY would insert a row per claim and never count.
+	p, err := myClaimsKey(ctx, db, n)
+	return append(problems, p...), err
+}
+
+// myServer checks what the server is: its version (SKIP LOCKED) and an
+// engine that only looks like MySQL, or a Galera node.
+func myServer(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return nil, err
+	}
+	galera := false
+	if n.Form != Lease {
+		// SHOW answers on MySQL too, where the variable does not exist;
+		// GLOBAL, as a session may set its own.
+		var name, value string
+		err := db.QueryRowContext(ctx, "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'").Scan(&name, &value)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
+		galera = strings.EqualFold(value, "ON")
+	}
+	switch p := myLookalike(version, n.Form, galera); {
+	case p != "":
+		return []string{p}, nil
+	case strings.Contains(strings.ToLower(version), "mariadb") && versionBelow(version, 10, 6):
+		return []string{fmt.Sprintf("MariaDB %s is older than 10.6, which brought SKIP LOCKED", version)}, nil
+	case !strings.Contains(strings.ToLower(version), "mariadb") && versionBelow(version, 8, 0):
+		return []string{fmt.Sprintf("MySQL %s is older than 8.0, which brought SKIP LOCKED", version)}, nil
+	}
+	return nil, nil
+}
+
+// myKind tells whether a MySQL column type fits a column kind.
+func myKind(k colKind, t string) bool {
+	t = strings.ToLower(t)
+	isInt := strings.Contains(t, "int")
+	switch k {
+	case kindID:
+		return isInt || strings.Contains(t, "char") || strings.Contains(t, "text") || strings.Contains(t, "binary")
+	case kindInt:
+		return isInt
+	case kindString:
+		return strings.Contains(t, "char") || strings.Contains(t, "text")
+	case kindTime:
+		// A bare DATETIME drops the microseconds of the token; TIMESTAMP
+		// follows the session's time zone.
+		return t == "datetime(6)"
+	}
+	return true
+}
+
+// myClaimsKey reports a claims table whose id is not a key of its own: the
+// count's upsert would insert a row per claim and never count.
+func myClaimsKey(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
 	var tables, keys int
-	err = db.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM information_schema.tables t "+
+	err := db.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM information_schema.tables t "+
 		"WHERE t.table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND t.table_name = ?), "+
 		"(SELECT COUNT(*) FROM information_schema.statistics s WHERE s.table_schema = COALESCE(NULLIF(?, ''), DATABASE()) "+
 		"AND s.table_name = ? AND s.column_name = ? AND s.non_unique = 0 AND NOT EXISTS (SELECT 1 FROM information_schema.statistics o "+
 		"WHERE o.table_schema = s.table_schema AND o.table_name = s.table_name AND o.index_name = s.index_name AND o.seq_in_index > 1))",
 		n.ClaimsSchema, n.ClaimsName, n.ClaimsSchema, n.ClaimsName, n.Raw.ID).Scan(&tables, &keys)
-	if err == nil && tables > 0 && keys == 0 {
-		problems = append(problems, claimsKeyProblem(n))
+	if err != nil || tables == 0 || keys > 0 {
+		return nil, err
 	}
-	return problems, err
+	return []string{claimsKeyProblem(n)}, nil
 }
