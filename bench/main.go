@@ -4,6 +4,9 @@
 //	go run ./bench                      # the throughput table, about 6 minutes
 //	go run ./bench -run depth           # claim cost with depth, with and without indexes
 //	go run ./bench -run prepared        # plain statements against prepared ones, per driver
+//	go run ./bench -run latency         # enqueue→handler-start latency of idle workers, by wake-up
+//	go run ./bench -run idle            # statements per second sent by idle workers
+//	go run ./bench -run work            # Queue.Work against the hand-written loop
 //
 // The throughput table has, for each claim form on each engine and driver,
 // with 1, 4 and 16 workers and batches of 1 and 16: jobs per second of claim
@@ -28,8 +31,11 @@ import (
 )
 
 func main() {
+	if os.Getenv(latencyChildEnv) == "latency-worker" {
+		os.Exit(latencyChildMain()) // the worker process of -run latency
+	}
 	var o options
-	flag.StringVar(&o.run, "run", "table", "what to run: table, depth, prepared (comma-separated)")
+	flag.StringVar(&o.run, "run", "table", "what to run: table, depth, prepared, latency, idle, work (comma-separated)")
 	flag.StringVar(&o.engines, "engines", "pq,pgx,mysql,mattn,modernc", "engines and drivers")
 	flag.StringVar(&o.forms, "forms", "lease,lease-async,rowlock,advisory", "claim forms (lease-async: lease, each job acknowledged from a goroutine of its own through the Batcher)")
 	flag.StringVar(&o.workers, "workers", "1,4,16", "worker counts")
@@ -86,8 +92,32 @@ func run(ctx context.Context, out, log io.Writer, o options) error {
 			if err := runPrepared(ctx, out, log, es, o.rounds, dir); err != nil {
 				return err
 			}
+		case "latency":
+			if err := runLatency(ctx, out, log, es, dir); err != nil {
+				return err
+			}
+		case "idle":
+			if err := runIdle(ctx, out, log, es, dir); err != nil {
+				return err
+			}
+		case "work":
+			workers, err := parseInts(o.workers)
+			if err != nil {
+				return err
+			}
+			batches, err := parseInts(o.batches)
+			if err != nil {
+				return err
+			}
+			if err := runLoop(ctx, out, log, es, strings.Split(o.forms, ","), workers, batches, o.duration, o.segments, dir); err != nil {
+				return err
+			}
+		case "scale": // bench/scale.go: worker processes against one PostgreSQL server
+			if err := runScale(ctx, out, log, es, strings.Split(o.forms, ","), o.duration, dir); err != nil {
+				return err
+			}
 		default:
-			return fmt.Errorf("-run %q: want table, depth or prepared", what)
+			return fmt.Errorf("-run %q: want table, depth, prepared, latency, idle or work", what)
 		}
 	}
 	return nil

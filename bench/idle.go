@@ -1,0 +1,365 @@
+package main
+
+// -run idle: what idle workers cost the database. For each engine, on a
+// table of its own with nothing to do, and all at once for the measuring
+// window: 1 and 16 Queue.Work loops with their default fallback interval
+// (1 s) and wake-ups on, against 16 hand-written loops that claim and sleep
+// 100 ms when they found nothing (the README's loop). Each configuration has
+// its pool, wrapped by a driver that counts what reaches the real driver:
+// statements (queries and execs, prepared or not), BEGIN, COMMIT and
+// ROLLBACK, and prepares (go-sql-driver/mysql prepares each statement with
+// arguments, then runs and closes it). A PostgreSQL listener would hold one
+// more connection, outside the pool, idle but for a ping every 30 s.
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// Flags of -run idle.
+var idleWindow time.Duration
+
+func init() {
+	flag.DurationVar(&idleWindow, "idle-window", 20*time.Second, "idle: measuring window")
+}
+
+// idleConfig is one configuration of idle workers.
+type idleConfig struct {
+	name  string
+	loops int
+	hand  bool
+}
+
+var idleConfigs = []idleConfig{
+	{"Work ×1, wake-up on", 1, false},
+	{"Work ×16, wake-up on", 16, false},
+	{"16 hand-written loops polling every 100 ms", 16, true},
+}
+
+func runIdle(ctx context.Context, out, log io.Writer, es []engine, dir string) error {
+	var versions []string
+	seen := map[string]bool{}
+	for _, e := range es {
+		if seen[e.family] && e.family != "sqlite" {
+			continue
+		}
+		seen[e.family] = true
+		db, err := e.open(dir, 1)
+		if err != nil {
+			return err
+		}
+		versions = append(versions, e.version(db)+" ("+e.label+")")
+		db.Close()
+	}
+	header(out, versions)
+	fmt.Fprintf(out, "Driver calls per second of idle workers on an empty lease table, counted over %v after a 2 s start; every engine and configuration at once, each on its own pool and table. Fallback interval: %v (the default).\n\n", idleWindow, inbox.DefaultPoll)
+	fmt.Fprintln(out, "| engine | driver | workers | statements/s | BEGIN+COMMIT+ROLLBACK/s | prepares/s | all calls/s |")
+	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|")
+	type cellResult struct {
+		e   engine
+		cfg idleConfig
+		c   *callCounter
+		err error
+	}
+	var results []*cellResult
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := make(chan struct{})
+	stop := make(chan struct{})
+	for _, e := range es {
+		for k, cfg := range idleConfigs {
+			r := &cellResult{e: e, cfg: cfg, c: &callCounter{}}
+			results = append(results, r)
+			table := fmt.Sprintf("bench_idle_%s_%d", e.name, k)
+			// A SQLite file per driver: two SQLite libraries in one process
+			// must not share a file (their POSIX locks would mix).
+			edir := filepath.Join(dir, "idle-"+e.name)
+			if err := os.MkdirAll(edir, 0o755); err != nil {
+				return err
+			}
+			db, err := openCounted(e, edir, r.c, cfg.loops+2)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			if err := e.createTable(ctx, db, table); err != nil {
+				return err
+			}
+			defer e.drop(context.WithoutCancel(ctx), db, table)
+			q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Table: benchTable(table, "lease")})
+			if err != nil {
+				return err
+			}
+			wctx, wcancel := context.WithCancel(ctx)
+			go func() { <-stop; wcancel() }()
+			for range cfg.loops {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					var err error
+					if cfg.hand {
+						err = idleHandLoop(wctx, q)
+					} else {
+						err = q.Work(wctx, inbox.WorkConfig{}, func(_ context.Context, d *inbox.Delivery) error { return handle(d) })
+					}
+					if err != nil && wctx.Err() == nil {
+						r.err = err
+					}
+				}()
+			}
+		}
+	}
+	close(start)
+	time.Sleep(2 * time.Second)
+	for _, r := range results {
+		r.c.reset()
+	}
+	began := time.Now()
+	time.Sleep(idleWindow)
+	elapsed := time.Since(began)
+	snaps := make([]callCounts, len(results))
+	for i, r := range results {
+		snaps[i] = r.c.snapshot()
+	}
+	close(stop)
+	wg.Wait()
+	for i, r := range results {
+		if r.err != nil {
+			return fmt.Errorf("%s %s: %w", r.e.name, r.cfg.name, r.err)
+		}
+		s := snaps[i]
+		per := func(n int64) string { return fmt.Sprintf("%.2f", float64(n)/elapsed.Seconds()) }
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s |\n", r.e.family, r.e.label, r.cfg.name,
+			per(s.statements), per(s.tx), per(s.prepares), per(s.statements+s.tx+s.prepares))
+		fmt.Fprintf(log, "%s %s: %+v in %v\n", r.e.name, r.cfg.name, s, elapsed.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// idleHandLoop is the README's loop: claim one, or sleep 100 ms.
+func idleHandLoop(ctx context.Context, q *inbox.Queue) error {
+	for {
+		ds, err := q.Claim(ctx, 1)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for _, d := range ds {
+			if err := d.Ack(ctx); err != nil {
+				return err
+			}
+		}
+		if len(ds) == 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// callCounter counts the calls that reach a driver. It is safe for
+// concurrent use.
+type callCounter struct {
+	statements, tx, prepares atomic.Int64
+}
+
+type callCounts struct{ statements, tx, prepares int64 }
+
+func (c *callCounter) reset() {
+	c.statements.Store(0)
+	c.tx.Store(0)
+	c.prepares.Store(0)
+}
+
+func (c *callCounter) snapshot() callCounts {
+	return callCounts{c.statements.Load(), c.tx.Load(), c.prepares.Load()}
+}
+
+// openCounted opens e through a driver wrapper counting into c.
+func openCounted(e engine, dir string, c *callCounter, maxConns int) (*sql.DB, error) {
+	dsn := e.dsn(dir)
+	plain, err := sql.Open(e.driver, dsn)
+	if err != nil {
+		return nil, err
+	}
+	drv := plain.Driver()
+	plain.Close()
+	var inner driver.Connector = dsnConnector{drv, dsn}
+	if dc, ok := drv.(driver.DriverContext); ok {
+		if inner, err = dc.OpenConnector(dsn); err != nil {
+			return nil, err
+		}
+	}
+	db := sql.OpenDB(countedConnector{inner, c})
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	if err := db.Ping(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("%s: %w", e.name, err)
+	}
+	return db, nil
+}
+
+type dsnConnector struct {
+	drv driver.Driver
+	dsn string
+}
+
+func (c dsnConnector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
+func (c dsnConnector) Driver() driver.Driver                        { return c.drv }
+
+type countedConnector struct {
+	inner driver.Connector
+	c     *callCounter
+}
+
+func (cc countedConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := cc.inner.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &countedConn{Conn: conn, c: cc.c}, nil
+}
+
+func (cc countedConnector) Driver() driver.Driver { return cc.inner.Driver() }
+
+// countedConn passes every call on to the driver's connection, counting it.
+type countedConn struct {
+	driver.Conn
+	c *callCounter
+}
+
+func (c *countedConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+	qc, ok := c.Conn.(driver.QueryerContext)
+	if !ok {
+		return nil, driver.ErrSkip
+	}
+	rows, err := qc.QueryContext(ctx, q, args)
+	if !errors.Is(err, driver.ErrSkip) {
+		c.c.statements.Add(1)
+	}
+	return rows, err
+}
+
+func (c *countedConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+	ec, ok := c.Conn.(driver.ExecerContext)
+	if !ok {
+		return nil, driver.ErrSkip
+	}
+	res, err := ec.ExecContext(ctx, q, args)
+	if !errors.Is(err, driver.ErrSkip) {
+		c.c.statements.Add(1)
+	}
+	return res, err
+}
+
+func (c *countedConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	c.c.prepares.Add(1)
+	var st driver.Stmt
+	var err error
+	if pc, ok := c.Conn.(driver.ConnPrepareContext); ok {
+		st, err = pc.PrepareContext(ctx, q)
+	} else {
+		st, err = c.Conn.Prepare(q)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &countedStmt{Stmt: st, c: c.c}, nil
+}
+
+func (c *countedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	bt, ok := c.Conn.(driver.ConnBeginTx)
+	if !ok {
+		return nil, errors.New("bench: the driver has no BeginTx")
+	}
+	c.c.tx.Add(1)
+	tx, err := bt.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return countedTx{tx, c.c}, nil
+}
+
+func (c *countedConn) CheckNamedValue(nv *driver.NamedValue) error {
+	if nc, ok := c.Conn.(driver.NamedValueChecker); ok {
+		return nc.CheckNamedValue(nv)
+	}
+	return driver.ErrSkip
+}
+
+func (c *countedConn) ResetSession(ctx context.Context) error {
+	if sr, ok := c.Conn.(driver.SessionResetter); ok {
+		return sr.ResetSession(ctx)
+	}
+	return nil
+}
+
+func (c *countedConn) IsValid() bool {
+	if v, ok := c.Conn.(driver.Validator); ok {
+		return v.IsValid()
+	}
+	return true
+}
+
+func (c *countedConn) Ping(ctx context.Context) error {
+	if p, ok := c.Conn.(driver.Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}
+
+type countedTx struct {
+	tx driver.Tx
+	c  *callCounter
+}
+
+func (t countedTx) Commit() error   { t.c.tx.Add(1); return t.tx.Commit() }
+func (t countedTx) Rollback() error { t.c.tx.Add(1); return t.tx.Rollback() }
+
+// countedStmt counts the runs of a prepared statement.
+type countedStmt struct {
+	driver.Stmt
+	c *callCounter
+}
+
+func (s *countedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	s.c.statements.Add(1)
+	if sq, ok := s.Stmt.(driver.StmtQueryContext); ok {
+		return sq.QueryContext(ctx, args)
+	}
+	return nil, errors.New("bench: the driver's statement has no QueryContext")
+}
+
+func (s *countedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	s.c.statements.Add(1)
+	if se, ok := s.Stmt.(driver.StmtExecContext); ok {
+		return se.ExecContext(ctx, args)
+	}
+	return nil, errors.New("bench: the driver's statement has no ExecContext")
+}
+
+func (s *countedStmt) CheckNamedValue(nv *driver.NamedValue) error {
+	if nc, ok := s.Stmt.(driver.NamedValueChecker); ok {
+		return nc.CheckNamedValue(nv)
+	}
+	return driver.ErrSkip
+}

@@ -1,0 +1,210 @@
+package main
+
+// -run work: the throughput of Queue.Work against the hand-written
+// claim/ack loop of the table (hand_side.go) and inbox's own Claim/Ack loop
+// (inbox_side.go), in the same run, on the same pool and table. For a line
+// of n workers and batch b, Work runs n loops with WorkConfig.Batch b (each
+// job of a batch handled in a goroutine of its own and acknowledged by
+// Delivery.Ack) and the no-op handler of the table; the other two sides run
+// n workers of their rounds. The sides alternate in segments (work, hand,
+// Claim/Ack, then backwards), the table topped up before each; a Work
+// segment ends by cancelling the loops' context, and its time runs until
+// every loop has returned, its last acknowledgements included.
+//
+// -indexes creates the recommended lease indexes on the lease tables, as
+// for the table: inbox's lease claim relies on them, the hand-written one
+// does not.
+//
+// With a batch over one the lease lines are not like for like: the
+// hand-written side acknowledges the batch in one statement, the Claim/Ack
+// side through the Batcher's AckAll, Work one statement per job.
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// loopForms are the forms -run work measures.
+var loopForms = []string{"lease", "rowlock", "advisory"}
+
+func runLoop(ctx context.Context, out, log io.Writer, es []engine, forms []string, workers, batches []int, duration time.Duration, segments int, dir string) error {
+	var versions []string
+	seen := map[string]bool{}
+	for _, e := range es {
+		if seen[e.family] && e.family != "sqlite" {
+			continue
+		}
+		seen[e.family] = true
+		db, err := e.open(dir, 1)
+		if err != nil {
+			return err
+		}
+		versions = append(versions, e.version(db)+" ("+e.label+")")
+		db.Close()
+	}
+	header(out, versions)
+	fmt.Fprintf(out, "Each side of a line measured for %v in %d alternating segments on one table; Work/hand = Queue.Work jobs/s over the hand-written loop's.\n\n", duration, segments)
+	fmt.Fprintln(out, "| engine | driver | form | workers | batch | Work jobs/s | hand-written jobs/s | Claim/Ack loop jobs/s | Work/hand | Work/Claim-Ack |")
+	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+	best := map[string]float64{}
+	for _, e := range es {
+		for _, form := range forms {
+			form = strings.TrimSpace(form)
+			if !contains(loopForms, form) || !contains(e.forms(), form) {
+				continue
+			}
+			for _, w := range workers {
+				for _, b := range batches {
+					c := cell{e: e, form: form, workers: w, batch: b}
+					rs, err := loopCell(ctx, c, dir, prefill(best, c, duration/time.Duration(segments)), duration, segments)
+					if err != nil {
+						return fmt.Errorf("%v: %w", c, err)
+					}
+					key := fmt.Sprintf("%s/%s/%d", e.name, form, b)
+					best[key] = max(best[key], rs[0].rate(), rs[1].rate(), rs[2].rate())
+					fmt.Fprintf(out, "| %s | %s | %s | %d | %d | %.0f | %.0f | %.0f | %.2f | %.2f |\n",
+						e.family, e.label, form, w, b, rs[0].rate(), rs[1].rate(), rs[2].rate(), rs[0].rate()/rs[1].rate(), rs[0].rate()/rs[2].rate())
+					fmt.Fprintf(log, "%v: work %d jobs in %v, hand %d in %v, claim/ack %d in %v\n", c,
+						rs[0].jobs, rs[0].elapsed.Round(time.Millisecond), rs[1].jobs, rs[1].elapsed.Round(time.Millisecond),
+						rs[2].jobs, rs[2].elapsed.Round(time.Millisecond))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// loopCell measures the three sides of a line: Work, hand-written,
+// Claim/Ack.
+func loopCell(ctx context.Context, c cell, dir string, want int, duration time.Duration, segments int) (rs [3]result, err error) {
+	db, err := c.e.open(dir, c.conns())
+	if err != nil {
+		return rs, err
+	}
+	defer db.Close()
+	table := "bench_" + c.e.name
+	if err := c.e.createTable(ctx, db, table); err != nil {
+		return rs, err
+	}
+	defer c.e.drop(context.WithoutCancel(ctx), db, table)
+	if withIndexes && c.form == "lease" {
+		for _, s := range depthIndexes(c.e, table) {
+			if _, err := db.ExecContext(ctx, s); err != nil {
+				return rs, err
+			}
+		}
+	}
+	q, err := inbox.New(db, inbox.Config{Dialect: c.e.dialect, Table: benchTable(table, c.form)})
+	if err != nil {
+		return rs, err
+	}
+	defer q.Shutdown(context.WithoutCancel(ctx))
+	var sides [2]side
+	for k, hand := range []bool{true, false} {
+		if sides[k], err = newSide(c, db, table, hand); err != nil {
+			return rs, err
+		}
+		defer sides[k].close()
+	}
+	if err := c.e.fill(ctx, db, table, want, payload); err != nil {
+		return rs, err
+	}
+	if c.e.family == "postgres" {
+		if _, err := db.ExecContext(ctx, "ANALYZE "+table); err != nil {
+			return rs, err
+		}
+	}
+	seg := duration / time.Duration(segments)
+	left := want
+	order := []int{0, 1, 2}
+	for i := 0; i < segments; i++ {
+		for _, which := range order {
+			if left < want {
+				if err := c.e.fill(ctx, db, table, want-left, payload); err != nil {
+					return rs, fmt.Errorf("fill: %w", err)
+				}
+				left = want
+			}
+			var r result
+			if which == 0 {
+				r = measureWork(ctx, q, c, left, seg)
+			} else {
+				r = measure(ctx, sides[which-1], c.workers, left, seg, 10*time.Second)
+			}
+			if r.err != nil {
+				return rs, fmt.Errorf("%s: %w", [3]string{"Work", "hand-written", "Claim/Ack"}[which], r.err)
+			}
+			left -= r.jobs
+			rs[which].jobs += r.jobs
+			rs[which].elapsed += r.elapsed
+		}
+		order[0], order[2] = order[2], order[0]
+	}
+	return rs, nil
+}
+
+// measureWork runs c.workers Work loops on q for duration, or until total
+// jobs were handled, and counts the jobs handled; its time ends when every
+// loop has returned.
+func measureWork(ctx context.Context, q *inbox.Queue, c cell, total int, duration time.Duration) result {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var handled atomic.Int64
+	var once sync.Once
+	start := time.Now()
+	timer := time.AfterFunc(duration, cancel)
+	defer timer.Stop()
+	errs := make(chan error, c.workers)
+	var wg sync.WaitGroup
+	for range c.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- q.Work(ctx, inbox.WorkConfig{Batch: c.batch}, func(_ context.Context, d *inbox.Delivery) error {
+				if handled.Add(1) >= int64(total) {
+					once.Do(cancel)
+				}
+				return handle(d)
+			})
+		}()
+	}
+	wg.Wait()
+	r := result{jobs: int(handled.Load()), elapsed: time.Since(start)}
+	close(errs)
+	for err := range errs {
+		if err != nil && r.err == nil {
+			r.err = err
+		}
+	}
+	return r
+}
+
+// workDrain fills table with jobs and works through them with Work loops,
+// reporting how many were handled and how many rows are left: the check that
+// the Work side does the work it measures.
+func workDrain(ctx context.Context, c cell, db *sql.DB, table string, jobs int) (done, left int, err error) {
+	if err := c.e.empty(ctx, db, table); err != nil {
+		return 0, 0, err
+	}
+	if err := c.e.fill(ctx, db, table, jobs, payload); err != nil {
+		return 0, 0, err
+	}
+	q, err := inbox.New(db, inbox.Config{Dialect: c.e.dialect, Table: benchTable(table, c.form)})
+	if err != nil {
+		return 0, 0, err
+	}
+	r := measureWork(ctx, q, c, jobs, time.Minute)
+	if r.err != nil {
+		return r.jobs, 0, r.err
+	}
+	left, err = count(ctx, db, table)
+	return r.jobs, left, err
+}

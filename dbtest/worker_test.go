@@ -1,0 +1,920 @@
+package dbtest
+
+// The worker loop, Queue.Work, on every engine and driver: how it settles by
+// the handler's result, what it gives back at shutdown under each form, and
+// how an idle loop wakes. Every wait is for a signal, or a poll with a
+// deadline. A test that must show a job was found by a wake-up and not by
+// the fallback poll sets the poll to ten minutes (workXNever) and requires
+// the job within workXDeadline: no timing is asserted, only that the job
+// was handled while no poll could have fired. Tables are
+// conf_work_<what>_<engine>.
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/inbox"
+)
+
+const (
+	workXLoops    = 8                      // loops per test
+	workXNever    = 10 * time.Minute       // a fallback interval no test outlasts
+	workXDeadline = 30 * time.Second       // how long a test waits for an event
+	workXPoll     = 100 * time.Millisecond // the fallback interval of tests that rely on it
+)
+
+// workXRun is n Work loops on one queue, started by workXStart.
+type workXRun struct {
+	cancel   context.CancelFunc
+	returned chan error // a value per loop that returned
+	n        int
+
+	mu   sync.Mutex
+	seen int // loops whose return was received
+}
+
+// workXStart runs n loops of q.Work(cfg, h) until stop, which the test's
+// cleanup calls too.
+func workXStart(t *testing.T, q *inbox.Queue, n int, cfg inbox.WorkConfig, h inbox.Handler) *workXRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &workXRun{cancel: cancel, returned: make(chan error, n), n: n}
+	for range n {
+		go func() { r.returned <- q.Work(ctx, cfg, h) }()
+	}
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+// wait waits for k more loops to return, each with nil.
+func (r *workXRun) wait(t testing.TB, k int) {
+	t.Helper()
+	deadline := time.NewTimer(workXDeadline)
+	defer deadline.Stop()
+	for i := 0; i < k; i++ {
+		select {
+		case err := <-r.returned:
+			r.mu.Lock()
+			r.seen++
+			r.mu.Unlock()
+			if err != nil {
+				t.Errorf("Work returned %v, want nil", err)
+			}
+		case <-deadline.C:
+			t.Errorf("%d loops still running %v after their context ended", k-i, workXDeadline)
+			return
+		}
+	}
+}
+
+// stop ends the loops' context and waits for those still running.
+func (r *workXRun) stop(t testing.TB) {
+	t.Helper()
+	r.cancel()
+	r.mu.Lock()
+	left := r.n - r.seen
+	r.mu.Unlock()
+	r.wait(t, left)
+}
+
+// workXRecv receives one value from ch, failing after workXDeadline.
+func workXRecv[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(workXDeadline):
+		t.Fatalf("waited %v for %s", workXDeadline, what)
+	}
+	var zero T
+	return zero
+}
+
+// workXPayload returns d's payload, from a handler's goroutine.
+func workXPayload(t testing.TB, d *inbox.Delivery) string {
+	var p []byte
+	if err := d.Scan(&p); err != nil {
+		t.Errorf("scan job %v: %v", d.ID(), err)
+	}
+	return string(p)
+}
+
+// workXEnqueue enqueues one job through ex and returns its id.
+func workXEnqueue(t testing.TB, q *inbox.Queue, ex inbox.Executor, p string) any {
+	t.Helper()
+	id, err := q.Enqueue(context.Background(), ex, inbox.Job{Data: []any{[]byte(p)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// workXEnqueueQuiet enqueues one job in a transaction of its own and
+// commits it without Queue.Wake, as another process would: nothing in this
+// process learns of it.
+func workXEnqueueQuiet(t testing.TB, q *inbox.Queue, db *sql.DB, p string) any {
+	t.Helper()
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := workXEnqueue(t, q, tx, p)
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// workXDueCol is the column that delays a job under form: the lease, or
+// the not-before column.
+func workXDueCol(form string) string {
+	if form == "lease" {
+		return "locked_until"
+	}
+	return "not_before"
+}
+
+// workXTime reads a time column of row id, the zero time for NULL.
+func workXTime(t testing.TB, e Engine, db *sql.DB, table, col string, id any) time.Time {
+	t.Helper()
+	var raw any
+	if err := db.QueryRow(confQuery(e, "SELECT "+col+" FROM "+table+" WHERE id = ?"), id).Scan(&raw); err != nil {
+		t.Fatalf("%s of %s %v: %v", col, table, id, err)
+	}
+	if raw == nil {
+		return time.Time{}
+	}
+	tm, err := e.Dialect.ScanTime(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
+}
+
+// workXUntil polls f until it returns nil, failing with its last error
+// after workXDeadline.
+func workXUntil(t testing.TB, what string, f func() error) {
+	t.Helper()
+	crashXEventually(t, workXDeadline, what, f)
+}
+
+// workXLastError adds the column last_error to table and its dead table,
+// and names it in tb: Retry and Dead then keep the handler's error there.
+func workXLastError(t testing.TB, e Engine, db *sql.DB, table string, tb *inbox.Table) {
+	t.Helper()
+	for _, name := range []string{table, table + "_dead"} {
+		confExec(t, e, db, "ALTER TABLE "+name+" ADD COLUMN last_error TEXT")
+	}
+	tb.LastError = "last_error"
+}
+
+// workXRecorder records what a handler and a backoff saw.
+type workXRecorder struct {
+	mu       sync.Mutex
+	attempts map[any][]int    // per job id, the attempts delivered
+	errors   map[any][]string // per job id, the last error delivered with each
+	backoffs []int
+}
+
+func newWorkXRecorder() *workXRecorder {
+	return &workXRecorder{attempts: map[any][]int{}, errors: map[any][]string{}}
+}
+
+func (r *workXRecorder) delivered(d *inbox.Delivery) {
+	r.mu.Lock()
+	r.attempts[d.ID()] = append(r.attempts[d.ID()], d.Attempt())
+	r.errors[d.ID()] = append(r.errors[d.ID()], d.LastError())
+	r.mu.Unlock()
+}
+
+// checkErrors fails the test unless job id was delivered with these last
+// errors, in order.
+func (r *workXRecorder) checkErrors(t testing.TB, id any, want ...string) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if got := r.errors[id]; !slices.Equal(got, want) {
+		t.Errorf("job %v delivered with last errors %q, want %q", id, got, want)
+	}
+}
+
+func (r *workXRecorder) backoff(n int) {
+	r.mu.Lock()
+	r.backoffs = append(r.backoffs, n)
+	r.mu.Unlock()
+}
+
+func (r *workXRecorder) check(t testing.TB, id any, attempts, backoffs []int) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if got := r.attempts[id]; !slices.Equal(got, attempts) {
+		t.Errorf("job %v delivered with attempts %v, want %v", id, got, attempts)
+	}
+	if backoffs != nil && !slices.Equal(r.backoffs, backoffs) {
+		t.Errorf("backoff called for attempts %v, want %v", r.backoffs, backoffs)
+	}
+}
+
+// TestWorkRetries: a handler error retries the job after WorkConfig.Backoff
+// of the attempt that failed, the attempt counted and the error kept: the
+// row carries the next attempt and the delay (an hour here, checked in the
+// row); a delay that runs out is picked up by the fallback poll; each
+// attempt is delivered with the error of the one before; the third acks.
+func TestWorkRetries(t *testing.T) {
+	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+		db := e.Open(t, workXLoops+2)
+		table := confTable(t, e, db, "work_retry_"+form)
+		tb := Table(table, form)
+		workXLastError(t, e, db, table, &tb)
+		q := confNew(t, db, confConfig(e, tb, nil))
+		rec := newWorkXRecorder()
+		id := confEnqueue(t, q, db, "retry")
+		failed1, acked := make(chan struct{}, 1), make(chan struct{}, 1)
+		cfg := inbox.WorkConfig{Poll: workXPoll, MaxAttempts: 5, Backoff: func(n int) time.Duration {
+			rec.backoff(n)
+			if n == 1 {
+				return time.Hour
+			}
+			return 150 * time.Millisecond
+		}}
+		workXStart(t, q, workXLoops, cfg, func(ctx context.Context, d *inbox.Delivery) error {
+			rec.delivered(d)
+			switch d.Attempt() {
+			case 1:
+				failed1 <- struct{}{}
+				return errors.New("boom 1")
+			case 2:
+				return errors.New("boom 2")
+			}
+			acked <- struct{}{}
+			return nil
+		})
+		workXRecv(t, failed1, "the first attempt")
+		// The retry commits the next attempt and the backoff's hour.
+		workXUntil(t, "the retry to reach the row", func() error {
+			n := confAttempt(t, e, db, table, id)
+			due := workXTime(t, e, db, table, workXDueCol(form), id)
+			if n != 2 || time.Until(due) < 55*time.Minute || time.Until(due) > 61*time.Minute {
+				return fmt.Errorf("attempt %d, %s %v (in %v), want 2 and an hour from now", n, workXDueCol(form), due, time.Until(due))
+			}
+			return nil
+		})
+		// Due at once, and the loops told so.
+		confExec(t, e, db, "UPDATE "+table+" SET "+workXDueCol(form)+" = NULL WHERE id = ?", id)
+		q.Wake()
+		workXRecv(t, acked, "the third attempt")
+		workXUntil(t, "the ack", func() error {
+			if n := confCount(t, db, table); n != 0 {
+				return fmt.Errorf("%d rows left", n)
+			}
+			return nil
+		})
+		rec.check(t, id, []int{1, 2, 3}, []int{1, 2})
+		rec.checkErrors(t, id, "", "boom 1", "boom 2")
+		if n := confCount(t, db, table+"_dead"); n != 0 {
+			t.Errorf("%d rows in the dead table", n)
+		}
+	})
+}
+
+// TestWorkPanics: a handler's panic is recovered into a retry, after the
+// backoff of its attempt, that keeps the panic's text as the job's last
+// error; the loop goes on with the other jobs.
+func TestWorkPanics(t *testing.T) {
+	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+		db := e.Open(t, workXLoops+2)
+		table := confTable(t, e, db, "work_panic_"+form)
+		tb := Table(table, form)
+		workXLastError(t, e, db, table, &tb)
+		q := confNew(t, db, confConfig(e, tb, nil))
+		rec := newWorkXRecorder()
+		bad := confEnqueue(t, q, db, "bad")
+		good := confEnqueue(t, q, db, "good")
+		done := make(chan any, 2)
+		cfg := inbox.WorkConfig{Poll: workXNever, Backoff: func(n int) time.Duration { rec.backoff(n); return 0 }}
+		r := workXStart(t, q, workXLoops, cfg, func(ctx context.Context, d *inbox.Delivery) error {
+			rec.delivered(d)
+			if workXPayload(t, d) == "bad" && d.Attempt() == 1 {
+				panic("kaboom")
+			}
+			done <- d.ID()
+			return nil
+		})
+		got := []any{workXRecv(t, done, "a job"), workXRecv(t, done, "the other job")}
+		workXUntil(t, "the acks", func() error {
+			if n := confCount(t, db, table); n != 0 {
+				return fmt.Errorf("%d rows left", n)
+			}
+			return nil
+		})
+		r.stop(t)
+		if !slices.Contains(got, bad) || !slices.Contains(got, good) {
+			t.Errorf("handled %v, want %v and %v", got, bad, good)
+		}
+		rec.check(t, bad, []int{1, 2}, []int{1})
+		rec.checkErrors(t, bad, "", "inbox: handler panicked: kaboom")
+		rec.check(t, good, []int{1}, nil)
+		confIdleSoon(t, db, q)
+	})
+}
+
+// TestWorkDead: a job whose handler fails MaxAttempts times goes to the dead
+// table with the attempt it failed at and its error; without a dead table
+// it is retried past MaxAttempts.
+func TestWorkDead(t *testing.T) {
+	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+		db := e.Open(t, workXLoops+2)
+		table := confTable(t, e, db, "work_dead_"+form)
+		tb := Table(table, form)
+		workXLastError(t, e, db, table, &tb)
+		q := confNew(t, db, confConfig(e, tb, nil))
+		rec := newWorkXRecorder()
+		id := confEnqueue(t, q, db, "dead")
+		cfg := inbox.WorkConfig{Poll: workXNever, MaxAttempts: 3, Backoff: func(n int) time.Duration { rec.backoff(n); return 0 }}
+		r := workXStart(t, q, workXLoops, cfg, func(ctx context.Context, d *inbox.Delivery) error {
+			rec.delivered(d)
+			return fmt.Errorf("attempt %d failed", d.Attempt())
+		})
+		workXUntil(t, "the move to the dead table", func() error {
+			if n, m := confCount(t, db, table+"_dead"), confCount(t, db, table); n != 1 || m != 0 {
+				return fmt.Errorf("%d dead rows and %d rows left, want 1 and 0", n, m)
+			}
+			return nil
+		})
+		r.stop(t)
+		var attempt int
+		var lastError string
+		if err := db.QueryRow(confQuery(e, "SELECT attempt, last_error FROM "+table+"_dead WHERE id = ?"), id).Scan(&attempt, &lastError); err != nil {
+			t.Fatal(err)
+		}
+		if attempt != 3 || lastError != "attempt 3 failed" {
+			t.Errorf("dead row has attempt %d and last error %q, want 3 and %q", attempt, lastError, "attempt 3 failed")
+		}
+		rec.check(t, id, []int{1, 2, 3}, []int{1, 2})
+		rec.checkErrors(t, id, "", "attempt 1 failed", "attempt 2 failed")
+
+		// Without a dead table, MaxAttempts does not stop the retries.
+		tb.DeadTable = ""
+		q = confNew(t, db, confConfig(e, tb, nil))
+		rec = newWorkXRecorder()
+		id = confEnqueue(t, q, db, "no dead table")
+		cfg.MaxAttempts = 1
+		acked := make(chan struct{}, 1)
+		r = workXStart(t, q, workXLoops, cfg, func(ctx context.Context, d *inbox.Delivery) error {
+			rec.delivered(d)
+			if d.Attempt() < 3 {
+				return errors.New("failed")
+			}
+			acked <- struct{}{}
+			return nil
+		})
+		workXRecv(t, acked, "the third attempt")
+		workXUntil(t, "the ack", func() error {
+			if n := confCount(t, db, table); n != 0 {
+				return fmt.Errorf("%d rows left", n)
+			}
+			return nil
+		})
+		r.stop(t)
+		rec.check(t, id, []int{1, 2, 3}, []int{1, 2})
+		if n := confCount(t, db, table+"_dead"); n != 1 {
+			t.Errorf("%d dead rows, want the first job's alone", n)
+		}
+		confIdleSoon(t, db, q)
+	})
+}
+
+// TestWorkShutdown: the loops' context ends while a handler runs. Row lock
+// and advisory: the handler's context ends with it, the job is released
+// at once, its attempt not spent, and the loops return. Lease: the job
+// keeps its lease and the handler runs on, its context alive; the idle
+// loops return, the busy one once its handler returned and acked.
+func TestWorkShutdown(t *testing.T) {
+	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+		db := e.Open(t, workXLoops+2)
+		table := confTable(t, e, db, "work_shutdown_"+form)
+		q := confNew(t, db, confConfig(e, Table(table, form), nil))
+		id := confEnqueue(t, q, db, "shutdown")
+		started := make(chan int, 1)
+		release, abort := make(chan struct{}), make(chan struct{})
+		handlerCtx := make(chan error, 1)
+		r := workXStart(t, q, workXLoops, inbox.WorkConfig{Poll: workXNever}, func(ctx context.Context, d *inbox.Delivery) error {
+			started <- d.Attempt()
+			if form != "lease" {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			select {
+			case <-release:
+			case <-abort:
+			}
+			handlerCtx <- ctx.Err()
+			return nil
+		})
+		t.Cleanup(func() { close(abort) }) // runs before the loops' stop
+		if a := workXRecv(t, started, "the handler"); a != 1 {
+			t.Fatalf("delivered attempt %d, want 1", a)
+		}
+		if form != "lease" {
+			r.stop(t)
+			if n := confAttempt(t, e, db, table, id); n != 1 {
+				t.Errorf("attempt %d after the shutdown, want 1: the attempt was spent", n)
+			}
+			if due := workXTime(t, e, db, table, "not_before", id); !due.IsZero() {
+				t.Errorf("not_before %v after the shutdown, want NULL", due)
+			}
+			confIdleSoon(t, db, q)
+			confNoLocks(t, e, db, table, []string{fmt.Sprint(id)})
+			d := confClaimOne(t, q)
+			if d.ID() != id || d.Attempt() != 1 {
+				t.Errorf("claimed %v at attempt %d, want %v at 1", d.ID(), d.Attempt(), id)
+			}
+			if err := d.Ack(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		until := workXTime(t, e, db, table, "locked_until", id)
+		r.cancel()
+		r.wait(t, workXLoops-1) // the idle ones
+		select {
+		case err := <-r.returned:
+			t.Fatalf("the busy loop returned (%v) while its handler ran", err)
+		default: // its handler has not returned: it cannot have
+		}
+		if got := workXTime(t, e, db, table, "locked_until", id); !got.Equal(until) {
+			t.Errorf("lease %v after the shutdown, want %v kept", got, until)
+		}
+		if n := confAttempt(t, e, db, table, id); n != 2 {
+			t.Errorf("attempt %d stored, want 2", n)
+		}
+		close(release)
+		if err := workXRecv(t, handlerCtx, "the handler's return"); err != nil {
+			t.Errorf("the handler's context ended (%v) at the shutdown; a lease job runs on", err)
+		}
+		r.stop(t)
+		if n := confCount(t, db, table); n != 0 {
+			t.Errorf("%d rows left: the lease job was not acked after the shutdown", n)
+		}
+		confIdleSoon(t, db, q)
+	})
+}
+
+// TestWorkWake: idle loops whose fallback poll cannot fire during the test
+// handle a job enqueued through the *sql.DB, through a *sql.Conn, and
+// through a *sql.Tx followed by Queue.Wake after the commit. Each time the
+// loops are fresh and have all made their first claim (counted by the
+// pool's driver), so that only a wake-up can bring the job.
+func TestWorkWake(t *testing.T) {
+	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+		db, count := workXOpenCounting(t, e, workXLoops+2)
+		table := confTable(t, e, db, "work_wake_"+form)
+		q := confNew(t, db, confConfig(e, Table(table, form), nil))
+		count.watch(q)
+		handled := make(chan any, 1)
+		h := func(ctx context.Context, d *inbox.Delivery) error { handled <- d.ID(); return nil }
+		ctx := context.Background()
+		for _, how := range []string{"*sql.DB", "*sql.Conn", "*sql.Tx and Wake"} {
+			claims := count.claims()
+			r := workXStart(t, q, workXLoops, inbox.WorkConfig{Poll: workXNever}, h)
+			count.waitClaims(t, claims+workXLoops)
+			var id any
+			switch how {
+			case "*sql.DB":
+				id = workXEnqueue(t, q, db, how)
+			case "*sql.Conn":
+				conn, err := db.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				id = workXEnqueue(t, q, conn, how)
+				conn.Close()
+			default:
+				id = workXEnqueueQuiet(t, q, db, how)
+				q.Wake()
+			}
+			if got := workXRecv(t, handled, "the job enqueued through "+how); got != id {
+				t.Errorf("handled %v, want %v", got, id)
+			}
+			r.stop(t)
+		}
+		confIdleSoon(t, db, q)
+	})
+}
+
+// TestWorkDue: a job enqueued with a not-before time a moment ahead is
+// handled once due, found by the fallback poll, and not before.
+func TestWorkDue(t *testing.T) {
+	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+		db := e.Open(t, workXLoops+2)
+		table := confTable(t, e, db, "work_due_"+form)
+		q := confNew(t, db, confConfig(e, Table(table, form), nil))
+		at := make(chan time.Time, 1)
+		workXStart(t, q, workXLoops, inbox.WorkConfig{Poll: workXPoll}, func(ctx context.Context, d *inbox.Delivery) error {
+			at <- time.Now()
+			return nil
+		})
+		due := time.Now().Add(150 * time.Millisecond)
+		if _, err := q.Enqueue(context.Background(), db, inbox.Job{Data: []any{[]byte("due")}, NotBefore: due}); err != nil {
+			t.Fatal(err)
+		}
+		// The clocks compared are the host's; the column keeps microseconds.
+		if got := workXRecv(t, at, "the due job"); got.Before(due.Add(-time.Millisecond)) {
+			t.Errorf("handled at %v, before its not-before time %v", got, due)
+		}
+	})
+}
+
+// TestWorkPollHandover: the loop that polls finds a job by its fallback
+// timer and starts handling it, with room left in its batch (so it wakes
+// no one); another idle loop must take the polling over, so that a second
+// job enqueued quietly (as by another process) is handled while the first
+// handler still runs. The pool has room for every loop's batch, so that
+// each loop's first claim sends a statement.
+func TestWorkPollHandover(t *testing.T) {
+	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+		const batch = 2
+		db, count := workXOpenCounting(t, e, workXLoops*batch+2)
+		table := confTable(t, e, db, "work_handover_"+form)
+		q := confNew(t, db, confConfig(e, Table(table, form), nil))
+		count.watch(q)
+		started := make(chan string, 2)
+		release := make(chan struct{})
+		workXStart(t, q, workXLoops, inbox.WorkConfig{Poll: workXPoll, Batch: batch}, func(ctx context.Context, d *inbox.Delivery) error {
+			p := workXPayload(t, d)
+			started <- p
+			if p == "first" {
+				<-release
+			}
+			return nil
+		})
+		t.Cleanup(func() { close(release) })
+		// Every loop has made its first claim: only the polling one's
+		// timer can find the first job.
+		count.waitClaims(t, workXLoops)
+		workXEnqueueQuiet(t, q, db, "first")
+		if p := workXRecv(t, started, "the first job"); p != "first" {
+			t.Fatalf("handled %q first", p)
+		}
+		workXEnqueueQuiet(t, q, db, "second")
+		if p := workXRecv(t, started, "the second job while the first one's handler runs"); p != "second" {
+			t.Fatalf("handled %q second", p)
+		}
+	})
+}
+
+// TestWorkFlood: 10,000 enqueues in a burst, each a wake-up, reach eight
+// loops with a batch of 16: every job is handled once; the goroutines stay
+// within a bound while they run (a handler and a lease keeper per job in
+// work) and return to their starting number after; the heap does not keep
+// what the wake-ups allocated.
+func TestWorkFlood(t *testing.T) {
+	confEngines(t, func(e Engine) bool { return e.Name == "mattn" || e.Name == "pgx" }, func(t *testing.T, e Engine) {
+		const (
+			jobs      = 10000
+			enqueuers = 4
+			batch     = 16
+		)
+		dsn := e.DSN(t, t.TempDir())
+		if e.IsPostgres() && strings.Contains(dsn, "://") {
+			// The flood tests the loop, not the disk: commits do not wait
+			// for their WAL flush.
+			if strings.Contains(dsn, "?") {
+				dsn += "&synchronous_commit=off"
+			} else {
+				dsn += "?synchronous_commit=off"
+			}
+		}
+		db := e.OpenDSN(t, dsn, workXLoops+4)
+		table := confTable(t, e, db, "work_flood")
+		q := confNew(t, db, confConfig(e, Table(table, "lease"), nil))
+		// Warm the pool: its connections' own goroutines, if any, count in
+		// the starting number.
+		var warm sync.WaitGroup
+		for range workXLoops + 4 {
+			warm.Add(1)
+			go func() { defer warm.Done(); _ = db.QueryRow("SELECT COUNT(*) FROM " + table).Scan(new(int)) }()
+		}
+		warm.Wait()
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		start := runtime.NumGoroutine()
+		bound := start + workXLoops + 2*workXLoops*batch + 32
+
+		var (
+			mu      sync.Mutex
+			seen    = make(map[any]int, jobs)
+			peak    atomic.Int64
+			handled atomic.Int64
+			all     = make(chan struct{})
+		)
+		r := workXStart(t, q, workXLoops, inbox.WorkConfig{Poll: workXNever, Batch: batch}, func(ctx context.Context, d *inbox.Delivery) error {
+			if n := int64(runtime.NumGoroutine()); n > peak.Load() {
+				peak.Store(n) // a lower bound of the peak is enough: it is checked against a bound
+			}
+			mu.Lock()
+			seen[d.ID()]++
+			mu.Unlock()
+			if handled.Add(1) == jobs {
+				close(all)
+			}
+			return nil
+		})
+		var wg sync.WaitGroup
+		ids := make([][]any, enqueuers)
+		for g := range enqueuers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range jobs / enqueuers {
+					id, err := q.Enqueue(context.Background(), db, inbox.Job{Data: []any{[]byte(fmt.Sprint(g, "-", i))}})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					ids[g] = append(ids[g], id)
+				}
+			}()
+		}
+		wg.Wait()
+		workXRecv(t, all, fmt.Sprintf("%d jobs to be handled", jobs))
+		workXUntil(t, "the acks", func() error {
+			if n := confCount(t, db, table); n != 0 {
+				return fmt.Errorf("%d rows left", n)
+			}
+			return nil
+		})
+		r.stop(t)
+		mu.Lock()
+		for _, g := range ids {
+			for _, id := range g {
+				if seen[id] != 1 {
+					t.Errorf("job %v handled %d times, want once", id, seen[id])
+				}
+			}
+		}
+		if len(seen) != jobs {
+			t.Errorf("handled %d distinct jobs, want %d", len(seen), jobs)
+		}
+		mu.Unlock()
+		if p := int(peak.Load()); p > bound {
+			t.Errorf("%d goroutines while the flood ran, over the bound %d (%d at the start)", p, bound, start)
+		}
+		workXUntil(t, "the goroutines to return to their starting number", func() error {
+			if n := runtime.NumGoroutine(); n > start {
+				return fmt.Errorf("%d goroutines, %d at the start", n, start)
+			}
+			return nil
+		})
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 16<<20 {
+			t.Errorf("the heap grew by %d bytes over the flood", grew)
+		}
+		t.Logf("FIGURE: flood %s: goroutines %d at the start, peak seen %d, %d after; heap %+d KiB",
+			e.Name, start, peak.Load(), runtime.NumGoroutine(), (int64(after.HeapAlloc)-int64(before.HeapAlloc))>>10)
+	})
+}
+
+// workXCounter counts the claim statements that reached the driver and
+// returned, so that a test can tell when every loop has made its first
+// claim. It is safe for concurrent use.
+type workXCounter struct {
+	mu      sync.Mutex
+	sqls    map[string]bool
+	n       int
+	changed chan struct{} // closed and replaced at every count
+}
+
+// watch adds q's claim statements: its first read of a claim under every
+// form and engine.
+func (c *workXCounter) watch(q *inbox.Queue) {
+	st := q.Statements()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range []inbox.Stmt{st.Claim, st.ClaimSelect, st.Candidates} {
+		if s.SQL != "" {
+			c.sqls[s.SQL] = true
+		}
+	}
+}
+
+func (c *workXCounter) sent(query string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sqls[query] {
+		c.n++
+		close(c.changed)
+		c.changed = make(chan struct{})
+	}
+}
+
+func (c *workXCounter) claims() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// waitClaims waits until n claim statements have returned.
+func (c *workXCounter) waitClaims(t testing.TB, n int) {
+	t.Helper()
+	deadline := time.NewTimer(workXDeadline)
+	defer deadline.Stop()
+	for {
+		c.mu.Lock()
+		got, changed := c.n, c.changed
+		c.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("waited %v for %d claims, saw %d", workXDeadline, n, got)
+		}
+	}
+}
+
+// workXOpenCounting is Engine.Open through a driver wrapper that counts the
+// claim statements the counter watches.
+func workXOpenCounting(t *testing.T, e Engine, maxConns int) (*sql.DB, *workXCounter) {
+	t.Helper()
+	dsn := e.DSN(t, t.TempDir())
+	plain, err := sql.Open(e.Driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := plain.Driver()
+	plain.Close()
+	var inner driver.Connector = workXDSNConnector{drv, dsn}
+	if dc, ok := drv.(driver.DriverContext); ok {
+		if inner, err = dc.OpenConnector(dsn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &workXCounter{sqls: map[string]bool{}, changed: make(chan struct{})}
+	db := sql.OpenDB(workXConnector{inner: inner, c: c})
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	if err := db.Ping(); err != nil {
+		t.Fatalf("%s: %v", e.Name, err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, c
+}
+
+type workXDSNConnector struct {
+	drv driver.Driver
+	dsn string
+}
+
+func (c workXDSNConnector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
+func (c workXDSNConnector) Driver() driver.Driver                        { return c.drv }
+
+type workXConnector struct {
+	inner driver.Connector
+	c     *workXCounter
+}
+
+func (w workXConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := w.inner.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &workXConn{Conn: conn, c: w.c}, nil
+}
+
+func (w workXConnector) Driver() driver.Driver { return w.inner.Driver() }
+
+// workXConn passes every call on to the driver's connection, counting the
+// watched statements.
+type workXConn struct {
+	driver.Conn
+	c *workXCounter
+}
+
+func (c *workXConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+	qc, ok := c.Conn.(driver.QueryerContext)
+	if !ok {
+		return nil, driver.ErrSkip
+	}
+	rows, err := qc.QueryContext(ctx, q, args)
+	if err == nil {
+		c.c.sent(q)
+	}
+	return rows, err
+}
+
+func (c *workXConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+	ec, ok := c.Conn.(driver.ExecerContext)
+	if !ok {
+		return nil, driver.ErrSkip
+	}
+	res, err := ec.ExecContext(ctx, q, args)
+	if err == nil {
+		c.c.sent(q)
+	}
+	return res, err
+}
+
+// PrepareContext serves drivers that prepare statements with arguments
+// (go-sql-driver/mysql without interpolateParams).
+func (c *workXConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	var st driver.Stmt
+	var err error
+	if pc, ok := c.Conn.(driver.ConnPrepareContext); ok {
+		st, err = pc.PrepareContext(ctx, q)
+	} else {
+		st, err = c.Conn.Prepare(q)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &workXStmt{Stmt: st, q: q, c: c.c}, nil
+}
+
+// workXStmt counts the runs of a prepared watched statement.
+type workXStmt struct {
+	driver.Stmt
+	q string
+	c *workXCounter
+}
+
+func (s *workXStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	sq, ok := s.Stmt.(driver.StmtQueryContext)
+	if !ok {
+		return nil, errors.New("workXStmt: the driver has no StmtQueryContext")
+	}
+	rows, err := sq.QueryContext(ctx, args)
+	if err == nil {
+		s.c.sent(s.q)
+	}
+	return rows, err
+}
+
+func (s *workXStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	se, ok := s.Stmt.(driver.StmtExecContext)
+	if !ok {
+		return nil, errors.New("workXStmt: the driver has no StmtExecContext")
+	}
+	res, err := se.ExecContext(ctx, args)
+	if err == nil {
+		s.c.sent(s.q)
+	}
+	return res, err
+}
+
+func (s *workXStmt) CheckNamedValue(nv *driver.NamedValue) error {
+	if nc, ok := s.Stmt.(driver.NamedValueChecker); ok {
+		return nc.CheckNamedValue(nv)
+	}
+	return driver.ErrSkip
+}
+
+func (c *workXConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if bt, ok := c.Conn.(driver.ConnBeginTx); ok {
+		return bt.BeginTx(ctx, opts)
+	}
+	return nil, errors.New("workXConn: the driver has no BeginTx")
+}
+
+func (c *workXConn) CheckNamedValue(nv *driver.NamedValue) error {
+	if nc, ok := c.Conn.(driver.NamedValueChecker); ok {
+		return nc.CheckNamedValue(nv)
+	}
+	return driver.ErrSkip
+}
+
+func (c *workXConn) ResetSession(ctx context.Context) error {
+	if sr, ok := c.Conn.(driver.SessionResetter); ok {
+		return sr.ResetSession(ctx)
+	}
+	return nil
+}
+
+func (c *workXConn) IsValid() bool {
+	if v, ok := c.Conn.(driver.Validator); ok {
+		return v.IsValid()
+	}
+	return true
+}
+
+func (c *workXConn) Ping(ctx context.Context) error {
+	if p, ok := c.Conn.(driver.Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}
