@@ -319,6 +319,7 @@ func (k *keeper) run(ctx context.Context, sentAt time.Time) {
 	next := sentAt.Add(half)
 	giveUp := sentAt.Add(q.lease - q.margin)
 	pause := k.pause
+	paused, signalled := false, false
 	for {
 		now := q.monoNow()
 		if !now.Before(giveUp) {
@@ -326,8 +327,16 @@ func (k *keeper) run(ctx context.Context, sentAt time.Time) {
 			return
 		}
 		wake := giveUp
-		if pause != nil && next.Before(wake) {
+		if !paused && next.Before(wake) {
 			wake = next
+		}
+		timer := k.wait(wake.Sub(now))
+		if paused && !signalled {
+			// Signal only once the deadline timer is registered, so a
+			// caller that moves the clock right after the pause returns
+			// cannot slip past it.
+			signalled = true
+			close(k.paused)
 		}
 		select {
 		case <-k.end:
@@ -336,12 +345,11 @@ func (k *keeper) run(ctx context.Context, sentAt time.Time) {
 			return
 		case <-pause:
 			// From here on only the deadline is armed.
-			pause = nil
-			close(k.paused)
+			pause, paused = nil, true
 			continue
-		case <-k.wait(wake.Sub(now)):
+		case <-timer:
 		}
-		if pause == nil || q.monoNow().Before(next) {
+		if paused || q.monoNow().Before(next) {
 			continue
 		}
 		sent, answered, err := k.extend(ctx, giveUp)
