@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"strings"
 	"testing"
@@ -14,6 +15,26 @@ import (
 )
 
 func TestDrain(t *testing.T) {
+	eachCell(t, "bench_ci_", 2, func(e engine) []string { return e.forms() },
+		func(ctx context.Context, t *testing.T, c cell, db *sql.DB, table string) {
+			const jobs = 150
+			for _, hand := range []bool{false, true} {
+				done, left, err := drain(ctx, c, db, table, hand, jobs)
+				if err != nil {
+					t.Fatalf("hand-written %v: %v", hand, err)
+				}
+				if done != jobs || left != 0 {
+					t.Fatalf("hand-written %v: %d of %d jobs acknowledged, %d rows left", hand, done, jobs, left)
+				}
+			}
+		})
+}
+
+// eachCell runs check on a fresh table for every cell of one driver per
+// engine family: each form forms gives, a batch of one and of sixteen. An
+// engine whose DSN is unset skips, or fails under INBOX_REQUIRE_DBS=1.
+func eachCell(t *testing.T, prefix string, workers int, forms func(engine) []string,
+	check func(ctx context.Context, t *testing.T, c cell, db *sql.DB, table string)) {
 	for _, name := range []string{"pq", "mysql", "mattn"} {
 		e, err := engineNamed(name)
 		if err != nil {
@@ -26,9 +47,9 @@ func TestDrain(t *testing.T) {
 				}
 				t.Skipf("%s is not set: skipping %s (set INBOX_REQUIRE_DBS=1 to make this a failure)", e.env, name)
 			}
-			for _, form := range e.forms() {
+			for _, form := range forms(e) {
 				for _, batch := range []int{1, 16} {
-					c := cell{e: e, form: form, workers: 2, batch: batch}
+					c := cell{e: e, form: form, workers: workers, batch: batch}
 					t.Run(strings.TrimPrefix(c.String(), name+"/"), func(t *testing.T) {
 						ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 						defer cancel()
@@ -37,21 +58,12 @@ func TestDrain(t *testing.T) {
 							t.Fatal(err)
 						}
 						defer db.Close()
-						table := "bench_ci_" + e.name
+						table := prefix + e.name
 						if err := e.createTable(ctx, db, table); err != nil {
 							t.Fatal(err)
 						}
 						defer e.drop(context.Background(), db, table)
-						const jobs = 150
-						for _, hand := range []bool{false, true} {
-							done, left, err := drain(ctx, c, db, table, hand, jobs)
-							if err != nil {
-								t.Fatalf("hand-written %v: %v", hand, err)
-							}
-							if done != jobs || left != 0 {
-								t.Fatalf("hand-written %v: %d of %d jobs acknowledged, %d rows left", hand, done, jobs, left)
-							}
-						}
+						check(ctx, t, c, db, table)
 					})
 				}
 			}
