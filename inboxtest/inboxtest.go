@@ -326,11 +326,7 @@ func (m *Mock) replay(calls []call) {
 			}
 		case "query":
 			e := m.sm.ExpectQuery(c.sql)
-			if args := m.db.matchers(c); len(args) == 0 {
-				e.WithoutArgs()
-			} else {
-				e.WithArgs(args...)
-			}
+			expectArgs(e, m.db.matchers(c))
 			if c.err != nil {
 				e.WillReturnError(c.err)
 				continue
@@ -342,17 +338,25 @@ func (m *Mock) replay(calls []call) {
 			e.WillReturnRows(rows)
 		case "exec":
 			e := m.sm.ExpectExec(c.sql)
-			if args := m.db.matchers(c); len(args) == 0 {
-				e.WithoutArgs()
-			} else {
-				e.WithArgs(args...)
-			}
+			expectArgs(e, m.db.matchers(c))
 			if c.err != nil {
 				e.WillReturnError(c.err)
 				continue
 			}
 			e.WillReturnResult(sqlmock.NewResult(0, c.affected))
 		}
+	}
+}
+
+// expectArgs makes e match exactly args: none at all when args is empty.
+func expectArgs[E interface {
+	WithArgs(...driver.Value) E
+	WithoutArgs() E
+}](e E, args []driver.Value) {
+	if len(args) == 0 {
+		e.WithoutArgs()
+	} else {
+		e.WithArgs(args...)
 	}
 }
 
