@@ -266,10 +266,18 @@ type Statements struct {
 	// delivered attempt and the data columns, locking the rows in the
 	// transaction (lease, row lock); ClaimMark counts the attempt of the row
 	// ArgID (and, lease form, writes ArgUntil as its expiry). A lease
-	// ClaimMark may take ArgID several times: it then marks that many rows
-	// at once, the core filling the places in order and repeating the last
-	// id when fewer rows were claimed.
+	// ClaimMark may take ArgID (and ArgDelivered) several times: it then
+	// marks that many rows at once, the core filling the places in order
+	// and repeating the last row when fewer rows were claimed. It should
+	// mark a row only if the row still has the attempt ArgDelivered and is
+	// still claimable at ArgNow, so that a lock the engine does not hold
+	// cluster-wide (a Galera node's) cannot hand one job to two claims.
 	ClaimSelect, ClaimMark Stmt
+	// ClaimMarked (lease, with ClaimMark) returns the ids, among its ArgIDs,
+	// of the rows carrying ArgUntil. When a lease ClaimMark changed fewer
+	// rows than it named, the claim delivers those rows alone; without
+	// ClaimMarked such a claim rolls back and returns an error.
+	ClaimMarked Stmt
 	// ClaimSelectMore (lease, optional) reads more rows, as ClaimSelect
 	// does, for the places ClaimSelect left: ArgLimit is the number left.
 	ClaimSelectMore Stmt

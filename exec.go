@@ -35,8 +35,9 @@ type values struct {
 	priority   int64
 	data       []any
 	// tokens are several rows', for a statement that takes the token's
-	// parameters once per row: the n-th ArgID, ArgAttempt and ArgExpiry are
-	// the n-th token's, the last token standing in for the places past it.
+	// parameters once per row: the n-th ArgID, ArgAttempt (or ArgDelivered)
+	// and ArgExpiry are the n-th token's, the last token standing in for the
+	// places past it.
 	// Without tokens, every place is the single row's above.
 	tokens []token
 }
@@ -53,7 +54,7 @@ type token struct {
 func (q *Queue) args(s Stmt, v *values) []any {
 	out := make([]any, len(s.Args))
 	single := token{v.id, v.attempt, v.expiry}
-	var nth [3]int // occurrences so far of ArgID, ArgAttempt, ArgExpiry
+	var nth [3]int // occurrences so far of ArgID, ArgAttempt or ArgDelivered, ArgExpiry
 	tok := func(k int) token {
 		if len(v.tokens) == 0 {
 			return single
@@ -71,7 +72,7 @@ func (q *Queue) args(s Stmt, v *values) []any {
 		case ArgExpiry:
 			out[i] = q.dialect.TimeArg(tok(2).expiry)
 		case ArgDelivered:
-			out[i] = v.attempt
+			out[i] = tok(1).attempt
 		case ArgNow:
 			out[i] = q.dialect.TimeArg(v.now)
 		case ArgUntil:

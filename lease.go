@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -59,20 +60,64 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 		}
 	}
 	toks := make([]token, 0, per)
+	claimed := ds[:0]
 	for i := 0; i < len(ds); i += per {
+		chunk := ds[i:min(i+per, len(ds))]
 		toks = toks[:0]
-		for _, d := range ds[i:min(i+per, len(ds))] {
-			toks = append(toks, token{id: d.id})
+		for _, d := range chunk {
+			toks = append(toks, token{id: d.id, attempt: d.attempt})
 			d.expiry, d.sentAt = v.until, sent
 		}
-		if _, err := q.exec(ctx, tx, q.st.ClaimMark, &values{tokens: toks, until: v.until}); err != nil {
+		mv := values{tokens: toks, now: v.now, until: v.until}
+		n, err := q.exec(ctx, tx, q.st.ClaimMark, &mv)
+		if err != nil {
 			return nil, err
 		}
+		if n < int64(len(chunk)) {
+			// Some rows changed since they were read: only a lock the engine
+			// does not hold cluster-wide lets that happen. The rows carrying
+			// this claim's expiry are its own.
+			if q.st.ClaimMarked.SQL == "" {
+				return nil, fmt.Errorf("inbox: claim: ClaimMark changed %d of %d rows and the dialect has no ClaimMarked to tell which: the claim was rolled back", n, len(chunk))
+			}
+			if chunk, err = q.claimMarked(ctx, tx, chunk, &mv); err != nil {
+				return nil, err
+			}
+		}
+		claimed = append(claimed, chunk...)
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, err
 	}
-	return ds, nil
+	return claimed, nil
+}
+
+// claimMarked keeps, of the chunk a ClaimMark named, the deliveries whose
+// rows it wrote, as ClaimMarked reads them back.
+func (q *Queue) claimMarked(ctx context.Context, tx *sql.Tx, chunk []*Delivery, mv *values) ([]*Delivery, error) {
+	rows, err := q.query(ctx, tx, q.st.ClaimMarked, mv)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	mine := map[any]bool{}
+	for rows.Next() {
+		var id any
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		mine[normID(id)] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	kept := chunk[:0]
+	for _, d := range chunk {
+		if mine[d.id] {
+			kept = append(kept, d)
+		}
+	}
+	return kept, nil
 }
 
 // selectClaimed locks the rows of a lease claim by ClaimSelect and, for the

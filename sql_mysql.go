@@ -102,9 +102,17 @@ func myLease(t *sqlTemplate, n *Names) *Statements {
 	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} WHERE {lease} <= $now ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
 	st.ClaimSelectMore = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
 	// One UPDATE writes the leases of up to claimMarkIDs rows; a claim of
-	// fewer repeats its last id, which changes nothing twice.
-	st.ClaimMark = t.exec("UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = $until WHERE {id} IN (" +
-		strings.Repeat("$id, ", claimMarkIDs-1) + "$id)")
+	// fewer repeats its last row, which changes nothing twice. It writes a
+	// row only if the row still has the attempt the SELECT read and is still
+	// claimable: the SELECT's lock is real on one server, but on a Galera
+	// node it is local, and a row read there may since have been claimed
+	// through another node, whose writeset the UPDATE then sees.
+	st.ClaimMark = t.exec("UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = $until WHERE ({id}, {attempt}) IN (" +
+		strings.Repeat("($id, $delivered), ", claimMarkIDs-1) + "($id, $delivered)) AND ({lease} <= $now OR {lease} IS NULL)")
+	// When the mark changed fewer rows than it named, the rows carrying its
+	// expiry are the claim's.
+	st.ClaimMarked = t.query("SELECT {id} FROM {table} WHERE {id} IN (" +
+		strings.Repeat("$id, ", claimMarkIDs-1) + "$id) AND {lease} = $until")
 	st.Extend = t.exec("UPDATE {table} SET {lease} = $until WHERE " + leaseToken)
 	st.Retry = t.exec("UPDATE {table} SET {lease} = $until{, set error} WHERE " + leaseToken)
 	// MySQL reports changed rows, not matched ones: a write of the expiry a

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,7 +27,8 @@ const myNow = "SELECT UTC_TIMESTAMP(6)"
 const (
 	myLeaseDue        = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` <= ? ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
 	myLeaseFree       = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
-	myLeaseMark       = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	myLeaseMark       = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE (`id`, `attempt`) IN ((?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?)) AND (`locked_until` <= ? OR `locked_until` IS NULL)"
+	myLeaseMarked     = "SELECT `id` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND `locked_until` = ?"
 	myLeaseExtend     = "UPDATE `jobs` SET `locked_until` = ? WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?" // also Retry
 	myLeaseExists     = "SELECT COUNT(*) FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?"
 	myLeaseAck        = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?" // also the dead move's delete
@@ -81,14 +83,18 @@ func myUnlocked(m *mock, k string) {
 	m.ExpectQuery(myReleaseLock).WithArgs(myLock[k]).WillReturnRows(rows("RELEASE_LOCK(?)", row(int64(1))))
 }
 
-// markIDs is the arguments of one myLeaseMark: the expiry, then the 16 id
-// places, the claimed ids in order and the last one repeated to fill them.
-func markIDs(until string, ids ...int64) []driver.Value {
+// markArgs is the arguments of one myLeaseMark: the expiry; the 16 (id,
+// attempt) places, the claimed rows' ids and attempts as read, given in
+// pairs, in order, the last one repeated to fill them; then the reading of
+// the clock the rows were found claimable at.
+func markArgs(until string, idAttempt ...int64) []driver.Value {
 	out := []driver.Value{until}
+	last := len(idAttempt)/2 - 1
 	for i := 0; i < 16; i++ {
-		out = append(out, ids[min(i, len(ids)-1)])
+		k := min(i, last)
+		out = append(out, idAttempt[2*k], idAttempt[2*k+1])
 	}
-	return out
+	return append(out, "2024-03-01 12:00:00.123456")
 }
 
 // myClock answers the read of the engine's clock.
@@ -108,8 +114,7 @@ func TestMySQLLease(t *testing.T) {
 		row(int64(8), int64(3), []byte("p8"))))
 	m.ExpectQuery(myLeaseFree).WithArgs(3).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), []byte("p7")), row(int64(9), int64(1), []byte("p9")), row(int64(10), int64(2), []byte("p10"))))
-	m.ExpectExec(myLeaseMark).WithArgs(exp, int64(8), int64(7), int64(9), int64(10), int64(10), int64(10), int64(10), int64(10),
-		int64(10), int64(10), int64(10), int64(10), int64(10), int64(10), int64(10), int64(10)).WillReturnResult(affected(4))
+	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 8, 3, 7, 1, 9, 1, 10, 2)...).WillReturnResult(affected(4))
 	m.ExpectCommit()
 	ds := claim(t, q, 4, 8, 7, 9, 10)
 	ds[0], ds[1] = ds[1], ds[0] // in id order for what follows
@@ -152,7 +157,7 @@ func TestMySQLLeaseInjectedClock(t *testing.T) {
 	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 2).WillReturnRows(rows("id,attempt,payload"))
 	m.ExpectQuery(myLeaseFree).WithArgs(2).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), []byte("p7")), row(int64(8), int64(1), []byte("p8"))))
-	m.ExpectExec(myLeaseMark).WithArgs(markIDs(exp, 7, 8)...).WillReturnResult(affected(2))
+	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1, 8, 1)...).WillReturnResult(affected(2))
 	m.ExpectCommit()
 	ds := claim(t, q, 2, 7, 8)
 
@@ -182,10 +187,12 @@ func TestMySQLLeaseClaimMarkChunks(t *testing.T) {
 	m.ExpectBegin()
 	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 20).WillReturnRows(rows("id,attempt,payload"))
 	m.ExpectQuery(myLeaseFree).WithArgs(20).WillReturnRows(r)
-	m.ExpectExec(myLeaseMark).WithArgs(exp, int64(1), int64(2), int64(3), int64(4), int64(5), int64(6), int64(7), int64(8),
-		int64(9), int64(10), int64(11), int64(12), int64(13), int64(14), int64(15), int64(16)).WillReturnResult(affected(16))
-	m.ExpectExec(myLeaseMark).WithArgs(exp, int64(17), int64(18), int64(18), int64(18), int64(18), int64(18), int64(18), int64(18),
-		int64(18), int64(18), int64(18), int64(18), int64(18), int64(18), int64(18), int64(18)).WillReturnResult(affected(2))
+	first := []int64{}
+	for id := int64(1); id <= 16; id++ {
+		first = append(first, id, 1)
+	}
+	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, first...)...).WillReturnResult(affected(16))
+	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 17, 1, 18, 1)...).WillReturnResult(affected(2))
 	m.ExpectCommit()
 	ds := claim(t, q, 20, want...)
 	for _, d := range ds {
@@ -194,6 +201,76 @@ func TestMySQLLeaseClaimMarkChunks(t *testing.T) {
 		}
 	}
 	m.met(t)
+}
+
+// A mark that changes fewer rows than it names (a Galera node's SELECT lock
+// is local: another node may have claimed a row since) delivers only the
+// rows carrying the claim's own expiry, with the attempt they were read at;
+// a mark that changes none delivers nothing, and the claim still commits.
+func TestMySQLLeaseMarkShortfall(t *testing.T) {
+	m := newMock(t)
+	clk := newClock(t0)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
+	const exp = "2024-03-01 12:01:00.123456"
+	markedArgs := func(ids ...int64) []driver.Value {
+		var out []driver.Value
+		for i := 0; i < 16; i++ {
+			out = append(out, ids[min(i, len(ids)-1)])
+		}
+		return append(out, exp)
+	}
+	m.ExpectBegin()
+	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 3).WillReturnRows(rows("id,attempt,payload"))
+	m.ExpectQuery(myLeaseFree).WithArgs(3).WillReturnRows(rows("id,attempt,payload",
+		row(int64(7), int64(1), nil), row(int64(8), int64(4), nil), row(int64(9), int64(1), nil)))
+	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1, 8, 4, 9, 1)...).WillReturnResult(affected(2))
+	m.ExpectQuery(myLeaseMarked).WithArgs(markedArgs(7, 8, 9)...).WillReturnRows(rows("id", row(int64(9)), row(int64(8))))
+	m.ExpectCommit()
+	ds := claim(t, q, 3, 8, 9)
+	if ds[0].Attempt() != 4 || ds[1].Attempt() != 1 || !ds[0].Expiry().Equal(utc0.Add(time.Minute)) {
+		t.Fatalf("deliveries: attempts %d, %d, expiry %v", ds[0].Attempt(), ds[1].Attempt(), ds[0].Expiry())
+	}
+
+	m.ExpectBegin()
+	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 1).WillReturnRows(rows("id,attempt,payload",
+		row(int64(7), int64(2), nil)))
+	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 2)...).WillReturnResult(affected(0))
+	m.ExpectQuery(myLeaseMarked).WithArgs(markedArgs(7)...).WillReturnRows(rows("id"))
+	m.ExpectCommit()
+	claim(t, q, 1)
+	m.met(t)
+}
+
+// A dialect with a lease ClaimMark and no ClaimMarked cannot tell which rows
+// a short mark wrote: the claim rolls back and says so.
+func TestLeaseMarkShortfallWithoutClaimMarked(t *testing.T) {
+	m := newMock(t)
+	clk := newClock(t0)
+	q := newQueue(t, m, inbox.Config{Dialect: noClaimMarked{inbox.MySQL}, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
+	const exp = "2024-03-01 12:01:00.123456"
+	m.ExpectBegin()
+	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 2).WillReturnRows(rows("id,attempt,payload"))
+	m.ExpectQuery(myLeaseFree).WithArgs(2).WillReturnRows(rows("id,attempt,payload",
+		row(int64(7), int64(1), nil), row(int64(8), int64(1), nil)))
+	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1, 8, 1)...).WillReturnResult(affected(1))
+	m.ExpectRollback()
+	ds, err := q.Claim(context.Background(), 2)
+	if err == nil || len(ds) != 0 || !strings.Contains(err.Error(), "ClaimMarked") {
+		t.Fatalf("Claim = %d jobs, %v; want none and an error naming ClaimMarked", len(ds), err)
+	}
+	m.met(t)
+}
+
+// noClaimMarked is a dialect from outside the package that marks lease rows
+// but cannot read back which it marked.
+type noClaimMarked struct{ inbox.Dialect }
+
+func (d noClaimMarked) Statements(n *inbox.Names) (*inbox.Statements, error) {
+	st, err := d.Dialect.Statements(n)
+	if err == nil {
+		st.ClaimMarked = inbox.Stmt{}
+	}
+	return st, err
 }
 
 // MySQL counts changed rows: an extension or retry writing the expiry the
@@ -208,7 +285,7 @@ func TestMySQLSameExpiryIsNotLost(t *testing.T) {
 	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 3).WillReturnRows(rows("id,attempt,payload"))
 	m.ExpectQuery(myLeaseFree).WithArgs(3).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), nil), row(int64(8), int64(1), nil), row(int64(9), int64(1), nil)))
-	m.ExpectExec(myLeaseMark).WithArgs(markIDs(exp, 7, 8, 9)...).WillReturnResult(affected(3))
+	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1, 8, 1, 9, 1)...).WillReturnResult(affected(3))
 	m.ExpectCommit()
 	ds := claim(t, q, 3, 7, 8, 9)
 	ctx := context.Background()
@@ -250,7 +327,7 @@ func TestMySQLLeaseTx(t *testing.T) {
 	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 4).WillReturnRows(rows("id,attempt,payload"))
 	m.ExpectQuery(myLeaseFree).WithArgs(4).WillReturnRows(rows("id,attempt,payload",
 		row(int64(1), int64(1), nil), row(int64(2), int64(1), nil), row(int64(3), int64(1), nil), row(int64(4), int64(1), nil)))
-	m.ExpectExec(myLeaseMark).WithArgs(markIDs(exp, 1, 2, 3, 4)...).WillReturnResult(affected(4))
+	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 1, 1, 2, 1, 3, 1, 4, 1)...).WillReturnResult(affected(4))
 	m.ExpectCommit()
 	ds := claim(t, q, 4, 1, 2, 3, 4)
 	ctx := context.Background()

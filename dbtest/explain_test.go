@@ -350,6 +350,26 @@ func TestExplainLeaseClaim(t *testing.T) {
 						t.Errorf("claim: a branch reads %s, want %s_lu:\n%s", r.Index, table, planText(plan))
 					}
 				}
+				// The mark, and the read-back after a short one: probes of
+				// the rows the claim names (by primary key, or for the
+				// read-back the (lease, id) index at one expiry), never a scan.
+				my := func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000000") }
+				markArgs := []any{my(now.Add(time.Minute))}
+				var markedArgs []any
+				for k := 0; k < 16; k++ {
+					markArgs = append(markArgs, int64(100+k), int64(0))
+					markedArgs = append(markedArgs, int64(100+k))
+				}
+				markArgs = append(markArgs, my(now))
+				markedArgs = append(markedArgs, my(now.Add(time.Minute)))
+				for _, c := range []struct {
+					s    inbox.Stmt
+					args []any
+					uses string
+				}{{st.ClaimMark, markArgs, "PRIMARY"}, {st.ClaimMarked, markedArgs, ""}} {
+					p := explainPlan(t, e, prepDB, false, c.s.SQL, c.args...)
+					explainMust(t, "claim: "+c.s.SQL[:6], p, []string{" on " + table + " using " + c.uses}, []string{"ALL on", "index on"})
+				}
 			default:
 				// until, limit, now, limit, limit
 				ts := func(t time.Time) string { return t.UTC().Format(inbox.SQLiteTimeFormat) }

@@ -74,7 +74,10 @@ var (
 	t0       = time.Date(2024, 3, 1, 14, 0, 0, 123456789, time.FixedZone("CEST", 2*3600))
 )
 
-func ids16(id int64) string { return strings.TrimSuffix(strings.Repeat(fmt.Sprint(id, " "), 16), " ") }
+// marks16 is the 16 (id, attempt) places of a MySQL lease mark of one row.
+func marks16(id, attempt int64) string {
+	return strings.TrimSuffix(strings.Repeat(fmt.Sprint(id, " ", attempt, " "), 16), " ")
+}
 
 // MySQL has no UPDATE … RETURNING: under its own clock the queue reads
 // UTC_TIMESTAMP(6) first, inside the claim's transaction, and sends the
@@ -86,7 +89,7 @@ func TestSequenceMySQLClock(t *testing.T) {
 		"begin",
 		"query SELECT UTC_TIMESTAMP(6)",
 		"query "+st.ClaimSelect.SQL+" [2024-01-01 12:00:00.000000 1]",
-		"exec "+st.ClaimMark.SQL+" [2024-01-01 12:00:30.000000 "+ids16(7)+"]",
+		"exec "+st.ClaimMark.SQL+" [2024-01-01 12:00:30.000000 "+marks16(7, 1)+" 2024-01-01 12:00:00.000000]",
 		"commit")
 	want(t, "retry", record(m, func() { m.ExpectRetry(7, time.Minute) }),
 		"query SELECT UTC_TIMESTAMP(6)",
@@ -110,7 +113,7 @@ func TestSequenceMySQLClock(t *testing.T) {
 	want(t, "claim, injected clock", record(m, func() { m.ExpectClaim(1, job7) }),
 		"begin",
 		"query "+st.ClaimSelect.SQL+" [2024-03-01 12:00:00.123456 1]",
-		"exec "+st.ClaimMark.SQL+" [2024-03-01 12:00:30.123456 "+ids16(7)+"]",
+		"exec "+st.ClaimMark.SQL+" [2024-03-01 12:00:30.123456 "+marks16(7, 1)+" 2024-03-01 12:00:00.123456]",
 		"commit")
 }
 
