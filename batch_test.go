@@ -848,3 +848,70 @@ func (c *btClock) waitFor(t *testing.T, n int) {
 		}
 	}
 }
+
+// Work's batch loop settles through a Batcher: the handlers of a batch that
+// finish while a settlement is in flight share the next statement. Job 1's
+// acknowledgement is held at the driver until jobs 2 and 3 wait behind it;
+// they then go together.
+func TestWorkBatchSharesStatements(t *testing.T) {
+	f := newBTFake()
+	q := btQueue(t, f)
+	release := make(chan struct{})
+	w, err := newWorker(q, WorkConfig{Batch: 3}, func(_ context.Context, d *Delivery) error {
+		if d.ID() != int64(1) {
+			<-release
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.batcher == nil {
+		t.Fatal("a lease loop with batches has no batcher")
+	}
+	defer w.batcher.Close()
+	var mu sync.Mutex
+	var acks [][]any // the distinct ids of each batch Ack, in order
+	f.seen = func(query string, args []driver.NamedValue) {
+		if !strings.HasPrefix(query, "DELETE") {
+			return
+		}
+		var ids []any
+		for i := 0; i < len(args); i += 3 {
+			if len(ids) == 0 || ids[len(ids)-1] != args[i].Value {
+				ids = append(ids, args[i].Value)
+			}
+		}
+		mu.Lock()
+		acks = append(acks, ids)
+		first := len(acks) == 1
+		mu.Unlock()
+		if first {
+			close(release)
+			deadline := time.Now().Add(10 * time.Second)
+			for btPending(w.batcher) < 2 {
+				if time.Now().After(deadline) {
+					t.Error("jobs 2 and 3 never waited behind job 1's acknowledgement")
+					return
+				}
+				runtime.Gosched()
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+	}
+	ds, err := q.Claim(context.Background(), 3)
+	if err != nil || len(ds) != 3 {
+		t.Fatalf("Claim: %d jobs, %v", len(ds), err)
+	}
+	w.handleAll(context.Background(), ds)
+	mu.Lock()
+	defer mu.Unlock()
+	if got := fmt.Sprint(acks); got != "[[1] [2 3]]" && got != "[[1] [3 2]]" {
+		t.Fatalf("batch acks %s, want [[1] [2 3]]", got)
+	}
+	for _, d := range ds {
+		if !d.settled {
+			t.Errorf("job %v not settled", d.ID())
+		}
+	}
+}

@@ -26,13 +26,16 @@ import (
 // statements of the Postgres dialect from memory: a claim returns as many
 // rows as its limit, a batch Ack returns the ids it was given, a plain
 // settlement affects one row. When block is set, a query signals on it and
-// waits for its context to end.
+// waits for its context to end. seen, when set, sees each query first.
 type btFake struct {
 	payload []byte
 	expiry  time.Time
 	nextID  atomic.Int64
 	block   chan struct{}
 	queries atomic.Int64
+	// seen, when set, is called with each query before it is answered,
+	// and may hold it.
+	seen func(query string, args []driver.NamedValue)
 }
 
 func newBTFake() *btFake {
@@ -71,6 +74,9 @@ func (c *btConn) ExecContext(ctx context.Context, query string, args []driver.Na
 
 func (c *btConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	c.f.queries.Add(1)
+	if c.f.seen != nil {
+		c.f.seen(query, args)
+	}
 	if c.f.block != nil {
 		c.f.block <- struct{}{}
 		<-ctx.Done()

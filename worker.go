@@ -76,6 +76,9 @@ func (q *Queue) Work(ctx context.Context, cfg WorkConfig, handle Handler) error 
 	if err != nil {
 		return err
 	}
+	if w.batcher != nil {
+		defer w.batcher.Close()
+	}
 	for ctx.Err() == nil {
 		// The bell is read before the claim, so that a wake-up during the
 		// claim is not lost.
@@ -126,6 +129,7 @@ type worker struct {
 	attempts int
 	backoff  func(int) time.Duration
 	onError  func(error)
+	batcher  *Batcher // lease batches, where the dialect has batched statements
 }
 
 func (w *worker) report(err error) {
@@ -155,6 +159,15 @@ func newWorker(q *Queue, cfg WorkConfig, handle Handler) (*worker, error) {
 	}
 	if w.backoff == nil {
 		w.backoff = DefaultBackoff
+	}
+	if w.batch > 1 && q.names.Form == Lease {
+		// The jobs of a batch finish close together: their settlements
+		// share statements, by group commit, so that one is never held
+		// back waiting for its siblings. A dialect without batched
+		// statements settles each alone.
+		if b, err := q.NewBatcher(BatchConfig{MaxBatch: min(w.batch, maxBatch), Flushers: 1}); err == nil {
+			w.batcher = b
+		}
 	}
 	return w, nil
 }
@@ -249,6 +262,8 @@ func (w *worker) handleOne(ctx context.Context, d *Delivery) {
 	err := runHandler(hctx, w.handle, d)
 	settle := context.WithoutCancel(ctx)
 	switch {
+	case err == nil && w.batcher != nil:
+		w.report(w.batcher.Ack(settle, d))
 	case err == nil:
 		w.report(d.Ack(settle))
 	case ctx.Err() != nil && w.q.names.Form != Lease:
@@ -262,7 +277,11 @@ func (w *worker) handleOne(ctx context.Context, d *Delivery) {
 		if w.q.names.Form != Lease && w.q.names.NotBefore == "" {
 			after = 0
 		}
-		w.report(d.Retry(settle, max(after, 0)))
+		if w.batcher != nil {
+			w.report(w.batcher.Retry(settle, d, max(after, 0)))
+		} else {
+			w.report(d.Retry(settle, max(after, 0)))
+		}
 	}
 }
 
