@@ -325,18 +325,22 @@ func BenchmarkRawAck16(b *testing.B) {
 	})
 }
 
-// BenchmarkRawClaim16 and BenchmarkRawAck are the floor: the same
-// statements through database/sql by hand, scanning into typed variables.
-func BenchmarkRawClaim16(b *testing.B) {
+// BenchmarkRawClaim1, BenchmarkRawClaim16 and BenchmarkRawAck are the
+// floor: the same statements through database/sql by hand, scanning into
+// typed variables.
+func BenchmarkRawClaim1(b *testing.B)  { benchRawClaim(b, 1) }
+func BenchmarkRawClaim16(b *testing.B) { benchRawClaim(b, 16) }
+
+func benchRawClaim(b *testing.B, n int) {
 	f := newBTFake()
 	q := btQueue(b, f)
 	s := q.st.Claim.SQL
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
-	allocsPerJob(b, 16*b.N, func() {
+	allocsPerJob(b, n*b.N, func() {
 		for i := 0; i < b.N; i++ {
-			rows, err := q.db.QueryContext(ctx, s, int64(16), int64(30000000))
+			rows, err := q.db.QueryContext(ctx, s, int64(n), int64(n), int64(n), int64(30000000))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -184,11 +184,14 @@ type Queue struct {
 	st      *Statements
 	locker  Locker
 	lease   time.Duration
-	now     func() time.Time // nil: the database's clock
-	after   func(time.Duration) <-chan time.Time
-	margin  time.Duration
-	holds   *poolHolds
-	keys    *keySet // advisory keys in work in this process
+	// leaseMicros is the lease in microseconds, boxed once for the
+	// statements that take it.
+	leaseMicros any
+	now         func() time.Time // nil: the database's clock
+	after       func(time.Duration) <-chan time.Time
+	margin      time.Duration
+	holds       *poolHolds
+	keys        *keySet // advisory keys in work in this process
 
 	identMu sync.Mutex
 	ident   string // advisory: the table's identity, resolved at the first claim
@@ -234,6 +237,7 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	default:
 		q.lease = cfg.Lease
 	}
+	q.leaseMicros = q.lease.Microseconds()
 	if cfg.KeepMargin < 0 || (n.Form == Lease && cfg.KeepMargin >= q.lease/2) {
 		return nil, fmt.Errorf("inbox: new: Config.KeepMargin %v must be at least zero and under half the lease", cfg.KeepMargin)
 	}
@@ -370,6 +374,7 @@ type Delivery struct {
 	id      any
 	attempt int64
 	data    []any
+	inline  [2]any // data's storage, when there are no more columns
 
 	lastError string // Table.LastError as claimed
 	priority  int64  // Table.Priority as claimed
@@ -515,27 +520,42 @@ func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
 	return ds, nil
 }
 
-// scanClaimed reads the rows of a claim: id, delivered attempt, (lease)
-// expiry, data columns.
-func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery) ([]*Delivery, error) {
+// scanClaimed reads the rows of a claim (id, delivered attempt, (lease)
+// expiry, data columns) into deliveries appended to into, or when into is
+// nil to a new slice for up to max.
+func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery, max int) ([]*Delivery, error) {
 	defer rows.Close()
 	nd := len(q.names.Data)
-	// One destination slice for the whole claim: rows differ only in where
-	// the attempt and data go.
-	dest := make([]any, 0, nd+3)
-	var id, rawExp any
+	// One scratch for the whole claim, its destinations included: rows
+	// differ only in where the attempt and data go. Without a slice to
+	// append to, a claim of one job returns the scratch's own slot.
+	sc := &claimScan{}
+	if into == nil {
+		into = sc.one[:0]
+		if max > 1 {
+			into = make([]*Delivery, 0, max)
+		}
+	}
+	dest := sc.dest[:0]
+	if n := nd + 5; n > len(sc.dest) {
+		dest = make([]any, 0, n)
+	}
 	for rows.Next() {
-		d := &Delivery{q: q, data: make([]any, nd)}
-		dest = append(dest[:0], &id, &d.attempt)
+		d := &Delivery{q: q}
+		d.data = d.inline[:0]
+		if nd > len(d.inline) {
+			d.data = make([]any, 0, nd)
+		}
+		d.data = d.data[:nd]
+		dest = append(dest[:0], &sc.id, &d.attempt)
 		if withExpiry {
-			dest = append(dest, &rawExp)
+			dest = append(dest, &sc.exp)
 		}
 		for i := range d.data {
 			dest = append(dest, &d.data[i])
 		}
-		var lastErr sql.NullString
 		if q.names.LastError != "" {
-			dest = append(dest, &lastErr)
+			dest = append(dest, &sc.lastErr)
 		}
 		if q.names.Priority != "" {
 			dest = append(dest, &d.priority)
@@ -543,9 +563,9 @@ func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery) (
 		if err := rows.Scan(dest...); err != nil {
 			return into, err
 		}
-		d.id, d.lastError = normID(id), lastErr.String
+		d.id, d.lastError = normID(sc.id), sc.lastErr.String
 		if withExpiry {
-			t, err := q.dialect.ScanTime(rawExp)
+			t, err := q.dialect.ScanTime(sc.exp.v)
 			if err != nil {
 				return into, err
 			}
@@ -554,6 +574,24 @@ func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery) (
 		into = append(into, d)
 	}
 	return into, rows.Err()
+}
+
+// claimScan is where a claim scans what it does not keep as read.
+type claimScan struct {
+	id      any
+	exp     rawValue
+	lastErr sql.NullString
+	dest    [8]any
+	one     [1]*Delivery
+}
+
+// rawValue takes a column's value as the driver gave it: scanning into it
+// neither converts nor copies, where a *any destination would box a time.
+type rawValue struct{ v any }
+
+func (r *rawValue) Scan(src any) error {
+	r.v = src
+	return nil
 }
 
 // tokenValues are the parameters of a statement checking d's token.

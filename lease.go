@@ -26,7 +26,7 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	ds, err := q.scanClaimed(rows, true, make([]*Delivery, 0, max))
+	ds, err := q.scanClaimed(rows, true, nil, max)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +139,7 @@ func (q *Queue) selectClaimed(ctx context.Context, tx *sql.Tx, v *values) ([]*De
 		if err != nil {
 			return nil, err
 		}
-		if ds, err = q.scanClaimed(rows, false, ds); err != nil {
+		if ds, err = q.scanClaimed(rows, false, ds, 0); err != nil {
 			return nil, err
 		}
 	}
