@@ -236,6 +236,12 @@ type Stmt struct {
 	Args []Arg
 	// Rows is true when the statement returns rows (RETURNING, SELECT).
 	Rows bool
+	// Clock is true when each row it returns ends with the engine's clock,
+	// as Now returns it. A lease ClaimSelect and ClaimSelectMore under the
+	// engine's clock may: they then compare with that clock in place, the
+	// claim reads no clock apart, and the ArgNow and ArgUntil of its
+	// ClaimMark come from the first reading that came with rows.
+	Clock bool
 }
 
 func (s Stmt) has(a Arg) bool {

@@ -521,9 +521,10 @@ func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
 }
 
 // scanClaimed reads the rows of a claim (id, delivered attempt, (lease)
-// expiry, data columns) into deliveries appended to into, or when into is
-// nil to a new slice for up to max.
-func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery, max int) ([]*Delivery, error) {
+// expiry, data columns, and where clock is given the engine's clock) into
+// deliveries appended to into, or when into is nil to a new slice for up to
+// max.
+func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery, max int, clock *time.Time) ([]*Delivery, error) {
 	defer rows.Close()
 	nd := len(q.names.Data)
 	// One scratch for the whole claim, its destinations included: rows
@@ -537,7 +538,7 @@ func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery, m
 		}
 	}
 	dest := sc.dest[:0]
-	if n := nd + 5; n > len(sc.dest) {
+	if n := nd + 6; n > len(sc.dest) {
 		dest = make([]any, 0, n)
 	}
 	for rows.Next() {
@@ -560,10 +561,21 @@ func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery, m
 		if q.names.Priority != "" {
 			dest = append(dest, &d.priority)
 		}
+		if clock != nil {
+			dest = append(dest, &sc.clock)
+		}
 		if err := rows.Scan(dest...); err != nil {
 			return into, err
 		}
 		d.id, d.lastError = normID(sc.id), sc.lastErr.String
+		if clock != nil && clock.IsZero() {
+			// Read now: the driver may reuse the value's bytes at the next row.
+			t, err := q.dialect.ScanTime(sc.clock.v)
+			if err != nil {
+				return into, err
+			}
+			*clock = micro(t)
+		}
 		if withExpiry {
 			t, err := q.dialect.ScanTime(sc.exp.v)
 			if err != nil {
@@ -580,6 +592,7 @@ func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery, m
 type claimScan struct {
 	id      any
 	exp     rawValue
+	clock   rawValue
 	lastErr sql.NullString
 	dest    [8]any
 	one     [1]*Delivery
@@ -587,6 +600,7 @@ type claimScan struct {
 
 // rawValue takes a column's value as the driver gave it: scanning into it
 // neither converts nor copies, where a *any destination would box a time.
+// Its bytes are the driver's until the next row.
 type rawValue struct{ v any }
 
 func (r *rawValue) Scan(src any) error {

@@ -26,7 +26,7 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	ds, err := q.scanClaimed(rows, true, nil, max)
+	ds, err := q.scanClaimed(rows, true, nil, max, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -44,15 +44,27 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 		return nil, err
 	}
 	defer tx.Rollback()
-	now, err := q.readNow(ctx, tx)
-	if err != nil {
-		return nil, err
+	if !q.st.ClaimSelect.Clock {
+		now, err := q.readNow(ctx, tx)
+		if err != nil {
+			return nil, err
+		}
+		v.now = now
 	}
-	v.now, v.until = now, now.Add(q.lease)
 	ds, err := q.selectClaimed(ctx, tx, v)
 	if err != nil {
 		return nil, err
 	}
+	if len(ds) == 0 {
+		return ds, tx.Commit()
+	}
+	if v.now.IsZero() {
+		// The reads that came with rows carried no clock.
+		if v.now, err = q.readNow(ctx, tx); err != nil {
+			return nil, err
+		}
+	}
+	v.until = v.now.Add(q.lease)
 	per := 0 // rows one ClaimMark marks
 	for _, a := range q.st.ClaimMark.Args {
 		if a == ArgID {
@@ -139,8 +151,16 @@ func (q *Queue) selectClaimed(ctx context.Context, tx *sql.Tx, v *values) ([]*De
 		if err != nil {
 			return nil, err
 		}
-		if ds, err = q.scanClaimed(rows, false, ds, 0); err != nil {
+		var reading time.Time
+		var clock *time.Time
+		if s.Clock {
+			clock = &reading
+		}
+		if ds, err = q.scanClaimed(rows, false, ds, 0, clock); err != nil {
 			return nil, err
+		}
+		if v.now.IsZero() {
+			v.now = reading // the first that came with rows
 		}
 	}
 	if q.names.Priority != "" && len(ds) > max {

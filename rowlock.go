@@ -120,7 +120,7 @@ func (q *Queue) claimOne(ctx context.Context, ex Executor, v *values) (*Delivery
 	if err != nil {
 		return nil, err
 	}
-	ds, err := q.scanClaimed(rows, false, nil, 1)
+	ds, err := q.scanClaimed(rows, false, nil, 1, nil)
 	if err != nil || len(ds) == 0 {
 		return nil, err
 	}

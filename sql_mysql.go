@@ -99,8 +99,17 @@ func myLease(t *sqlTemplate, n *Names) *Statements {
 	// due rows come first, then free rows fill the places left: two reads,
 	// not a UNION, whose temporary table MariaDB 10.11 was seen to crash on
 	// (signal 11 in create_tmp_table's failure path) under load.
-	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} WHERE {lease} <= $now ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
-	st.ClaimSelectMore = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+	//
+	// Under the engine's clock each read returns it too, constant within a
+	// statement, so that the claim reads no clock apart: the lease is
+	// computed from the first reading that came with rows.
+	now, clock := "$now", ""
+	if n.DBClock {
+		now, clock = "UTC_TIMESTAMP(6)", ", UTC_TIMESTAMP(6)"
+	}
+	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} <= " + now + " ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+	st.ClaimSelectMore = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+	st.ClaimSelect.Clock, st.ClaimSelectMore.Clock = n.DBClock, n.DBClock
 	// One UPDATE writes the leases of up to claimMarkIDs rows; a claim of
 	// fewer repeats its last row, which changes nothing twice. It writes a
 	// row only if the row still has the attempt the SELECT read and is still

@@ -25,8 +25,11 @@ const myNow = "SELECT UTC_TIMESTAMP(6)"
 
 // Lease form.
 const (
-	myLeaseDue        = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` <= ? ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
-	myLeaseFree       = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	myLeaseDue  = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` <= ? ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	myLeaseFree = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	// Under the engine's clock each read returns the clock too.
+	myLeaseDueClock   = "SELECT `id`, `attempt`, `payload`, UTC_TIMESTAMP(6) FROM `jobs` WHERE `locked_until` <= UTC_TIMESTAMP(6) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	myLeaseFreeClock  = "SELECT `id`, `attempt`, `payload`, UTC_TIMESTAMP(6) FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
 	myLeaseMark       = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE (`id`, `attempt`) IN ((?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?)) AND (`locked_until` <= ? OR `locked_until` IS NULL)"
 	myLeaseMarked     = "SELECT `id` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND `locked_until` = ?"
 	myLeaseExtend     = "UPDATE `jobs` SET `locked_until` = ? WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?" // also Retry
@@ -108,12 +111,15 @@ func TestMySQLLease(t *testing.T) {
 	const exp = "2024-03-01 12:01:00.123456"
 	// Without parseTime the driver returns DATETIME text.
 	m.ExpectBegin()
-	myClock(m, []byte("2024-03-01 12:00:00.123456"))
 	// Rows whose lease ran out come first; free rows fill the places left.
-	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 4).WillReturnRows(rows("id,attempt,payload",
-		row(int64(8), int64(3), []byte("p8"))))
-	m.ExpectQuery(myLeaseFree).WithArgs(3).WillReturnRows(rows("id,attempt,payload",
-		row(int64(7), int64(1), []byte("p7")), row(int64(9), int64(1), []byte("p9")), row(int64(10), int64(2), []byte("p10"))))
+	// Each read returns the engine's clock: the first that came with rows
+	// is the claim's now.
+	const now, later = "2024-03-01 12:00:00.123456", "2024-03-01 12:00:00.200000"
+	m.ExpectQuery(myLeaseDueClock).WithArgs(4).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)",
+		row(int64(8), int64(3), []byte("p8"), []byte(now))))
+	m.ExpectQuery(myLeaseFreeClock).WithArgs(3).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)",
+		row(int64(7), int64(1), []byte("p7"), []byte(later)), row(int64(9), int64(1), []byte("p9"), []byte(later)),
+		row(int64(10), int64(2), []byte("p10"), []byte(later))))
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 8, 3, 7, 1, 9, 1, 10, 2)...).WillReturnResult(affected(4))
 	m.ExpectCommit()
 	ds := claim(t, q, 4, 8, 7, 9, 10)
@@ -323,10 +329,12 @@ func TestMySQLLeaseTx(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute})
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
-	myClock(m, []byte("2024-03-01 12:00:00.123456"))
-	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 4).WillReturnRows(rows("id,attempt,payload"))
-	m.ExpectQuery(myLeaseFree).WithArgs(4).WillReturnRows(rows("id,attempt,payload",
-		row(int64(1), int64(1), nil), row(int64(2), int64(1), nil), row(int64(3), int64(1), nil), row(int64(4), int64(1), nil)))
+	// No row's lease ran out: the free rows bring the clock, parsed as the
+	// driver returns it with parseTime.
+	m.ExpectQuery(myLeaseDueClock).WithArgs(4).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)"))
+	now := time.Date(2024, 3, 1, 12, 0, 0, 123456000, time.FixedZone("driver", 3600))
+	m.ExpectQuery(myLeaseFreeClock).WithArgs(4).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)",
+		row(int64(1), int64(1), nil, now), row(int64(2), int64(1), nil, now), row(int64(3), int64(1), nil, now), row(int64(4), int64(1), nil, now)))
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 1, 1, 2, 1, 3, 1, 4, 1)...).WillReturnResult(affected(4))
 	m.ExpectCommit()
 	ds := claim(t, q, 4, 1, 2, 3, 4)

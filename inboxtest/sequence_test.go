@@ -79,16 +79,16 @@ func marks16(id, attempt int64) string {
 	return strings.TrimSuffix(strings.Repeat(fmt.Sprint(id, " ", attempt, " "), 16), " ")
 }
 
-// MySQL has no UPDATE … RETURNING: under its own clock the queue reads
-// UTC_TIMESTAMP(6) first, inside the claim's transaction, and sends the
-// times it computed as DATETIME(6) text in UTC.
+// MySQL has no UPDATE … RETURNING: under its own clock the claim's reads
+// return UTC_TIMESTAMP(6) with their rows, and the mark sends the times
+// computed from it as DATETIME(6) text in UTC; a settlement reads the clock
+// first.
 func TestSequenceMySQLClock(t *testing.T) {
 	m := recorder(t, inbox.Config{Dialect: inbox.MySQL, Table: pgLease})
 	st := m.q.Statements()
 	want(t, "claim", record(m, func() { m.ExpectClaim(1, job7) }),
 		"begin",
-		"query SELECT UTC_TIMESTAMP(6)",
-		"query "+st.ClaimSelect.SQL+" [2024-01-01 12:00:00.000000 1]",
+		"query "+st.ClaimSelect.SQL+" [1]",
 		"exec "+st.ClaimMark.SQL+" [2024-01-01 12:00:30.000000 "+marks16(7, 1)+" 2024-01-01 12:00:00.000000]",
 		"commit")
 	want(t, "retry", record(m, func() { m.ExpectRetry(7, time.Minute) }),
@@ -110,6 +110,7 @@ func TestSequenceMySQLClock(t *testing.T) {
 
 	// The caller's clock: no read, its reading in UTC to the microsecond.
 	m = recorder(t, inbox.Config{Dialect: inbox.MySQL, Table: pgLease, Now: func() time.Time { return t0 }})
+	st = m.q.Statements()
 	want(t, "claim, injected clock", record(m, func() { m.ExpectClaim(1, job7) }),
 		"begin",
 		"query "+st.ClaimSelect.SQL+" [2024-03-01 12:00:00.123456 1]",

@@ -435,6 +435,11 @@ func (s *standIn) claimRows(c *call) {
 	if s.table.Priority != "" {
 		c.cols = append(c.cols, s.table.Priority)
 	}
+	var clock driver.Value // one reading per statement, as the engine's
+	if c.stmt.Clock {
+		c.cols = append(c.cols, "now")
+		clock = s.d.TimeArg(s.engineNow())
+	}
 	row := func(j job) []driver.Value {
 		r := []driver.Value{j.id, j.attempt}
 		if expiry {
@@ -446,6 +451,9 @@ func (s *standIn) claimRows(c *call) {
 		}
 		if s.table.Priority != "" {
 			r = append(r, j.priority)
+		}
+		if c.stmt.Clock {
+			r = append(r, clock)
 		}
 		return r
 	}
