@@ -702,7 +702,7 @@ func TestDeliveryScan(t *testing.T) {
 		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED) AS free UNION ALL `+
 		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= $2 ORDER BY "id" LIMIT $3 FOR UPDATE SKIP LOCKED) AS expired`+
 		`) AS c ORDER BY "id" LIMIT $4) `+
-		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $5 FROM picked WHERE j."id" = picked."id" `+
+		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $5 WHERE j."id" = ANY (ARRAY(SELECT "id" FROM picked)) `+
 		`RETURNING j."id", j."attempt" - 1, j."locked_until", j."b", j."s", j."i", j."t", j."a", j."ns", j."nn", j."f", j."bo", j."i32", j."n", j."sb"`).
 		WithArgs(1, at(utc0), 1, 1, at(utc0.Add(time.Minute))).
 		WillReturnRows(rows("id,attempt,locked_until,b,s,i,t,a,ns,nn,f,bo,i32,n,sb", row(int64(1), int64(1), utc0.Add(time.Minute),

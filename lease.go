@@ -30,6 +30,10 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 	if err != nil {
 		return nil, err
 	}
+	if q.names.Priority != "" {
+		// The statement returns its rows in id order, as it found them.
+		sort.SliceStable(ds, func(i, j int) bool { return ds[i].priority > ds[j].priority })
+	}
 	for _, d := range ds {
 		d.sentAt = sent
 	}

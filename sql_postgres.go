@@ -70,13 +70,17 @@ func pgLease(t *sqlTemplate, n *Names) *Statements {
 	// now" ORDER BY id would step over all of them. SKIP LOCKED lets
 	// concurrent claims pass each other's rows; rows a branch locked beyond
 	// the LIMIT are let go at statement end. MATERIALIZED makes the planner
-	// run the locking subqueries once, rather than per joined row.
+	// run the locking subqueries once, rather than per joined row. The rows
+	// are updated by "= ANY (ARRAY(…))", a primary-key probe per id in every
+	// plan: a driver that prepares statements (pgx) gets a generic plan after
+	// five runs, which cannot see the limits, and joined with "FROM picked"
+	// that plan hashed the whole table (a sequential scan per claim).
 	st.Claim = t.query("WITH picked AS MATERIALIZED (SELECT {id} FROM (" +
 		"SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED) AS free" +
 		" UNION ALL " +
 		"SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} <= {now} ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED) AS expired" +
 		") AS c ORDER BY {order} LIMIT $limit) " +
-		"UPDATE {table} AS j SET {attempt} = j.{attempt} + 1, {lease} = {until} FROM picked WHERE j.{id} = picked.{id}" +
+		"UPDATE {table} AS j SET {attempt} = j.{attempt} + 1, {lease} = {until} WHERE j.{id} = ANY (ARRAY(SELECT {id} FROM picked))" +
 		" RETURNING j.{id}, j.{attempt} - 1, j.{lease}{, j.data}{, j.extra}")
 	if n.DBClock {
 		// The engine chose the new expiry: it comes back as the token.

@@ -10,6 +10,7 @@ package dbtest
 //     leased head, which keeps its cost flat with the head's size.
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -92,23 +93,17 @@ func (n planNode) String() string {
 	return fmt.Sprintf("%s on %s using %s (rows %.0f, removed %.0f)", n.Op, n.Table, n.Index, n.Rows, n.Removed)
 }
 
-// explainPlan returns the plan of query with args. Postgres runs it with
-// EXPLAIN ANALYZE in a transaction rolled back, and MariaDB, when analyze
-// is set (a SELECT), with ANALYZE, so that the rows actually read show
-// (their planners may change course at run time); MariaDB's other
-// statements, which ANALYZE would run, and SQLite's get EXPLAIN (QUERY
-// PLAN) alone.
-func explainPlan(t *testing.T, e Engine, db *sql.DB, analyze bool, query string, args ...any) []planNode {
-	t.Helper()
+// planNodes flattens a JSON plan, Postgres's or MariaDB's.
+func planNodes(x any, pg bool) []planNode {
 	var nodes []planNode
 	num := func(v any) float64 { f, _ := v.(float64); return f }
 	str := func(v any) string { s, _ := v.(string); return s }
-	var walk func(x any, pg bool)
-	walk = func(x any, pg bool) {
+	var walk func(x any)
+	walk = func(x any) {
 		switch n := x.(type) {
 		case []any:
 			for _, c := range n {
-				walk(c, pg)
+				walk(c)
 			}
 		case map[string]any:
 			if pg {
@@ -123,10 +118,69 @@ func explainPlan(t *testing.T, e Engine, db *sql.DB, analyze bool, query string,
 				nodes = append(nodes, planNode{op, tb, str(n["key"]), num(n["r_rows"]), 0})
 			}
 			for _, c := range n {
-				walk(c, pg)
+				walk(c)
 			}
 		}
 	}
+	walk(x)
+	return nodes
+}
+
+// explainGenericPlan returns the plan Postgres runs query with once it is
+// prepared and planned generically, as a driver that prepares statements
+// (pgx) gets after five runs: the plan cannot see the parameters' values.
+func explainGenericPlan(t *testing.T, db *sql.DB, query string, args ...any) []planNode {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	defer conn.ExecContext(ctx, "DEALLOCATE ALL") // after the rollback, which PREPARE outlives
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec("SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec("PREPARE inbox_generic AS " + query); err != nil {
+		t.Fatalf("PREPARE %s: %v", query, err)
+	}
+	// EXECUTE's arguments as literals: a utility statement takes no
+	// parameters.
+	params := make([]string, len(args))
+	for i, a := range args {
+		switch a := a.(type) {
+		case time.Time:
+			params[i] = "'" + a.UTC().Format("2006-01-02 15:04:05.999999") + "+00'"
+		default:
+			params[i] = fmt.Sprint(a)
+		}
+	}
+	var js string
+	if err := tx.QueryRow("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE inbox_generic(" + strings.Join(params, ", ") + ")").Scan(&js); err != nil {
+		t.Fatalf("EXPLAIN EXECUTE %s: %v", query, err)
+	}
+	var v any
+	if err := json.Unmarshal([]byte(js), &v); err != nil {
+		t.Fatal(err)
+	}
+	return planNodes(v, true)
+}
+
+// explainPlan returns the plan of query with args. Postgres runs it with
+// EXPLAIN ANALYZE in a transaction rolled back, and MariaDB, when analyze
+// is set (a SELECT), with ANALYZE, so that the rows actually read show
+// (their planners may change course at run time); MariaDB's other
+// statements, which ANALYZE would run, and SQLite's get EXPLAIN (QUERY
+// PLAN) alone.
+func explainPlan(t *testing.T, e Engine, db *sql.DB, analyze bool, query string, args ...any) []planNode {
+	t.Helper()
+	var nodes []planNode
+	walk := func(x any, pg bool) { nodes = append(nodes, planNodes(x, pg)...) }
 	switch {
 	case e.IsPostgres():
 		tx, err := db.Begin()
@@ -333,6 +387,12 @@ func TestExplainLeaseClaim(t *testing.T) {
 				plan = explainPlan(t, e, db, true, st.Claim.SQL, 1, now, 1, 1, now.Add(time.Minute))
 				explainMust(t, "claim", plan,
 					[]string{"Index Scan on " + table + " using " + table + "_free", "Index Scan on " + table + " using " + table + "_lu"},
+					[]string{"Seq Scan"})
+				// The generic plan too: it cannot see the limits, and must
+				// still probe the claimed rows by primary key.
+				generic := explainGenericPlan(t, db, st.Claim.SQL, 1, now, 1, 1, now.Add(time.Minute))
+				explainMust(t, "claim, generic plan", generic,
+					[]string{"Index Scan on " + table + " using " + table + "_free", "Index Scan on " + table + " using " + table + "_pkey"},
 					[]string{"Seq Scan"})
 			case e.IsMySQL():
 				// The rows whose lease ran out (now, limit), then free
