@@ -7,6 +7,7 @@
 //	go run ./bench -run latency         # enqueue→handler-start latency of idle workers, by wake-up
 //	go run ./bench -run idle            # statements per second sent by idle workers
 //	go run ./bench -run work            # Queue.Work against the hand-written loop
+//	go run ./bench -run peers           # inbox against River (pgx) and goqite (SQLite)
 //
 // The throughput table has, for each claim form on each engine and driver,
 // with 1, 4 and 16 workers and batches of 1 and 16: jobs per second of claim
@@ -35,7 +36,7 @@ func main() {
 		os.Exit(latencyChildMain()) // the worker process of -run latency
 	}
 	var o options
-	flag.StringVar(&o.run, "run", "table", "what to run: table, depth, prepared, latency, idle, work (comma-separated)")
+	flag.StringVar(&o.run, "run", "table", "what to run: table, depth, prepared, latency, idle, work, scale, peers (comma-separated)")
 	flag.StringVar(&o.engines, "engines", "pq,pgx,mysql,mattn,modernc", "engines and drivers")
 	flag.StringVar(&o.forms, "forms", "lease,lease-async,rowlock,advisory", "claim forms (lease-async: lease, each job acknowledged from a goroutine of its own through the Batcher)")
 	flag.StringVar(&o.workers, "workers", "1,4,16", "worker counts")
@@ -46,6 +47,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 300, "claim + ack rounds per depth or prepared measurement")
 	flag.IntVar(&batchFlushers, "flushers", 0, "BatchConfig.Flushers of the inbox side (0: the default)")
 	flag.IntVar(&batchMax, "maxbatch", 0, "BatchConfig.MaxBatch of the inbox side (0: the line's batch)")
+	flag.DurationVar(&riverFetchCooldown, "river-cooldown", riverFetchCooldown, "peers: River's Config.FetchCooldown (River's default, 100ms, allows about 10 jobs/s a worker)")
 	flag.BoolVar(&withIndexes, "indexes", false, "table: create the recommended lease indexes (see -run depth) on the lease tables")
 	flag.Parse()
 	if err := run(context.Background(), os.Stdout, os.Stderr, o); err != nil {
@@ -116,8 +118,16 @@ func run(ctx context.Context, out, log io.Writer, o options) error {
 			if err := runScale(ctx, out, log, es, strings.Split(o.forms, ","), o.duration, dir); err != nil {
 				return err
 			}
+		case "peers": // bench/peers.go: River on pgx, goqite on SQLite
+			workers, err := parseInts(o.workers)
+			if err != nil {
+				return err
+			}
+			if err := runPeers(ctx, out, log, es, workers, o.duration, o.segments, dir); err != nil {
+				return err
+			}
 		default:
-			return fmt.Errorf("-run %q: want table, depth, prepared, latency, idle or work", what)
+			return fmt.Errorf("-run %q: want table, depth, prepared, latency, idle, work, scale or peers", what)
 		}
 	}
 	return nil
