@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math/rand"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -849,69 +850,97 @@ func (c *btClock) waitFor(t *testing.T, n int) {
 	}
 }
 
-// Work's batch loop settles through a Batcher: the handlers of a batch that
-// finish while a settlement is in flight share the next statement. Job 1's
-// acknowledgement is held at the driver until jobs 2 and 3 wait behind it;
-// they then go together.
+// Work's batch loop settles a lease claim's jobs through a Batcher whose
+// batches are full at the claim's size: handlers that succeed together are
+// acknowledged in one statement (the wait here is an hour, so only the
+// full batch can have sent it), and one that runs on does not hold back the
+// others past the wait.
 func TestWorkBatchSharesStatements(t *testing.T) {
-	f := newBTFake()
-	q := btQueue(t, f)
-	release := make(chan struct{})
-	w, err := newWorker(q, WorkConfig{Batch: 3}, func(_ context.Context, d *Delivery) error {
-		if d.ID() != int64(1) {
-			<-release
+	run := func(t *testing.T, wait time.Duration, handle func(id any, acks func() [][]any) error) [][]any {
+		f := newBTFake()
+		q := btQueue(t, f)
+		var mu sync.Mutex
+		var acks [][]any // the distinct ids of each batch Ack, in order
+		seen := func() [][]any {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([][]any(nil), acks...)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.batcher == nil {
-		t.Fatal("a lease loop with batches has no batcher")
-	}
-	defer w.batcher.Close()
-	var mu sync.Mutex
-	var acks [][]any // the distinct ids of each batch Ack, in order
-	f.seen = func(query string, args []driver.NamedValue) {
-		if !strings.HasPrefix(query, "DELETE") {
-			return
+		f.seen = func(query string, args []driver.NamedValue) {
+			if !strings.HasPrefix(query, "DELETE") {
+				return
+			}
+			var ids []any
+			for i := 0; i < len(args); i += 3 {
+				if len(ids) == 0 || ids[len(ids)-1] != args[i].Value {
+					ids = append(ids, args[i].Value)
+				}
+			}
+			mu.Lock()
+			acks = append(acks, ids)
+			mu.Unlock()
 		}
-		var ids []any
-		for i := 0; i < len(args); i += 3 {
-			if len(ids) == 0 || ids[len(ids)-1] != args[i].Value {
-				ids = append(ids, args[i].Value)
+		w, err := newWorker(q, WorkConfig{Batch: 3}, func(_ context.Context, d *Delivery) error { return handle(d.ID(), seen) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.batchWait = wait
+		defer func() {
+			for _, b := range w.batchers {
+				b.Close()
+			}
+		}()
+		ds, err := q.Claim(context.Background(), 3)
+		if err != nil || len(ds) != 3 {
+			t.Fatalf("Claim: %d jobs, %v", len(ds), err)
+		}
+		w.handleAll(context.Background(), ds)
+		for _, d := range ds {
+			if !d.settled {
+				t.Errorf("job %v not settled", d.ID())
 			}
 		}
-		mu.Lock()
-		acks = append(acks, ids)
-		first := len(acks) == 1
-		mu.Unlock()
-		if first {
-			close(release)
-			deadline := time.Now().Add(10 * time.Second)
-			for btPending(w.batcher) < 2 {
+		return seen()
+	}
+	sorted := func(acks [][]any) string {
+		for _, ids := range acks {
+			sort.Slice(ids, func(i, j int) bool { return ids[i].(int64) < ids[j].(int64) })
+		}
+		return fmt.Sprint(acks)
+	}
+
+	t.Run("together", func(t *testing.T) {
+		acks := run(t, time.Hour, func(any, func() [][]any) error { return nil })
+		if got := sorted(acks); got != "[[1 2 3]]" {
+			t.Fatalf("batch acks %s, want one of [1 2 3]", got)
+		}
+	})
+	t.Run("one runs on", func(t *testing.T) {
+		acks := run(t, time.Millisecond, func(id any, seen func() [][]any) error {
+			if id != int64(3) {
+				return nil
+			}
+			// Job 3 finishes only once its siblings were acknowledged
+			// (together, or apart on a machine too loaded to start both
+			// within the wait).
+			deadline := time.Now().Add(20 * time.Second)
+			acked := func() (n int) {
+				for _, ids := range seen() {
+					n += len(ids)
+				}
+				return n
+			}
+			for acked() < 2 {
 				if time.Now().After(deadline) {
-					t.Error("jobs 2 and 3 never waited behind job 1's acknowledgement")
-					return
+					return errors.New("jobs 1 and 2 waited for job 3")
 				}
 				runtime.Gosched()
 				time.Sleep(100 * time.Microsecond)
 			}
+			return nil
+		})
+		if got := sorted(acks); got != "[[1 2] [3]]" && got != "[[1] [2] [3]]" && got != "[[2] [1] [3]]" {
+			t.Fatalf("batch acks %s, want [1 2] (or each alone) then [3]", got)
 		}
-	}
-	ds, err := q.Claim(context.Background(), 3)
-	if err != nil || len(ds) != 3 {
-		t.Fatalf("Claim: %d jobs, %v", len(ds), err)
-	}
-	w.handleAll(context.Background(), ds)
-	mu.Lock()
-	defer mu.Unlock()
-	if got := fmt.Sprint(acks); got != "[[1] [2 3]]" && got != "[[1] [3 2]]" {
-		t.Fatalf("batch acks %s, want [[1] [2 3]]", got)
-	}
-	for _, d := range ds {
-		if !d.settled {
-			t.Errorf("job %v not settled", d.ID())
-		}
-	}
+	})
 }

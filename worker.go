@@ -76,9 +76,11 @@ func (q *Queue) Work(ctx context.Context, cfg WorkConfig, handle Handler) error 
 	if err != nil {
 		return err
 	}
-	if w.batcher != nil {
-		defer w.batcher.Close()
-	}
+	defer func() {
+		for _, b := range w.batchers {
+			b.Close()
+		}
+	}()
 	for ctx.Err() == nil {
 		// The bell is read before the claim, so that a wake-up during the
 		// claim is not lost.
@@ -129,7 +131,10 @@ type worker struct {
 	attempts int
 	backoff  func(int) time.Duration
 	onError  func(error)
-	batcher  *Batcher // lease batches, where the dialect has batched statements
+	// batchers settle the lease jobs of a claim of n (their key) together,
+	// where the dialect has batched statements; nil otherwise.
+	batchers  map[int]*Batcher
+	batchWait time.Duration // BatchConfig.MaxWait of batchers
 }
 
 func (w *worker) report(err error) {
@@ -160,14 +165,8 @@ func newWorker(q *Queue, cfg WorkConfig, handle Handler) (*worker, error) {
 	if w.backoff == nil {
 		w.backoff = DefaultBackoff
 	}
-	if w.batch > 1 && q.names.Form == Lease {
-		// The jobs of a batch finish close together: their settlements
-		// share statements, by group commit, so that one is never held
-		// back waiting for its siblings. A dialect without batched
-		// statements settles each alone.
-		if b, err := q.NewBatcher(BatchConfig{MaxBatch: min(w.batch, maxBatch), Flushers: 1}); err == nil {
-			w.batcher = b
-		}
+	if _, ok := q.dialect.(BatchDialect); ok && w.batch > 1 && q.names.Form == Lease {
+		w.batchers, w.batchWait = map[int]*Batcher{}, workBatchWait
 	}
 	return w, nil
 }
@@ -225,14 +224,15 @@ func (w *worker) idle(ctx context.Context, rang <-chan struct{}) {
 // waits for them.
 func (w *worker) handleAll(ctx context.Context, ds []*Delivery) {
 	if len(ds) == 1 {
-		w.handleOne(ctx, ds[0])
+		w.handleOne(ctx, ds[0], nil)
 		return
 	}
+	b := w.batcherFor(len(ds))
 	done := make(chan struct{}, len(ds))
 	for _, d := range ds {
 		go func(d *Delivery) {
 			defer func() { done <- struct{}{} }()
-			w.handleOne(ctx, d)
+			w.handleOne(ctx, d, b)
 		}(d)
 	}
 	for range ds {
@@ -240,10 +240,35 @@ func (w *worker) handleAll(ctx context.Context, ds []*Delivery) {
 	}
 }
 
+// workBatchWait is how long the settlement of a job of a lease batch waits
+// for its siblings' before it is sent: a batch whose handlers finish
+// together goes in one statement, and one that finishes apart costs each
+// settlement at most this much more time.
+const workBatchWait = time.Millisecond
+
+// batcherFor returns the batcher settling the jobs of a claim of n, nil
+// when they are settled one by one. Its batches are full at n, so that the
+// settlements of a claim whose handlers all succeed go at once.
+func (w *worker) batcherFor(n int) *Batcher {
+	if w.batchers == nil {
+		return nil
+	}
+	n = min(n, maxBatch)
+	b := w.batchers[n]
+	if b == nil {
+		var err error
+		if b, err = w.q.NewBatcher(BatchConfig{MaxBatch: n, MaxWait: w.batchWait, Flushers: 1}); err != nil {
+			return nil
+		}
+		w.batchers[n] = b
+	}
+	return b
+}
+
 // handleOne runs the handler on d under a keeper and settles d by its
-// result. Settlements outlive ctx: a job is settled or given back even
-// while the loop shuts down.
-func (w *worker) handleOne(ctx context.Context, d *Delivery) {
+// result, through b when b is not nil. Settlements outlive ctx: a job is
+// settled or given back even while the loop shuts down.
+func (w *worker) handleOne(ctx context.Context, d *Delivery, b *Batcher) {
 	lease := w.q.names.Form == Lease
 	base := ctx
 	if lease {
@@ -262,8 +287,8 @@ func (w *worker) handleOne(ctx context.Context, d *Delivery) {
 	err := runHandler(hctx, w.handle, d)
 	settle := context.WithoutCancel(ctx)
 	switch {
-	case err == nil && w.batcher != nil:
-		w.report(w.batcher.Ack(settle, d))
+	case err == nil && b != nil:
+		w.report(b.Ack(settle, d))
 	case err == nil:
 		w.report(d.Ack(settle))
 	case ctx.Err() != nil && w.q.names.Form != Lease:
@@ -277,8 +302,8 @@ func (w *worker) handleOne(ctx context.Context, d *Delivery) {
 		if w.q.names.Form != Lease && w.q.names.NotBefore == "" {
 			after = 0
 		}
-		if w.batcher != nil {
-			w.report(w.batcher.Retry(settle, d, max(after, 0)))
+		if b != nil {
+			w.report(b.Retry(settle, d, max(after, 0)))
 		} else {
 			w.report(d.Retry(settle, max(after, 0)))
 		}
