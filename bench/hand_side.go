@@ -131,7 +131,14 @@ func (h *leaseHand) round(ctx context.Context) (int, error) {
 	case "postgres":
 		jobs, err = h.claimReturning(ctx, jobs, h.batch)
 	case "mysql":
-		jobs, err = h.claimMySQL(ctx, jobs)
+		// InnoDB picks deadlock victims now and then under many workers, as
+		// inbox's claim sends its victims again, so does this one.
+		for try := 0; ; try++ {
+			jobs, err = h.claimMySQL(ctx, jobs[:0])
+			if err == nil || try == 10 || !strings.Contains(err.Error(), "Error 1213") {
+				break
+			}
+		}
 	default:
 		now := time.Now().UTC()
 		jobs, err = h.claimReturning(ctx, jobs, now.Add(30*time.Second).Format(inbox.SQLiteTimeFormat), now.Format(inbox.SQLiteTimeFormat), h.batch)

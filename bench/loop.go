@@ -15,9 +15,10 @@ package main
 // for the table: inbox's lease claim relies on them, the hand-written one
 // does not.
 //
-// With a batch over one the lease lines are not like for like: the
-// hand-written side acknowledges the batch in one statement, the Claim/Ack
-// side through the Batcher's AckAll, Work one statement per job.
+// With a batch over one the lease lines differ in how they acknowledge:
+// the hand-written side the batch in one statement, the Claim/Ack side
+// through the Batcher's AckAll after handling the jobs in turn, Work from
+// each job's goroutine through a Batcher full at the claim's size.
 
 import (
 	"context"
