@@ -15,7 +15,8 @@ import (
 // through go-sql-driver/mysql, with or without parseTime. Times are
 // DATETIME(6) in UTC; the engine's clock is UTC_TIMESTAMP(6), never the
 // session-zoned NOW(). UPDATE cannot return what it wrote, so the queue reads
-// the clock first (Statements.Now) and writes the times it computed.
+// the clock first (Statements.Now; a lease claim's reads return it with
+// their rows) and writes the times it computed.
 var MySQL Dialect = mysql{}
 
 // mysqlTime is how times go to the server: text it reads as DATETIME(6)
