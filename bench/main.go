@@ -8,6 +8,7 @@
 //	go run ./bench -run idle            # statements per second sent by idle workers
 //	go run ./bench -run work            # Queue.Work against the hand-written loop
 //	go run ./bench -run peers           # inbox against River (pgx) and goqite (SQLite)
+//	go run ./bench -run sustained -engines pgx   # ten minutes at 80 % load, with vacuum
 //
 // The throughput table has, for each claim form on each engine and driver,
 // with 1, 4 and 16 workers and batches of 1 and 16: jobs per second of claim
@@ -47,6 +48,11 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 300, "claim + ack rounds per depth or prepared measurement")
 	flag.IntVar(&batchFlushers, "flushers", 0, "BatchConfig.Flushers of the inbox side (0: the default)")
 	flag.IntVar(&batchMax, "maxbatch", 0, "BatchConfig.MaxBatch of the inbox side (0: the line's batch)")
+	flag.DurationVar(&sustainFor, "sustain", sustainFor, "sustained: how long jobs are enqueued at a fixed rate")
+	flag.Float64Var(&sustainLoad, "sustain-load", sustainLoad, "sustained: the enqueue rate as a fraction of the workers' measured throughput")
+	flag.IntVar(&sustainWorkers, "sustain-workers", sustainWorkers, "sustained: workers, each claiming one job at a time")
+	flag.DurationVar(&sustainVacuum, "sustain-vacuum", sustainVacuum, "sustained: VACUUM the table this often (0: never; this machine runs autovacuum off)")
+	flag.BoolVar(&sustainHold, "sustain-hold", false, "sustained: hold a transaction with a snapshot open for the whole run")
 	flag.DurationVar(&riverFetchCooldown, "river-cooldown", riverFetchCooldown, "peers: River's Config.FetchCooldown (River's default, 100ms, allows about 10 jobs/s a worker)")
 	flag.BoolVar(&withIndexes, "indexes", false, "table: create the recommended lease indexes (see -run depth) on the lease tables")
 	flag.Parse()
@@ -126,8 +132,12 @@ func run(ctx context.Context, out, log io.Writer, o options) error {
 			if err := runPeers(ctx, out, log, es, workers, o.duration, o.segments, dir); err != nil {
 				return err
 			}
+		case "sustained": // bench/sustained.go: PostgreSQL's lease under a fixed enqueue rate
+			if err := runSustained(ctx, out, log, es, dir); err != nil {
+				return err
+			}
 		default:
-			return fmt.Errorf("-run %q: want table, depth, prepared, latency, idle, work, scale or peers", what)
+			return fmt.Errorf("-run %q: want table, depth, prepared, latency, idle, work, scale, peers or sustained", what)
 		}
 	}
 	return nil
@@ -225,7 +235,11 @@ func runTable(ctx context.Context, out, log io.Writer, es []engine, forms []stri
 					best[key] = max(best[key], inboxR.rate(), handR.rate())
 					fmt.Fprintf(out, "| %s | %s | %s | %d | %d | %.0f | %.0f | %.2f |\n",
 						e.family, e.label, form, w, b, inboxR.rate(), handR.rate(), inboxR.rate()/handR.rate())
-					fmt.Fprintf(log, "%v: inbox %d jobs in %v, hand %d jobs in %v\n", c, inboxR.jobs, inboxR.elapsed.Round(time.Millisecond), handR.jobs, handR.elapsed.Round(time.Millisecond))
+					fmt.Fprintf(log, "%v: inbox %d jobs in %v, hand %d jobs in %v", c, inboxR.jobs, inboxR.elapsed.Round(time.Millisecond), handR.jobs, handR.elapsed.Round(time.Millisecond))
+					if e.family == "postgres" {
+						fmt.Fprintf(log, "; WAL per job: inbox %.0f B, hand %.0f B", inboxR.walPerJob(), handR.walPerJob())
+					}
+					fmt.Fprintln(log)
 				}
 			}
 		}

@@ -44,6 +44,27 @@ type result struct {
 	jobs    int
 	elapsed time.Duration
 	err     error
+	wal     int64 // PostgreSQL: bytes of WAL the server wrote while the side ran
+}
+
+// walPerJob is the WAL written per job acknowledged, zero where unmeasured.
+func (r result) walPerJob() float64 {
+	if r.jobs == 0 {
+		return 0
+	}
+	return float64(r.wal) / float64(r.jobs)
+}
+
+// walPosition reads the server's WAL insert position in bytes; zero off
+// PostgreSQL. Everything the server writes counts, so the figure is only
+// clean when nothing else writes to it meanwhile.
+func walPosition(ctx context.Context, c cell, db *sql.DB) (int64, error) {
+	if c.e.family != "postgres" {
+		return 0, nil
+	}
+	var pos int64
+	err := db.QueryRowContext(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").Scan(&pos)
+	return pos, err
 }
 
 func (r result) rate() float64 {
@@ -156,13 +177,22 @@ func interleave(ctx context.Context, c cell, db *sql.DB, table string, sides [2]
 			if limit == 0 {
 				limit = left
 			}
+			before, err := walPosition(ctx, c, db)
+			if err != nil {
+				return out, err
+			}
 			r := measure(ctx, sides[which], c.workers, limit, seg, 10*time.Second)
 			if r.err != nil {
 				return out, fmt.Errorf("%s: %w", [2]string{"inbox", "hand-written"}[which], r.err)
 			}
+			after, err := walPosition(ctx, c, db)
+			if err != nil {
+				return out, err
+			}
 			left -= r.jobs
 			out[which].jobs += r.jobs
 			out[which].elapsed += r.elapsed
+			out[which].wal += after - before
 		}
 	}
 	return out, nil

@@ -1,0 +1,58 @@
+package main
+
+// The CI check of -run sustained: a short run on PostgreSQL enqueues,
+// claims and acknowledges in every window, and reports ten windows. Speed
+// is not looked at.
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSustainedRun(t *testing.T) {
+	if os.Getenv("INBOX_POSTGRES_DSN") == "" {
+		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
+			t.Fatal("INBOX_POSTGRES_DSN is not set and INBOX_REQUIRE_DBS=1")
+		}
+		t.Skip("INBOX_POSTGRES_DSN is not set: skipping -run sustained (set INBOX_REQUIRE_DBS=1 to make this a failure)")
+	}
+	e, err := engineNamed("pgx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(d, v time.Duration, w int, h bool) {
+		sustainFor, sustainVacuum, sustainWorkers, sustainHold = d, v, w, h
+	}(sustainFor, sustainVacuum, sustainWorkers, sustainHold)
+	sustainFor, sustainVacuum, sustainWorkers, sustainHold = 3*time.Second, time.Second, 2, true
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := runSustained(ctx, &out, io.Discard, []engine{e}, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(l, "| ") && !strings.HasPrefix(l, "| window") {
+			rows = append(rows, l)
+		}
+	}
+	if len(rows) != sustainWindows {
+		t.Fatalf("%d windows reported, want %d:\n%s", len(rows), sustainWindows, out.String())
+	}
+	acked := 0
+	for _, r := range rows {
+		if !strings.HasPrefix(strings.Fields(r)[3], "0") {
+			acked++
+		}
+	}
+	// A loaded machine may starve a window; most must see work.
+	if acked < sustainWindows/2 {
+		t.Fatalf("only %d of %d windows acknowledged jobs:\n%s", acked, sustainWindows, out.String())
+	}
+	t.Log(out.String())
+}
