@@ -700,7 +700,7 @@ func TestDeliveryScan(t *testing.T) {
 	when := time.Date(2024, 2, 29, 23, 59, 59, 0, time.UTC)
 	m.ExpectQuery(`WITH picked AS MATERIALIZED (SELECT "id" FROM (`+
 		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED) AS free UNION ALL `+
-		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= $2 ORDER BY "id" LIMIT $3 FOR UPDATE SKIP LOCKED) AS expired`+
+		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= $2 ORDER BY "locked_until" LIMIT $3 FOR UPDATE SKIP LOCKED) AS expired`+
 		`) AS c ORDER BY "id" LIMIT $4) `+
 		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $5 WHERE j."id" = ANY (ARRAY(SELECT "id" FROM picked)) `+
 		`RETURNING j."id", j."attempt" - 1, j."locked_until", j."b", j."s", j."i", j."t", j."a", j."ns", j."nn", j."f", j."bo", j."i32", j."n", j."sb"`).

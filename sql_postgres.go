@@ -75,10 +75,21 @@ func pgLease(t *sqlTemplate, n *Names) *Statements {
 	// plan: a driver that prepares statements (pgx) gets a generic plan after
 	// five runs, which cannot see the limits, and joined with "FROM picked"
 	// that plan hashed the whole table (a sequential scan per claim).
+	// Without a priority the rows whose lease ran out are taken longest
+	// expired first, in the order of the index on the lease: a plan made
+	// without statistics (a table autovacuum has not analyzed yet, or a
+	// generic plan) then still reads that index from its start, where
+	// ordered by id it walked the primary key through every row under a
+	// lease (28 ms against 0.2 ms at 200,000 rows). The claim as a whole
+	// still hands out its rows in id order.
+	dueOrder := "{lease}"
+	if n.Priority != "" {
+		dueOrder = "{order}"
+	}
 	st.Claim = t.query("WITH picked AS MATERIALIZED (SELECT {id} FROM (" +
 		"SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED) AS free" +
 		" UNION ALL " +
-		"SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} <= {now} ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED) AS expired" +
+		"SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} <= {now} ORDER BY " + dueOrder + " LIMIT $limit FOR UPDATE SKIP LOCKED) AS expired" +
 		") AS c ORDER BY {order} LIMIT $limit) " +
 		"UPDATE {table} AS j SET {attempt} = j.{attempt} + 1, {lease} = {until} WHERE j.{id} = ANY (ARRAY(SELECT {id} FROM picked))" +
 		" RETURNING j.{id}, j.{attempt} - 1, j.{lease}{, j.data}{, j.extra}")

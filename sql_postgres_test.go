@@ -23,13 +23,13 @@ import (
 const (
 	pgLeaseClaim = `WITH picked AS MATERIALIZED (SELECT "id" FROM (` +
 		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED) AS free UNION ALL ` +
-		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= statement_timestamp() ORDER BY "id" LIMIT $2 FOR UPDATE SKIP LOCKED) AS expired` +
+		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= statement_timestamp() ORDER BY "locked_until" LIMIT $2 FOR UPDATE SKIP LOCKED) AS expired` +
 		`) AS c ORDER BY "id" LIMIT $3) ` +
 		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = (statement_timestamp() + $4 * interval '1 microsecond') WHERE j."id" = ANY (ARRAY(SELECT "id" FROM picked)) ` +
 		`RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload"`
 	pgLeaseClaimInjected = `WITH picked AS MATERIALIZED (SELECT "id" FROM (` +
 		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED) AS free UNION ALL ` +
-		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= $2 ORDER BY "id" LIMIT $3 FOR UPDATE SKIP LOCKED) AS expired` +
+		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= $2 ORDER BY "locked_until" LIMIT $3 FOR UPDATE SKIP LOCKED) AS expired` +
 		`) AS c ORDER BY "id" LIMIT $4) ` +
 		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $5 WHERE j."id" = ANY (ARRAY(SELECT "id" FROM picked)) ` +
 		`RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload"`

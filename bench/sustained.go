@@ -10,8 +10,8 @@ package main
 // acknowledged per second, the claim's p50 and p99, the backlog and the
 // table's dead rows.
 //
-// This machine's PostgreSQL runs with autovacuum off. The run vacuums the
-// table itself every -sustain-vacuum (30 s: autovacuum's naptime is a
+// This machine's PostgreSQL runs with autovacuum off. The run vacuums and
+// analyzes the table itself every -sustain-vacuum (30 s: autovacuum's naptime is a
 // minute, and a table churning thousands of rows a second passes its
 // threshold at every visit), or never with -sustain-vacuum 0. With
 // -sustain-hold a transaction that took a snapshot stays open for the whole
@@ -242,7 +242,8 @@ func vacuumEvery(ctx context.Context, db *sql.DB, table string, ws []window, ind
 		case <-tick.C:
 		}
 		t := time.Now()
-		if _, err := db.ExecContext(ctx, "VACUUM "+table); err != nil {
+		// Both what autovacuum does: remove dead rows, refresh statistics.
+		if _, err := db.ExecContext(ctx, "VACUUM (ANALYZE) "+table); err != nil {
 			return err
 		}
 		mu.Lock()
