@@ -36,17 +36,8 @@ func TestDrain(t *testing.T) {
 func eachCell(t *testing.T, prefix string, workers int, forms func(engine) []string,
 	check func(ctx context.Context, t *testing.T, c cell, db *sql.DB, table string)) {
 	for _, name := range []string{"pq", "mysql", "mattn"} {
-		e, err := engineNamed(name)
-		if err != nil {
-			t.Fatal(err)
-		}
 		t.Run(name, func(t *testing.T) {
-			if e.env != "" && os.Getenv(e.env) == "" {
-				if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-					t.Fatalf("%s is not set and INBOX_REQUIRE_DBS=1", e.env)
-				}
-				t.Skipf("%s is not set: skipping %s (set INBOX_REQUIRE_DBS=1 to make this a failure)", e.env, name)
-			}
+			e := needEngine(t, name)
 			for _, form := range forms(e) {
 				for _, batch := range []int{1, 16} {
 					c := cell{e: e, form: form, workers: workers, batch: batch}
@@ -83,4 +74,21 @@ func TestOptions(t *testing.T) {
 	if err != nil || len(ws) != 3 || ws[2] != 16 {
 		t.Errorf("parseInts: %v %v", ws, err)
 	}
+}
+
+// needEngine returns the engine of the driver name. One whose DSN is unset
+// skips the test, or fails it under INBOX_REQUIRE_DBS=1.
+func needEngine(t *testing.T, name string) engine {
+	t.Helper()
+	e, err := engineNamed(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.env != "" && os.Getenv(e.env) == "" {
+		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
+			t.Fatalf("%s is not set and INBOX_REQUIRE_DBS=1", e.env)
+		}
+		t.Skipf("%s is not set: skipping %s on %s (set INBOX_REQUIRE_DBS=1 to make this a failure)", e.env, t.Name(), name)
+	}
+	return e
 }

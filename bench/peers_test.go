@@ -9,7 +9,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,17 +18,8 @@ func TestPeers(t *testing.T) {
 	defer func(table, schema string) { peersTable, riverSchema = table, schema }(peersTable, riverSchema)
 	peersTable, riverSchema = "bench_ci_peers_", "river_bench_ci"
 	for _, name := range []string{"pgx", "mattn", "modernc"} {
-		e, err := engineNamed(name)
-		if err != nil {
-			t.Fatal(err)
-		}
 		t.Run(name, func(t *testing.T) {
-			if e.env != "" && os.Getenv(e.env) == "" {
-				if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-					t.Fatalf("%s is not set and INBOX_REQUIRE_DBS=1", e.env)
-				}
-				t.Skipf("%s is not set: skipping -run peers on %s (set INBOX_REQUIRE_DBS=1 to make this a failure)", e.env, name)
-			}
+			e := needEngine(t, name)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			var out, log bytes.Buffer

@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -34,16 +33,7 @@ func TestScalePlan(t *testing.T) {
 }
 
 func TestScaleRun(t *testing.T) {
-	if os.Getenv("INBOX_POSTGRES_DSN") == "" {
-		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-			t.Fatal("INBOX_POSTGRES_DSN is not set and INBOX_REQUIRE_DBS=1")
-		}
-		t.Skip("INBOX_POSTGRES_DSN is not set: skipping -run scale (set INBOX_REQUIRE_DBS=1 to make this a failure)")
-	}
-	e, err := engineNamed("pgx")
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := needEngine(t, "pgx")
 	defer func(p string, r int) { scalePlan, scaleReps = p, r }(scalePlan, scaleReps)
 	scalePlan, scaleReps = "2x2", 1
 	var out bytes.Buffer

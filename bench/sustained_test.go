@@ -8,23 +8,13 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
 )
 
 func TestSustainedRun(t *testing.T) {
-	if os.Getenv("INBOX_POSTGRES_DSN") == "" {
-		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-			t.Fatal("INBOX_POSTGRES_DSN is not set and INBOX_REQUIRE_DBS=1")
-		}
-		t.Skip("INBOX_POSTGRES_DSN is not set: skipping -run sustained (set INBOX_REQUIRE_DBS=1 to make this a failure)")
-	}
-	e, err := engineNamed("pgx")
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := needEngine(t, "pgx")
 	defer func(d, v time.Duration, w int, h bool) {
 		sustainFor, sustainVacuum, sustainWorkers, sustainHold = d, v, w, h
 	}(sustainFor, sustainVacuum, sustainWorkers, sustainHold)
