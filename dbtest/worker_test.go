@@ -15,6 +15,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -917,4 +918,103 @@ func (c *workXConn) Ping(ctx context.Context) error {
 		return p.Ping(ctx)
 	}
 	return nil
+}
+
+// TestWorkBatchTwoPools: lease loops with batches, whose jobs settle
+// together through a batcher, drain one table over two pools, one naming it
+// plainly and the other by its qualified name, while each loop's context is
+// cancelled at a random point and the loop started again. A job handed to
+// a handler is acknowledged even when its loop stops meanwhile (the lease
+// form keeps its lease), so each job reaches a handler exactly once, never
+// two at a time, no settlement fails, and the table ends empty.
+func TestWorkBatchTwoPools(t *testing.T) {
+	confEngines(t, nil, func(t *testing.T, e Engine) {
+		const (
+			loops = 8 // four per pool
+			batch = 4
+		)
+		jobs := 400
+		if e.IsSQLite() && confRace() {
+			jobs = 150
+		}
+		db1, db2 := confOpenTwo(t, e, loops/2+2)
+		table := concTable(t, e, db1, "work_two")
+		q1 := confNew(t, db1, confConfig(e, Table(table, "lease"), nil))
+		q2 := confNew(t, db2, confConfig(e, Table(concQualified(t, e, db1, table), "lease"), nil))
+		want := concFill(t, e, db1, table, jobs, 1)
+
+		var (
+			mu        sync.Mutex
+			delivered = map[string]int{}
+			inWork    = map[string]bool{}
+			failures  []error
+		)
+		cfg := inbox.WorkConfig{Poll: workXPoll, Batch: batch, OnError: func(err error) {
+			mu.Lock()
+			failures = append(failures, err)
+			mu.Unlock()
+		}}
+		handle := func(ctx context.Context, d *inbox.Delivery) error {
+			id := concKey(d.ID())
+			mu.Lock()
+			if inWork[id] {
+				t.Errorf("job %s handled by two loops at once", id)
+			}
+			inWork[id] = true
+			delivered[id]++
+			mu.Unlock()
+			var one int
+			if err := db1.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil { // a moment's work
+				t.Errorf("handler's statement: %v", err)
+			}
+			mu.Lock()
+			inWork[id] = false
+			mu.Unlock()
+			return nil
+		}
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		for i := range loops {
+			q := []*inbox.Queue{q1, q2}[i%2]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(i), 7))
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					// Each run is cut off after a random stretch.
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(20_000))*time.Microsecond)
+					if err := q.Work(ctx, cfg, handle); err != nil {
+						t.Errorf("Work: %v", err)
+					}
+					cancel()
+				}
+			}()
+		}
+		workXUntil(t, "the drain", func() error {
+			if n := confCount(t, db1, table); n != 0 {
+				return fmt.Errorf("%d rows left", n)
+			}
+			return nil
+		})
+		close(stop)
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, err := range failures {
+			t.Errorf("a claim or settlement failed: %v", err)
+		}
+		for id := range want {
+			if delivered[id] != 1 {
+				t.Errorf("job %s reached a handler %d times, want once", id, delivered[id])
+			}
+		}
+		if len(delivered) != len(want) {
+			t.Errorf("%d jobs handled, %d enqueued", len(delivered), len(want))
+		}
+	})
 }
