@@ -294,9 +294,23 @@ func (d *Delivery) settleLease(ctx context.Context, tx *sql.Tx, o outcome, after
 
 // keeper extends one delivery's lease while its handler runs, and stops the
 // handler before anyone else may take the job.
+//
+// With the real clock its goroutine starts only when the first extension is
+// due (the timer start): most handlers return well within half a lease, and
+// their keepers then cost a timer, not a goroutine and two hand-offs with it.
+// A keeper paused before it started arms its deadline as a timer of its own.
 type keeper struct {
 	d      *Delivery
+	ctx    context.Context
 	cancel context.CancelCauseFunc
+	sentAt time.Time // when the expiry the keeper starts from was sent
+
+	mu       sync.Mutex
+	state    keeperState
+	start    *time.Timer // waiting: starts run when the first extension is due
+	deadline *time.Timer // held: cancels at the deadline
+
+	// Made when run starts.
 	pause  chan struct{} // closed by pauseKeeper: extend no more
 	paused chan struct{} // closed by run once paused, no extension in flight
 	end    chan struct{} // closed by endKeeper: return
@@ -304,6 +318,15 @@ type keeper struct {
 
 	pauseOnce sync.Once
 }
+
+type keeperState int
+
+const (
+	keeperWaiting keeperState = iota // run not started, start armed
+	keeperRunning                    // run started: the channels speak for it
+	keeperHeld                       // paused before run started: deadline armed
+	keeperEnded
+)
 
 // Keep starts a keeper for the delivery and returns the context the handler
 // should run under. Under the lease form the keeper extends the lease every
@@ -316,8 +339,9 @@ type keeper struct {
 // settlement that failed without one (a cancelled context, a broken
 // connection). A settlement with a verdict ends the keeper. The stop
 // function ends the keeper, waits for it, and cancels the context, as a
-// deferred call should once the handler returns. Under the other forms
-// nothing needs extending and Keep starts no goroutine.
+// deferred call should once the handler returns. No goroutine runs until
+// the first extension is due (with [Config.After] set, at once); under the
+// other forms nothing needs extending and none ever does.
 func (d *Delivery) Keep(ctx context.Context) (context.Context, func()) {
 	kctx, cancel := context.WithCancelCause(ctx)
 	d.mu.Lock()
@@ -325,19 +349,43 @@ func (d *Delivery) Keep(ctx context.Context) (context.Context, func()) {
 		d.mu.Unlock()
 		return kctx, func() { cancel(context.Canceled) }
 	}
-	k := &keeper{d: d, cancel: cancel, pause: make(chan struct{}), paused: make(chan struct{}),
-		end: make(chan struct{}), done: make(chan struct{})}
+	k := &keeper{d: d, ctx: ctx, cancel: cancel, sentAt: d.sentAt}
 	d.keeper = k
-	sentAt := d.sentAt
 	d.mu.Unlock()
 	d.q.track(d)
-	go k.run(ctx, sentAt)
+	k.mu.Lock()
+	if d.q.after != nil {
+		// A test clock's timers are channels: a goroutine must wait on
+		// them from the start.
+		k.startLocked()
+	} else {
+		k.start = time.AfterFunc(k.sentAt.Add(d.q.lease/2).Sub(d.q.monoNow()), k.started)
+	}
+	k.mu.Unlock()
 	return kctx, func() {
 		d.pauseKeeper()
 		d.mu.Lock()
 		d.endKeeper()
 		d.mu.Unlock()
 		cancel(context.Canceled)
+	}
+}
+
+// startLocked makes run's channels and starts it in a goroutine of its own.
+func (k *keeper) startLocked() {
+	k.pause, k.paused = make(chan struct{}), make(chan struct{})
+	k.end, k.done = make(chan struct{}), make(chan struct{})
+	k.state = keeperRunning
+	go k.run(k.ctx, k.sentAt)
+}
+
+// started runs in the start timer's goroutine when the first extension is
+// due, unless the keeper was paused or ended first.
+func (k *keeper) started() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.state == keeperWaiting {
+		k.startLocked()
 	}
 }
 
@@ -352,6 +400,22 @@ func (d *Delivery) pauseKeeper() {
 	if k == nil {
 		return
 	}
+	k.mu.Lock()
+	switch k.state {
+	case keeperWaiting:
+		// Nothing was extended yet: the deadline is the claim's.
+		k.start.Stop()
+		k.state = keeperHeld
+		q := d.q
+		giveUp := k.sentAt.Add(q.lease - q.margin)
+		k.deadline = time.AfterFunc(giveUp.Sub(q.monoNow()), func() { k.cancel(ErrLeaseLost) })
+		k.mu.Unlock()
+		return
+	case keeperHeld, keeperEnded:
+		k.mu.Unlock()
+		return
+	}
+	k.mu.Unlock()
 	k.pauseOnce.Do(func() { close(k.pause) })
 	select {
 	case <-k.paused:
@@ -368,8 +432,22 @@ func (d *Delivery) endKeeper() {
 		return
 	}
 	d.keeper = nil
-	close(k.end)
-	<-k.done
+	k.mu.Lock()
+	running := k.state == keeperRunning
+	if !running {
+		if k.start != nil {
+			k.start.Stop()
+		}
+		if k.deadline != nil {
+			k.deadline.Stop()
+		}
+	}
+	k.state = keeperEnded
+	k.mu.Unlock()
+	if running {
+		close(k.end)
+		<-k.done
+	}
 	d.q.untrack(d)
 }
 

@@ -151,8 +151,8 @@ func keepers() map[string]bool {
 	ids := map[string]bool{}
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		// Matched by its creator: a goroutine not yet scheduled shows
-		// Keep's go-statement wrapper rather than keeper.run.
-		if strings.Contains(g, "created by github.com/sqlinbox/inbox.(*Delivery).Keep") {
+		// the go-statement wrapper rather than keeper.run.
+		if strings.Contains(g, "created by github.com/sqlinbox/inbox.(*keeper).startLocked") {
 			ids[strings.Fields(g)[1]] = true
 		}
 	}

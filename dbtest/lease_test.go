@@ -428,3 +428,86 @@ func TestSQLiteLeaseText(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseKeeperRealClock: with the real clock the keeper's goroutine starts
+// only when the first extension is due. A handler running past its first
+// lease is kept, and another queue cannot take its job; a keeper paused
+// before it ever started (Shutdown) extends nothing and still stops its
+// handler, with ErrLeaseLost, no sooner than the lease less the margin
+// after the claim. The engines run side by side, as each waits on real time.
+func TestLeaseKeeperRealClock(t *testing.T) {
+	const lease = 3 * time.Second
+	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
+		t.Parallel()
+		db := e.Open(t, 4)
+		table := confTable(t, e, db, "realkeep")
+		cfg := confConfig(e, Table(table, form), nil)
+		cfg.Lease = lease
+		if e.IsSQLite() {
+			cfg.Now = time.Now
+		}
+		q := confNew(t, db, cfg)
+		other := confNew(t, db, cfg)
+		ctx := context.Background()
+
+		id := confEnqueue(t, q, db, "long")
+		d := confClaimOne(t, q)
+		first := d.Expiry()
+		kctx, stop := d.Keep(ctx)
+		// Two extensions: the job is then held past its first expiry.
+		extended := first
+		for n := 0; n < 2; {
+			select {
+			case <-kctx.Done():
+				t.Fatalf("the handler's context ended after %d extensions: %v", n, context.Cause(kctx))
+			default:
+			}
+			if got := d.Expiry(); got.After(extended) {
+				extended, n = got, n+1
+				continue
+			}
+			if time.Now().After(first.Add(time.Minute)) {
+				t.Fatalf("the keeper extended the lease %d times in a minute, want 2", n)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the expiry, with a deadline
+		}
+		if got := confLockedUntil(t, e, db, table, id); !got.Equal(extended) {
+			t.Fatalf("stored expiry %v, want the keeper's %v", got, extended)
+		}
+		confClaimNone(t, other, "a job its keeper holds past its first lease")
+		if err := d.Ack(ctx); err != nil {
+			t.Fatalf("ack: %v", err)
+		}
+		stop()
+
+		confEnqueue(t, q, db, "held")
+		claimed := time.Now()
+		d = confClaimOne(t, q)
+		first = d.Expiry()
+		kctx, stop = d.Keep(ctx)
+		defer stop()
+		if err := q.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-kctx.Done():
+		case <-time.After(time.Minute):
+			t.Fatal("the handler's context did not end within a minute of Shutdown")
+		}
+		if cause := context.Cause(kctx); !errors.Is(cause, inbox.ErrLeaseLost) {
+			t.Fatalf("cause %v, want ErrLeaseLost", cause)
+		}
+		if since, giveUp := time.Since(claimed), lease-lease/10; since < giveUp {
+			t.Fatalf("the handler was stopped %v after the claim, before the lease less the margin (%v)", since, giveUp)
+		}
+		if got := d.Expiry(); !got.Equal(first) {
+			t.Fatalf("a paused keeper extended the lease from %v to %v", first, got)
+		}
+		// The lease itself may have run out by now on a loaded machine.
+		if err := d.Ack(ctx); err != nil && !errors.Is(err, inbox.ErrLeaseLost) {
+			t.Fatalf("ack after the deadline: %v", err)
+		}
+		stop()
+		confIdle(t, db, q, other)
+	})
+}

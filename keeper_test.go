@@ -1,0 +1,139 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+)
+
+// With the real clock a keeper's goroutine starts only when the first
+// extension is due. These tests look inside the keeper, as what they check
+// (no goroutine, which timers are armed) cannot be seen from outside
+// without waiting half a lease.
+
+// keeperGoroutines counts the goroutines running a keeper.
+func keeperGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "created by github.com/sqlinbox/inbox.(*keeper).startLocked")
+}
+
+func stateOf(k *keeper) keeperState {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.state
+}
+
+func pollFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A handler that returns within half a lease never has a keeper goroutine,
+// and its stop leaves no timer armed.
+func TestKeeperIdleUntilHalfLease(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, false)
+	before := keeperGoroutines()
+	d := btDel(q, int64(1), 1, btExp)
+	d.sentAt = time.Now()
+	kctx, stop := d.Keep(context.Background())
+	k := d.keeper
+	if s := stateOf(k); s != keeperWaiting {
+		t.Fatalf("state %d after Keep, want waiting", s)
+	}
+	if n := keeperGoroutines() - before; n != 0 {
+		t.Fatalf("%d keeper goroutines after Keep, want none before half the lease", n)
+	}
+	if n := q.InWork(); n != 1 {
+		t.Fatalf("InWork %d with a keeper waiting, want 1", n)
+	}
+	stop()
+	if s := stateOf(k); s != keeperEnded {
+		t.Fatalf("state %d after stop, want ended", s)
+	}
+	if k.start.Stop() {
+		t.Fatal("the start timer was still armed after stop")
+	}
+	if n := q.InWork(); n != 0 {
+		t.Fatalf("InWork %d after stop, want 0", n)
+	}
+	if cause := context.Cause(kctx); !errors.Is(cause, context.Canceled) {
+		t.Fatalf("cause after stop %v, want context.Canceled", cause)
+	}
+	btMet(t, sm)
+}
+
+// At half the lease the keeper's goroutine starts and extends.
+func TestKeeperStartsWhenExtensionDue(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, false)
+	d := btDel(q, int64(1), 1, btExp)
+	d.sentAt = time.Now().Add(-q.lease / 2) // the first extension is due now
+	next := btExp.Add(time.Minute)
+	sm.ExpectQuery(`UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE "id" = $2 AND "attempt" = $3 AND "locked_until" = $4 RETURNING "locked_until"`).
+		WithArgs(q.lease.Microseconds(), int64(1), int64(2), btExp).
+		WillReturnRows(sqlmock.NewRows([]string{"locked_until"}).AddRow(next))
+	kctx, stop := d.Keep(context.Background())
+	k := d.keeper
+	pollFor(t, "the extension", func() bool { return d.Expiry().Equal(next) })
+	if s := stateOf(k); s != keeperRunning {
+		t.Fatalf("state %d after an extension, want running", s)
+	}
+	stop()
+	if err := kctx.Err(); err == nil || errors.Is(context.Cause(kctx), ErrLeaseLost) {
+		t.Fatalf("after stop: %v (%v), want cancelled without ErrLeaseLost", err, context.Cause(kctx))
+	}
+	btMet(t, sm)
+}
+
+// A keeper paused before its goroutine started (a settlement without a
+// verdict, Shutdown) starts none, and its deadline cancels the handler with
+// ErrLeaseLost.
+func TestKeeperHeldBeforeStart(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, false)
+	before := keeperGoroutines()
+	d := btDel(q, int64(1), 1, btExp)
+	d.sentAt = time.Now()
+	kctx, stop := d.Keep(context.Background())
+	defer stop()
+	k := d.keeper
+	if err := q.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := stateOf(k); s != keeperHeld {
+		t.Fatalf("state %d after Shutdown, want held", s)
+	}
+	if k.start.Stop() {
+		t.Fatal("the start timer was still armed after the pause")
+	}
+	if kctx.Err() != nil {
+		t.Fatalf("the pause ended the handler's context: %v", context.Cause(kctx))
+	}
+	// The deadline lies a lease less the margin after the claim; fire it now.
+	k.deadline.Reset(0)
+	select {
+	case <-kctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deadline did not cancel the handler's context")
+	}
+	if cause := context.Cause(kctx); !errors.Is(cause, ErrLeaseLost) {
+		t.Fatalf("cause %v, want ErrLeaseLost", cause)
+	}
+	if n := keeperGoroutines() - before; n != 0 {
+		t.Fatalf("%d keeper goroutines, want none", n)
+	}
+	btMet(t, sm)
+}
