@@ -2,18 +2,18 @@ package main
 
 // -run work: the throughput of Queue.Work against the hand-written
 // claim/ack loop of the table (hand_side.go) and inbox's own Claim/Ack loop
-// (inbox_side.go), in the same run, on the same pool and table. For a line
+// (inbox_side.go), in the same run, on the same pool. For a line
 // of n workers and batch b, Work runs n loops with WorkConfig.Batch b (each
 // job of a batch handled in a goroutine of its own and acknowledged by
 // Delivery.Ack) and the no-op handler of the table; the other two sides run
 // n workers of their rounds. The sides alternate in segments (work, hand,
-// Claim/Ack, then backwards), the table topped up before each; a Work
+// Claim/Ack, then backwards), the tables topped up before each; a Work
 // segment ends by cancelling the loops' context, and its time runs until
 // every loop has returned, its last acknowledgements included.
 //
-// -indexes creates the recommended lease indexes on the lease tables, as
-// for the table: inbox's lease claim relies on them, the hand-written one
-// does not.
+// Work and Claim/Ack share inbox's table, which has the recommended lease
+// indexes under the lease form; the hand-written side has a table of its
+// own, with its primary key only unless -hand-indexes (as for the table).
 //
 // With a batch over one the lease lines differ in how they acknowledge:
 // the hand-written side the batch in one statement, the Claim/Ack side
@@ -52,7 +52,7 @@ func runLoop(ctx context.Context, out, log io.Writer, es []engine, forms []strin
 		db.Close()
 	}
 	header(out, versions)
-	fmt.Fprintf(out, "Each side of a line measured for %v in %d alternating segments on one table; Work/hand = Queue.Work jobs/s over the hand-written loop's.\n\n", duration, segments)
+	fmt.Fprintf(out, "Each side of a line measured for %v in %d alternating segments; Work and Claim/Ack on inbox's table (lease: its recommended indexes), hand-written on its own table (%s); Work/hand = Queue.Work jobs/s over the hand-written loop's.\n\n", duration, segments, handTableKind())
 	fmt.Fprintln(out, "| engine | driver | form | workers | batch | Work jobs/s | hand-written jobs/s | Claim/Ack loop jobs/s | Work/hand | Work/Claim-Ack |")
 	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	best := map[string]float64{}
@@ -91,59 +91,52 @@ func loopCell(ctx context.Context, c cell, dir string, want int, duration time.D
 		return rs, err
 	}
 	defer db.Close()
-	table := "bench_" + c.e.name
-	if err := c.e.createTable(ctx, db, table); err != nil {
+	tables, drop, err := createTables(ctx, c, db)
+	defer drop()
+	if err != nil {
 		return rs, err
 	}
-	defer c.e.drop(context.WithoutCancel(ctx), db, table)
-	if withIndexes && c.form == "lease" {
-		for _, s := range depthIndexes(c.e, table) {
-			if _, err := db.ExecContext(ctx, s); err != nil {
-				return rs, err
-			}
-		}
-	}
-	q, err := inbox.New(db, inbox.Config{Dialect: c.e.dialect, Table: benchTable(table, c.form)})
+	q, err := inbox.New(db, inbox.Config{Dialect: c.e.dialect, Table: benchTable(tables[0], c.form)})
 	if err != nil {
 		return rs, err
 	}
 	defer q.Shutdown(context.WithoutCancel(ctx))
 	var sides [2]side
 	for k, hand := range []bool{true, false} {
-		if sides[k], err = newSide(c, db, table, hand); err != nil {
+		if sides[k], err = newSide(c, db, tables[1-k], hand); err != nil {
 			return rs, err
 		}
 		defer sides[k].close()
 	}
-	if err := c.e.fill(ctx, db, table, want, payload); err != nil {
+	if err := fillTables(ctx, c, db, tables, want); err != nil {
 		return rs, err
 	}
-	if c.e.family == "postgres" {
-		if _, err := db.ExecContext(ctx, "ANALYZE "+table); err != nil {
-			return rs, err
-		}
-	}
 	seg := duration / time.Duration(segments)
-	left := want
+	// Jobs left in inbox's table (Work, Claim/Ack) and the hand-written one.
+	left := [2]int{want, want}
 	order := []int{0, 1, 2}
 	for i := 0; i < segments; i++ {
 		for _, which := range order {
-			if left < want {
-				if err := c.e.fill(ctx, db, table, want-left, payload); err != nil {
+			t := 0 // the table of the side
+			if which == 1 {
+				t = 1
+			}
+			if left[t] < want {
+				if err := c.e.fill(ctx, db, tables[t], want-left[t], payload); err != nil {
 					return rs, fmt.Errorf("fill: %w", err)
 				}
-				left = want
+				left[t] = want
 			}
 			var r result
 			if which == 0 {
-				r = measureWork(ctx, q, c, left, seg)
+				r = measureWork(ctx, q, c, left[t], seg)
 			} else {
-				r = measure(ctx, sides[which-1], c.workers, left, seg, 10*time.Second)
+				r = measure(ctx, sides[which-1], c.workers, left[t], seg, 10*time.Second)
 			}
 			if r.err != nil {
 				return rs, fmt.Errorf("%s: %w", [3]string{"Work", "hand-written", "Claim/Ack"}[which], r.err)
 			}
-			left -= r.jobs
+			left[t] -= r.jobs
 			rs[which].jobs += r.jobs
 			rs[which].elapsed += r.elapsed
 		}

@@ -153,29 +153,29 @@ func newSide(c cell, db *sql.DB, table string, hand bool) (side, error) {
 	return newInboxSide(c.e, db, table, c.form, c.batch)
 }
 
-// interleave measures the two sides of a cell on one table in alternating
-// segments (inbox, hand, hand, inbox, …), so that a change of load on the
-// shared machine falls on both. The table is topped up before a segment
-// whenever fewer than want jobs are left. total caps the jobs of each
+// interleave measures the two sides of a cell, each on its table, in
+// alternating segments (inbox, hand, hand, inbox, …), so that a change of
+// load on the shared machine falls on both. A side's table is topped up
+// before its segment whenever fewer than want jobs are left. total caps the jobs of each
 // segment (the CI test's exact count); zero means none.
-func interleave(ctx context.Context, c cell, db *sql.DB, table string, sides [2]side, segments int, seg time.Duration, want int, total int) ([2]result, error) {
+func interleave(ctx context.Context, c cell, db *sql.DB, tables [2]string, sides [2]side, segments int, seg time.Duration, want int, total int) ([2]result, error) {
 	var out [2]result
-	left := 0
+	left := [2]int{want, want}
 	for i := 0; i < segments; i++ {
 		for k := 0; k < 2; k++ {
 			which := k
 			if i%2 == 1 {
 				which = 1 - k
 			}
-			if left < want {
-				if err := c.e.fill(ctx, db, table, want-left, payload); err != nil {
+			if left[which] < want {
+				if err := c.e.fill(ctx, db, tables[which], want-left[which], payload); err != nil {
 					return out, fmt.Errorf("fill: %w", err)
 				}
-				left = want
+				left[which] = want
 			}
 			limit := total
 			if limit == 0 {
-				limit = left
+				limit = left[which]
 			}
 			before, err := walPosition(ctx, c, db)
 			if err != nil {
@@ -189,7 +189,7 @@ func interleave(ctx context.Context, c cell, db *sql.DB, table string, sides [2]
 			if err != nil {
 				return out, err
 			}
-			left -= r.jobs
+			left[which] -= r.jobs
 			out[which].jobs += r.jobs
 			out[which].elapsed += r.elapsed
 			out[which].wal += after - before
