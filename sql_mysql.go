@@ -104,11 +104,28 @@ func myLease(t *sqlTemplate, n *Names) *Statements {
 	// Under the engine's clock each read returns it too, constant within a
 	// statement, so that the claim reads no clock apart: the lease is
 	// computed from the first reading that came with rows.
+	//
+	// The due rows are read backwards, the most recently expired first. A
+	// locking range read that runs out of rows before its LIMIT (as a read
+	// of due rows nearly always does) also locks the first index entry past
+	// its range, until the claim commits: MariaDB 10.11 does so under READ
+	// COMMITTED too. Read forwards, that entry is the lease in force that
+	// ends first, whose holder's Ack, Extend or Retry then waits for the
+	// claim, and concurrent claims lock the next ones (measured: 0.5 lock
+	// waits per batch of 16 at 4 workers, on the acknowledgements). Read
+	// backwards, it is the newest free row's, which no settlement touches
+	// and which other claims step over (SKIP LOCKED) or their free read
+	// stops before (an equality range ends without a lock). With a
+	// priority the due rows are sorted by it, so the read runs forwards.
 	now, clock := "$now", ""
 	if n.DBClock {
 		now, clock = "UTC_TIMESTAMP(6)", ", UTC_TIMESTAMP(6)"
 	}
-	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} <= " + now + " ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+	due := "{lease} DESC, {id} DESC"
+	if n.Priority != "" {
+		due = "{order}"
+	}
+	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} <= " + now + " ORDER BY " + due + " LIMIT $limit FOR UPDATE SKIP LOCKED")
 	st.ClaimSelectMore = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
 	st.ClaimSelect.Clock, st.ClaimSelectMore.Clock = n.DBClock, n.DBClock
 	// One UPDATE writes the leases of up to claimMarkIDs rows; a claim of
