@@ -9,8 +9,9 @@ import (
 )
 
 // A Dialect turns a validated table description into the SQL of one engine.
-// [Postgres], [MySQL] (also MariaDB) and [SQLite] ship with the package;
-// another engine is added from outside it by implementing this interface.
+// [Postgres], [MySQL] (MySQL 8, and MariaDB too), [MariaDB] and [SQLite] ship
+// with the package; another engine is added from outside it by implementing
+// this interface.
 // [New] calls Statements once per queue; TimeArg and ScanTime run for every
 // time a statement sends or a claim reads.
 //
@@ -99,22 +100,27 @@ func capability[T any](d Dialect) (T, bool) {
 var (
 	_ Locker           = postgres{}
 	_ Locker           = mysql{}
+	_ Locker           = mariadb{}
 	_ TableIdentifier  = postgres{}
 	_ TableIdentifier  = mysql{}
+	_ TableIdentifier  = mariadb{}
 	_ TableIdentifier  = sqlite{}
 	_ DeadlockDetector = postgres{}
 	_ DeadlockDetector = mysql{}
+	_ DeadlockDetector = mariadb{}
 	_ BatchDialect     = postgres{}
 	_ BatchDialect     = mysql{}
+	_ BatchDialect     = mariadb{}
 	_ BatchDialect     = sqlite{}
 	_ SchemaChecker    = postgres{}
 	_ SchemaChecker    = mysql{}
+	_ SchemaChecker    = mariadb{}
 	_ SchemaChecker    = sqlite{}
 )
 
 // BatchDialect is implemented by a [Dialect] that can settle many lease
-// deliveries in one statement; [Queue.NewBatcher] needs it. Postgres, MySQL
-// and SQLite implement it.
+// deliveries in one statement; [Queue.NewBatcher] needs it. Postgres, MySQL,
+// MariaDB and SQLite implement it.
 type BatchDialect interface {
 	// BatchStatements returns the statements settling size lease tokens at
 	// once. Called by NewBatcher only, for a few sizes, never per flush.
@@ -137,10 +143,10 @@ type BatchStatements struct {
 	Ack, Release, Retry Stmt
 	// Lock returns the ids of the rows still carrying their tokens and locks
 	// them until the transaction ends. Engines whose statements cannot
-	// return the rows they changed (MySQL) set it: when a statement affects
-	// fewer rows than the batch has tokens, the batcher rolls back and runs
-	// Lock then the statement again in a new transaction, so that each job
-	// learns its own result.
+	// return the rows they changed (MySQL; MariaDB's Release and Retry) set
+	// it: when a statement affects fewer rows than the batch has tokens, the
+	// batcher rolls back and runs Lock then the statement again in a new
+	// transaction, so that each job learns its own result.
 	Lock Stmt
 }
 

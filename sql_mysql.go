@@ -16,7 +16,8 @@ import (
 // DATETIME(6) in UTC; the engine's clock is UTC_TIMESTAMP(6), never the
 // session-zoned NOW(). UPDATE cannot return what it wrote, so the queue reads
 // the clock first (Statements.Now; a lease claim's reads return it with
-// their rows) and writes the times it computed.
+// their rows) and writes the times it computed. On MariaDB, [MariaDB] saves
+// a batched Ack its transaction.
 var MySQL Dialect = mysql{}
 
 // mysqlTime is how times go to the server: text it reads as DATETIME(6)
@@ -322,7 +323,13 @@ func myLookalike(version string, f Form, galera bool) string {
 // CheckSchema checks the version (SKIP LOCKED: MySQL 8, MariaDB 10.6) and
 // the tables' columns through information_schema ([SchemaChecker]).
 func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
-	problems, err := myServer(ctx, db, n)
+	return myCheckSchema(ctx, db, n, false)
+}
+
+// myCheckSchema is the schema check of [MySQL] and, with mariadbOnly, of
+// [MariaDB], which also refuses a server that is not MariaDB.
+func myCheckSchema(ctx context.Context, db *sql.DB, n *Names, mariadbOnly bool) ([]string, error) {
+	problems, err := myServer(ctx, db, n, mariadbOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -352,8 +359,9 @@ func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, e
 }
 
 // myServer checks what the server is: its version (SKIP LOCKED) and an
-// engine that only looks like MySQL, or a Galera node.
-func myServer(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+// engine that only looks like MySQL, or a Galera node; with mariadbOnly, a
+// server that is not MariaDB.
+func myServer(ctx context.Context, db *sql.DB, n *Names, mariadbOnly bool) ([]string, error) {
 	var version string
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
 		return nil, err
@@ -372,6 +380,9 @@ func myServer(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
 	switch p := myLookalike(version, n.Form, galera); {
 	case p != "":
 		return []string{p}, nil
+	case mariadbOnly && !strings.Contains(strings.ToLower(version), "mariadb"):
+		return []string{fmt.Sprintf("server %s is not MariaDB: the dialect inbox.MariaDB acknowledges batches with DELETE … RETURNING "+
+			"(MariaDB 10.5), which MySQL lacks; use inbox.MySQL", version)}, nil
 	case strings.Contains(strings.ToLower(version), "mariadb") && versionBelow(version, 10, 6):
 		return []string{fmt.Sprintf("MariaDB %s is older than 10.6, which brought SKIP LOCKED", version)}, nil
 	case !strings.Contains(strings.ToLower(version), "mariadb") && versionBelow(version, 8, 0):

@@ -19,7 +19,7 @@ import (
 
 // Engine is one database and driver the suites run on.
 type Engine struct {
-	Name    string // pq, pgx, mysql, mattn, modernc
+	Name    string // pq, pgx, mysql, mariadb, mattn, modernc
 	Driver  string // the database/sql driver name
 	Dialect inbox.Dialect
 	// dsn returns the data source name; for SQLite a file in dir.
@@ -32,6 +32,8 @@ var Engines = []Engine{
 	{Name: "pq", Driver: "postgres", Dialect: inbox.Postgres, env: "INBOX_POSTGRES_DSN"},
 	{Name: "pgx", Driver: "pgx", Dialect: inbox.Postgres, env: "INBOX_POSTGRES_DSN"},
 	{Name: "mysql", Driver: "mysql", Dialect: inbox.MySQL, env: "INBOX_MYSQL_DSN"},
+	// The same server through inbox.MariaDB; skipped on MySQL (see OpenDSN).
+	{Name: "mariadb", Driver: "mysql", Dialect: inbox.MariaDB, env: "INBOX_MYSQL_DSN"},
 	{Name: "mattn", Driver: "sqlite3", Dialect: inbox.SQLite, dsn: func(dir string) string {
 		return "file:" + filepath.Join(dir, "inbox.db") + "?_busy_timeout=10000&_journal_mode=WAL&_txlock=immediate"
 	}},
@@ -40,10 +42,11 @@ var Engines = []Engine{
 	}},
 }
 
-// IsSQLite, IsPostgres and IsMySQL tell the engine's family.
+// IsSQLite, IsPostgres and IsMySQL tell the engine's family; MySQL's
+// includes inbox.MariaDB.
 func (e Engine) IsSQLite() bool   { return e.Dialect == inbox.SQLite }
 func (e Engine) IsPostgres() bool { return e.Dialect == inbox.Postgres }
-func (e Engine) IsMySQL() bool    { return e.Dialect == inbox.MySQL }
+func (e Engine) IsMySQL() bool    { return e.Dialect == inbox.MySQL || e.Dialect == inbox.MariaDB }
 
 // DSN returns the engine's data source name, skipping the test (or failing
 // it under INBOX_REQUIRE_DBS=1) when the environment names none. dir is the
@@ -86,6 +89,15 @@ func (e Engine) OpenDSN(t testing.TB, dsn string, maxConns int) *sql.DB {
 		t.Fatalf("%s: %v", e.Name, err)
 	}
 	t.Cleanup(func() { db.Close() })
+	if e.Dialect == inbox.MariaDB {
+		var v string
+		if err := db.QueryRow("SELECT VERSION()").Scan(&v); err != nil {
+			t.Fatalf("%s: %v", e.Name, err)
+		}
+		if !strings.Contains(strings.ToLower(v), "mariadb") {
+			t.Skipf("%s: the server is %s, not MariaDB: inbox.MariaDB's suite runs on MariaDB only", e.Name, v)
+		}
+	}
 	return db
 }
 

@@ -1,0 +1,46 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+)
+
+// MariaDB is the dialect of MariaDB 10.6 or later (SKIP LOCKED) through
+// go-sql-driver/mysql: [MySQL]'s statements, times and locks, but a batched
+// acknowledgement ([Queue.NewBatcher]) is one DELETE … RETURNING (MariaDB
+// 10.5), sent on its own, which names the rows it deleted. [MySQL] serves
+// MariaDB too; its batched Ack runs in a transaction whose rows affected is
+// checked, as MySQL 8 has no RETURNING: two more round trips per batch, and
+// the DELETE's locks held until the COMMIT. On MySQL every batched Ack of
+// this dialect fails; [Queue.CheckSchema] reports a server that is not
+// MariaDB.
+//
+// Batched Release and Retry are as [MySQL]'s: MariaDB's UPDATE has no
+// RETURNING.
+var MariaDB Dialect = mariadb{}
+
+type mariadb struct{ mysql }
+
+func (mariadb) Name() string { return "mariadb" }
+
+// BatchStatements are [MySQL]'s but for Ack, which returns the ids it
+// deleted ([BatchDialect]): the batcher reads which tokens were still in
+// place from its rows, so it needs no transaction and no Lock. A token
+// whose id is not returned lost its lease; a row deleted by a token with
+// the same id but another attempt or expiry cannot be, as the statement
+// matches whole tokens.
+func (d mariadb) BatchStatements(n *Names, size int) (*BatchStatements, error) {
+	st, err := d.mysql.BatchStatements(n, size)
+	if err != nil {
+		return nil, err
+	}
+	st.Ack.SQL += " RETURNING " + n.ID
+	st.Ack.Rows = true
+	return st, nil
+}
+
+// CheckSchema is [MySQL]'s, and also reports a server that is not MariaDB
+// ([SchemaChecker]).
+func (mariadb) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+	return myCheckSchema(ctx, db, n, true)
+}

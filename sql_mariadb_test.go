@@ -1,0 +1,164 @@
+package inbox
+
+// The MariaDB dialect: MySQL's statements, but a batched Ack is one
+// DELETE … RETURNING outside any transaction, whose returned ids are the
+// verdicts. sqlmock pins the SQL; the Batcher helpers are batch_test.go's.
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+)
+
+const (
+	mdbAck2   = "DELETE FROM `jobs` WHERE (`id`, `attempt`, `locked_until`) IN ((?, ?, ?), (?, ?, ?)) RETURNING `id`"
+	mdbAckOne = "DELETE FROM `jobs` WHERE (`id` = ? AND `attempt` = ? AND `locked_until` = ?) RETURNING `id`"
+	mdbExp    = "2024-03-01 12:00:30.123456"
+)
+
+func TestMariaDBName(t *testing.T) {
+	if MariaDB.Name() != "mariadb" || MySQL.Name() != "mysql" {
+		t.Fatalf("names %q and %q, want mariadb and mysql", MariaDB.Name(), MySQL.Name())
+	}
+}
+
+// One statement, no transaction: the ids returned were acknowledged, the
+// others lost their leases.
+func TestBatchAckMariaDB(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, MariaDB, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 2, MaxWait: time.Hour})
+	sm.ExpectQuery(mdbAck2).
+		WithArgs(int64(1), int64(2), mdbExp, int64(2), int64(2), mdbExp).
+		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(2)))
+	r1 := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(1), 1, btExp)) })
+	r2 := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(2), 1, btExp)) })
+	btWant(t, "ack 1 (stale)", btWait(t, r1), ErrLeaseLost)
+	btWant(t, "ack 2", btWait(t, r2), nil)
+	btMet(t, sm)
+}
+
+// AckAll, as a worker with a claim of several jobs calls it: the same one
+// statement, each delivery its own verdict.
+func TestBatchAckAllMariaDB(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, MariaDB, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 2, MaxWait: time.Hour})
+	sm.ExpectQuery(mdbAck2).
+		WithArgs(int64(7), int64(2), mdbExp, int64(8), int64(3), mdbExp).
+		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(7)).AddRow(int64(8)))
+	errs := b.AckAll(context.Background(), []*Delivery{btDel(q, int64(7), 1, btExp), btDel(q, int64(8), 2, btExp)})
+	for i, err := range errs {
+		btWant(t, "ack "+string(rune('7'+i)), err, nil)
+	}
+	btMet(t, sm)
+}
+
+// A lone Ack: plain conditions (MariaDB scans for a one-row IN in a
+// prepared statement), RETURNING all the same.
+func TestBatchAckMariaDBAlone(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, MariaDB, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 1})
+	sm.ExpectQuery(mdbAckOne).WithArgs(int64(1), int64(2), mdbExp).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)))
+	sm.ExpectQuery(mdbAckOne).WithArgs(int64(2), int64(2), mdbExp).WillReturnRows(sqlmock.NewRows([]string{"id"}))
+	btWant(t, "ack 1", b.Ack(context.Background(), btDel(q, int64(1), 1, btExp)), nil)
+	btWant(t, "ack 2 (stale)", b.Ack(context.Background(), btDel(q, int64(2), 1, btExp)), ErrLeaseLost)
+	btMet(t, sm)
+}
+
+// A deadlock's victim deleted nothing and is sent again; an error after
+// some rows came back (the statement's commit failing) is every token's
+// verdict, never an acknowledgement.
+func TestBatchAckMariaDBErrors(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, MariaDB, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 2, MaxWait: time.Hour})
+	args := []driver.Value{int64(1), int64(2), mdbExp, int64(2), int64(2), mdbExp}
+	sm.ExpectQuery(mdbAck2).WithArgs(args...).WillReturnError(errors.New("Error 1213 (40001): Deadlock found when trying to get lock; try restarting transaction"))
+	sm.ExpectQuery(mdbAck2).WithArgs(args...).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)).AddRow(int64(2)))
+	errs := b.AckAll(context.Background(), []*Delivery{btDel(q, int64(1), 1, btExp), btDel(q, int64(2), 1, btExp)})
+	btWant(t, "ack 1 after a deadlock", errs[0], nil)
+	btWant(t, "ack 2 after a deadlock", errs[1], nil)
+
+	broken := errors.New("connection lost")
+	sm.ExpectQuery(mdbAck2).WithArgs(args...).
+		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)).AddRow(int64(2)).RowError(1, broken))
+	errs = b.AckAll(context.Background(), []*Delivery{btDel(q, int64(1), 1, btExp), btDel(q, int64(2), 1, btExp)})
+	for i, err := range errs {
+		if !errors.Is(err, broken) {
+			t.Errorf("ack %d, rows cut short: got %v, want the statement's error", i+1, err)
+		}
+	}
+	btMet(t, sm)
+}
+
+// Retry and Release: UPDATE has no RETURNING on MariaDB, so they are
+// MySQL's, in a transaction whose rows affected is checked.
+func TestBatchOutcomesMariaDB(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, MariaDB, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 2, MaxWait: time.Hour})
+	const retry2 = "UPDATE `jobs` SET `locked_until` = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND) WHERE (`id`, `attempt`, `locked_until`) IN ((?, ?, ?), (?, ?, ?))"
+	sm.ExpectBegin()
+	sm.ExpectExec(retry2).WithArgs(int64(2000000), int64(1), int64(2), mdbExp, int64(2), int64(2), mdbExp).WillReturnResult(sqlmock.NewResult(0, 2))
+	sm.ExpectCommit()
+	sm.ExpectExec("UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE (`id` = ? AND `attempt` = ? AND `locked_until` = ?)").
+		WithArgs(int64(3), int64(2), mdbExp).WillReturnResult(sqlmock.NewResult(0, 1))
+	ctx := context.Background()
+	r1 := btStart(t, b, func() error { return b.Retry(ctx, btDel(q, int64(1), 1, btExp), 2*time.Second) })
+	r2 := btStart(t, b, func() error { return b.Retry(ctx, btDel(q, int64(2), 1, btExp), 2*time.Second) })
+	btWant(t, "retry 1", btWait(t, r1), nil)
+	btWant(t, "retry 2", btWait(t, r2), nil)
+	// A lone Release needs no transaction: its rows affected decide.
+	one := btBatcher(t, q, BatchConfig{MaxBatch: 1})
+	btWant(t, "release", one.Release(ctx, btDel(q, int64(3), 1, btExp)), nil)
+	btMet(t, sm)
+}
+
+// The schema check refuses a server that is not MariaDB, naming the
+// dialect to use; on MariaDB it is MySQL's.
+func TestCheckSchemaMariaDB(t *testing.T) {
+	const (
+		version = "SELECT VERSION()"
+		columns = "SELECT column_name, column_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
+	)
+	for _, tc := range []struct {
+		version string
+		want    []string
+	}{
+		{"10.11.19-MariaDB-0+deb12u1", nil},
+		{"8.0.36", []string{"8.0.36", "not MariaDB", "RETURNING", "inbox.MySQL"}},
+		{"10.5.27-MariaDB", []string{"10.6", "SKIP LOCKED"}},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			db, sm := btMock(t)
+			q := btNew(t, db, MariaDB, false)
+			sm.ExpectQuery(version).WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"version"}).AddRow(tc.version))
+			sm.ExpectQuery(columns).WithArgs("", "jobs").WillReturnRows(sqlmock.NewRows([]string{"column_name", "column_type"}).
+				AddRow("id", "bigint").AddRow("attempt", "int").AddRow("payload", "blob").AddRow("locked_until", "datetime(6)"))
+			err := q.CheckSchema(context.Background())
+			btMet(t, sm)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("CheckSchema = %v, want nil", err)
+				}
+				return
+			}
+			var se *SchemaError
+			if !errors.As(err, &se) || len(se.Problems) != 1 {
+				t.Fatalf("CheckSchema = %v, want one problem", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(se.Problems[0], w) {
+					t.Errorf("problem %q does not name %q", se.Problems[0], w)
+				}
+			}
+		})
+	}
+}
