@@ -518,9 +518,15 @@ func TestCrashHygieneDetects(t *testing.T) {
 				}
 				return false
 			}
-			if s := sessions(); !mention(s, fmt.Sprintf("session %d ", pid)) {
-				t.Errorf("session %d open in a transaction not reported; reported: %q", pid, s)
-			}
+			// MariaDB serves INNODB_TRX from a cache it refreshes only when
+			// the last read is over 100 ms old, and another test may just
+			// have read it: poll, slower than the cache's age.
+			crashXEventuallyEvery(t, 30*time.Second, 150*time.Millisecond, "the session open in a transaction to be reported", func() error {
+				if s := sessions(); !mention(s, fmt.Sprintf("session %d ", pid)) {
+					return fmt.Errorf("session %d open in a transaction not reported; reported: %q", pid, s)
+				}
+				return nil
+			})
 			if l := locks(); !mention(l, "key "+key) {
 				t.Errorf("held lock of key %s not reported; reported: %q", key, l)
 			}
@@ -539,8 +545,7 @@ func TestCrashHygieneDetects(t *testing.T) {
 			if l := locks(); len(l) > 0 {
 				t.Errorf("locks still reported after unlocking: %q", l)
 			}
-			// MariaDB serves INNODB_TRX from a cache it refreshes only when
-			// the last read is over 100 ms old: poll slower than that.
+			// The same cache: poll for the rollback to show.
 			crashXEventuallyEvery(t, 30*time.Second, 150*time.Millisecond, "the rolled back session to leave the report", func() error {
 				if s := sessions(); mention(s, fmt.Sprintf("session %d ", pid)) {
 					return fmt.Errorf("session %d still reported after its rollback: %q", pid, s)
