@@ -75,15 +75,19 @@ func (sqlite) Statements(n *Names) (*Statements, error) {
 // sqliteLease: one statement claims, holding the write lock throughout.
 func sqliteLease(t *sqlTemplate, n *Names) *Statements {
 	st := &Statements{}
-	// Free rows and expired ones are read apart, each an ordered, limited
+	// Expired rows and free ones are read apart, each an ordered, limited
 	// read of the index on (lease, id), so that a head of rows under lease
-	// in force is never walked. "+id" keeps the planner from walking rowid
-	// order through that head.
+	// in force is never walked: the expired ones longest expired first, then
+	// free ones in id order, the compound cut at the limit as it reads. An
+	// ORDER BY over the compound (lowest ids of both) made SQLite sort each
+	// branch in a temporary B-tree and cost the claim two to three times a
+	// hand-written one; as it stands it sorts nothing. The rows come back in
+	// id order, as the UPDATE visits them.
 	st.Claim = t.query("UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = {until} WHERE {id} IN (" +
-		"SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} IS NULL ORDER BY {id} LIMIT $limit)" +
+		"SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} <= {now} ORDER BY {lease} LIMIT $limit)" +
 		" UNION ALL " +
-		"SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} <= {now} ORDER BY +{id} LIMIT $limit)" +
-		" ORDER BY {id} LIMIT $limit)" +
+		"SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} IS NULL ORDER BY {id} LIMIT $limit)" +
+		" LIMIT $limit)" +
 		" RETURNING {id}, {attempt} - 1, {lease}{, data}{, extra}")
 	if n.Priority != "" {
 		// The compound read carries the priority to order by; IN takes

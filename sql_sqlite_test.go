@@ -21,8 +21,8 @@ import (
 // Lease form.
 const (
 	sqLeaseClaim = `UPDATE "jobs" SET "attempt" = "attempt" + 1, "locked_until" = ? WHERE "id" IN (` +
-		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT ?) UNION ALL ` +
-		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= ? ORDER BY +"id" LIMIT ?) ORDER BY "id" LIMIT ?) ` +
+		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= ? ORDER BY "locked_until" LIMIT ?) UNION ALL ` +
+		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT ?) LIMIT ?) ` +
 		`RETURNING "id", "attempt" - 1, "locked_until", "payload"`
 	sqLeaseExtend     = `UPDATE "jobs" SET "locked_until" = ? WHERE "id" = ? AND "attempt" = ? AND "locked_until" = ?` // also Retry
 	sqLeaseAck        = `DELETE FROM "jobs" WHERE "id" = ? AND "attempt" = ? AND "locked_until" = ?`                   // also the dead move's delete
@@ -70,7 +70,7 @@ func TestSQLiteLease(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: leaseTable, Lease: time.Minute})
 	var now, until capture
 	before := time.Now().UTC().Truncate(time.Microsecond)
-	m.ExpectQuery(sqLeaseClaim).WithArgs(&until, 4, &now, 4, 4).WillReturnRows(rows("id,attempt,locked_until,payload"))
+	m.ExpectQuery(sqLeaseClaim).WithArgs(&until, &now, 4, 4, 4).WillReturnRows(rows("id,attempt,locked_until,payload"))
 	claim(t, q, 4)
 	after := time.Now()
 	n, u := sqliteTime(t, &now), sqliteTime(t, &until)
@@ -80,7 +80,7 @@ func TestSQLiteLease(t *testing.T) {
 	// The expiry comes back as the driver returns TEXT: a string (mattn) or
 	// bytes (modernc).
 	exp := "2024-03-01T12:01:00.123456Z"
-	m.ExpectQuery(sqLeaseClaim).WithArgs(&until, 4, &now, 4, 4).WillReturnRows(rows("id,attempt,locked_until,payload",
+	m.ExpectQuery(sqLeaseClaim).WithArgs(&until, &now, 4, 4, 4).WillReturnRows(rows("id,attempt,locked_until,payload",
 		row(int64(7), int64(1), exp, []byte("p7")), row(int64(8), int64(3), []byte(exp), []byte("p8")),
 		row(int64(9), int64(1), exp, []byte("p9")), row(int64(10), int64(2), exp, []byte("p10"))))
 	ds := claim(t, q, 4, 7, 8, 9, 10)
@@ -116,7 +116,7 @@ func TestSQLiteLeaseInjectedClock(t *testing.T) {
 	clk := newClock(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	const exp = "2024-03-01T12:01:00.123456Z"
-	m.ExpectQuery(sqLeaseClaim).WithArgs(exp, 2, "2024-03-01T12:00:00.123456Z", 2, 2).WillReturnRows(rows("id,attempt,locked_until,payload",
+	m.ExpectQuery(sqLeaseClaim).WithArgs(exp, "2024-03-01T12:00:00.123456Z", 2, 2, 2).WillReturnRows(rows("id,attempt,locked_until,payload",
 		row(int64(7), int64(1), exp, nil), row(int64(8), int64(1), exp, nil)))
 	ds := claim(t, q, 2, 7, 8)
 	clk.Advance(20 * time.Second)
@@ -137,7 +137,7 @@ func TestSQLiteLeaseTx(t *testing.T) {
 	for id := int64(1); id <= 4; id++ {
 		r.AddRow(id, int64(1), exp, nil)
 	}
-	m.ExpectQuery(sqLeaseClaim).WithArgs(exp, 4, "2024-03-01T12:00:00.123456Z", 4, 4).WillReturnRows(r)
+	m.ExpectQuery(sqLeaseClaim).WithArgs(exp, "2024-03-01T12:00:00.123456Z", 4, 4, 4).WillReturnRows(r)
 	ds := claim(t, q, 4, 1, 2, 3, 4)
 	ctx := context.Background()
 	inTx := func(name string, expect func(), settle func(tx *sql.Tx) error) {

@@ -36,7 +36,7 @@ func newMockQueue(t *testing.T) (*inbox.Queue, sqlmock.Sqlmock, time.Time) {
 func expectClaim(mock sqlmock.Sqlmock, q *inbox.Queue, now time.Time, id int64, attempt int, payload string) string {
 	until := now.Add(q.Lease()).Format(inbox.SQLiteTimeFormat)
 	mock.ExpectQuery(q.Statements().Claim.SQL).
-		WithArgs(until, 1, now.Format(inbox.SQLiteTimeFormat), 1, 1).
+		WithArgs(until, now.Format(inbox.SQLiteTimeFormat), 1, 1, 1).
 		WillReturnRows(sqlmock.NewRows([]string{"id", "attempt", "locked_until", "payload"}).
 			AddRow(id, attempt, until, []byte(payload)))
 	return until
@@ -137,14 +137,15 @@ func TestHandleLeaseLost(t *testing.T) {
 }
 
 // TestClaimSQL pins the text of the SQLite lease claim: one UPDATE …
-// RETURNING, which SQLite runs under its single write lock. Free rows and
-// expired ones are read apart, each in id order up to the limit.
+// RETURNING, which SQLite runs under its single write lock. Expired rows
+// (longest expired first) and free ones (in id order) are read apart, each
+// up to the limit, and the two cut at the limit.
 func TestClaimSQL(t *testing.T) {
 	q, _, _ := newMockQueue(t)
 	const want = `UPDATE "report_jobs" SET "attempt" = "attempt" + 1, "locked_until" = ? ` +
-		`WHERE "id" IN (SELECT "id" FROM (SELECT "id" FROM "report_jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT ?) ` +
-		`UNION ALL SELECT "id" FROM (SELECT "id" FROM "report_jobs" WHERE "locked_until" <= ? ORDER BY +"id" LIMIT ?) ` +
-		`ORDER BY "id" LIMIT ?) ` +
+		`WHERE "id" IN (SELECT "id" FROM (SELECT "id" FROM "report_jobs" WHERE "locked_until" <= ? ORDER BY "locked_until" LIMIT ?) ` +
+		`UNION ALL SELECT "id" FROM (SELECT "id" FROM "report_jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT ?) ` +
+		`LIMIT ?) ` +
 		`RETURNING "id", "attempt" - 1, "locked_until", "payload"`
 	if got := q.Statements().Claim.SQL; got != want {
 		t.Errorf("claim SQL:\n got %s\nwant %s", got, want)
