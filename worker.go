@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"runtime"
 	"time"
 )
 
@@ -221,22 +222,107 @@ func (w *worker) idle(ctx context.Context, rang <-chan struct{}) {
 }
 
 // handleAll runs the handler of each delivery in a goroutine of its own and
-// waits for them.
+// waits for them. The jobs of a lease batch whose handlers succeed are
+// acknowledged by this goroutine, together (see ackBatch).
 func (w *worker) handleAll(ctx context.Context, ds []*Delivery) {
 	if len(ds) == 1 {
-		w.handleOne(ctx, ds[0], nil)
+		w.handleOne(ctx, ds[0], nil, nil)
 		return
 	}
 	b := w.batcherFor(len(ds))
-	done := make(chan struct{}, len(ds))
+	done := make(chan succeeded, len(ds))
 	for _, d := range ds {
 		go func(d *Delivery) {
-			defer func() { done <- struct{}{} }()
-			w.handleOne(ctx, d, b)
+			w.handleOne(ctx, d, b, done)
 		}(d)
 	}
-	for range ds {
-		<-done
+	if b == nil {
+		for range ds {
+			<-done
+		}
+		return
+	}
+	w.ackBatch(b, done, len(ds))
+}
+
+// succeeded is what a handler's goroutine of a batch hands back: a lease job
+// whose handler returned nil, its keeper still extending until release is
+// called after the ack; or, with d nil, a job its goroutine settled itself.
+type succeeded struct {
+	d       *Delivery
+	release func()
+}
+
+// ackBatch acknowledges the jobs of a lease batch as their handlers succeed,
+// in groups: those that finish together, or within workBatchWait of the
+// first of a group, share one statement, sent from this goroutine, so that
+// a batch of no-op handlers costs one AckAll and no hand-off to a flusher.
+// It returns once all n handlers' goroutines have reported.
+func (w *worker) ackBatch(b *Batcher, done <-chan succeeded, n int) {
+	group := make([]succeeded, 0, n)
+	ds := make([]*Delivery, 0, n)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	take := func(s succeeded) {
+		n--
+		if s.d != nil {
+			group = append(group, s)
+		}
+	}
+	for n > 0 {
+		take(<-done)
+		// Goroutines that are runnable join this group if this one yields
+		// first, for as long as yielding brings more; then what is still
+		// running gets workBatchWait from here.
+		for yielded := false; n > 0; {
+			select {
+			case s := <-done:
+				take(s)
+				yielded = false
+				continue
+			default:
+			}
+			if !yielded {
+				runtime.Gosched()
+				yielded = true
+				continue
+			}
+			break
+		}
+		if n > 0 && len(group) > 0 {
+			if timer == nil {
+				timer = time.NewTimer(workBatchWait)
+			} else {
+				timer.Reset(workBatchWait)
+			}
+		wait:
+			for n > 0 {
+				select {
+				case s := <-done:
+					take(s)
+				case <-timer.C:
+					break wait
+				}
+			}
+			timer.Stop()
+		}
+		if len(group) == 0 {
+			continue
+		}
+		ds = ds[:0]
+		for _, s := range group {
+			ds = append(ds, s.d)
+		}
+		for i, err := range b.AckAll(context.Background(), ds) {
+			group[i].release()
+			w.report(err)
+		}
+		clear(group)
+		group = group[:0]
 	}
 }
 
@@ -267,8 +353,11 @@ func (w *worker) batcherFor(n int) *Batcher {
 
 // handleOne runs the handler on d under a keeper and settles d by its
 // result, through b when b is not nil. Settlements outlive ctx: a job is
-// settled or given back even while the loop shuts down.
-func (w *worker) handleOne(ctx context.Context, d *Delivery, b *Batcher) {
+// settled or given back even while the loop shuts down. When done is not
+// nil, handleOne reports on it once: a lease job of b whose handler
+// succeeded is handed over with its keeper on, for ackBatch to acknowledge;
+// any other job is settled here first.
+func (w *worker) handleOne(ctx context.Context, d *Delivery, b *Batcher, done chan<- succeeded) {
 	lease := w.q.names.Form == Lease
 	base := ctx
 	if lease {
@@ -277,14 +366,30 @@ func (w *worker) handleOne(ctx context.Context, d *Delivery, b *Batcher) {
 		base = context.WithoutCancel(ctx)
 	}
 	hctx, stopKeeper := d.Keep(base)
-	defer stopKeeper()
+	stopHook := func() bool { return false }
 	if lease {
 		// Armed once the keeper exists: a ctx that ended before would
 		// find no keeper to pause, and the lease would be extended on.
-		stop := context.AfterFunc(ctx, d.pauseKeeper)
-		defer stop()
+		stopHook = context.AfterFunc(ctx, d.pauseKeeper)
+	}
+	release := func() {
+		stopHook()
+		stopKeeper()
 	}
 	err := runHandler(hctx, w.handle, d)
+	if err == nil && b != nil && done != nil {
+		done <- succeeded{d: d, release: release}
+		return
+	}
+	w.settle(ctx, d, b, err)
+	release()
+	if done != nil {
+		done <- succeeded{}
+	}
+}
+
+// settle settles d by its handler's result err, through b when b is not nil.
+func (w *worker) settle(ctx context.Context, d *Delivery, b *Batcher, err error) {
 	settle := context.WithoutCancel(ctx)
 	switch {
 	case err == nil && b != nil:

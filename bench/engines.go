@@ -39,7 +39,10 @@ const (
 var engines = []engine{
 	{name: "pq", driver: "postgres", label: "lib/pq", family: "postgres", dialect: inbox.Postgres, env: "INBOX_POSTGRES_DSN", def: pgDefault},
 	{name: "pgx", driver: "pgx", label: "pgx/v5/stdlib", family: "postgres", dialect: inbox.Postgres, env: "INBOX_POSTGRES_DSN", def: pgDefault},
+	// mysql takes inbox.MariaDB when the server is MariaDB (see resolve);
+	// mysqlplain keeps inbox.MySQL, MySQL 8's path, whatever the server.
 	{name: "mysql", driver: "mysql", label: "go-sql-driver/mysql", family: "mysql", dialect: inbox.MySQL, env: "INBOX_MYSQL_DSN", def: myDefault},
+	{name: "mysqlplain", driver: "mysql", label: "go-sql-driver/mysql, inbox.MySQL", family: "mysql", dialect: inbox.MySQL, env: "INBOX_MYSQL_DSN", def: myDefault},
 	{name: "mattn", driver: "sqlite3", label: "mattn/go-sqlite3", family: "sqlite", dialect: inbox.SQLite, file: func(dir string) string {
 		return "file:" + filepath.Join(dir, "bench.db") + "?_busy_timeout=10000&_journal_mode=WAL&_txlock=immediate"
 	}},
@@ -51,10 +54,31 @@ var engines = []engine{
 func engineNamed(name string) (engine, error) {
 	for _, e := range engines {
 		if e.name == name {
-			return e, nil
+			return e.resolve(), nil
 		}
 	}
-	return engine{}, fmt.Errorf("unknown engine %q (want pq, pgx, mysql, mattn or modernc)", name)
+	return engine{}, fmt.Errorf("unknown engine %q (want pq, pgx, mysql, mysqlplain, mattn or modernc)", name)
+}
+
+// resolve gives the mysql engine the dialect a user would choose for the
+// server: inbox.MariaDB on MariaDB, whose batched Ack is one DELETE …
+// RETURNING, inbox.MySQL otherwise, or when the server cannot be reached
+// (opening it later says why).
+func (e engine) resolve() engine {
+	if e.name != "mysql" {
+		return e
+	}
+	db, err := sql.Open(e.driver, e.dsn(""))
+	if err != nil {
+		return e
+	}
+	defer db.Close()
+	var v string
+	if db.QueryRow("SELECT VERSION()").Scan(&v) == nil && strings.Contains(strings.ToLower(v), "mariadb") {
+		e.dialect = inbox.MariaDB
+		e.label += ", inbox.MariaDB"
+	}
+	return e
 }
 
 // forms lists the claim forms of the engine: SQLite has no row lock.
