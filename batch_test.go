@@ -880,7 +880,7 @@ func TestWorkBatchSharesStatements(t *testing.T) {
 			acks = append(acks, ids)
 			mu.Unlock()
 		}
-		w, err := newWorker(q, WorkConfig{Batch: 3}, func(_ context.Context, d *Delivery) error { return handle(d.ID(), seen) })
+		w, err := newWorker(context.Background(), q, WorkConfig{Batch: 3}, func(_ context.Context, d *Delivery) error { return handle(d.ID(), seen) })
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -137,3 +137,49 @@ func TestKeeperHeldBeforeStart(t *testing.T) {
 	}
 	btMet(t, sm)
 }
+
+// TestKeepRacesPause pauses and settles a delivery from other goroutines
+// while Keep sets its keeper up: they must find the keeper whole (its start
+// timer in place) or not at all.
+func TestKeepRacesPause(t *testing.T) {
+	f := newBTFake()
+	q := btQueue(t, f)
+	ctx := context.Background()
+	for i := 0; i < 2000; i++ {
+		ds, err := q.Claim(ctx, 1)
+		if err != nil || len(ds) != 1 {
+			t.Fatal(len(ds), err)
+		}
+		d := ds[0]
+		paused := make(chan struct{})
+		started := make(chan struct{})
+		go func() {
+			defer close(paused)
+			close(started)
+			// Pause the moment the keeper is visible, to land in Keep's
+			// set-up if it is not done under the keeper's lock.
+			for j := 0; j < 1_000_000; j++ {
+				d.mu.Lock()
+				k := d.keeper
+				d.mu.Unlock()
+				if k != nil {
+					d.pauseKeeper()
+					return
+				}
+				if j%1000 == 999 {
+					runtime.Gosched()
+				}
+			}
+		}()
+		<-started
+		_, stop := d.Keep(ctx)
+		<-paused
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stop()
+	}
+	if n := q.InWork(); n != 0 {
+		t.Fatalf("%d deliveries still tracked after every keeper ended", n)
+	}
+}

@@ -350,10 +350,12 @@ func (d *Delivery) Keep(ctx context.Context) (context.Context, func()) {
 		return kctx, func() { cancel(context.Canceled) }
 	}
 	k := &keeper{d: d, ctx: ctx, cancel: cancel, sentAt: d.sentAt}
-	d.keeper = k
-	d.mu.Unlock()
-	d.q.track(d)
+	// Published with k.mu held, so that a settlement or pause from another
+	// goroutine finds the keeper's timer or goroutine in place.
 	k.mu.Lock()
+	d.keeper = k
+	d.q.track(d)
+	d.mu.Unlock()
 	if d.q.after != nil {
 		// A test clock's timers are channels: a goroutine must wait on
 		// them from the start.

@@ -73,7 +73,7 @@ func (q *Queue) Work(ctx context.Context, cfg WorkConfig, handle Handler) error 
 	if handle == nil {
 		return errors.New("inbox: work: the handler is nil")
 	}
-	w, err := newWorker(q, cfg, handle)
+	w, err := newWorker(ctx, q, cfg, handle)
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,10 @@ type worker struct {
 	// batchers settle the lease jobs of a claim of n (their key) together,
 	// where the dialect has batched statements; nil otherwise.
 	batchers  map[int]*Batcher
-	batchWait time.Duration // BatchConfig.MaxWait of batchers
+	batchWait time.Duration // how long a batch's settlements wait for their siblings
+	// detached is Work's ctx without its cancellation: lease handlers and
+	// every settlement run under it.
+	detached context.Context
 }
 
 func (w *worker) report(err error) {
@@ -144,7 +147,7 @@ func (w *worker) report(err error) {
 	}
 }
 
-func newWorker(q *Queue, cfg WorkConfig, handle Handler) (*worker, error) {
+func newWorker(ctx context.Context, q *Queue, cfg WorkConfig, handle Handler) (*worker, error) {
 	switch {
 	case cfg.Batch < 0 || cfg.Batch > MaxClaim:
 		return nil, fmt.Errorf("inbox: work: WorkConfig.Batch %d must be from 1 to %d (0 for 1)", cfg.Batch, MaxClaim)
@@ -153,7 +156,8 @@ func newWorker(q *Queue, cfg WorkConfig, handle Handler) (*worker, error) {
 	case cfg.MaxAttempts < 0:
 		return nil, fmt.Errorf("inbox: work: WorkConfig.MaxAttempts %d is negative", cfg.MaxAttempts)
 	}
-	w := &worker{q: q, handle: handle, batch: cfg.Batch, poll: cfg.Poll, attempts: cfg.MaxAttempts, backoff: cfg.Backoff, onError: cfg.OnError}
+	w := &worker{q: q, handle: handle, batch: cfg.Batch, poll: cfg.Poll, attempts: cfg.MaxAttempts, backoff: cfg.Backoff, onError: cfg.OnError,
+		detached: context.WithoutCancel(ctx)}
 	if w.batch == 0 {
 		w.batch = 1
 	}
@@ -226,15 +230,25 @@ func (w *worker) idle(ctx context.Context, rang <-chan struct{}) {
 // acknowledged by this goroutine, together (see ackBatch).
 func (w *worker) handleAll(ctx context.Context, ds []*Delivery) {
 	if len(ds) == 1 {
-		w.handleOne(ctx, ds[0], nil, nil)
+		w.handleOne(ctx, ds[0], nil, nil, false)
 		return
+	}
+	lease := w.q.names.Form == Lease
+	if lease {
+		// One hook for the batch pauses the keepers at shutdown, in place
+		// of one per job; a job whose keeper starts after it ran pauses
+		// its own (handleOne).
+		stop := context.AfterFunc(ctx, func() {
+			for _, d := range ds {
+				d.pauseKeeper()
+			}
+		})
+		defer stop()
 	}
 	b := w.batcherFor(len(ds))
 	done := make(chan succeeded, len(ds))
 	for _, d := range ds {
-		go func(d *Delivery) {
-			w.handleOne(ctx, d, b, done)
-		}(d)
+		go w.handleOne(ctx, d, b, done, lease)
 	}
 	if b == nil {
 		for range ds {
@@ -249,14 +263,14 @@ func (w *worker) handleAll(ctx context.Context, ds []*Delivery) {
 // whose handler returned nil, its keeper still extending until release is
 // called after the ack; or, with d nil, a job its goroutine settled itself.
 type succeeded struct {
-	d       *Delivery
-	release func()
+	d          *Delivery
+	stopKeeper func()
 }
 
 // ackBatch acknowledges the jobs of a lease batch as their handlers succeed,
-// in groups: those that finish together, or within workBatchWait of the
-// first of a group, share one statement, sent from this goroutine, so that
-// a batch of no-op handlers costs one AckAll and no hand-off to a flusher.
+// in groups: those that finish together, or within w.batchWait of the first
+// of a group, share one statement, sent from this goroutine, so that a batch
+// of no-op handlers costs one AckAll and no hand-off to a flusher.
 // It returns once all n handlers' goroutines have reported.
 func (w *worker) ackBatch(b *Batcher, done <-chan succeeded, n int) {
 	group := make([]succeeded, 0, n)
@@ -295,9 +309,9 @@ func (w *worker) ackBatch(b *Batcher, done <-chan succeeded, n int) {
 		}
 		if n > 0 && len(group) > 0 {
 			if timer == nil {
-				timer = time.NewTimer(workBatchWait)
+				timer = time.NewTimer(w.batchWait)
 			} else {
-				timer.Reset(workBatchWait)
+				timer.Reset(w.batchWait)
 			}
 		wait:
 			for n > 0 {
@@ -317,8 +331,8 @@ func (w *worker) ackBatch(b *Batcher, done <-chan succeeded, n int) {
 		for _, s := range group {
 			ds = append(ds, s.d)
 		}
-		for i, err := range b.AckAll(context.Background(), ds) {
-			group[i].release()
+		for i, err := range b.AckAll(w.detached, ds) {
+			group[i].stopKeeper()
 			w.report(err)
 		}
 		clear(group)
@@ -356,33 +370,35 @@ func (w *worker) batcherFor(n int) *Batcher {
 // settled or given back even while the loop shuts down. When done is not
 // nil, handleOne reports on it once: a lease job of b whose handler
 // succeeded is handed over with its keeper on, for ackBatch to acknowledge;
-// any other job is settled here first.
-func (w *worker) handleOne(ctx context.Context, d *Delivery, b *Batcher, done chan<- succeeded) {
+// any other job is settled here first. hooked says that the caller pauses
+// d's keeper when ctx ends (handleAll's hook).
+func (w *worker) handleOne(ctx context.Context, d *Delivery, b *Batcher, done chan<- succeeded, hooked bool) {
 	lease := w.q.names.Form == Lease
 	base := ctx
 	if lease {
 		// A lease job keeps its lease at shutdown: its handler runs on,
 		// and the keeper stops extending, its deadline still armed.
-		base = context.WithoutCancel(ctx)
+		base = w.detached
 	}
 	hctx, stopKeeper := d.Keep(base)
-	stopHook := func() bool { return false }
-	if lease {
+	switch {
+	case lease && hooked:
+		// The batch's hook may have run before this keeper existed.
+		if ctx.Err() != nil {
+			d.pauseKeeper()
+		}
+	case lease:
 		// Armed once the keeper exists: a ctx that ended before would
 		// find no keeper to pause, and the lease would be extended on.
-		stopHook = context.AfterFunc(ctx, d.pauseKeeper)
-	}
-	release := func() {
-		stopHook()
-		stopKeeper()
+		defer context.AfterFunc(ctx, d.pauseKeeper)()
 	}
 	err := runHandler(hctx, w.handle, d)
 	if err == nil && b != nil && done != nil {
-		done <- succeeded{d: d, release: release}
+		done <- succeeded{d: d, stopKeeper: stopKeeper}
 		return
 	}
 	w.settle(ctx, d, b, err)
-	release()
+	stopKeeper()
 	if done != nil {
 		done <- succeeded{}
 	}
@@ -390,7 +406,7 @@ func (w *worker) handleOne(ctx context.Context, d *Delivery, b *Batcher, done ch
 
 // settle settles d by its handler's result err, through b when b is not nil.
 func (w *worker) settle(ctx context.Context, d *Delivery, b *Batcher, err error) {
-	settle := context.WithoutCancel(ctx)
+	settle := w.detached
 	switch {
 	case err == nil && b != nil:
 		w.report(b.Ack(settle, d))
