@@ -1,7 +1,8 @@
 package main
 
-// -run peers: inbox next to other Go job queues on the same database, in the
-// same run: River on PostgreSQL (through pgx), goqite on SQLite (mattn and
+// -run peers: inbox next to other job queues on the same database, in the
+// same run: River and graphile-worker (bench/graphile.go, a Node.js
+// process) on PostgreSQL (through pgx), goqite on SQLite (mattn and
 // modernc). Each line is claim + no-op handler + acknowledgement of
 // 128-byte jobs by n workers, the two sides measured in alternating
 // segments (inbox, peer, peer, inbox, …) so that a change of load on the
@@ -25,6 +26,8 @@ package main
 //     completed. Counting at the pause, rather than when the last batch is
 //     recorded, leaves out of the rate up to 250 ms that River's workers
 //     do not wait for.
+//   - graphile-worker: bench/graphile.go, a node process with a runner per
+//     segment; the line is left out, with a word on the log, without node.
 //   - goqite: its documented Receive + Delete, one message per call (it has
 //     no batch receive; its jobs runner receives one message at a time from
 //     one goroutine and sleeps its poll interval whenever its limit is
@@ -79,15 +82,31 @@ type peerSide interface {
 	close()
 }
 
-// peerOf names the peer of an engine: River on pgx, goqite on SQLite.
-func peerOf(e engine) string {
+// peer is a peer of an engine: its name in the table, and its side for a
+// line of workers workers.
+type peer struct {
+	name  string
+	guess float64 // a first guess of its jobs/s, for peerPrefill
+	side  func(ctx context.Context, e engine, db *sql.DB, dir string, workers int, log io.Writer) (peerSide, error)
+}
+
+// peerOf is the Go peer of an engine: River on pgx, goqite on SQLite; no
+// name on others. (graphile-worker, which needs node, joins River in
+// runPeers.)
+func peerOf(e engine) peer {
 	switch {
 	case e.name == "pgx":
-		return "River " + moduleVersion("github.com/riverqueue/river") + " (riverpgxv5)"
+		return peer{"River " + moduleVersion("github.com/riverqueue/river") + " (riverpgxv5)", 10000,
+			func(ctx context.Context, e engine, _ *sql.DB, dir string, workers int, log io.Writer) (peerSide, error) {
+				return newRiverSide(ctx, e, dir, workers, log)
+			}}
 	case e.family == "sqlite":
-		return "goqite " + moduleVersion("maragu.dev/goqite")
+		return peer{"goqite " + moduleVersion("maragu.dev/goqite"), 10000,
+			func(ctx context.Context, _ engine, db *sql.DB, _ string, _ int, _ io.Writer) (peerSide, error) {
+				return newGoqiteSide(ctx, db)
+			}}
 	}
-	return ""
+	return peer{}
 }
 
 // moduleVersion is the version of a module built into the program.
@@ -106,7 +125,7 @@ func runPeers(ctx context.Context, out, log io.Writer, es []engine, workers []in
 	var run []engine
 	var versions []string
 	for _, e := range es {
-		if peerOf(e) == "" {
+		if peerOf(e).name == "" {
 			fmt.Fprintf(log, "peers: %s skipped: no peer on it (River runs on pgx, goqite on SQLite)\n", e.name)
 			continue
 		}
@@ -121,37 +140,50 @@ func runPeers(ctx context.Context, out, log io.Writer, es []engine, workers []in
 	if len(run) == 0 {
 		return errors.New("-run peers: none of -engines has a peer (pgx, mattn, modernc)")
 	}
+	peers := map[string][]peer{}
+	graphile := ""
 	for _, e := range run {
+		peers[e.name] = []peer{peerOf(e)}
 		if e.name == "pgx" {
 			if err := riverMigrate(ctx, e, dir, log); err != nil {
 				return fmt.Errorf("River migrations: %w", err)
 			}
 			defer riverDropSchema(context.WithoutCancel(ctx), e, dir)
+			if !graphileWanted() {
+				continue
+			}
+			if p, ok := graphilePeer(ctx, log); ok {
+				peers[e.name] = append(peers[e.name], p)
+				defer graphileDropSchema(context.WithoutCancel(ctx), e, dir)
+				graphile = " graphile-worker: a runner per segment, concurrentJobs = workers, local queue of 500, completions batched, jobs counted from its start to the end of its stop (all completed by then)."
+			}
 		}
 	}
 	header(out, versions)
 	fmt.Fprintf(out, "Each side of a line measured for %v in %d alternating segments, each on its own queue; jobs/s is the median over the segments, ratio = inbox / peer. "+
 		"inbox: lease, Claim(16) + Batcher.AckAll. River: MaxWorkers = workers, FetchCooldown %v, jobs counted until the pause is reported (their completions recorded after, untimed). "+
-		"goqite: Receive + Delete of one message.\n\n", duration, segments, riverFetchCooldown)
+		"goqite: Receive + Delete of one message.%s\n\n", duration, segments, riverFetchCooldown, graphile)
 	fmt.Fprintln(out, "| engine | driver | peer | workers | inbox jobs/s | peer jobs/s | ratio inbox/peer |")
 	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|")
 	seg := duration / time.Duration(segments)
 	best := map[string]float64{}
 	for _, e := range run {
-		for _, w := range workers {
-			want := [2]int{peerPrefill(best, e, "inbox", seg), peerPrefill(best, e, "peer", seg)}
-			rs, note, err := peerCell(ctx, log, e, w, dir, want, seg, segments)
-			if err != nil {
-				return fmt.Errorf("%s/peers/w%d: %w", e.name, w, err)
+		for _, p := range peers[e.name] {
+			for _, w := range workers {
+				want := [2]int{peerPrefill(best, e, "inbox", 40000, seg), peerPrefill(best, e, p.name, p.guess, seg)}
+				rs, note, err := peerCell(ctx, log, e, p, w, dir, want, seg, segments)
+				if err != nil {
+					return fmt.Errorf("%s/peers/%s/w%d: %w", e.name, p.name, w, err)
+				}
+				var rates [2]float64
+				for k := range rs {
+					rates[k] = medianRate(rs[k])
+					key := e.name + "/" + [2]string{"inbox", p.name}[k]
+					best[key] = max(best[key], rates[k])
+				}
+				fmt.Fprintf(out, "| %s | %s | %s | %d | %.0f | %.0f | %.2f |\n", e.family, e.label, p.name, w, rates[0], rates[1], rates[0]/rates[1])
+				fmt.Fprintf(log, "%s/peers/w%d: inbox %s; %s %s%s\n", e.name, w, segmentLog(rs[0]), p.name, segmentLog(rs[1]), note)
 			}
-			var rates [2]float64
-			for k := range rs {
-				rates[k] = medianRate(rs[k])
-				key := e.name + "/" + [2]string{"inbox", "peer"}[k]
-				best[key] = max(best[key], rates[k])
-			}
-			fmt.Fprintf(out, "| %s | %s | %s | %d | %.0f | %.0f | %.2f |\n", e.family, e.label, peerOf(e), w, rates[0], rates[1], rates[0]/rates[1])
-			fmt.Fprintf(log, "%s/peers/w%d: inbox %s; %s %s%s\n", e.name, w, segmentLog(rs[0]), peerOf(e), segmentLog(rs[1]), note)
 		}
 	}
 	return nil
@@ -161,11 +193,7 @@ func runPeers(ctx context.Context, out, log io.Writer, es []engine, workers []in
 // prefill does for the table: twice the best median seen so far on the
 // engine, at least a generous first guess (the peers speed up with workers
 // more than inbox's batches do).
-func peerPrefill(best map[string]float64, e engine, side string, seg time.Duration) int {
-	guess := 10000.0
-	if side == "inbox" {
-		guess = 40000
-	}
+func peerPrefill(best map[string]float64, e engine, side string, guess float64, seg time.Duration) int {
 	return int(max(best[e.name+"/"+side]*2, guess)*seg.Seconds()) + 500
 }
 
@@ -197,10 +225,10 @@ func segmentLog(rs []result) string {
 	return strings.Join(parts, " ")
 }
 
-// peerCell measures one line: inbox and the engine's peer with workers
-// workers, in segments of seg, each side topped up to want jobs before its
-// segment. note tells more of the peer's segments, for the log.
-func peerCell(ctx context.Context, log io.Writer, e engine, workers int, dir string, want [2]int, seg time.Duration, segments int) (rs [2][]result, note string, err error) {
+// peerCell measures one line: inbox and the peer p with workers workers,
+// in segments of seg, each side topped up to want jobs before its segment.
+// note tells more of the peer's segments, for the log.
+func peerCell(ctx context.Context, log io.Writer, e engine, p peer, workers int, dir string, want [2]int, seg time.Duration, segments int) (rs [2][]result, note string, err error) {
 	db, err := e.open(dir, workers+2) // the lease form's pool: cell.conns
 	if err != nil {
 		return rs, "", err
@@ -211,12 +239,7 @@ func peerCell(ctx context.Context, log io.Writer, e engine, workers int, dir str
 		return rs, "", err
 	}
 	defer in.close()
-	var peer peerSide
-	if e.family == "sqlite" {
-		peer, err = newGoqiteSide(ctx, db)
-	} else {
-		peer, err = newRiverSide(ctx, e, dir, workers, log)
-	}
+	peer, err := p.side(ctx, e, db, dir, workers, log)
 	if err != nil {
 		return rs, "", err
 	}
@@ -256,6 +279,9 @@ func peerCell(ctx context.Context, log io.Writer, e engine, workers int, dir str
 	}
 	if r, ok := peer.(*riverSide); ok {
 		note = fmt.Sprintf(" (the last completions of a segment recorded up to %v after its pause)", r.lastRecord.Round(time.Millisecond))
+	}
+	if g, ok := peer.(*graphileSide); ok {
+		note = g.note()
 	}
 	return rs, note, nil
 }
