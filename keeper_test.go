@@ -116,14 +116,27 @@ func TestKeeperHeldBeforeStart(t *testing.T) {
 	if s := stateOf(k); s != keeperHeld {
 		t.Fatalf("state %d after Shutdown, want held", s)
 	}
-	if k.start.Stop() {
-		t.Fatal("the start timer was still armed after the pause")
+	k.mu.Lock()
+	giveUp := k.giveUp
+	k.mu.Unlock()
+	if want := d.sentAt.Add(q.lease - q.margin); !giveUp.Equal(want) {
+		t.Fatalf("deadline %v, want the claim's expiry less the margin, %v", giveUp, want)
+	}
+	// A run of the start timer that raced the pause is early: it must
+	// neither start the keeper nor cancel.
+	k.started()
+	if s := stateOf(k); s != keeperHeld {
+		t.Fatalf("state %d after an early run of the timer, want held", s)
 	}
 	if kctx.Err() != nil {
 		t.Fatalf("the pause ended the handler's context: %v", context.Cause(kctx))
 	}
-	// The deadline lies a lease less the margin after the claim; fire it now.
-	k.deadline.Reset(0)
+	// The deadline lies a lease less the margin after the claim; move it
+	// to now and fire the timer that stands for it.
+	k.mu.Lock()
+	k.giveUp = time.Time{}
+	k.mu.Unlock()
+	k.start.Reset(0)
 	select {
 	case <-kctx.Done():
 	case <-time.After(10 * time.Second):

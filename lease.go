@@ -298,17 +298,17 @@ func (d *Delivery) settleLease(ctx context.Context, tx *sql.Tx, o outcome, after
 // With the real clock its goroutine starts only when the first extension is
 // due (the timer start): most handlers return well within half a lease, and
 // their keepers then cost a timer, not a goroutine and two hand-offs with it.
-// A keeper paused before it started arms its deadline as a timer of its own.
+// A keeper paused before it started moves its start timer to its deadline.
 type keeper struct {
 	d      *Delivery
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	sentAt time.Time // when the expiry the keeper starts from was sent
 
-	mu       sync.Mutex
-	state    keeperState
-	start    *time.Timer // waiting: starts run when the first extension is due
-	deadline *time.Timer // held: cancels at the deadline
+	mu     sync.Mutex
+	state  keeperState
+	start  *time.Timer // waiting: starts run when the first extension is due; held: cancels at giveUp
+	giveUp time.Time   // held: the deadline
 
 	// Made when run starts.
 	pause  chan struct{} // closed by pauseKeeper: extend no more
@@ -324,7 +324,7 @@ type keeperState int
 const (
 	keeperWaiting keeperState = iota // run not started, start armed
 	keeperRunning                    // run started: the channels speak for it
-	keeperHeld                       // paused before run started: deadline armed
+	keeperHeld                       // paused before run started: start moved to the deadline
 	keeperEnded
 )
 
@@ -386,8 +386,16 @@ func (k *keeper) startLocked() {
 func (k *keeper) started() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.state == keeperWaiting {
+	switch k.state {
+	case keeperWaiting:
 		k.startLocked()
+	case keeperHeld:
+		// The timer now stands for the deadline. A run of it that fired
+		// for the start while the pause moved it is early: the moved
+		// timer runs this again at the deadline.
+		if !k.d.q.monoNow().Before(k.giveUp) {
+			k.cancel(ErrLeaseLost)
+		}
 	}
 }
 
@@ -405,12 +413,13 @@ func (d *Delivery) pauseKeeper() {
 	k.mu.Lock()
 	switch k.state {
 	case keeperWaiting:
-		// Nothing was extended yet: the deadline is the claim's.
-		k.start.Stop()
+		// Nothing was extended yet: the deadline is the claim's. The start
+		// timer is moved to it (started cancels a held keeper), which
+		// spares a settlement a timer of its own.
 		k.state = keeperHeld
 		q := d.q
-		giveUp := k.sentAt.Add(q.lease - q.margin)
-		k.deadline = time.AfterFunc(giveUp.Sub(q.monoNow()), func() { k.cancel(ErrLeaseLost) })
+		k.giveUp = k.sentAt.Add(q.lease - q.margin)
+		k.start.Reset(k.giveUp.Sub(q.monoNow()))
 		k.mu.Unlock()
 		return
 	case keeperHeld, keeperEnded:
@@ -439,9 +448,6 @@ func (d *Delivery) endKeeper() {
 	if !running {
 		if k.start != nil {
 			k.start.Stop()
-		}
-		if k.deadline != nil {
-			k.deadline.Stop()
 		}
 	}
 	k.state = keeperEnded
