@@ -7,7 +7,7 @@
 //	go run ./bench -run latency         # enqueue→handler-start latency of idle workers, by wake-up
 //	go run ./bench -run idle            # statements per second sent by idle workers
 //	go run ./bench -run work            # Queue.Work against the hand-written loop
-//	go run ./bench -run peers           # inbox against River (pgx) and goqite (SQLite)
+//	go run ./bench -run peers           # inbox against River and graphile-worker (pgx), goqite (SQLite)
 //	go run ./bench -run sustained -engines pgx   # ten minutes at 80 % load, with vacuum
 //
 // The throughput table has, for each claim form on each engine and driver,
@@ -139,7 +139,7 @@ func run(ctx context.Context, out, log io.Writer, o options) error {
 			if err := runScale(ctx, out, log, es, strings.Split(o.forms, ","), o.duration, dir); err != nil {
 				return err
 			}
-		case "peers": // bench/peers.go: River on pgx, goqite on SQLite
+		case "peers": // bench/peers.go: River and graphile-worker on pgx, goqite on SQLite
 			workers, err := parseInts(o.workers)
 			if err != nil {
 				return err
