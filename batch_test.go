@@ -943,4 +943,32 @@ func TestWorkBatchSharesStatements(t *testing.T) {
 			t.Fatalf("batch acks %s, want [1 2] (or each alone) then [3]", got)
 		}
 	})
+	t.Run("the first runs on", func(t *testing.T) {
+		// The loop runs quick handlers in its own goroutine: job 1's,
+		// which waits for its siblings' acknowledgements, must not keep
+		// them from starting, or from being acknowledged, past the wait.
+		acks := run(t, time.Millisecond, func(id any, seen func() [][]any) error {
+			if id != int64(1) {
+				return nil
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				n := 0
+				for _, ids := range seen() {
+					n += len(ids)
+				}
+				if n >= 2 {
+					return nil
+				}
+				if time.Now().After(deadline) {
+					return errors.New("jobs 2 and 3 waited for job 1")
+				}
+				runtime.Gosched()
+				time.Sleep(100 * time.Microsecond)
+			}
+		})
+		if got := sorted(acks); got != "[[2 3] [1]]" && got != "[[2] [3] [1]]" && got != "[[3] [2] [1]]" {
+			t.Fatalf("batch acks %s, want [2 3] (or each alone) then [1]", got)
+		}
+	})
 }
