@@ -19,9 +19,9 @@ type Handler func(ctx context.Context, d *Delivery) error
 
 // WorkConfig configures [Queue.Work]. Its zero value means the defaults.
 type WorkConfig struct {
-	// Batch is how many jobs one claim takes, each handled in a goroutine
-	// of its own (a job is never held without its handler running). Zero
-	// means 1; at most [MaxClaim].
+	// Batch is how many jobs one claim takes, handled side by side (see
+	// Work; a job waits at most a millisecond for its handler to start).
+	// Zero means 1; at most [MaxClaim].
 	Batch int
 	// Poll is the fallback interval: an idle process claims again after it
 	// even when no wake-up came (jobs enqueued by another process without
@@ -54,9 +54,12 @@ const (
 	DefaultMaxAttempts = 25
 )
 
-// Work claims jobs and runs handle on each, in the caller's goroutine (and
-// one more per job of a batch), until ctx ends; then it returns nil once
-// its handlers have returned. It settles each job by handle's result: nil
+// Work claims jobs and runs handle on each, in the caller's goroutine, until
+// ctx ends; then it returns nil once its handlers have returned. The jobs of
+// a batch run side by side, a goroutine each, except for lease batches that
+// settle together (the package's dialects, not examples/cockroach): those run one after
+// the other in the caller's goroutine for the batch's first millisecond and
+// side by side after it, so that quick handlers cost no goroutines. It settles each job by handle's result: nil
 // acks, an error retries after [WorkConfig.Backoff] or, past MaxAttempts,
 // moves the job to the dead table; a panic is recovered into a retry whose
 // error carries the panic's text. Each handler runs under [Delivery.Keep].
