@@ -57,9 +57,10 @@ const (
 // Work claims jobs and runs handle on each, in the caller's goroutine, until
 // ctx ends; then it returns nil once its handlers have returned. The jobs of
 // a batch run side by side, a goroutine each, except for lease batches that
-// settle together (the package's dialects, not examples/cockroach): those run one after
-// the other in the caller's goroutine for the batch's first millisecond and
-// side by side after it, so that quick handlers cost no goroutines. It settles each job by handle's result: nil
+// settle together (the package's dialects, not examples/cockroach): those
+// run one after the other in the caller's goroutine for the batch's first
+// millisecond and side by side after it, so that quick handlers cost no
+// goroutines. It settles each job by handle's result: nil
 // acks, an error retries after [WorkConfig.Backoff] or, past MaxAttempts,
 // moves the job to the dead table; a panic is recovered into a retry whose
 // error carries the panic's text. Each handler runs under [Delivery.Keep].
