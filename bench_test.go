@@ -259,16 +259,22 @@ func BenchmarkBatcherAck16(b *testing.B) {
 	}
 }
 
-// BenchmarkBatcherAckAll16 counts one AckAll of the 16 jobs of a claim:
-// allocs/op is per 16 jobs, allocs/job per job.
-func BenchmarkBatcherAckAll16(b *testing.B) {
-	f := newBTFake()
-	q := btQueue(b, f)
+// btQueueBatcher16 returns a lease queue on the fake and a Batcher of 16 on
+// it, closed with the benchmark.
+func btQueueBatcher16(b *testing.B) (*Queue, *Batcher) {
+	q := btQueue(b, newBTFake())
 	bt, err := q.NewBatcher(BatchConfig{MaxBatch: 16})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer bt.Close()
+	b.Cleanup(bt.Close)
+	return q, bt
+}
+
+// BenchmarkBatcherAckAll16 counts one AckAll of the 16 jobs of a claim:
+// allocs/op is per 16 jobs, allocs/job per job.
+func BenchmarkBatcherAckAll16(b *testing.B) {
+	q, bt := btQueueBatcher16(b)
 	ctx := context.Background()
 	ds := make([]*Delivery, 0, 16*b.N)
 	for len(ds) < 16*b.N {
@@ -376,13 +382,7 @@ func BenchmarkRawAck(b *testing.B) {
 // BenchmarkClaimAckAll16 is the loop Work replaces, batches of 16: Claim
 // and one Batcher.AckAll, one job per op.
 func BenchmarkClaimAckAll16(b *testing.B) {
-	f := newBTFake()
-	q := btQueue(b, f)
-	bt, err := q.NewBatcher(BatchConfig{MaxBatch: 16})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bt.Close()
+	q, bt := btQueueBatcher16(b)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -174,15 +174,8 @@ func newGraphileSide(ctx context.Context, e engine, db *sql.DB, dir string, work
 		"GRAPHILE_WORKERS="+strconv.Itoa(workers),
 		"GRAPHILE_PAYLOAD="+string(payload)) // 128 ASCII letters
 	cmd.Stderr = log
-	stdin, err := cmd.StdinPipe()
+	stdin, stdout, err := startPiped(cmd)
 	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	g := &graphileSide{db: db, cmd: cmd, stdin: stdin, lines: make(chan string), exited: make(chan struct{})}
@@ -291,4 +284,21 @@ func (g *graphileSide) close() {
 		g.cmd.Process.Kill()
 		<-g.exited
 	}
+}
+
+// startPiped starts cmd with pipes to its standard input and from its
+// standard output.
+func startPiped(cmd *exec.Cmd) (io.WriteCloser, io.ReadCloser, error) {
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	return stdin, stdout, nil
 }

@@ -403,15 +403,8 @@ func latencyNotify(ctx context.Context, e engine, db *sql.DB, cfg inbox.Config, 
 		latencyChildEnv+"=latency-worker",
 		latencyChildConfig+"="+latencyChild{e.name, cfg.Table.Name, cfg.NotifyChannel}.encode())
 	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
+	stdin, stdout, err := startPiped(cmd)
 	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	defer func() {

@@ -47,7 +47,7 @@ func batTable(t *testing.T, e Engine, db *sql.DB) string {
 			if t.Failed() {
 				return
 			}
-			for _, tb := range []string{table, table + "_dead"} {
+			for _, tb := range []string{table, table + "_dead", table + "_claims"} {
 				if _, err := db.Exec("DROP TABLE IF EXISTS " + tb); err != nil {
 					t.Errorf("drop %s: %v", tb, err)
 				}

@@ -856,7 +856,7 @@ func confTextSchema(t *testing.T, e Engine, db *sql.DB, table string) {
 			t.Fatalf("%s: %v", s, err)
 		}
 	}
-	confDropAtEnd(t, e, db, table, table+"_dead")
+	confDropAtEnd(t, e, db, table, table+"_dead", table+"_claims")
 }
 
 // TestTextID: a table keyed by UUID-like text given in Job.ID works for lease

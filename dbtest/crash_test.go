@@ -393,7 +393,7 @@ func crashXRun(t *testing.T, e Engine, form string) {
 	table := fmt.Sprintf("crash_%s_%s_%d", e.Name, form, os.Getpid())
 	effects := fmt.Sprintf("crash_fx_%s_%d", e.Name, os.Getpid())
 	e.CreateTable(t, db, table)
-	t.Cleanup(func() { crashXDrop(t, db, table, table+"_dead") })
+	t.Cleanup(func() { crashXDrop(t, db, table, table+"_dead", table+"_claims") })
 	if form == "rowlock" {
 		for _, s := range crashXEffectsSchema(e, effects) {
 			if _, err := db.Exec(s); err != nil {

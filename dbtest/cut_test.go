@@ -54,7 +54,7 @@ func cutXSetup(t *testing.T, e Engine, form string, lease time.Duration, conns i
 	table = fmt.Sprintf("cut_%s_%s_%d", e.Name, form, os.Getpid())
 	crashXRegister(e, table, 0)
 	e.CreateTable(t, admin, table)
-	t.Cleanup(func() { crashXDrop(t, admin, table, table+"_dead") })
+	t.Cleanup(func() { crashXDrop(t, admin, table, table+"_dead", table+"_claims") })
 	q, err := inbox.New(db, crashXConfig(e, table, form, lease))
 	if err != nil {
 		t.Fatal(err)

@@ -310,6 +310,7 @@ func TestExplainLeaseClaim(t *testing.T) {
 					if !t.Failed() {
 						db.Exec("DROP TABLE IF EXISTS " + table)
 						db.Exec("DROP TABLE IF EXISTS " + table + "_dead")
+						db.Exec("DROP TABLE IF EXISTS " + table + "_claims")
 					}
 				})
 			}
@@ -475,6 +476,7 @@ func TestExplainLeaseClaimWithoutStatistics(t *testing.T) {
 			t.Cleanup(func() {
 				db.Exec("DROP TABLE IF EXISTS " + table)
 				db.Exec("DROP TABLE IF EXISTS " + table + "_dead")
+				db.Exec("DROP TABLE IF EXISTS " + table + "_claims")
 			})
 			for _, s := range explainIndexes(e, table) {
 				if _, err := db.Exec(s); err != nil {

@@ -301,7 +301,7 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 	table := fmt.Sprintf("load_%s_%s_%s_%d", e.Name, form, suffix, os.Getpid())
 	effects := table + "_fx"
 	e.CreateTable(t, db, table)
-	t.Cleanup(func() { crashXDrop(t, db, table, table+"_dead") })
+	t.Cleanup(func() { crashXDrop(t, db, table, table+"_dead", table+"_claims") })
 	if form == "rowlock" {
 		for _, s := range crashXEffectsSchema(e, effects) {
 			if _, err := db.Exec(s); err != nil {

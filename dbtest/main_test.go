@@ -210,7 +210,33 @@ func crashXPostgresHygiene(ctx context.Context, dsn string) []string {
 	if err != nil {
 		problems = append(problems, "postgres: listing advisory locks: "+err.Error())
 	}
-	return append(problems, locks...)
+	problems = append(problems, locks...)
+	return append(problems, crashXLeftTables(ctx, db, "postgres",
+		`SELECT schemaname || '.' || tablename FROM pg_tables WHERE tablename ~ ('_' || $1 || '(_|$)')`)...)
+}
+
+// crashXLeftTables lists the tables named with this process's id (the
+// suites' way of naming tables of their own) that are still there: a suite
+// must drop what it made, claims and effects tables included, or a user's
+// database fills up with them run after run.
+func crashXLeftTables(ctx context.Context, db *sql.DB, engine, query string) []string {
+	rows, err := db.QueryContext(ctx, query, strconv.Itoa(os.Getpid()))
+	if err != nil {
+		return []string{engine + ": listing tables: " + err.Error()}
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return append(problems, engine+": listing tables: "+err.Error())
+		}
+		problems = append(problems, fmt.Sprintf("%s: table %s, named by this run, was not dropped", engine, name))
+	}
+	if err := rows.Err(); err != nil {
+		problems = append(problems, engine+": listing tables: "+err.Error())
+	}
+	return problems
 }
 
 // crashXPostgresSessions lists the sessions idle in a transaction that are
@@ -301,7 +327,9 @@ func crashXMySQLHygiene(ctx context.Context, dsn string) []string {
 	if err != nil {
 		problems = append(problems, "mysql: checking named locks: "+err.Error())
 	}
-	return append(problems, locks...)
+	problems = append(problems, locks...)
+	return append(problems, crashXLeftTables(ctx, db, "mysql",
+		"SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name REGEXP CONCAT('_', ?, '(_|$)')")...)
 }
 
 // crashXMySQLSessions lists this process's sessions (client port in ports)
@@ -436,7 +464,7 @@ func TestCrashHygieneDetects(t *testing.T) {
 			db := e.OpenDSN(t, dsn, 4)
 			table := fmt.Sprintf("crash_hyg_%s_%d", e.Name, os.Getpid())
 			e.CreateTable(t, db, table)
-			t.Cleanup(func() { crashXDrop(t, db, table, table+"_dead") })
+			t.Cleanup(func() { crashXDrop(t, db, table, table+"_dead", table+"_claims") })
 			reg := []crashXRegistered{{e, table, 3}}
 			conn, err := db.Conn(ctx)
 			if err != nil {

@@ -73,7 +73,7 @@ func TestPartitionLeaseHolder(t *testing.T) {
 			wdb := e.Open(t, 4)
 			table := fmt.Sprintf("part_%s_lease_%d", e.Name, os.Getpid())
 			e.CreateTable(t, wdb, table)
-			t.Cleanup(func() { crashXDrop(t, wdb, table, table+"_dead") })
+			t.Cleanup(func() { crashXDrop(t, wdb, table, table+"_dead", table+"_claims") })
 			cfg := crashXConfig(e, table, "lease", partXLease)
 			cfg.KeepMargin = partXMargin
 			hq, err := inbox.New(hdb, cfg)
