@@ -182,17 +182,22 @@ func (b *Batcher) Release(ctx context.Context, d *Delivery) error {
 // delivery's error in the order of ds; a delivery given twice gets an error
 // the second time.
 func (b *Batcher) AckAll(ctx context.Context, ds []*Delivery) []error {
+	return b.settleAll(ctx, ds, outAck)
+}
+
+// settleAll settles ds together by o (acknowledgement or release).
+func (b *Batcher) settleAll(ctx context.Context, ds []*Delivery, o outcome) []error {
 	errs := make([]error, len(ds))
 	items := make([]*batchItem, len(ds))
 	held := make([]*Delivery, 0, len(ds))
 	for i, d := range ds {
 		switch {
 		case d.q != b.q:
-			errs[i] = errForeign(outAck)
+			errs[i] = errForeign(o)
 		case indexOf(ds[:i], d) >= 0:
-			errs[i] = fmt.Errorf("inbox: ack: the delivery is given twice")
+			errs[i] = fmt.Errorf("inbox: %s: the delivery is given twice", o)
 		default:
-			errs[i] = b.precheck(ctx, d, outAck, 0)
+			errs[i] = b.precheck(ctx, d, o, 0)
 		}
 		if errs[i] == nil {
 			d.pauseKeeper()
@@ -211,9 +216,9 @@ func (b *Batcher) AckAll(ctx context.Context, ds []*Delivery) []error {
 		if errs[i] != nil {
 			continue
 		}
-		if errs[i] = b.recheck(ctx, d, outAck, 0); errs[i] == nil {
+		if errs[i] = b.recheck(ctx, d, o, 0); errs[i] == nil {
 			items[i] = &slab[len(own)]
-			*items[i] = itemOf(d, outAck, 0)
+			*items[i] = itemOf(d, o, 0)
 			own = append(own, items[i])
 		}
 	}
@@ -223,7 +228,7 @@ func (b *Batcher) AckAll(ctx context.Context, ds []*Delivery) []error {
 	if err := b.run(ctx, own); err != nil {
 		for i, it := range items {
 			if it != nil {
-				errs[i] = opErr(outAck.String(), err)
+				errs[i] = opErr(o.String(), err)
 			}
 		}
 		return errs

@@ -112,18 +112,33 @@ func (q *Queue) Work(ctx context.Context, cfg WorkConfig, handle Handler) error 
 // claim claims a batch. The claim runs to its end even when ctx ends
 // meanwhile (bounded by claimTimeout): a claim cut off by its context may
 // still commit at the server, leaving leases that hold jobs nobody runs
-// until they run out. Jobs claimed after ctx ended are given back at once.
+// until they run out. Jobs claimed after ctx ended are given back at once
+// (giveBack).
 func (w *worker) claim(ctx context.Context) ([]*Delivery, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
 	ds, err := w.q.Claim(cctx, w.batch)
 	if err == nil && ctx.Err() != nil {
-		for _, d := range ds {
-			w.report(d.Release(cctx))
-		}
+		w.giveBack(cctx, ds)
 		return nil, nil
 	}
 	return ds, err
+}
+
+// giveBack releases jobs no handler will run, a lease batch in one
+// statement where the dialect has one.
+func (w *worker) giveBack(ctx context.Context, ds []*Delivery) {
+	if len(ds) > 1 {
+		if b := w.batcherFor(len(ds)); b != nil {
+			for _, err := range b.settleAll(ctx, ds, outRelease) {
+				w.report(err)
+			}
+			return
+		}
+	}
+	for _, d := range ds {
+		w.report(d.Release(ctx))
+	}
 }
 
 // claimTimeout bounds a claim that outlives its loop's context.

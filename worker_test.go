@@ -613,3 +613,32 @@ func TestWorkRecordsErrors(t *testing.T) {
 		t.Errorf("delivered with last errors %q, want %q", seen, want)
 	}
 }
+
+// A claim answered after the loop's context ended is given back at once and
+// none of its handlers runs: a lease batch in one statement, its attempts
+// not spent.
+func TestWorkGivesBackLateClaim(t *testing.T) {
+	const batchRelease = `UPDATE "jobs" SET "locked_until" = NULL, "attempt" = "attempt" - 1 WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6), ($7, $8, $9)) RETURNING "id"`
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
+	exp := utc0.Add(time.Minute)
+	m.ExpectQuery(pgLeaseClaim).WithArgs(3, 3, 3, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
+		row(int64(1), int64(1), exp, []byte("p")), row(int64(2), int64(1), exp, []byte("p")), row(int64(3), int64(1), exp, []byte("p"))))
+	m.ExpectQuery(batchRelease).WithArgs(int64(1), int64(2), at(exp), int64(2), int64(2), at(exp), int64(3), int64(2), at(exp)).
+		WillReturnRows(rows("id", row(int64(1)), row(int64(2)), row(int64(3))))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The loop's context ends while the claim is on its way back.
+	m.after("query "+pgLeaseClaim, cancel)
+	var log workLog
+	done := workRun(ctx, q, inbox.WorkConfig{Batch: 3}, func(_ context.Context, d *inbox.Delivery) error {
+		log.handle(d)
+		return nil
+	})
+	workDone(t, done)
+	m.met(t)
+	log.check(t, "")
+	if q.InWork() != 0 {
+		t.Errorf("InWork() = %d after the jobs were given back", q.InWork())
+	}
+}
