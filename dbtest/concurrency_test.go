@@ -777,7 +777,14 @@ func concLockWaiting(t testing.TB, e Engine, db *sql.DB, table string) bool {
 	if e.IsPostgres() {
 		err = db.QueryRow("SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position($1 in query) > 0", table).Scan(&n)
 	} else {
-		err = db.QueryRow("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND LOCATE(?, trx_query) > 0", table).Scan(&n)
+		// MariaDB serves INNODB_TRX from a cache it refreshes only when its
+		// last read is over 100 ms old, which a poll (or another test's)
+		// can keep from ever happening: a statement naming the table that
+		// has run for a second or more waits too (a claim takes
+		// milliseconds), as PROCESSLIST, read live, tells.
+		err = db.QueryRow("SELECT (SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND LOCATE(?, trx_query) > 0)"+
+			" + (SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Query' AND TIME >= 1 AND ID <> CONNECTION_ID() AND LOCATE(?, INFO) > 0)",
+			table, table).Scan(&n)
 	}
 	if err != nil {
 		t.Fatal(err)
