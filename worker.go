@@ -309,8 +309,11 @@ func (w *worker) runBatch(ctx context.Context, b *Batcher, ds []*Delivery) {
 		early  []succeeded // succeeded before the spread, not acknowledged yet
 		before int         // jobs that ended before the spread
 	)
-	done := make(chan succeeded, n)
-	collected := make(chan struct{}) // closed once the spread batch is settled
+	// Made by the spread, under mu: a batch of quick handlers needs neither.
+	var (
+		done      chan succeeded // jobs ending after the spread report here
+		collected chan struct{}  // closed once the spread batch is settled
+	)
 	timer := time.AfterFunc(w.batchWait, func() {
 		mu.Lock()
 		if ended {
@@ -318,6 +321,7 @@ func (w *worker) runBatch(ctx context.Context, b *Batcher, ds []*Delivery) {
 			return
 		}
 		spread = true
+		done, collected = make(chan succeeded, n), make(chan struct{})
 		acks, rest := early, n-before
 		early = nil
 		mu.Unlock()
