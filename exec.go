@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -195,7 +196,7 @@ func (q *Queue) exec(ctx context.Context, ex Executor, s Stmt, v *values) (int64
 		}
 		return err
 	}
-	if _, inTx := ex.(*sql.Tx); inTx {
+	if _, inTx := txOf(ex); inTx {
 		return n, once()
 	}
 	err := q.retryDeadlock(once)
@@ -227,19 +228,167 @@ func (q *Queue) deadlock(err error) bool {
 func (q *Queue) run(ctx context.Context, ex Executor, s Stmt, v *values) (sql.Result, error) {
 	args := q.args(s, v)
 	defer freeArgs(args)
+	st, err := q.prepared(ctx, ex, s)
+	switch {
+	case err != nil:
+		return nil, err
+	case st != nil:
+		return st.ExecContext(ctx, *args...)
+	}
 	return ex.ExecContext(ctx, s.SQL, *args...)
 }
 
 func (q *Queue) query(ctx context.Context, ex Executor, s Stmt, v *values) (*sql.Rows, error) {
 	args := q.args(s, v)
 	defer freeArgs(args)
+	st, err := q.prepared(ctx, ex, s)
+	switch {
+	case err != nil:
+		return nil, err
+	case st != nil:
+		return st.QueryContext(ctx, *args...)
+	}
 	return ex.QueryContext(ctx, s.SQL, *args...)
 }
 
-func (q *Queue) queryRow(ctx context.Context, ex Executor, s Stmt, v *values) *sql.Row {
+// queryRow's errors, a failed prepare's included, come from the row's Scan.
+func (q *Queue) queryRow(ctx context.Context, ex Executor, s Stmt, v *values) scanner {
 	args := q.args(s, v)
 	defer freeArgs(args)
+	st, err := q.prepared(ctx, ex, s)
+	switch {
+	case err != nil:
+		return failedRow{err}
+	case st != nil:
+		return st.QueryRowContext(ctx, *args...)
+	}
 	return ex.QueryRowContext(ctx, s.SQL, *args...)
+}
+
+// scanner is a *sql.Row, or a row that failed before it was sent.
+type scanner interface{ Scan(dest ...any) error }
+
+type failedRow struct{ err error }
+
+func (r failedRow) Scan(...any) error { return r.err }
+
+// ownTx is a transaction the queue began on its own pool. Under
+// [Config.Prepare] its statements run prepared; a caller's *sql.Tx may come
+// from another pool, where the queue's statements cannot run, so it gets
+// the text.
+type ownTx struct{ *sql.Tx }
+
+// own returns tx as the Executor of a transaction the queue began on q.db.
+func (q *Queue) own(tx *sql.Tx) Executor {
+	if q.stmts == nil {
+		return tx
+	}
+	return ownTx{tx}
+}
+
+// txOf returns the transaction ex is, the queue's own or a caller's.
+func txOf(ex Executor) (*sql.Tx, bool) {
+	switch t := ex.(type) {
+	case *sql.Tx:
+		return t, true
+	case ownTx:
+		return t.Tx, true
+	}
+	return nil, false
+}
+
+// prepared returns the prepared statement to run s through ex, or nil to
+// send s as text: without [Config.Prepare], through a caller's *sql.Tx or
+// *sql.Conn or a connection the queue pinned (database/sql has no statement
+// of the pool's for a *sql.Conn), and in the queue's own transaction when
+// s was not prepared before it began (warm).
+func (q *Queue) prepared(ctx context.Context, ex Executor, s Stmt) (*sql.Stmt, error) {
+	if q.stmts == nil {
+		return nil, nil
+	}
+	switch e := ex.(type) {
+	case *sql.DB:
+		if e == q.db {
+			return q.stmts.get(ctx, s.SQL)
+		}
+	case ownTx:
+		// Preparing for the pool now would take a second connection
+		// while the transaction holds one: with a pool of one, forever.
+		if st := q.stmts.lookup(s.SQL); st != nil {
+			// Prepared on the transaction's connection the first
+			// time, reused after: database/sql keeps one per
+			// connection.
+			return e.StmtContext(ctx, st), nil
+		}
+	}
+	return nil, nil
+}
+
+// warm prepares, under [Config.Prepare], the statements a transaction the
+// queue is about to begin will run, while it holds no connection. A prepare
+// that fails leaves its statement to be sent as text.
+func (q *Queue) warm(ctx context.Context, ss ...Stmt) {
+	if q.stmts == nil {
+		return
+	}
+	for _, s := range ss {
+		if s.SQL != "" {
+			_, _ = q.stmts.get(ctx, s.SQL)
+		}
+	}
+}
+
+// stmtCache holds the statements of a queue with [Config.Prepare], by their
+// text, prepared at their first use. database/sql prepares each once on
+// every connection it then runs on; the cache closes them when the queues
+// sharing it are collected.
+type stmtCache struct {
+	db *sql.DB
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+func newStmtCache(db *sql.DB) *stmtCache {
+	c := &stmtCache{db: db, m: map[string]*sql.Stmt{}}
+	runtime.SetFinalizer(c, (*stmtCache).close)
+	return c
+}
+
+func (c *stmtCache) lookup(text string) *sql.Stmt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[text]
+}
+
+// get returns text's statement, preparing it the first time. A prepare that
+// fails (a cancelled context, a broken connection) is tried again at the
+// next use.
+func (c *stmtCache) get(ctx context.Context, text string) (*sql.Stmt, error) {
+	if st := c.lookup(text); st != nil {
+		return st, nil
+	}
+	st, err := c.db.PrepareContext(ctx, text)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if first := c.m[text]; first != nil {
+		// Another call prepared it meanwhile.
+		_ = st.Close()
+		return first, nil
+	}
+	c.m[text] = st
+	return st, nil
+}
+
+func (c *stmtCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for text, st := range c.m {
+		_ = st.Close()
+		delete(c.m, text)
+	}
 }
 
 // moveDead moves the row v names to the dead table and returns the rows
@@ -250,8 +399,8 @@ func (q *Queue) moveDead(ctx context.Context, ex Executor, v *values) (int64, er
 	if q.st.DeadDelete.SQL == "" {
 		return q.exec(ctx, ex, q.st.DeadInsert, v)
 	}
-	if tx, ok := ex.(*sql.Tx); ok {
-		return q.copyDead(ctx, tx, v)
+	if _, ok := txOf(ex); ok {
+		return q.copyDead(ctx, ex, v)
 	}
 	b, ok := ex.(interface {
 		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
@@ -259,11 +408,15 @@ func (q *Queue) moveDead(ctx context.Context, ex Executor, v *values) (int64, er
 	if !ok {
 		return 0, fmt.Errorf("moving to the dead table: %T cannot begin a transaction", ex)
 	}
+	if ex == Executor(q.db) {
+		q.warm(ctx, q.st.DeadInsert, q.st.DeadDelete)
+	}
 	tx, err := b.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
 	}
-	n, err := q.copyDead(ctx, tx, v)
+	// Begun on q.db or on a connection the queue pinned from it.
+	n, err := q.copyDead(ctx, q.own(tx), v)
 	if err != nil || n == 0 {
 		_ = tx.Rollback()
 		return n, err
@@ -271,8 +424,9 @@ func (q *Queue) moveDead(ctx context.Context, ex Executor, v *values) (int64, er
 	return n, tx.Commit()
 }
 
-// copyDead copies the row into the dead table, then deletes it, in tx.
-func (q *Queue) copyDead(ctx context.Context, tx *sql.Tx, v *values) (int64, error) {
+// copyDead copies the row into the dead table, then deletes it, in the
+// transaction tx.
+func (q *Queue) copyDead(ctx context.Context, tx Executor, v *values) (int64, error) {
 	n, err := q.exec(ctx, tx, q.st.DeadInsert, v)
 	if err != nil || n == 0 {
 		return n, err

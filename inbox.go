@@ -172,6 +172,18 @@ type Config struct {
 	// whose extensions keep failing cancels its handler. Zero means a tenth
 	// of the lease.
 	KeepMargin time.Duration
+	// Prepare makes the queue prepare each statement at its first use and
+	// run it prepared from then on, through its pool and the transactions
+	// it begins (database/sql prepares it once on each connection it runs
+	// on). Statements through the caller's *sql.Tx or *sql.Conn, and the
+	// advisory form's pinned connections, are sent as text. It is for
+	// drivers that otherwise send and plan every statement anew: lib/pq
+	// (two round trips and a plan each) and go-sql-driver/mysql without
+	// interpolateParams (a prepare, a run and a close each); pgx caches
+	// statements itself. Not behind PgBouncer in transaction pooling before
+	// 1.21 (max_prepared_statements), which loses prepared statements
+	// between transactions. The SQL is the same text either way.
+	Prepare bool
 }
 
 // Queue claims and settles the jobs of one table. It is immutable after [New]
@@ -190,6 +202,7 @@ type Queue struct {
 	now         func() time.Time // nil: the database's clock
 	after       func(time.Duration) <-chan time.Time
 	margin      time.Duration
+	stmts       *stmtCache // Config.Prepare: the prepared statements; nil: text
 	holds       *poolHolds
 	keys        *keySet // advisory keys in work in this process
 
@@ -246,6 +259,9 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	}
 	q.now = cfg.Now
 	n.DBClock = cfg.Now == nil
+	if cfg.Prepare {
+		q.stmts = newStmtCache(db)
+	}
 	if q.st, err = cfg.Dialect.Statements(&n); err != nil {
 		return nil, opErr("new: "+cfg.Dialect.Name(), err)
 	}
@@ -273,7 +289,12 @@ func (q *Queue) WithLease(d time.Duration) (*Queue, error) {
 	}
 	cfg := q.cfg
 	cfg.Lease = d
-	return New(q.db, cfg)
+	wl, err := New(q.db, cfg)
+	if err == nil && q.stmts != nil {
+		// The same statements: prepared once for both.
+		wl.stmts = q.stmts
+	}
+	return wl, err
 }
 
 // Form reports the queue's claim form.

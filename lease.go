@@ -43,19 +43,24 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 // claimLeaseSelectMark is the lease claim of engines without UPDATE …
 // RETURNING (MySQL): the rows are locked by ClaimSelect, then marked.
 func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.Time) ([]*Delivery, error) {
+	q.warm(ctx, q.st.ClaimSelect, q.st.ClaimSelectMore, q.st.ClaimMark)
+	if !q.st.ClaimSelect.Clock {
+		q.warm(ctx, q.st.Now)
+	}
 	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
+	ex := q.own(tx)
 	if !q.st.ClaimSelect.Clock {
-		now, err := q.readNow(ctx, tx)
+		now, err := q.readNow(ctx, ex)
 		if err != nil {
 			return nil, err
 		}
 		v.now = now
 	}
-	ds, err := q.selectClaimed(ctx, tx, v)
+	ds, err := q.selectClaimed(ctx, ex, v)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +69,7 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 	}
 	if v.now.IsZero() {
 		// The reads that came with rows carried no clock.
-		if v.now, err = q.readNow(ctx, tx); err != nil {
+		if v.now, err = q.readNow(ctx, ex); err != nil {
 			return nil, err
 		}
 	}
@@ -85,7 +90,7 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 			d.expiry, d.sentAt = v.until, sent
 		}
 		mv := values{tokens: toks, now: v.now, until: v.until}
-		n, err := q.exec(ctx, tx, q.st.ClaimMark, &mv)
+		n, err := q.exec(ctx, ex, q.st.ClaimMark, &mv)
 		if err != nil {
 			return nil, err
 		}
@@ -96,7 +101,7 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 			if q.st.ClaimMarked.SQL == "" {
 				return nil, fmt.Errorf("inbox: claim: ClaimMark changed %d of %d rows and the dialect has no ClaimMarked to tell which: the claim was rolled back", n, len(chunk))
 			}
-			if chunk, err = q.claimMarked(ctx, tx, chunk, &mv); err != nil {
+			if chunk, err = q.claimMarked(ctx, ex, chunk, &mv); err != nil {
 				return nil, err
 			}
 		}
@@ -110,7 +115,7 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 
 // claimMarked keeps, of the chunk a ClaimMark named, the deliveries whose
 // rows it wrote, as ClaimMarked reads them back.
-func (q *Queue) claimMarked(ctx context.Context, tx *sql.Tx, chunk []*Delivery, mv *values) ([]*Delivery, error) {
+func (q *Queue) claimMarked(ctx context.Context, tx Executor, chunk []*Delivery, mv *values) ([]*Delivery, error) {
 	rows, err := q.query(ctx, tx, q.st.ClaimMarked, mv)
 	if err != nil {
 		return nil, err
@@ -140,7 +145,7 @@ func (q *Queue) claimMarked(ctx context.Context, tx *sql.Tx, chunk []*Delivery, 
 // places left, ClaimSelectMore. With a priority both read the whole claim
 // and the best are kept, by priority then id: the rows locked beyond it are
 // let go when the claim's transaction commits.
-func (q *Queue) selectClaimed(ctx context.Context, tx *sql.Tx, v *values) ([]*Delivery, error) {
+func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values) ([]*Delivery, error) {
 	max := v.limit
 	ds := make([]*Delivery, 0, max)
 	for _, s := range []Stmt{q.st.ClaimSelect, q.st.ClaimSelectMore} {

@@ -20,6 +20,10 @@ func (q *Queue) claimRowLock(ctx context.Context, max int) ([]*Delivery, error) 
 	if err != nil {
 		return ds, err
 	}
+	// What the held transactions will run: the reserve left a connection
+	// to prepare on.
+	st := q.st
+	q.warm(ctx, st.Claim, st.ClaimSelect, st.ClaimMark, st.Ack, st.Retry, st.DeadInsert, st.DeadDelete, st.ClaimsClear)
 	for len(ds) < got {
 		d, err := q.claimOneRowLock(ctx, now)
 		if err != nil {
@@ -43,7 +47,7 @@ func (q *Queue) claimOneRowLock(ctx context.Context, now time.Time) (*Delivery, 
 		if err != nil {
 			return nil, err
 		}
-		d, err := q.claimOne(ctx, tx, &values{limit: 1, now: now})
+		d, err := q.claimOne(ctx, q.own(tx), &values{limit: 1, now: now})
 		if err != nil || d == nil {
 			_ = tx.Rollback()
 			return nil, err
@@ -84,10 +88,10 @@ func (q *Queue) countClaim(ctx context.Context, tx *sql.Tx, d *Delivery) (bool, 
 	if ended := claims - 1; ended <= int64(q.names.Raw.MaxClaims) {
 		return false, nil
 	}
-	if _, err := q.moveDead(ctx, tx, &v); err != nil {
+	if _, err := q.moveDead(ctx, q.own(tx), &v); err != nil {
 		return false, err
 	}
-	if _, err := q.exec(ctx, tx, q.st.ClaimsClear, &v); err != nil {
+	if _, err := q.exec(ctx, q.own(tx), q.st.ClaimsClear, &v); err != nil {
 		return false, err
 	}
 	return true, tx.Commit()
@@ -140,21 +144,22 @@ func (q *Queue) claimOne(ctx context.Context, ex Executor, v *values) (*Delivery
 func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Duration) error {
 	q := d.q
 	tx := d.tx
+	ex := q.own(tx)
 	v := values{id: d.id, attempt: d.attempt, micros: after.Microseconds(), errText: d.errText}
 	var err error
 	switch o {
 	case outAck:
 		var n int64
-		if n, err = q.exec(ctx, tx, q.st.Ack, &v); err == nil && n != 1 {
+		if n, err = q.exec(ctx, ex, q.st.Ack, &v); err == nil && n != 1 {
 			err = fmt.Errorf("deleted %d rows for id %v", n, d.id)
 		}
 	case outRetry:
 		// The claim wrote nothing: the Retry counts the attempt spent.
-		if err = q.fillTimes(ctx, tx, q.st.Retry, &v, after); err == nil {
-			_, err = q.exec(ctx, tx, q.st.Retry, &v)
+		if err = q.fillTimes(ctx, ex, q.st.Retry, &v, after); err == nil {
+			_, err = q.exec(ctx, ex, q.st.Retry, &v)
 		}
 	case outDead:
-		_, err = q.moveDead(ctx, tx, &v)
+		_, err = q.moveDead(ctx, ex, &v)
 	case outRelease:
 		if q.st.ClaimsGiveBack.SQL != "" {
 			// Release is not a crash: its count is taken back while the
@@ -169,7 +174,7 @@ func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Dura
 	if err == nil && q.st.ClaimsClear.SQL != "" {
 		// A settled delivery leaves no count behind: Ack and Dead remove
 		// the job, and a Retry is a verdict, so it starts the count anew.
-		_, err = q.exec(ctx, tx, q.st.ClaimsClear, &v)
+		_, err = q.exec(ctx, ex, q.st.ClaimsClear, &v)
 	}
 	if err != nil {
 		// Nothing of a failed settlement may commit: the statements before

@@ -71,7 +71,8 @@ func (q *Queue) settleManyOnce(ctx context.Context, set *BatchStatements, o outc
 // again under those locks.
 func (q *Queue) settleManyLocked(ctx context.Context, set *BatchStatements, s Stmt, v *values, toks []token, errs []error) {
 	var n int64
-	err := q.inTx(ctx, func(tx *sql.Tx) (bool, error) {
+	q.warm(ctx, s, set.Lock)
+	err := q.inTx(ctx, func(tx Executor) (bool, error) {
 		var err error
 		n, err = q.exec(ctx, tx, s, v)
 		return err == nil && n == int64(len(toks)), err
@@ -81,7 +82,7 @@ func (q *Queue) settleManyLocked(ctx context.Context, set *BatchStatements, s St
 		return
 	}
 	fill(errs, ErrLeaseLost)
-	err = q.inTx(ctx, func(tx *sql.Tx) (bool, error) {
+	err = q.inTx(ctx, func(tx Executor) (bool, error) {
 		rows, err := q.query(ctx, tx, set.Lock, v)
 		if err == nil {
 			err = markReturned(rows, toks, errs)
@@ -98,12 +99,12 @@ func (q *Queue) settleManyLocked(ctx context.Context, set *BatchStatements, s St
 
 // inTx runs f in a transaction on q's pool, committing when f says so and
 // rolling back otherwise.
-func (q *Queue) inTx(ctx context.Context, f func(tx *sql.Tx) (commit bool, err error)) error {
+func (q *Queue) inTx(ctx context.Context, f func(tx Executor) (commit bool, err error)) error {
 	tx, err := q.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	commit, err := f(tx)
+	commit, err := f(q.own(tx))
 	if err != nil || !commit {
 		_ = tx.Rollback()
 		return err

@@ -48,14 +48,16 @@ type mock struct {
 	sqlmock.Sqlmock
 	DB *sql.DB
 
-	mu       sync.Mutex
-	calls    []string
-	on       []int // the connection of each call, numbered from 1
-	nconns   int
-	closed   []int // the connections database/sql closed, in order
-	hooks    map[string]func()
-	begins   []driver.TxOptions
-	beginCtx []context.Context
+	mu     sync.Mutex
+	calls  []string
+	on     []int // the connection of each call, numbered from 1
+	nconns int
+	closed []int // the connections database/sql closed, in order
+	// stmtsClosed are the prepared statements closed, by text.
+	stmtsClosed []string
+	hooks       map[string]func()
+	begins      []driver.TxOptions
+	beginCtx    []context.Context
 }
 
 // newMock returns a mock whose database the test closes at its end.
@@ -188,7 +190,60 @@ type conn struct {
 
 func (c *conn) Prepare(q string) (driver.Stmt, error) {
 	c.m.add(c, "prepare "+q)
-	return c.c.Prepare(q)
+	st, err := c.c.Prepare(q)
+	if err != nil {
+		return nil, err
+	}
+	return &stmt{c: c, st: st, q: q}, nil
+}
+
+// stmt logs the runs of a prepared statement as "stmt query " or "stmt
+// exec " and its text, on its connection.
+type stmt struct {
+	c  *conn
+	st driver.Stmt
+	q  string
+}
+
+// Close notes the statement closed, after sqlmock has: a test polls for it
+// from another goroutine than the finalizer's that closes.
+func (s *stmt) Close() error {
+	err := s.st.Close()
+	s.c.m.mu.Lock()
+	s.c.m.stmtsClosed = append(s.c.m.stmtsClosed, s.q)
+	s.c.m.mu.Unlock()
+	return err
+}
+
+// closedStmts returns the texts of the prepared statements closed so far.
+func (m *mock) closedStmts() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.stmtsClosed...)
+}
+
+func (s *stmt) NumInput() int { return s.st.NumInput() }
+
+func (s *stmt) Exec(args []driver.Value) (driver.Result, error) {
+	return nil, fmt.Errorf("stmt: Exec without a context")
+}
+
+func (s *stmt) Query(args []driver.Value) (driver.Rows, error) {
+	return nil, fmt.Errorf("stmt: Query without a context")
+}
+
+func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	s.c.m.add(s.c, "stmt query "+s.q)
+	return s.st.(driver.StmtQueryContext).QueryContext(ctx, args)
+}
+
+func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	s.c.m.add(s.c, "stmt exec "+s.q)
+	return s.st.(driver.StmtExecContext).ExecContext(ctx, args)
+}
+
+func (s *stmt) CheckNamedValue(nv *driver.NamedValue) error {
+	return s.c.CheckNamedValue(nv)
 }
 
 func (c *conn) Close() error {

@@ -334,11 +334,6 @@ func concFill(t *testing.T, e Engine, db *sql.DB, table string, n, keys int) map
 // delivered once, at attempt 1, and acked once; nothing is left or dead.
 func TestConcDrainTwoPools(t *testing.T) {
 	confEach(t, formsWithKey, func(t *testing.T, e Engine, form string) {
-		const (
-			workers = 8 // four per pool
-			keys    = 20
-			conns   = 7
-		)
 		jobs := 400
 		if e.IsSQLite() {
 			jobs = 300
@@ -346,68 +341,97 @@ func TestConcDrainTwoPools(t *testing.T) {
 				jobs = 150 // SQLite under -race is slow; the defect showed on nearly every job
 			}
 		}
-		db1, db2 := confOpenTwo(t, e, conns)
-		table := concTable(t, e, db1, "two_"+form)
-		qualified := concQualified(t, e, db1, table)
-		q1 := confNew(t, db1, confConfig(e, Table(table, form), nil))
-		q2 := confNew(t, db2, confConfig(e, Table(qualified, form), nil))
-		want := concFill(t, e, db1, table, jobs, keys)
-
-		l := newConcLedger()
-		batch := 5
-		if form != "lease" {
-			batch = 2 // each job holds a connection
-		}
-		keyed := form == "advisory-k"
-		var work atomic.Int64
-		ok := concWorkers(t, []*inbox.Queue{q1, q2}, workers, batch, 2*time.Minute,
-			func() bool { return l.ackedJobs() >= jobs },
-			func(ctx context.Context, d *inbox.Delivery) {
-				key := ""
-				if keyed {
-					key = d.Key()
-				}
-				l.start(d, key)
-				// The handler works a moment (a statement of its own, on
-				// either pool), so that other claims run while it holds the
-				// job.
-				var one int
-				db := db1
-				if work.Add(1)%2 == 0 {
-					db = db2
-				}
-				if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil && ctx.Err() == nil {
-					t.Errorf("handler's statement: %v", err)
-				}
-				l.done(key)
-				l.end(d, d.Ack(context.WithoutCancel(ctx)))
-			})
-		if !ok {
-			t.Errorf("workers stalled: %d of %d jobs acked in two minutes; left: %d", l.ackedJobs(), jobs, confCount(t, db1, table))
-		}
-		l.check(t, want)
-		if n := confCount(t, db1, table); n != 0 {
-			t.Errorf("%d jobs left in the table", n)
-		}
-		if n := confCount(t, db1, table+"_dead"); n != 0 {
-			t.Errorf("%d jobs in the dead table", n)
-		}
-		confIdleSoon(t, db1, q1)
-		confIdleSoon(t, db2, q2)
-		if strings.HasPrefix(form, "advisory") && !e.IsSQLite() {
-			var lockKeys []string
-			if keyed {
-				for i := range keys {
-					lockKeys = append(lockKeys, "K"+strconv.Itoa(i))
-				}
-			} else {
-				for id := range want {
-					lockKeys = append(lockKeys, id)
-				}
-			}
-			confNoLocks(t, e, db1, table, lockKeys)
-		}
+		concDrainTwoPools(t, e, form, jobs, false)
 	})
+}
+
+// TestPreparedDrainTwoPools is TestConcDrainTwoPools with Config.Prepare:
+// statements prepared by two pools, one naming the table plainly and the
+// other by its qualified name, each job acked once.
+func TestPreparedDrainTwoPools(t *testing.T) {
+	confEach(t, formsWithKey, func(t *testing.T, e Engine, form string) {
+		jobs := 200
+		if e.IsSQLite() && confRace() {
+			jobs = 100
+		}
+		concDrainTwoPools(t, e, form, jobs, true)
+	})
+}
+
+// concDrainTwoPools drains jobs with eight workers over two pools.
+func concDrainTwoPools(t *testing.T, e Engine, form string, jobs int, prepare bool) {
+	const (
+		workers = 8 // four per pool
+		keys    = 20
+		conns   = 7
+	)
+	db1, db2 := confOpenTwo(t, e, conns)
+	what := "two_" + form
+	if prepare {
+		what = "two_prep_" + form
+	}
+	table := concTable(t, e, db1, what)
+	qualified := concQualified(t, e, db1, table)
+	cfg1, cfg2 := confConfig(e, Table(table, form), nil), confConfig(e, Table(qualified, form), nil)
+	cfg1.Prepare, cfg2.Prepare = prepare, prepare
+	q1 := confNew(t, db1, cfg1)
+	q2 := confNew(t, db2, cfg2)
+	want := concFill(t, e, db1, table, jobs, keys)
+
+	l := newConcLedger()
+	batch := 5
+	if form != "lease" {
+		batch = 2 // each job holds a connection
+	}
+	keyed := form == "advisory-k"
+	var work atomic.Int64
+	ok := concWorkers(t, []*inbox.Queue{q1, q2}, workers, batch, 2*time.Minute,
+		func() bool { return l.ackedJobs() >= jobs },
+		func(ctx context.Context, d *inbox.Delivery) {
+			key := ""
+			if keyed {
+				key = d.Key()
+			}
+			l.start(d, key)
+			// The handler works a moment (a statement of its own, on
+			// either pool), so that other claims run while it holds the
+			// job.
+			var one int
+			db := db1
+			if work.Add(1)%2 == 0 {
+				db = db2
+			}
+			if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil && ctx.Err() == nil {
+				t.Errorf("handler's statement: %v", err)
+			}
+			l.done(key)
+			l.end(d, d.Ack(context.WithoutCancel(ctx)))
+		})
+	if !ok {
+		t.Errorf("workers stalled: %d of %d jobs acked in two minutes; left: %d", l.ackedJobs(), jobs, confCount(t, db1, table))
+	}
+	l.check(t, want)
+	if n := confCount(t, db1, table); n != 0 {
+		t.Errorf("%d jobs left in the table", n)
+	}
+	if n := confCount(t, db1, table+"_dead"); n != 0 {
+		t.Errorf("%d jobs in the dead table", n)
+	}
+	confIdleSoon(t, db1, q1)
+	confIdleSoon(t, db2, q2)
+	if strings.HasPrefix(form, "advisory") && !e.IsSQLite() {
+		var lockKeys []string
+		if keyed {
+			for i := range keys {
+				lockKeys = append(lockKeys, "K"+strconv.Itoa(i))
+			}
+		} else {
+			for id := range want {
+				lockKeys = append(lockKeys, id)
+			}
+		}
+		confNoLocks(t, e, db1, table, lockKeys)
+	}
 }
 
 // TestConcClaimsNoFalseDead (issue 9, defect 1): with the row-lock claims

@@ -1,0 +1,196 @@
+package inbox_test
+
+// Config.Prepare: each statement prepared once, at its first use, and run
+// prepared after, through the pool and the queue's own transactions; the
+// caller's transactions and connections get the text. The pins are the
+// same statements as without it (sql_postgres_test.go, sql_mysql_test.go).
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// wantLog checks the calls that reached the driver from the n-th on.
+func wantLog(t *testing.T, m *mock, n int, want ...string) {
+	t.Helper()
+	if got := m.log(n); !reflect.DeepEqual(got, want) {
+		t.Errorf("calls sent:\n%q\nwant:\n%q", got, want)
+	}
+}
+
+func TestPreparePostgresLease(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Prepare: true})
+	ctx := context.Background()
+	exp := utc0.Add(time.Minute)
+	claimRows := func(id int64) {
+		m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
+			row(id, int64(1), exp, []byte("p"))))
+	}
+
+	// The first claim prepares the statement, the second only runs it.
+	m.ExpectPrepare(pgLeaseClaim)
+	claimRows(7)
+	claimRows(8)
+	n := m.sent()
+	d7 := claim(t, q, 1, 7)[0]
+	d8 := claim(t, q, 1, 8)[0]
+	wantLog(t, m, n, "prepare "+pgLeaseClaim, "stmt query "+pgLeaseClaim, "stmt query "+pgLeaseClaim)
+
+	m.ExpectPrepare(pgLeaseAck)
+	m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(exp)).WillReturnResult(affected(1))
+	n = m.sent()
+	ok(t, "Ack", d7.Ack(ctx))
+	wantLog(t, m, n, "prepare "+pgLeaseAck, "stmt exec "+pgLeaseAck)
+
+	// In the caller's transaction, which may be another pool's: the text.
+	m.ExpectBegin()
+	m.ExpectExec(pgLeaseAck).WithArgs(int64(8), int64(2), at(exp)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	tx, err := m.DB.BeginTx(ctx, nil)
+	ok(t, "Begin", err)
+	n = m.sent()
+	ok(t, "AckTx", d8.AckTx(ctx, tx))
+	wantLog(t, m, n, "exec "+pgLeaseAck)
+	ok(t, "Commit", tx.Commit())
+
+	// A queue made from it by WithLease shares its statements.
+	q2, err := q.WithLease(time.Minute)
+	ok(t, "WithLease", err)
+	claimRows(9)
+	n = m.sent()
+	claim(t, q2, 1, 9)
+	wantLog(t, m, n, "stmt query "+pgLeaseClaim)
+	m.met(t)
+}
+
+// Without Prepare nothing is prepared: the same statements go as text.
+func TestPrepareOffSendsText(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
+	m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
+		row(int64(7), int64(1), utc0.Add(time.Minute), []byte("p"))))
+	n := m.sent()
+	claim(t, q, 1, 7)
+	wantLog(t, m, n, "query "+pgLeaseClaim)
+	m.met(t)
+}
+
+// The MySQL lease claim's transaction runs its statements prepared: they
+// are prepared before it begins, while the claim holds no connection, so
+// that a pool of one never waits for a second.
+func TestPrepareMySQLLeaseClaim(t *testing.T) {
+	m := newMock(t)
+	m.DB.SetMaxOpenConns(1)
+	clk := newClock(t0)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now, Prepare: true})
+	const exp = "2024-03-01 12:01:00.123456"
+	claimOnce := func() {
+		m.ExpectBegin()
+		m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 1).WillReturnRows(rows("id,attempt,payload"))
+		m.ExpectQuery(myLeaseFree).WithArgs(1).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), []byte("p7"))))
+		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1)...).WillReturnResult(affected(1))
+		m.ExpectCommit()
+	}
+	m.ExpectPrepare(myLeaseDue)
+	m.ExpectPrepare(myLeaseFree)
+	m.ExpectPrepare(myLeaseMark)
+	claimOnce()
+	n := m.sent()
+	d := claim(t, q, 1, 7)[0]
+	run := []string{"begin", "stmt query " + myLeaseDue, "stmt query " + myLeaseFree, "stmt exec " + myLeaseMark, "commit"}
+	wantLog(t, m, n, append([]string{"prepare " + myLeaseDue, "prepare " + myLeaseFree, "prepare " + myLeaseMark}, run...)...)
+
+	m.ExpectPrepare(myLeaseRelease)
+	m.ExpectExec(myLeaseRelease).WithArgs(int64(7), int64(2), exp).WillReturnResult(affected(1))
+	ok(t, "Release", d.Release(context.Background()))
+	claimOnce()
+	n = m.sent()
+	claim(t, q, 1, 7)
+	wantLog(t, m, n, run...)
+	m.met(t)
+}
+
+// The row lock's held transaction runs the claim and the settlement
+// prepared, on its own connection.
+func TestPrepareRowLock(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: rowLockTable, Prepare: true})
+	cols := "id,attempt,payload"
+	// What a held transaction may run is prepared before the first begins.
+	for _, s := range []string{pgRowLockClaim, pgRowLockAck, pgRowLockRetry, pgRowLockDead} {
+		m.ExpectPrepare(s)
+	}
+	m.ExpectBegin()
+	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
+	n := m.sent()
+	d := claim(t, q, 1, 7)[0]
+	wantLog(t, m, n, "prepare "+pgRowLockClaim, "prepare "+pgRowLockAck, "prepare "+pgRowLockRetry, "prepare "+pgRowLockDead,
+		"begin", "stmt query "+pgRowLockClaim)
+
+	m.ExpectExec(pgRowLockAck).WithArgs(int64(7)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	n = m.sent()
+	ok(t, "Ack", d.Ack(context.Background()))
+	wantLog(t, m, n, "stmt exec "+pgRowLockAck, "commit")
+	m.met(t)
+}
+
+// A prepare that fails fails the call and changes nothing; the next call
+// prepares again.
+func TestPrepareFails(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Prepare: true})
+	broken := errors.New("connection reset")
+	m.ExpectPrepare(pgLeaseClaim).WillReturnError(broken)
+	if _, err := q.Claim(context.Background(), 1); !errors.Is(err, broken) {
+		t.Fatalf("Claim with a failing prepare: %v, want %v", err, broken)
+	}
+	m.ExpectPrepare(pgLeaseClaim)
+	m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows("id,attempt,locked_until,payload"))
+	claim(t, q, 1)
+	m.met(t)
+}
+
+// A cancelled context prepares nothing and sends nothing.
+func TestPrepareCancelled(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Prepare: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	m.quiet(t, "a claim with a cancelled context", func() {
+		if _, err := q.Claim(ctx, 1); !errors.Is(err, context.Canceled) {
+			t.Errorf("Claim: %v, want context.Canceled", err)
+		}
+	})
+	m.met(t)
+}
+
+// The statements are closed once no queue refers to them.
+func TestPrepareClosedWithQueue(t *testing.T) {
+	m := newMock(t)
+	func() {
+		q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Prepare: true})
+		m.ExpectPrepare(pgLeaseClaim).WillBeClosed()
+		m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows("id,attempt,locked_until,payload"))
+		claim(t, q, 1)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(m.closedStmts()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the prepared statement was not closed once its queue was gone")
+		}
+		runtime.GC()
+		runtime.Gosched()
+	}
+	if got := m.closedStmts(); !reflect.DeepEqual(got, []string{pgLeaseClaim}) {
+		t.Errorf("closed %q, want the claim", got)
+	}
+	m.met(t)
+}
