@@ -56,7 +56,7 @@ func newInboxSide(e engine, db *sql.DB, table, form string, batch int) (*inboxSi
 	if async {
 		form = "lease"
 	}
-	q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Table: benchTable(table, form)})
+	q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Table: benchTable(table, form), Prepare: prepareInbox})
 	if err != nil {
 		return nil, err
 	}

@@ -56,6 +56,7 @@ func main() {
 	flag.DurationVar(&sustainVacuum, "sustain-vacuum", sustainVacuum, "sustained: VACUUM the table this often (0: never; this machine runs autovacuum off)")
 	flag.BoolVar(&sustainHold, "sustain-hold", false, "sustained: hold a transaction with a snapshot open for the whole run")
 	flag.DurationVar(&riverFetchCooldown, "river-cooldown", riverFetchCooldown, "peers: River's Config.FetchCooldown (River's default, 100ms, allows about 10 jobs/s a worker)")
+	flag.BoolVar(&prepareInbox, "prepare", false, "table, work: inbox's side runs with Config.Prepare (its statements prepared once per connection); the hand-written side sends text")
 	flag.BoolVar(&handIndexes, "hand-indexes", false, "table, work: give the hand-written side's lease table inbox's recommended lease indexes too (by default it has its primary key only, as a minimal queue would)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
@@ -212,11 +213,18 @@ func prefill(best map[string]float64, c cell, duration time.Duration) int {
 var handIndexes bool
 
 func handTableKind() string {
+	kind := "primary key only"
 	if handIndexes {
-		return "the same lease indexes"
+		kind = "the same lease indexes"
 	}
-	return "primary key only"
+	if prepareInbox {
+		kind += "; inbox with Config.Prepare, hand-written as text"
+	}
+	return kind
 }
+
+// prepareInbox runs inbox's side with Config.Prepare (-prepare).
+var prepareInbox bool
 
 // createTables creates the two tables of a cell: inbox's, with the
 // recommended lease indexes under the lease form, and the hand-written

@@ -18,7 +18,8 @@
 // more, and lists the statements for those who write expectations by hand.
 //
 // The sqlmock must match exactly ([sqlmock.QueryMatcherEqual]) and in order
-// (its default); the queue goes to [New] before its first claim; its pool
+// (its default); the queue is made without [inbox.Config.Prepare] and goes
+// to [New] before its first claim; its pool
 // leaves room for the largest claim under the row lock and advisory forms;
 // a Config.Now clock stands still between an expectation and the call it
 // stands for. A Mock is for the test's goroutine. Its methods panic on a
@@ -141,6 +142,11 @@ func New(mock sqlmock.Sqlmock, q *inbox.Queue, cfg inbox.Config) *Mock {
 func newMock(mock sqlmock.Sqlmock, q *inbox.Queue, cfg inbox.Config) *Mock {
 	if cfg.Dialect == nil {
 		panic("inboxtest: new: Config.Dialect is nil")
+	}
+	if cfg.Prepare {
+		// Which call prepares depends on which of the pool's connections
+		// it meets first, which a recording cannot foresee.
+		panic("inboxtest: new: Config.Prepare is set: expectations are for statements sent as text; make the queue under test without it (the SQL is the same)")
 	}
 	db, err := newStandIn(cfg)
 	if err != nil {

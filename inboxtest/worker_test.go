@@ -561,6 +561,15 @@ func TestMisuse(t *testing.T) {
 	if msg := panics(func() { inboxtest.New(mock, q, other) }); !strings.Contains(msg, "cfg is not the configuration q was made with") {
 		t.Errorf("New with another configuration: panic %q", msg)
 	}
+
+	// A queue that prepares its statements: which call prepares depends on
+	// the connection it meets.
+	prepared := lease
+	prepared.Prepare = true
+	pq, _ := inbox.New(db, prepared)
+	if msg := panics(func() { inboxtest.New(mock, pq, prepared) }); !strings.Contains(msg, "Config.Prepare is set") {
+		t.Errorf("New with Config.Prepare: panic %q", msg)
+	}
 }
 
 // The pool decides how many jobs the row lock and advisory forms claim,
