@@ -284,7 +284,7 @@ func TestBatchAckMySQLAlone(t *testing.T) {
 	b := btBatcher(t, q, BatchConfig{MaxBatch: 1})
 	// One token: plain conditions, which MariaDB plans by key where it
 	// scans for a one-row IN.
-	const one = "DELETE FROM `jobs` WHERE (`id` = ? AND `attempt` = ? AND `locked_until` = ?)"
+	const one = "DELETE FROM `jobs` WHERE (`id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?)"
 	sm.ExpectExec(one).WithArgs(int64(1), int64(2), "2024-03-01 12:00:30.123456").WillReturnResult(sqlmock.NewResult(0, 1))
 	sm.ExpectExec(one).WithArgs(int64(2), int64(2), "2024-03-01 12:00:30.123456").WillReturnResult(sqlmock.NewResult(0, 0))
 	btWant(t, "ack 1", b.Ack(context.Background(), btDel(q, int64(1), 1, btExp)), nil)
@@ -302,15 +302,15 @@ func TestBatchOutcomesMySQL(t *testing.T) {
 		exp := "2024-03-01 12:00:30.123456"
 		sm.ExpectBegin()
 		if callerClock {
-			sm.ExpectExec("UPDATE `jobs` SET `locked_until` = ? WHERE (`id` = ? AND `attempt` = ? AND `locked_until` = ?)").
+			sm.ExpectExec("UPDATE `jobs` SET `locked_until` = ? WHERE (`id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?)").
 				WithArgs("2024-03-01 12:00:02.123456", int64(1), int64(2), exp).WillReturnResult(sqlmock.NewResult(0, 1))
 		} else {
-			sm.ExpectExec("UPDATE `jobs` SET `locked_until` = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND) WHERE (`id` = ? AND `attempt` = ? AND `locked_until` = ?)").
+			sm.ExpectExec("UPDATE `jobs` SET `locked_until` = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND) WHERE (`id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?)").
 				WithArgs(int64(2000000), int64(1), int64(2), exp).WillReturnResult(sqlmock.NewResult(0, 1))
 		}
 		sm.ExpectCommit()
 		// A lone Release needs no transaction: its rows affected decide.
-		sm.ExpectExec("UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE (`id` = ? AND `attempt` = ? AND `locked_until` = ?)").
+		sm.ExpectExec("UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE (`id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?)").
 			WithArgs(int64(2), int64(2), exp).WillReturnResult(sqlmock.NewResult(0, 1))
 		ctx := context.Background()
 		r1 := btStart(t, b, func() error { return b.Retry(ctx, btDel(q, int64(1), 1, btExp), 2*time.Second) })

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"strings"
 )
 
 // MariaDB is the dialect of MariaDB 10.6 or later (SKIP LOCKED) through
@@ -29,8 +30,17 @@ func (mariadb) Name() string { return "mariadb" }
 // whose id is not returned lost its lease; a row deleted by a token with
 // the same id but another attempt or expiry cannot be, as the statement
 // matches whole tokens.
+//
+// The tokens' rows are found by their primary key, as for myLeaseToken:
+// MariaDB plans "(id, attempt, lease) IN (…)" as a range of the lease
+// index, whose gap locks, outside a READ COMMITTED transaction, held every
+// claim back until the batched Ack committed (0.4–0.55 of the hand-written
+// loop at 4 and 16 workers, batches of 16). [MySQL]'s keeps the plain row:
+// MySQL 8 searches a row-value IN by key only when the row holds nothing
+// but columns.
 func (d mariadb) BatchStatements(n *Names, size int) (*BatchStatements, error) {
-	st, err := d.mysql.BatchStatements(n, size)
+	tokens := "({id}, {attempt}, COALESCE({lease})) IN (" + strings.TrimSuffix(strings.Repeat("($id, $attempt, $expiry), ", size), ", ") + ")"
+	st, err := myBatchStatements(n, size, tokens)
 	if err != nil {
 		return nil, err
 	}

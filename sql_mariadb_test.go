@@ -16,8 +16,8 @@ import (
 )
 
 const (
-	mdbAck2   = "DELETE FROM `jobs` WHERE (`id`, `attempt`, `locked_until`) IN ((?, ?, ?), (?, ?, ?)) RETURNING `id`"
-	mdbAckOne = "DELETE FROM `jobs` WHERE (`id` = ? AND `attempt` = ? AND `locked_until` = ?) RETURNING `id`"
+	mdbAck2   = "DELETE FROM `jobs` WHERE (`id`, `attempt`, COALESCE(`locked_until`)) IN ((?, ?, ?), (?, ?, ?)) RETURNING `id`"
+	mdbAckOne = "DELETE FROM `jobs` WHERE (`id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?) RETURNING `id`"
 	mdbExp    = "2024-03-01 12:00:30.123456"
 )
 
@@ -104,11 +104,11 @@ func TestBatchOutcomesMariaDB(t *testing.T) {
 	db, sm := btMock(t)
 	q := btNew(t, db, MariaDB, false)
 	b := btBatcher(t, q, BatchConfig{MaxBatch: 2, MaxWait: time.Hour})
-	const retry2 = "UPDATE `jobs` SET `locked_until` = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND) WHERE (`id`, `attempt`, `locked_until`) IN ((?, ?, ?), (?, ?, ?))"
+	const retry2 = "UPDATE `jobs` SET `locked_until` = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND) WHERE (`id`, `attempt`, COALESCE(`locked_until`)) IN ((?, ?, ?), (?, ?, ?))"
 	sm.ExpectBegin()
 	sm.ExpectExec(retry2).WithArgs(int64(2000000), int64(1), int64(2), mdbExp, int64(2), int64(2), mdbExp).WillReturnResult(sqlmock.NewResult(0, 2))
 	sm.ExpectCommit()
-	sm.ExpectExec("UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE (`id` = ? AND `attempt` = ? AND `locked_until` = ?)").
+	sm.ExpectExec("UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE (`id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?)").
 		WithArgs(int64(3), int64(2), mdbExp).WillReturnResult(sqlmock.NewResult(0, 1))
 	ctx := context.Background()
 	r1 := btStart(t, b, func() error { return b.Retry(ctx, btDel(q, int64(1), 1, btExp), 2*time.Second) })

@@ -141,18 +141,29 @@ func myLease(t *sqlTemplate, n *Names) *Statements {
 	// expiry are the claim's.
 	st.ClaimMarked = t.query("SELECT {id} FROM {table} WHERE {id} IN (" +
 		strings.Repeat("$id, ", claimMarkIDs-1) + "$id) AND {lease} = $until")
-	st.Extend = t.exec("UPDATE {table} SET {lease} = $until WHERE " + leaseToken)
-	st.Retry = t.exec("UPDATE {table} SET {lease} = $until{, set error} WHERE " + leaseToken)
+	st.Extend = t.exec("UPDATE {table} SET {lease} = $until WHERE " + myLeaseToken)
+	st.Retry = t.exec("UPDATE {table} SET {lease} = $until{, set error} WHERE " + myLeaseToken)
 	// MySQL reports changed rows, not matched ones: a write of the expiry a
 	// row already holds is confirmed by counting the token.
-	st.Exists = t.query("SELECT COUNT(*) FROM {table} WHERE " + leaseToken)
-	st.Ack = t.exec("DELETE FROM {table} WHERE " + leaseToken)
-	st.Release = t.exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + leaseToken)
+	st.Exists = t.query("SELECT COUNT(*) FROM {table} WHERE " + myLeaseToken)
+	st.Ack = t.exec("DELETE FROM {table} WHERE " + myLeaseToken)
+	st.Release = t.exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + myLeaseToken)
 	if n.Dead != "" {
-		st.DeadInsert, st.DeadDelete = deadCopy(t, leaseToken)
+		st.DeadInsert, st.DeadDelete = deadCopy(t, myLeaseToken)
 	}
 	return st
 }
+
+// myLeaseToken is the lease token as InnoDB must search it: by primary key.
+// With the lease column compared plainly, MariaDB reads the row through the
+// lease index ((lease, id) holds both), and a settlement or extension
+// outside a READ COMMITTED transaction (autocommit at the server's default,
+// REPEATABLE READ) then locks the index's gaps too: the one after the
+// latest expiry is where every claim writes its new leases, so each
+// settlement held every claim back until it committed. The lease column
+// inside COALESCE cannot be searched; the primary key is, and the value is
+// compared as before.
+const myLeaseToken = "{id} = $id AND {attempt} = $attempt AND COALESCE({lease}) = $expiry"
 
 // myRowLock: the held transaction locks the row with SKIP LOCKED and writes
 // nothing: only a committed Retry counts the attempt, so a crash or a
@@ -236,14 +247,19 @@ func (mysql) Unlock(ctx context.Context, conn *sql.Conn, table, key string) erro
 // in place) names the rows first and the statement runs again under those
 // locks.
 func (mysql) BatchStatements(n *Names, size int) (*BatchStatements, error) {
+	return myBatchStatements(n, size, tokensIn(size))
+}
+
+// myBatchStatements are the batched settlements of MySQL and MariaDB, whose
+// rows are those tokens names.
+func myBatchStatements(n *Names, size int, tokens string) (*BatchStatements, error) {
 	if n.Form != Lease {
 		return nil, fmt.Errorf("batched settlement is for the lease form")
 	}
 	// MariaDB plans a row-value IN of one row, in a prepared statement, as
 	// a table scan; plain conditions use the key.
-	tokens := tokensIn(size)
 	if size == 1 {
-		tokens = tokensOr(1)
+		tokens = "(" + myLeaseToken + ")"
 	}
 	// The new expiry is not returned, as the delivery ends here, so the
 	// engine's clock is read in place rather than first.
