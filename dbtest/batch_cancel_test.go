@@ -45,7 +45,7 @@ func TestBatchCancelStress(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				db := e.Open(t, 8)
 				table := confTable(t, e, db, "batch_cancel_"+c.name)
-				q, err := inbox.New(db, inbox.Config{Dialect: e.Dialect, Table: Table(table, "lease"), Lease: time.Minute})
+				q, err := inbox.New(db, inbox.Config{Dialect: e.Dialect, Table: Table(table, "lease"), Lease: time.Minute, Prepare: confPrepare})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -59,7 +59,7 @@ func batTable(t *testing.T, e Engine, db *sql.DB) string {
 
 func batQueue(t *testing.T, e Engine, db *sql.DB, table string, clock *batClock) *inbox.Queue {
 	t.Helper()
-	cfg := inbox.Config{Dialect: e.Dialect, Table: Table(table, "lease"), Lease: time.Minute}
+	cfg := inbox.Config{Dialect: e.Dialect, Table: Table(table, "lease"), Lease: time.Minute, Prepare: confPrepare}
 	if clock != nil {
 		cfg.Now = clock.Now
 	}

@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -93,7 +94,7 @@ func confDropAtEnd(t *testing.T, e Engine, db *sql.DB, tables ...string) {
 // confConfig is the usual configuration: the form's table description, the
 // fake clock when one is given, a one-minute lease for the lease form.
 func confConfig(e Engine, tb inbox.Table, clock *fakeClock) inbox.Config {
-	cfg := inbox.Config{Dialect: e.Dialect, Table: tb}
+	cfg := inbox.Config{Dialect: e.Dialect, Table: tb, Prepare: confPrepare}
 	if tb.LockedUntil != "" {
 		cfg.Lease = time.Minute
 	}
@@ -102,6 +103,10 @@ func confConfig(e Engine, tb inbox.Table, clock *fakeClock) inbox.Config {
 	}
 	return cfg
 }
+
+// confPrepare, set by INBOX_TEST_PREPARE=1, runs the suites' queues with
+// Config.Prepare: every path once more through prepared statements.
+var confPrepare = os.Getenv("INBOX_TEST_PREPARE") == "1"
 
 func confNew(t testing.TB, db *sql.DB, cfg inbox.Config) *inbox.Queue {
 	t.Helper()

@@ -82,7 +82,7 @@ func crashXEngine(name string) (Engine, error) {
 
 // crashXConfig is the queue configuration of a table in a form.
 func crashXConfig(e Engine, table, form string, lease time.Duration) inbox.Config {
-	cfg := inbox.Config{Dialect: e.Dialect, Table: Table(table, form)}
+	cfg := inbox.Config{Dialect: e.Dialect, Table: Table(table, form), Prepare: confPrepare}
 	if form == "lease" {
 		cfg.Lease = lease
 	}

@@ -172,7 +172,7 @@ func fuzzXRoundTrip(t *testing.T, e Engine, db *sql.DB, schema string, n fuzzXNa
 	} else {
 		tb.LockedUntil = n.lock
 	}
-	q, err := inbox.New(db, inbox.Config{Dialect: e.Dialect, Table: tb})
+	q, err := inbox.New(db, inbox.Config{Dialect: e.Dialect, Table: tb, Prepare: confPrepare})
 	if err != nil {
 		// Refused: the error says which part of the description.
 		if !strings.HasPrefix(err.Error(), "inbox: ") || !strings.Contains(err.Error(), "Table") {
