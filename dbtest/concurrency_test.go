@@ -805,9 +805,11 @@ func concLockWaiting(t testing.TB, e Engine, db *sql.DB, table string) bool {
 		// last read is over 100 ms old, which a poll (or another test's)
 		// can keep from ever happening: a statement naming the table that
 		// has run for a second or more waits too (a claim takes
-		// milliseconds), as PROCESSLIST, read live, tells.
+		// milliseconds), as PROCESSLIST, read live, tells. A statement
+		// with arguments runs as 'Execute' (prepared, by Config.Prepare or
+		// by the driver itself without interpolateParams), others as 'Query'.
 		err = db.QueryRow("SELECT (SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND LOCATE(?, trx_query) > 0)"+
-			" + (SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Query' AND TIME >= 1 AND ID <> CONNECTION_ID() AND LOCATE(?, INFO) > 0)",
+			" + (SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND IN ('Query', 'Execute') AND TIME >= 1 AND ID <> CONNECTION_ID() AND LOCATE(?, INFO) > 0)",
 			table, table).Scan(&n)
 	}
 	if err != nil {
