@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -195,4 +196,137 @@ func TestKeepRacesPause(t *testing.T) {
 	if n := q.InWork(); n != 0 {
 		t.Fatalf("%d deliveries still tracked after every keeper ended", n)
 	}
+}
+
+// The keepers of one claim kept through a keepStarter arm no timer each:
+// the starter's one timer stands for all, and quick handlers end them
+// before it runs.
+func TestKeepStarterOneTimer(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, false)
+	before := keeperGoroutines()
+	sent := time.Now()
+	s := newKeepStarter(q, sent, 3)
+	var stops []func()
+	var ks []*keeper
+	for i := 0; i < 3; i++ {
+		d := btDel(q, int64(i+1), 1, btExp)
+		d.sentAt = sent
+		_, stop := d.keep(context.Background(), s)
+		stops = append(stops, stop)
+		ks = append(ks, d.keeper)
+	}
+	for i, k := range ks {
+		if k.start != nil {
+			t.Errorf("keeper %d armed a start timer of its own", i)
+		}
+		if st := stateOf(k); st != keeperWaiting {
+			t.Errorf("keeper %d: state %d, want waiting", i, st)
+		}
+	}
+	if s.timer == nil {
+		t.Fatal("the starter armed no timer")
+	}
+	// A delivery of another claim is not the starter's.
+	other := btDel(q, int64(9), 1, btExp)
+	other.sentAt = sent.Add(time.Millisecond)
+	_, stopOther := other.keep(context.Background(), s)
+	if other.keeper.start == nil {
+		t.Error("a keeper of another claim was taken by the starter")
+	}
+	stopOther()
+	for _, stop := range stops {
+		stop()
+	}
+	s.stop()
+	if s.timer.Stop() {
+		t.Error("the starter's timer was still armed after stop")
+	}
+	if n := keeperGoroutines() - before; n != 0 {
+		t.Errorf("%d keeper goroutines, want none before half the lease", n)
+	}
+	if n := q.InWork(); n != 0 {
+		t.Errorf("InWork %d after every keeper ended", n)
+	}
+	btMet(t, sm)
+}
+
+// When the first extension is due, the starter starts every keeper still
+// waiting, and each extends its own lease.
+func TestKeepStarterStarts(t *testing.T) {
+	db, sm := btMock(t)
+	sm.MatchExpectationsInOrder(false)
+	q := btNew(t, db, Postgres, false)
+	sent := time.Now().Add(-q.lease / 2) // due now
+	s := newKeepStarter(q, sent, 2)
+	defer s.stop()
+	next := btExp.Add(time.Minute)
+	var ds []*Delivery
+	var stops []func()
+	for i := 0; i < 2; i++ {
+		d := btDel(q, int64(i+1), 1, btExp)
+		d.sentAt = sent
+		sm.ExpectQuery(`UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE "id" = $2 AND "attempt" = $3 AND "locked_until" = $4 RETURNING "locked_until"`).
+			WithArgs(q.lease.Microseconds(), int64(i+1), int64(2), btExp).
+			WillReturnRows(sqlmock.NewRows([]string{"locked_until"}).AddRow(next))
+		_, stop := d.keep(context.Background(), s)
+		ds, stops = append(ds, d), append(stops, stop)
+	}
+	for i, d := range ds {
+		pollFor(t, fmt.Sprintf("keeper %d's extension", i), func() bool { return d.Expiry().Equal(next) })
+	}
+	for _, stop := range stops {
+		stop()
+	}
+	btMet(t, sm)
+}
+
+// A keeper of the starter paused before it started (Shutdown) stays held
+// with no timer of its own: the starter runs again at the deadline, and
+// then cancels its handler with ErrLeaseLost.
+func TestKeepStarterHeldDeadline(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, false)
+	sent := time.Now()
+	s := newKeepStarter(q, sent, 1)
+	defer s.stop()
+	d := btDel(q, int64(1), 1, btExp)
+	d.sentAt = sent
+	kctx, stop := d.keep(context.Background(), s)
+	defer stop()
+	k := d.keeper
+	if err := q.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := stateOf(k); st != keeperHeld || k.start != nil {
+		t.Fatalf("after Shutdown: state %d, own timer %v; want held, none", st, k.start != nil)
+	}
+	// The start runs before the deadline: the keeper stays held, and the
+	// starter keeps it for the deadline.
+	s.fire()
+	if kctx.Err() != nil {
+		t.Fatalf("the start ended a held keeper's handler: %v", context.Cause(kctx))
+	}
+	s.mu.Lock()
+	kept := len(s.ks)
+	s.mu.Unlock()
+	if st := stateOf(k); st != keeperHeld || kept != 1 {
+		t.Fatalf("after the start: state %d, %d keepers kept; want held, 1", st, kept)
+	}
+	// At the deadline (moved to now) the starter's next run cancels.
+	k.mu.Lock()
+	k.giveUp = time.Now()
+	k.mu.Unlock()
+	s.mu.Lock()
+	s.timer.Reset(0)
+	s.mu.Unlock()
+	select {
+	case <-kctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deadline did not cancel the handler's context")
+	}
+	if cause := context.Cause(kctx); !errors.Is(cause, ErrLeaseLost) {
+		t.Fatalf("cause %v, want ErrLeaseLost", cause)
+	}
+	btMet(t, sm)
 }

@@ -348,6 +348,13 @@ const (
 // the first extension is due (with [Config.After] set, at once); under the
 // other forms nothing needs extending and none ever does.
 func (d *Delivery) Keep(ctx context.Context) (context.Context, func()) {
+	return d.keep(ctx, nil)
+}
+
+// keep is Keep, its keeper started by s when s is not nil: the deliveries of
+// one claim share the instant their first extension is due, and so one
+// timer for it.
+func (d *Delivery) keep(ctx context.Context, s *keepStarter) (context.Context, func()) {
 	kctx, cancel := context.WithCancelCause(ctx)
 	d.mu.Lock()
 	if d.q.names.Form != Lease || d.settled || d.keeper != nil {
@@ -361,11 +368,13 @@ func (d *Delivery) Keep(ctx context.Context) (context.Context, func()) {
 	d.keeper = k
 	d.q.track(d)
 	d.mu.Unlock()
-	if d.q.after != nil {
+	switch {
+	case d.q.after != nil:
 		// A test clock's timers are channels: a goroutine must wait on
 		// them from the start.
 		k.startLocked()
-	} else {
+	case s.add(k):
+	default:
 		k.start = time.AfterFunc(k.sentAt.Add(d.q.lease/2).Sub(d.q.monoNow()), k.started)
 	}
 	k.mu.Unlock()
@@ -376,6 +385,95 @@ func (d *Delivery) Keep(ctx context.Context) (context.Context, func()) {
 		d.mu.Unlock()
 		cancel(context.Canceled)
 	}
+}
+
+// keepStarter is the start timer of the keepers of deliveries claimed
+// together, which share the instant their first extension is due, and
+// their deadline: a batch of quick handlers then arms one timer, not one
+// per job. When it runs, each keeper still waiting starts (started); a
+// keeper paused before it (held) stays on, and the timer runs again at
+// their deadline, where started cancels them. Keepers added once it has run
+// arm timers of their own.
+type keepStarter struct {
+	sentAt time.Time // the claim's
+	q      *Queue
+
+	mu      sync.Mutex
+	ks      []*keeper
+	timer   *time.Timer
+	started bool // the start is past: add refuses
+	stopped bool
+}
+
+func newKeepStarter(q *Queue, sentAt time.Time, n int) *keepStarter {
+	return &keepStarter{sentAt: sentAt, q: q, ks: make([]*keeper, 0, n)}
+}
+
+// add takes k, reporting false when k is not the starter's to start: a
+// nil starter, another claim's instant, or a start already past.
+func (s *keepStarter) add(k *keeper) bool {
+	if s == nil || !k.sentAt.Equal(s.sentAt) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started || s.stopped {
+		return false
+	}
+	if s.timer == nil {
+		s.timer = time.AfterFunc(s.sentAt.Add(s.q.lease/2).Sub(s.q.monoNow()), s.fire)
+	}
+	s.ks = append(s.ks, k)
+	return true
+}
+
+// fire runs started on every keeper it holds, and again at the deadline on
+// those held and not past it. The keepers' locks are taken after s.mu is
+// let go: Keep holds a keeper's while it adds it.
+func (s *keepStarter) fire() {
+	s.mu.Lock()
+	s.started = true
+	ks := s.ks
+	s.ks = nil
+	s.mu.Unlock()
+	held := ks[:0]
+	var first time.Time
+	for _, k := range ks {
+		k.started()
+		if until, ok := k.heldUntil(); ok {
+			held = append(held, k)
+			if first.IsZero() || until.Before(first) {
+				first = until
+			}
+		}
+	}
+	if len(held) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.stopped {
+		s.ks = held
+		s.timer.Reset(first.Sub(s.q.monoNow()))
+	}
+}
+
+// stop disarms the timer once every keeper it holds has ended.
+func (s *keepStarter) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.stopped, s.ks = true, nil
+}
+
+// heldUntil reports the deadline of a keeper paused before it started,
+// while that deadline is still ahead.
+func (k *keeper) heldUntil() (time.Time, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.giveUp, k.state == keeperHeld && k.d.q.monoNow().Before(k.giveUp)
 }
 
 // startLocked makes run's channels and starts it in a goroutine of its own.
@@ -420,11 +518,15 @@ func (d *Delivery) pauseKeeper() {
 	case keeperWaiting:
 		// Nothing was extended yet: the deadline is the claim's. The start
 		// timer is moved to it (started cancels a held keeper), which
-		// spares a settlement a timer of its own.
+		// spares a settlement a timer of its own; a keeper started by a
+		// keepStarter gets its first timer here.
 		k.state = keeperHeld
 		q := d.q
 		k.giveUp = k.sentAt.Add(q.lease - q.margin)
-		k.start.Reset(k.giveUp.Sub(q.monoNow()))
+		if k.start != nil {
+			k.start.Reset(k.giveUp.Sub(q.monoNow()))
+		}
+		// Else its keepStarter runs started again at the deadline.
 		k.mu.Unlock()
 		return
 	case keeperHeld, keeperEnded:

@@ -250,29 +250,33 @@ func (w *worker) idle(ctx context.Context, rang <-chan struct{}) {
 // batch through runBatch, other batches each job in a goroutine of its own.
 func (w *worker) handleAll(ctx context.Context, ds []*Delivery) {
 	if len(ds) == 1 {
-		w.handleOne(ctx, ds[0], nil, false)
+		w.handleOne(ctx, ds[0], nil, false, nil)
 		return
 	}
 	lease := w.q.names.Form == Lease
+	var starter *keepStarter
 	if lease {
 		// One hook for the batch pauses the keepers at shutdown, in place
 		// of one per job; a job whose keeper starts after it ran pauses
-		// its own (handleOne).
+		// its own (handleOne). One timer starts the keepers of the batch,
+		// claimed together, in place of one each.
 		stop := context.AfterFunc(ctx, func() {
 			for _, d := range ds {
 				d.pauseKeeper()
 			}
 		})
 		defer stop()
+		starter = newKeepStarter(w.q, ds[0].sentAt, len(ds))
+		defer starter.stop()
 	}
 	if b := w.batcherFor(len(ds)); b != nil {
-		w.runBatch(ctx, b, ds)
+		w.runBatch(ctx, b, ds, starter)
 		return
 	}
 	done := make(chan struct{}, len(ds))
 	for _, d := range ds {
 		go func(d *Delivery) {
-			w.handleOne(ctx, d, nil, lease)
+			w.handleOne(ctx, d, nil, lease, starter)
 			done <- struct{}{}
 		}(d)
 	}
@@ -299,15 +303,15 @@ type succeeded struct {
 // (ackBatch), this one's current job included. So no job waits longer than
 // w.batchWait for a sibling's handler, before its own starts or before its
 // acknowledgement is sent.
-func (w *worker) runBatch(ctx context.Context, b *Batcher, ds []*Delivery) {
+func (w *worker) runBatch(ctx context.Context, b *Batcher, ds []*Delivery, starter *keepStarter) {
 	n := len(ds)
 	var (
 		next   atomic.Int32 // index of the next job to start
 		mu     sync.Mutex
-		spread bool        // the timer ran: jobs started after it report on done
-		ended  bool        // this goroutine ran the batch to its end first
-		early  []succeeded // succeeded before the spread, not acknowledged yet
-		before int         // jobs that ended before the spread
+		spread bool                      // the timer ran: jobs started after it report on done
+		ended  bool                      // this goroutine ran the batch to its end first
+		early  = make([]succeeded, 0, n) // succeeded before the spread, not acknowledged yet
+		before int                       // jobs that ended before the spread
 	)
 	// Made by the spread, under mu: a batch of quick handlers needs neither.
 	var (
@@ -328,7 +332,7 @@ func (w *worker) runBatch(ctx context.Context, b *Batcher, ds []*Delivery) {
 		for k := int(next.Load()); k < n; k++ {
 			go func() {
 				if i := int(next.Add(1)) - 1; i < n {
-					done <- w.handleOne(ctx, ds[i], b, true)
+					done <- w.handleOne(ctx, ds[i], b, true, starter)
 				}
 			}()
 		}
@@ -347,7 +351,7 @@ func (w *worker) runBatch(ctx context.Context, b *Batcher, ds []*Delivery) {
 		if i >= n {
 			break
 		}
-		s := w.handleOne(ctx, ds[i], b, true)
+		s := w.handleOne(ctx, ds[i], b, true, starter)
 		mu.Lock()
 		if !spread {
 			before++
@@ -481,8 +485,9 @@ func (w *worker) batcherFor(n int) *Batcher {
 // batch (b not nil) whose handler succeeded is returned instead, its keeper
 // on, for the caller to acknowledge with its siblings'; otherwise the result
 // is empty. hooked says that the caller pauses d's keeper when ctx ends
-// (handleAll's hook).
-func (w *worker) handleOne(ctx context.Context, d *Delivery, b *Batcher, hooked bool) succeeded {
+// (handleAll's hook); starter, when not nil, starts d's keeper with its
+// siblings'.
+func (w *worker) handleOne(ctx context.Context, d *Delivery, b *Batcher, hooked bool, starter *keepStarter) succeeded {
 	lease := w.q.names.Form == Lease
 	base := ctx
 	if lease {
@@ -490,7 +495,7 @@ func (w *worker) handleOne(ctx context.Context, d *Delivery, b *Batcher, hooked 
 		// and the keeper stops extending, its deadline still armed.
 		base = w.detached
 	}
-	hctx, stopKeeper := d.Keep(base)
+	hctx, stopKeeper := d.keep(base, starter)
 	switch {
 	case lease && hooked:
 		// The batch's hook may have run before this keeper existed.

@@ -1018,3 +1018,65 @@ func TestWorkBatchTwoPools(t *testing.T) {
 		}
 	})
 }
+
+// TestWorkBatchLongHandlers: the handlers of a lease batch that run past
+// half the lease, on the real clock, are kept by their keepers (started
+// together by the batch's one start timer): each lease is extended at least
+// twice, no handler's context ends, and each job is acknowledged once.
+func TestWorkBatchLongHandlers(t *testing.T) {
+	confEngines(t, nil, func(t *testing.T, e Engine) {
+		const (
+			jobs  = 3
+			lease = 2 * time.Second // extended each second; a second of slack before the margin
+		)
+		db := e.Open(t, 4)
+		table := concTable(t, e, db, "work_long")
+		cfg := confConfig(e, Table(table, "lease"), nil)
+		cfg.Lease = lease
+		q := confNew(t, db, cfg)
+		concFill(t, e, db, table, jobs, 1)
+		var mu sync.Mutex
+		handled := map[string]int{}
+		r := workXStart(t, q, 1, inbox.WorkConfig{Poll: workXPoll, Batch: jobs}, func(ctx context.Context, d *inbox.Delivery) error {
+			first := d.Expiry()
+			deadline := time.Now().Add(workXDeadline)
+			for moved := 0; moved < 2; {
+				select {
+				case <-ctx.Done():
+					t.Errorf("job %v: the handler's context ended: %v", d.ID(), context.Cause(ctx))
+					return ctx.Err()
+				case <-time.After(20 * time.Millisecond): // polling the delivery's expiry, with a deadline
+				}
+				if now := d.Expiry(); now.After(first) {
+					moved++
+					first = now
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("job %v: its lease was not extended twice in %v", d.ID(), workXDeadline)
+					return errors.New("not extended")
+				}
+			}
+			mu.Lock()
+			handled[concKey(d.ID())]++
+			mu.Unlock()
+			return nil
+		})
+		workXUntil(t, "the long handlers", func() error {
+			if n := confCount(t, db, table); n != 0 {
+				return fmt.Errorf("%d rows left", n)
+			}
+			return nil
+		})
+		r.stop(t)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(handled) != jobs {
+			t.Errorf("%d jobs handled, want %d", len(handled), jobs)
+		}
+		for id, n := range handled {
+			if n != 1 {
+				t.Errorf("job %s handled %d times", id, n)
+			}
+		}
+	})
+}
