@@ -30,6 +30,20 @@ func stateOf(k *keeper) keeperState {
 	return k.state
 }
 
+// waitLeaseLost waits for the keeper's deadline to cancel the handler's
+// context, with ErrLeaseLost as its cause.
+func waitLeaseLost(t *testing.T, kctx context.Context) {
+	t.Helper()
+	select {
+	case <-kctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deadline did not cancel the handler's context")
+	}
+	if cause := context.Cause(kctx); !errors.Is(cause, ErrLeaseLost) {
+		t.Fatalf("cause %v, want ErrLeaseLost", cause)
+	}
+}
+
 func pollFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -138,14 +152,7 @@ func TestKeeperHeldBeforeStart(t *testing.T) {
 	k.giveUp = time.Time{}
 	k.mu.Unlock()
 	k.start.Reset(0)
-	select {
-	case <-kctx.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the deadline did not cancel the handler's context")
-	}
-	if cause := context.Cause(kctx); !errors.Is(cause, ErrLeaseLost) {
-		t.Fatalf("cause %v, want ErrLeaseLost", cause)
-	}
+	waitLeaseLost(t, kctx)
 	if n := keeperGoroutines() - before; n != 0 {
 		t.Fatalf("%d keeper goroutines, want none", n)
 	}
@@ -320,13 +327,6 @@ func TestKeepStarterHeldDeadline(t *testing.T) {
 	s.mu.Lock()
 	s.timer.Reset(0)
 	s.mu.Unlock()
-	select {
-	case <-kctx.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the deadline did not cancel the handler's context")
-	}
-	if cause := context.Cause(kctx); !errors.Is(cause, ErrLeaseLost) {
-		t.Fatalf("cause %v, want ErrLeaseLost", cause)
-	}
+	waitLeaseLost(t, kctx)
 	btMet(t, sm)
 }
