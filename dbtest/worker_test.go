@@ -929,94 +929,120 @@ func (c *workXConn) Ping(ctx context.Context) error {
 // two at a time, no settlement fails, and the table ends empty.
 func TestWorkBatchTwoPools(t *testing.T) {
 	confEngines(t, nil, func(t *testing.T, e Engine) {
-		const (
-			loops = 8 // four per pool
-			batch = 4
-		)
 		jobs := 400
 		if e.IsSQLite() && confRace() {
 			jobs = 150
 		}
-		db1, db2 := confOpenTwo(t, e, loops/2+2)
-		table := concTable(t, e, db1, "work_two")
-		q1 := confNew(t, db1, confConfig(e, Table(table, "lease"), nil))
-		q2 := confNew(t, db2, confConfig(e, Table(concQualified(t, e, db1, table), "lease"), nil))
-		want := concFill(t, e, db1, table, jobs, 1)
-
-		var (
-			mu        sync.Mutex
-			delivered = map[string]int{}
-			inWork    = map[string]bool{}
-			failures  []error
-		)
-		cfg := inbox.WorkConfig{Poll: workXPoll, Batch: batch, OnError: func(err error) {
-			mu.Lock()
-			failures = append(failures, err)
-			mu.Unlock()
-		}}
-		handle := func(ctx context.Context, d *inbox.Delivery) error {
-			id := concKey(d.ID())
-			mu.Lock()
-			if inWork[id] {
-				t.Errorf("job %s handled by two loops at once", id)
-			}
-			inWork[id] = true
-			delivered[id]++
-			mu.Unlock()
-			var one int
-			if err := db1.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil { // a moment's work
-				t.Errorf("handler's statement: %v", err)
-			}
-			mu.Lock()
-			inWork[id] = false
-			mu.Unlock()
-			return nil
-		}
-		var wg sync.WaitGroup
-		stop := make(chan struct{})
-		for i := range loops {
-			q := []*inbox.Queue{q1, q2}[i%2]
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(uint64(i), 7))
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					// Each run is cut off after a random stretch.
-					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(20_000))*time.Microsecond)
-					if err := q.Work(ctx, cfg, handle); err != nil {
-						t.Errorf("Work: %v", err)
-					}
-					cancel()
-				}
-			}()
-		}
-		workXUntil(t, "the drain", func() error {
-			if n := confCount(t, db1, table); n != 0 {
-				return fmt.Errorf("%d rows left", n)
-			}
-			return nil
-		})
-		close(stop)
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, err := range failures {
-			t.Errorf("a claim or settlement failed: %v", err)
-		}
-		for id := range want {
-			if delivered[id] != 1 {
-				t.Errorf("job %s reached a handler %d times, want once", id, delivered[id])
-			}
-		}
-		if len(delivered) != len(want) {
-			t.Errorf("%d jobs handled, %d enqueued", len(delivered), len(want))
-		}
+		workBatchTwoPools(t, e, jobs, confPrepare)
 	})
+}
+
+// TestWorkBatchTwoPoolsPrepared is TestWorkBatchTwoPools with
+// Config.Prepare: loops cut off at random points while their statements
+// run prepared, on two pools.
+func TestWorkBatchTwoPoolsPrepared(t *testing.T) {
+	confEngines(t, nil, func(t *testing.T, e Engine) {
+		jobs := 200
+		if e.IsSQLite() && confRace() {
+			jobs = 100
+		}
+		workBatchTwoPools(t, e, jobs, true)
+	})
+}
+
+// workBatchTwoPools drains jobs with eight Work loops of lease batches over
+// two pools, one naming the table plainly and the other by its qualified
+// name, each loop's context ended at a random point and the loop run again.
+func workBatchTwoPools(t *testing.T, e Engine, jobs int, prepare bool) {
+	const (
+		loops = 8 // four per pool
+		batch = 4
+	)
+	db1, db2 := confOpenTwo(t, e, loops/2+2)
+	what := "work_two"
+	if prepare {
+		what = "work_two_prep"
+	}
+	table := concTable(t, e, db1, what)
+	cfg1, cfg2 := confConfig(e, Table(table, "lease"), nil), confConfig(e, Table(concQualified(t, e, db1, table), "lease"), nil)
+	cfg1.Prepare, cfg2.Prepare = prepare, prepare
+	q1 := confNew(t, db1, cfg1)
+	q2 := confNew(t, db2, cfg2)
+	want := concFill(t, e, db1, table, jobs, 1)
+
+	var (
+		mu        sync.Mutex
+		delivered = map[string]int{}
+		inWork    = map[string]bool{}
+		failures  []error
+	)
+	cfg := inbox.WorkConfig{Poll: workXPoll, Batch: batch, OnError: func(err error) {
+		mu.Lock()
+		failures = append(failures, err)
+		mu.Unlock()
+	}}
+	handle := func(ctx context.Context, d *inbox.Delivery) error {
+		id := concKey(d.ID())
+		mu.Lock()
+		if inWork[id] {
+			t.Errorf("job %s handled by two loops at once", id)
+		}
+		inWork[id] = true
+		delivered[id]++
+		mu.Unlock()
+		var one int
+		if err := db1.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil { // a moment's work
+			t.Errorf("handler's statement: %v", err)
+		}
+		mu.Lock()
+		inWork[id] = false
+		mu.Unlock()
+		return nil
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i := range loops {
+		q := []*inbox.Queue{q1, q2}[i%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Each run is cut off after a random stretch.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(20_000))*time.Microsecond)
+				if err := q.Work(ctx, cfg, handle); err != nil {
+					t.Errorf("Work: %v", err)
+				}
+				cancel()
+			}
+		}()
+	}
+	workXUntil(t, "the drain", func() error {
+		if n := confCount(t, db1, table); n != 0 {
+			return fmt.Errorf("%d rows left", n)
+		}
+		return nil
+	})
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, err := range failures {
+		t.Errorf("a claim or settlement failed: %v", err)
+	}
+	for id := range want {
+		if delivered[id] != 1 {
+			t.Errorf("job %s reached a handler %d times, want once", id, delivered[id])
+		}
+	}
+	if len(delivered) != len(want) {
+		t.Errorf("%d jobs handled, %d enqueued", len(delivered), len(want))
+	}
 }
 
 // TestWorkBatchLongHandlers: the handlers of a lease batch that run past
