@@ -333,6 +333,15 @@ type Statements struct {
 	// the given id or LastInsertId.
 	Enqueue, EnqueueID, EnqueueAt, EnqueueIDAt Stmt
 
+	// Probe (optional) returns a row when a claim may find a job: one ready
+	// by time, whether or not a claim holds it. It must return one whenever
+	// the claim would deliver a job. An idle [Queue.Work] loop sends it when
+	// its fallback interval runs out and claims only when it returns a row,
+	// so that an idle process costs one statement per interval where the
+	// claim is a transaction of several (MySQL's lease, every row lock).
+	// Empty: the loop claims.
+	Probe Stmt
+
 	// Stats ([Queue.Stats]) returns one row: jobs ready by time (claimable
 	// now, held ones included where the engine cannot tell them apart),
 	// waiting for a later time, in work (-1 where the engine cannot tell),

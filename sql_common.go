@@ -30,6 +30,15 @@ func tokensOr(size int) string {
 	return strings.TrimSuffix(strings.Repeat("({id} = $id AND {attempt} = $attempt AND {lease} = $expiry) OR ", size), " OR ")
 }
 
+// Probes: whether a claim may find a job, in one statement without locks,
+// for the idle Work loop. A row under a lease in force is the one row a
+// claim cannot take that the probe can tell apart; rows another claim holds
+// answer yes, and the claim then finds them taken.
+const (
+	leaseProbe   = "SELECT 1 FROM {table} WHERE {lease} IS NULL OR {lease} <= {now} LIMIT 1"
+	rowLockProbe = "SELECT 1 FROM {table}{where ready} LIMIT 1"
+)
+
 // candidates are the advisory form's unlocked reads of claimable rows: id,
 // key and attempt in id order, the first page and the pages after an id. The
 // attempt lets the claim refuse a row that changed since it was read.

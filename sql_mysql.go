@@ -139,6 +139,9 @@ func myLease(t *sqlTemplate, n *Names) *Statements {
 		strings.Repeat("($id, $delivered), ", claimMarkIDs-1) + "($id, $delivered)) AND ({lease} <= $now OR {lease} IS NULL)")
 	// When the mark changed fewer rows than it named, the rows carrying its
 	// expiry are the claim's.
+	// An idle loop asks first: the claim is a transaction of five
+	// statements, the probe one.
+	st.Probe = t.query(leaseProbe)
 	st.ClaimMarked = t.query("SELECT {id} FROM {table} WHERE {id} IN (" +
 		strings.Repeat("$id, ", claimMarkIDs-1) + "$id) AND {lease} = $until")
 	st.Extend = t.exec("UPDATE {table} SET {lease} = $until WHERE " + myLeaseToken)
@@ -171,6 +174,8 @@ const myLeaseToken = "{id} = $id AND {attempt} = $attempt AND COALESCE({lease}) 
 func myRowLock(t *sqlTemplate, n *Names) *Statements {
 	st := &Statements{}
 	st.Claim = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table}{where ready} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED")
+	// The claim is a transaction: an idle loop asks first.
+	st.Probe = t.query(rowLockProbe)
 	st.Ack = t.exec("DELETE FROM {table} WHERE " + rowLockToken)
 	st.Retry = rowLockRetry(t, n)
 	if n.ClaimsTable != "" {

@@ -115,6 +115,8 @@ func pgLease(t *sqlTemplate, n *Names) *Statements {
 func pgRowLock(t *sqlTemplate, n *Names) *Statements {
 	st := &Statements{}
 	st.Claim = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table}{where ready} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED")
+	// The claim is a transaction: an idle loop asks first.
+	st.Probe = t.query(rowLockProbe)
 	st.Ack = t.exec("DELETE FROM {table} WHERE " + rowLockToken)
 	st.Retry = rowLockRetry(t, n)
 	if n.ClaimsTable != "" {

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -88,10 +89,15 @@ func (q *Queue) Work(ctx context.Context, cfg WorkConfig, handle Handler) error 
 			b.Close()
 		}
 	}()
+	probe := false // the last wait ended with the fallback interval, no wake-up
 	for ctx.Err() == nil {
 		// The bell is read before the claim, so that a wake-up during the
 		// claim is not lost.
 		rang := q.bell.next()
+		if probe && !w.mayFind(ctx) {
+			probe = w.idle(ctx, rang)
+			continue
+		}
 		ds, err := w.claim(ctx)
 		if err != nil && ctx.Err() == nil {
 			w.report(err)
@@ -102,11 +108,42 @@ func (q *Queue) Work(ctx context.Context, cfg WorkConfig, handle Handler) error 
 				q.bell.ring()
 			}
 			w.handleAll(ctx, ds)
+			probe = false
 			continue
 		}
-		w.idle(ctx, rang)
+		probe = w.idle(ctx, rang)
 	}
 	return nil
+}
+
+// mayFind reports whether a claim may find a job, asking the dialect's
+// Probe where it has one: a poll that finds nothing then costs one
+// statement, not a claim's transaction. A probe that fails is reported
+// and counts as nothing found, so the loop waits its interval again.
+func (w *worker) mayFind(ctx context.Context) bool {
+	q := w.q
+	if q.st.Probe.SQL == "" {
+		return true
+	}
+	v := &values{}
+	now, err := q.claimNow(ctx, q.st.Probe)
+	if err == nil {
+		v.now = now
+		var rows *sql.Rows
+		if rows, err = q.query(ctx, q.db, q.st.Probe, v); err == nil {
+			found := rows.Next()
+			if err = rows.Close(); err == nil {
+				err = rows.Err()
+			}
+			if err == nil {
+				return found
+			}
+		}
+	}
+	if ctx.Err() == nil {
+		w.report(opErr("probe", err))
+	}
+	return false
 }
 
 // claim claims a batch. The claim runs to its end even when ctx ends
@@ -210,7 +247,8 @@ func DefaultBackoff(attempt int) time.Duration {
 }
 
 // idle waits for a wake-up, or, for the one idle loop that polls, for the
-// fallback interval; ctx ending ends the wait.
+// fallback interval; ctx ending ends the wait. It reports whether the wait
+// ended with the interval alone: the claim that follows may probe first.
 //
 // The polling loop stops polling when its interval runs out, when it is
 // woken and when its ctx ends; it may then find jobs and handle them for a
@@ -219,7 +257,7 @@ func DefaultBackoff(attempt int) time.Duration {
 // instead would cost a claim per idle loop; and without a handover, a job
 // enqueued by another process while the loop that polled is busy would wait
 // for that loop's handlers, not for the interval.)
-func (w *worker) idle(ctx context.Context, rang <-chan struct{}) {
+func (w *worker) idle(ctx context.Context, rang <-chan struct{}) (interval bool) {
 	for {
 		polls, free := w.q.bell.takePoll()
 		if polls {
@@ -227,9 +265,9 @@ func (w *worker) idle(ctx context.Context, rang <-chan struct{}) {
 		}
 		select {
 		case <-rang:
-			return
+			return false
 		case <-ctx.Done():
-			return
+			return false
 		case <-free:
 		}
 	}
@@ -242,8 +280,10 @@ func (w *worker) idle(ctx context.Context, rang <-chan struct{}) {
 	select {
 	case <-rang:
 	case <-t.C:
+		return true
 	case <-ctx.Done():
 	}
+	return false
 }
 
 // handleAll runs the handler of each delivery and waits for them: a lease

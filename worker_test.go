@@ -642,3 +642,97 @@ func TestWorkGivesBackLateClaim(t *testing.T) {
 		t.Errorf("InWork() = %d after the jobs were given back", q.InWork())
 	}
 }
+
+// An idle loop whose claim is a transaction (MySQL's lease) asks the probe,
+// one statement, when its fallback interval runs out, and claims only once
+// the probe finds a row; a probe that fails is reported and waited out
+// like one that found nothing.
+func TestWorkProbes(t *testing.T) {
+	const probe = "SELECT 1 FROM `jobs` WHERE `locked_until` IS NULL OR `locked_until` <= UTC_TIMESTAMP(6) LIMIT 1"
+	const cols = "id,attempt,payload,UTC_TIMESTAMP(6)"
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute})
+	m.ExpectBegin()
+	m.ExpectQuery(myLeaseDueClock).WithArgs(1).WillReturnRows(rows(cols))
+	m.ExpectQuery(myLeaseFreeClock).WithArgs(1).WillReturnRows(rows(cols))
+	m.ExpectCommit()
+	m.ExpectQuery(probe).WithoutArgs().WillReturnRows(rows("1"))
+	m.ExpectQuery(probe).WithoutArgs().WillReturnError(errors.New("server gone"))
+	m.ExpectQuery(probe).WithoutArgs().WillReturnRows(rows("1", row(int64(1))))
+	m.ExpectBegin()
+	m.ExpectQuery(myLeaseDueClock).WithArgs(1).WillReturnRows(rows(cols))
+	m.ExpectQuery(myLeaseFreeClock).WithArgs(1).WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"), []byte("2024-03-01 12:00:00.123456"))))
+	m.ExpectExec(myLeaseMark).WithArgs(markArgs("2024-03-01 12:01:00.123456", 7, 1)...).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	m.ExpectExec(myLeaseAck).WithArgs(int64(7), int64(2), "2024-03-01 12:01:00.123456").WillReturnResult(affected(1))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var log workLog
+	var mu sync.Mutex
+	var reported []string
+	cfg := inbox.WorkConfig{Poll: time.Millisecond, OnError: func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reported = append(reported, err.Error())
+	}}
+	done := workRun(ctx, q, cfg, func(_ context.Context, d *inbox.Delivery) error {
+		log.handle(d)
+		m.after("exec "+myLeaseAck, cancel)
+		return nil
+	})
+	workDone(t, done)
+	m.since(t, 0,
+		"begin", "query "+myLeaseDueClock, "query "+myLeaseFreeClock, "commit",
+		"query "+probe, "query "+probe, "query "+probe,
+		"begin", "query "+myLeaseDueClock, "query "+myLeaseFreeClock, "exec "+myLeaseMark, "commit",
+		"exec "+myLeaseAck)
+	m.met(t)
+	log.check(t, "7@1")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reported) != 1 || !strings.HasPrefix(reported[0], "inbox: probe: ") || !strings.Contains(reported[0], "server gone") {
+		t.Errorf("OnError got %q, want the failed probe alone", reported)
+	}
+}
+
+// TestProbeSQL pins the probe of each engine and form: set where the claim
+// is a transaction of several statements (MySQL's lease, every row lock),
+// empty where it is one statement already, under both clocks.
+func TestProbeSQL(t *testing.T) {
+	tables := map[string]inbox.Table{
+		"lease":    {Name: "jobs", LockedUntil: "locked_until"},
+		"row lock": {Name: "jobs", NotBefore: "not_before"},
+		"plain":    {Name: "jobs"},
+		"advisory": {Name: "jobs", AdvisoryKey: "id", NotBefore: "not_before"},
+	}
+	dialects := map[string]inbox.Dialect{"postgres": inbox.Postgres, "mysql": inbox.MySQL, "mariadb": inbox.MariaDB, "sqlite": inbox.SQLite}
+	for _, w := range []struct {
+		engine, form string
+		callerClock  bool
+		sql          string
+	}{
+		{"postgres", "lease", false, ""},
+		{"postgres", "row lock", false, `SELECT 1 FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) LIMIT 1`},
+		{"postgres", "row lock", true, `SELECT 1 FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= $1) LIMIT 1`},
+		{"postgres", "plain", false, `SELECT 1 FROM "jobs" LIMIT 1`},
+		{"postgres", "advisory", false, ""},
+		{"mysql", "lease", false, "SELECT 1 FROM `jobs` WHERE `locked_until` IS NULL OR `locked_until` <= UTC_TIMESTAMP(6) LIMIT 1"},
+		{"mysql", "lease", true, "SELECT 1 FROM `jobs` WHERE `locked_until` IS NULL OR `locked_until` <= ? LIMIT 1"},
+		{"mariadb", "lease", false, "SELECT 1 FROM `jobs` WHERE `locked_until` IS NULL OR `locked_until` <= UTC_TIMESTAMP(6) LIMIT 1"},
+		{"mysql", "row lock", false, "SELECT 1 FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) LIMIT 1"},
+		{"mysql", "plain", true, "SELECT 1 FROM `jobs` LIMIT 1"},
+		{"mysql", "advisory", false, ""},
+		{"sqlite", "lease", true, ""},
+		{"sqlite", "advisory", true, ""},
+	} {
+		cfg := inbox.Config{Dialect: dialects[w.engine], Table: tables[w.form]}
+		if w.callerClock {
+			cfg.Now = time.Now
+		}
+		q := newQueue(t, newMock(t), cfg)
+		if got := q.Statements().Probe.SQL; got != w.sql {
+			t.Errorf("%s %s, caller's clock %v:\n got %s\nwant %s", w.engine, w.form, w.callerClock, got, w.sql)
+		}
+	}
+}

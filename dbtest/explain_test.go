@@ -459,6 +459,16 @@ func TestExplainLeaseClaim(t *testing.T) {
 					p := explainPlan(t, e, prepDB, false, c.s.SQL, c.args...)
 					explainMust(t, "claim: "+c.s.SQL[:6], p, []string{" on " + table + " using " + c.uses}, []string{"ALL on", "index on"})
 				}
+				// The idle loop's probe: one range of the lease index from
+				// its start, never the primary key walked past the head of
+				// leases in force.
+				probe := explainPlan(t, e, db, true, st.Probe.SQL, my(now))
+				explainMust(t, "probe", probe, []string{" on " + table + " using " + table + "_lu"}, []string{"ALL on", "index on"})
+				for _, r := range reads(probe, table) {
+					if r.Rows+r.Removed > 16 {
+						t.Errorf("probe: %v reads %.0f rows to find one:\n%s", r, r.Rows+r.Removed, planText(probe))
+					}
+				}
 			default:
 				// until, limit, now, limit, limit
 				ts := func(t time.Time) string { return t.UTC().Format(inbox.SQLiteTimeFormat) }

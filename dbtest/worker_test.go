@@ -575,6 +575,69 @@ func TestWorkPollHandover(t *testing.T) {
 	})
 }
 
+// TestWorkIdlePolls: eight idle loops on an empty table cost one statement
+// per fallback interval for the process, not one claim per loop: the one
+// loop that polls sends the dialect's probe where the claim is a
+// transaction (MySQL's lease, the row lock), and the claim's first read
+// where it is one statement. No transaction is begun while they idle.
+func TestWorkIdlePolls(t *testing.T) {
+	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+		const poll = 50 * time.Millisecond
+		const polls = 5
+		db, count := workXOpenCounting(t, e, workXLoops+2)
+		table := confTable(t, e, db, "work_idle_"+form)
+		q := confNew(t, db, confConfig(e, Table(table, form), nil))
+		count.watch(q)
+		st := q.Statements()
+		pollSQL := st.Probe.SQL
+		if pollSQL == "" {
+			pollSQL = st.Claim.SQL
+			if form == "advisory" {
+				pollSQL = st.Candidates.SQL
+			}
+		}
+		snapshot := func() (all, begins, polled int) {
+			count.mu.Lock()
+			defer count.mu.Unlock()
+			return count.all, count.begins, count.each[pollSQL]
+		}
+		workXStart(t, q, workXLoops, inbox.WorkConfig{Poll: poll}, func(context.Context, *inbox.Delivery) error {
+			t.Error("a job was handled from an empty table")
+			return nil
+		})
+		// Each loop's first claim has sent its first statement; what a
+		// claim sends after it is not counted (the window opens at the
+		// next poll).
+		count.waitClaims(t, workXLoops)
+		_, _, p0 := snapshot()
+		deadline := time.Now().Add(workXDeadline)
+		for _, _, p := snapshot(); p == p0; _, _, p = snapshot() {
+			if time.Now().After(deadline) {
+				t.Fatalf("no poll within %v", workXDeadline)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		began := time.Now()
+		all0, begins0, p1 := snapshot()
+		for _, _, p := snapshot(); p < p1+polls; _, _, p = snapshot() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d polls within %v", p-p1, workXDeadline)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		all, begins, p := snapshot()
+		elapsed := time.Since(began)
+		if all-all0 != p-p1 || begins != begins0 {
+			t.Errorf("%d polls sent %d statements and began %d transactions; want one statement each and none", p-p1, all-all0, begins-begins0)
+		}
+		// One loop polls at a time, each interval at least 0.9 of poll: the
+		// polls counted after the first cannot outrun the clock.
+		if limit := int(elapsed/(poll*9/10)) + 1; p-p1 > limit {
+			t.Errorf("%d polls in %v with a fallback interval of %v: more than one loop polls", p-p1, elapsed, poll)
+		}
+	})
+}
+
 // TestWorkFlood: 10,000 enqueues in a burst, each a wake-up, reach eight
 // loops with a batch of 16: every job is handled once; the goroutines stay
 // within a bound while they run (a handler and a lease keeper per job in
@@ -698,6 +761,9 @@ type workXCounter struct {
 	sqls    map[string]bool
 	n       int
 	changed chan struct{} // closed and replaced at every count
+	all     int            // every statement run, watched or not
+	begins  int            // transactions begun
+	each    map[string]int // runs of each statement
 }
 
 // watch adds q's claim statements: its first read of a claim under every
@@ -716,6 +782,11 @@ func (c *workXCounter) watch(q *inbox.Queue) {
 func (c *workXCounter) sent(query string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.all++
+	if c.each == nil {
+		c.each = map[string]int{}
+	}
+	c.each[query]++
 	if c.sqls[query] {
 		c.n++
 		close(c.changed)
@@ -887,6 +958,9 @@ func (s *workXStmt) CheckNamedValue(nv *driver.NamedValue) error {
 
 func (c *workXConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	if bt, ok := c.Conn.(driver.ConnBeginTx); ok {
+		c.c.mu.Lock()
+		c.c.begins++
+		c.c.mu.Unlock()
 		return bt.BeginTx(ctx, opts)
 	}
 	return nil, errors.New("workXConn: the driver has no BeginTx")
