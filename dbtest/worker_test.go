@@ -760,7 +760,7 @@ type workXCounter struct {
 	mu      sync.Mutex
 	sqls    map[string]bool
 	n       int
-	changed chan struct{} // closed and replaced at every count
+	changed chan struct{}  // closed and replaced at every count
 	all     int            // every statement run, watched or not
 	begins  int            // transactions begun
 	each    map[string]int // runs of each statement
