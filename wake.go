@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"sync"
@@ -12,10 +13,8 @@ import (
 // a ring costs the same whatever the number of loops and rings, and a loop
 // that read the channel before a ring sees it.
 type bell struct {
-	mu      sync.Mutex
-	ch      chan struct{}
-	polling bool          // an idle loop holds the fallback interval
-	free    chan struct{} // closed when that loop stops polling
+	mu sync.Mutex
+	ch chan struct{}
 }
 
 // next returns the channel the next ring closes.
@@ -29,28 +28,6 @@ func (b *bell) ring() {
 	b.mu.Lock()
 	close(b.ch)
 	b.ch = make(chan struct{})
-	b.mu.Unlock()
-}
-
-// takePoll makes the caller the idle loop that polls, unless one is; then
-// it returns a channel closed when that loop stops polling.
-func (b *bell) takePoll() (bool, <-chan struct{}) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.polling {
-		return false, b.free
-	}
-	b.polling = true
-	b.free = make(chan struct{})
-	return true, nil
-}
-
-// dropPoll ends the caller's polling and wakes the loops waiting to take
-// it over.
-func (b *bell) dropPoll() {
-	b.mu.Lock()
-	b.polling = false
-	close(b.free)
 	b.mu.Unlock()
 }
 
@@ -74,6 +51,79 @@ func bellOf(table string) *bell {
 		bells[key] = b
 	}
 	return b
+}
+
+// pollDuty makes one idle Work loop at a time poll, among the loops of one
+// table on one pool. Unlike the bell it is never shared by two tables: a
+// loop of one that held the polling would leave the other table's jobs
+// from other processes unclaimed until it let go, and with many loops on
+// one table against a few on the other, that was many intervals. The
+// table is matched as described, so "jobs" and "public.jobs" each poll (one
+// statement more per interval), as do two pools on one table.
+type pollDuty struct {
+	key   dutyKey
+	loops int // Work loops holding it (guarded by dutiesMu)
+
+	mu      sync.Mutex
+	polling bool          // an idle loop holds the fallback interval
+	free    chan struct{} // closed when that loop stops polling
+}
+
+type dutyKey struct {
+	db    *sql.DB
+	table string
+}
+
+// duties holds the poll duties of running Work loops; the last loop of
+// one removes it, so that no pool is kept reachable after its loops return.
+var (
+	dutiesMu sync.Mutex
+	duties   = map[dutyKey]*pollDuty{}
+)
+
+// acquireDuty returns the poll duty of q's table on q's pool for a Work
+// loop, which releases it when it returns.
+func acquireDuty(q *Queue) *pollDuty {
+	key := dutyKey{q.db, q.names.Raw.Name}
+	dutiesMu.Lock()
+	defer dutiesMu.Unlock()
+	d := duties[key]
+	if d == nil {
+		d = &pollDuty{key: key}
+		duties[key] = d
+	}
+	d.loops++
+	return d
+}
+
+func (d *pollDuty) release() {
+	dutiesMu.Lock()
+	defer dutiesMu.Unlock()
+	if d.loops--; d.loops == 0 {
+		delete(duties, d.key)
+	}
+}
+
+// take makes the caller the idle loop that polls, unless one is; then it
+// returns a channel closed when that loop stops polling.
+func (d *pollDuty) take() (bool, <-chan struct{}) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.polling {
+		return false, d.free
+	}
+	d.polling = true
+	d.free = make(chan struct{})
+	return true, nil
+}
+
+// drop ends the caller's polling and wakes the loops waiting to take it
+// over.
+func (d *pollDuty) drop() {
+	d.mu.Lock()
+	d.polling = false
+	close(d.free)
+	d.mu.Unlock()
 }
 
 // Wake wakes the idle [Queue.Work] loops of q's table in this process, as

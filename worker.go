@@ -27,9 +27,9 @@ type WorkConfig struct {
 	// Poll is the fallback interval: an idle process claims again after it
 	// even when no wake-up came (jobs enqueued by another process without
 	// a notification, retry delays and leases running out), jittered by up
-	// to a tenth either way. One idle loop per table in a process polls; the others
-	// wait for a wake-up, and one of them takes the polling over when that
-	// loop stops idling. Zero means one second.
+	// to a tenth either way. One idle loop per table and pool in a process
+	// polls; the others wait for a wake-up, and one of them takes the
+	// polling over when that loop stops idling. Zero means one second.
 	Poll time.Duration
 	// MaxAttempts is the attempt whose failure moves a job to the dead
 	// table, where one is named; without one it is retried on. Zero means
@@ -84,7 +84,9 @@ func (q *Queue) Work(ctx context.Context, cfg WorkConfig, handle Handler) error 
 	if err != nil {
 		return err
 	}
+	w.duty = acquireDuty(q)
 	defer func() {
+		w.duty.release()
 		for _, b := range w.batchers {
 			b.Close()
 		}
@@ -197,6 +199,7 @@ type worker struct {
 	// detached is Work's ctx without its cancellation: lease handlers and
 	// every settlement run under it.
 	detached context.Context
+	duty     *pollDuty // shared with the other loops of the table on the pool
 }
 
 func (w *worker) report(err error) {
@@ -259,7 +262,7 @@ func DefaultBackoff(attempt int) time.Duration {
 // for that loop's handlers, not for the interval.)
 func (w *worker) idle(ctx context.Context, rang <-chan struct{}) (interval bool) {
 	for {
-		polls, free := w.q.bell.takePoll()
+		polls, free := w.duty.take()
 		if polls {
 			break
 		}
@@ -271,7 +274,7 @@ func (w *worker) idle(ctx context.Context, rang <-chan struct{}) (interval bool)
 		case <-free:
 		}
 	}
-	defer w.q.bell.dropPoll()
+	defer w.duty.drop()
 	// Up to a tenth either way, so that processes idle together do not
 	// poll in step.
 	jitter := time.Duration(rand.Int63n(int64(w.poll/5) + 1))

@@ -638,6 +638,70 @@ func TestWorkIdlePolls(t *testing.T) {
 	})
 }
 
+// TestWorkPollsPerTable: tables of one name in two schemas (a tenant's
+// each, say) share the process's wake-ups, which costs a claim that finds
+// nothing, but not the fallback poll: the loops of each table poll it every
+// interval, however many loops the other table has. Before, one loop polled
+// for both, and a job enqueued quietly (by another process) into the table
+// with fewer loops waited as many intervals as its loops lost the draw for
+// the polling to the other table's.
+func TestWorkPollsPerTable(t *testing.T) {
+	confEngines(t, func(e Engine) bool { return !e.IsSQLite() }, func(t *testing.T, e Engine) {
+		const poll, polls = 40 * time.Millisecond, 12
+		db, count := workXOpenCounting(t, e, workXLoops+4)
+		table := confTable(t, e, db, "work_pertable")
+		const schema = "inbox_other"
+		create := "CREATE SCHEMA IF NOT EXISTS " + schema
+		if e.IsMySQL() {
+			create = "CREATE DATABASE IF NOT EXISTS " + schema
+		}
+		if _, err := db.Exec(create); err != nil {
+			t.Fatal(err)
+		}
+		other := schema + "." + table
+		e.CreateTable(t, db, other)
+		confDropAtEnd(t, e, db, other, other+"_dead", other+"_claims")
+		qa := confNew(t, db, confConfig(e, Table(table, "lease"), nil))
+		qb := confNew(t, db, confConfig(e, Table(other, "lease"), nil))
+		count.watch(qa)
+		count.watch(qb)
+		// What an idle lease loop sends when its interval runs out.
+		pollOf := func(q *inbox.Queue) string {
+			if st := q.Statements(); st.Probe.SQL != "" {
+				return st.Probe.SQL
+			}
+			return q.Statements().Claim.SQL
+		}
+		pa, pb := pollOf(qa), pollOf(qb)
+		polled := func() (a, b int) {
+			count.mu.Lock()
+			defer count.mu.Unlock()
+			return count.each[pa], count.each[pb]
+		}
+		h := func(context.Context, *inbox.Delivery) error {
+			t.Error("a job was handled from an empty table")
+			return nil
+		}
+		cfg := inbox.WorkConfig{Poll: poll}
+		workXStart(t, qa, workXLoops-1, cfg, h)
+		workXStart(t, qb, 1, cfg, h)
+		count.waitClaims(t, workXLoops)
+		a0, b0 := polled()
+		deadline := time.Now().Add(workXDeadline)
+		for a, _ := polled(); a < a0+polls; a, _ = polled() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d polls of %s within %v", a-a0, table, workXDeadline)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		// The other table's one loop polls as often as this table's seven
+		// between them: half is a margin for the timers' jitter.
+		if a, b := polled(); b-b0 < polls/2 {
+			t.Errorf("while the loops of %s polled %d times, the loop of %s polled %d times; want each table polled every interval", table, a-a0, other, b-b0)
+		}
+	})
+}
+
 // TestWorkFlood: 10,000 enqueues in a burst, each a wake-up, reach eight
 // loops with a batch of 16: every job is handled once; the goroutines stay
 // within a bound while they run (a handler and a lease keeper per job in
