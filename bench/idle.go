@@ -195,18 +195,9 @@ func (c *callCounter) snapshot() callCounts {
 
 // openCounted opens e through a driver wrapper counting into c.
 func openCounted(e engine, dir string, c *callCounter, maxConns int) (*sql.DB, error) {
-	dsn := e.dsn(dir)
-	plain, err := sql.Open(e.driver, dsn)
+	inner, err := baseConnector(e, dir)
 	if err != nil {
 		return nil, err
-	}
-	drv := plain.Driver()
-	plain.Close()
-	var inner driver.Connector = dsnConnector{drv, dsn}
-	if dc, ok := drv.(driver.DriverContext); ok {
-		if inner, err = dc.OpenConnector(dsn); err != nil {
-			return nil, err
-		}
 	}
 	db := sql.OpenDB(countedConnector{inner, c})
 	db.SetMaxOpenConns(maxConns)
@@ -216,6 +207,21 @@ func openCounted(e engine, dir string, c *callCounter, maxConns int) (*sql.DB, e
 		return nil, fmt.Errorf("%s: %w", e.name, err)
 	}
 	return db, nil
+}
+
+// baseConnector is the engine's own connector, for a wrapper to sit on.
+func baseConnector(e engine, dir string) (driver.Connector, error) {
+	dsn := e.dsn(dir)
+	plain, err := sql.Open(e.driver, dsn)
+	if err != nil {
+		return nil, err
+	}
+	drv := plain.Driver()
+	plain.Close()
+	if dc, ok := drv.(driver.DriverContext); ok {
+		return dc.OpenConnector(dsn)
+	}
+	return dsnConnector{drv, dsn}, nil
 }
 
 type dsnConnector struct {

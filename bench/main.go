@@ -9,6 +9,7 @@
 //	go run ./bench -run work            # Queue.Work against the hand-written loop
 //	go run ./bench -run peers           # inbox against River and graphile-worker (pgx), goqite (SQLite)
 //	go run ./bench -run sustained -engines pgx   # ten minutes at 80 % load, with vacuum
+//	go run ./bench -run breakdown       # per job: driver calls, time per statement, CPU, allocations, server writes
 //
 // The throughput table has, for each claim form on each engine and driver,
 // with 1, 4 and 16 workers and batches of 1 and 16: jobs per second of claim
@@ -39,7 +40,7 @@ func main() {
 		os.Exit(latencyChildMain()) // the worker process of -run latency
 	}
 	var o options
-	flag.StringVar(&o.run, "run", "table", "what to run: table, depth, prepared, latency, idle, work, scale, peers (comma-separated)")
+	flag.StringVar(&o.run, "run", "table", "what to run: table, depth, prepared, latency, idle, work, scale, peers, sustained, breakdown (comma-separated)")
 	flag.StringVar(&o.engines, "engines", "pq,pgx,mysql,mattn,modernc", "engines and drivers")
 	flag.StringVar(&o.forms, "forms", "lease,lease-async,rowlock,advisory", "claim forms (lease-async: lease, each job acknowledged from a goroutine of its own through the Batcher)")
 	flag.StringVar(&o.workers, "workers", "1,4,16", "worker counts")
@@ -77,6 +78,10 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// runBreakdownMode is -run breakdown, set by bench/breakdown.go where it
+// builds (unix: getrusage).
+var runBreakdownMode func(ctx context.Context, out, log io.Writer, es []engine, o options, dir string) error
 
 type options struct {
 	run, engines, forms, workers, batches string
@@ -152,8 +157,15 @@ func run(ctx context.Context, out, log io.Writer, o options) error {
 			if err := runSustained(ctx, out, log, es, dir); err != nil {
 				return err
 			}
+		case "breakdown": // bench/breakdown.go: where the time of a job goes, both sides
+			if runBreakdownMode == nil {
+				return fmt.Errorf("-run breakdown reads getrusage: not built on %s", runtime.GOOS)
+			}
+			if err := runBreakdownMode(ctx, out, log, es, o, dir); err != nil {
+				return err
+			}
 		default:
-			return fmt.Errorf("-run %q: want table, depth, prepared, latency, idle, work, scale, peers or sustained", what)
+			return fmt.Errorf("-run %q: want table, depth, prepared, latency, idle, work, scale, peers, sustained or breakdown", what)
 		}
 	}
 	return nil
