@@ -224,6 +224,38 @@ func (m *Mock) ExpectClaim(max int, jobs ...Job) {
 // ExpectEmptyClaim expects a call Claim(ctx, max) that finds no job.
 func (m *Mock) ExpectEmptyClaim(max int) { m.ExpectClaim(max) }
 
+// ExpectProbe expects what an idle [inbox.Queue.Work] loop sends when its
+// fallback interval runs out where the claim is a transaction of several
+// statements (the MySQL and MariaDB lease, every row lock): one query asking
+// whether any job is ready, answered with a row when found is true and with
+// none otherwise. The loop claims only after a probe that found a row
+// (expect that claim next), and waits another interval after one that found
+// none. It panics for a queue whose idle loop claims at once, its claim
+// being one statement (the lease on PostgreSQL and SQLite, the advisory
+// lock).
+func (m *Mock) ExpectProbe(found bool) {
+	p := m.q.Statements().Probe
+	if p.SQL == "" {
+		panic("inboxtest: expect probe: this queue's idle loop claims at once, without a probe; expect the claim")
+	}
+	if m.sm == nil {
+		return
+	}
+	e := m.sm.ExpectQuery(p.SQL)
+	var args []driver.Value
+	for range p.Args {
+		// The only argument a probe takes is now, under Config.Now: the
+		// instant the loop's interval ran out, whichever it was.
+		args = append(args, anyTime{m.db.d})
+	}
+	expectArgs(e, args)
+	rows := sqlmock.NewRows([]string{"1"})
+	if found {
+		rows.AddRow(int64(1))
+	}
+	e.WillReturnRows(rows)
+}
+
 // ExpectAck expects Ack of the job claimed with id id.
 func (m *Mock) ExpectAck(id any) { m.expect(id, Ack, false) }
 

@@ -360,6 +360,17 @@ func docSection(t *testing.T, b *strings.Builder, cfg inbox.Config) {
 	show("Claim(ctx, 1), the queue's first, returning job 7:", "Claim", func() { m.ExpectClaim(1, job7) })
 	m.ExpectAck(7)
 	show("Claim(ctx, 1) finding none:", "Claim", func() { m.ExpectEmptyClaim(1) })
+	if p := m.q.Statements().Probe; p.SQL != "" {
+		// Sent by an idle Work loop, not by a call of the worker's: shown
+		// as ExpectProbe expects it.
+		arg := ""
+		if len(p.Args) > 0 {
+			arg = "now"
+		}
+		fmt.Fprintf(b, "Work, idle, its fallback interval run out (ExpectProbe; a claim follows a row):\n  query Probe(%s) → row (1) or no row\n", arg)
+		stmts = append(stmts, p.SQL)
+		seen[p.SQL], names[p.SQL] = true, "Probe"
+	}
 	type settle struct {
 		title, prefer string
 		call          Call

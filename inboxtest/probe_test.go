@@ -1,0 +1,86 @@
+package inboxtest_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+
+	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/inboxtest"
+)
+
+// An idle Work loop on each queue whose claim is a transaction: its first
+// claim finds nothing, its probes find nothing then a job, which it claims
+// and acknowledges; every statement as the expectations say, in order.
+func TestExpectProbe(t *testing.T) {
+	fixed := time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		cfg  inbox.Config
+	}{
+		{"mysql lease", inbox.Config{Dialect: inbox.MySQL, Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until"}}},
+		{"mariadb lease, caller's clock", inbox.Config{Dialect: inbox.MariaDB, Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until"},
+			Now: func() time.Time { return fixed }}},
+		{"postgres row lock", inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", NotBefore: "not_before"}}},
+		{"mysql row lock, caller's clock", inbox.Config{Dialect: inbox.MySQL, Table: inbox.Table{Name: "tenant.jobs"},
+			Now: func() time.Time { return fixed }}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			q, err := inbox.New(db, c.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := inboxtest.New(mock, q, c.cfg)
+			m.ExpectEmptyClaim(1)
+			m.ExpectProbe(false)
+			m.ExpectProbe(true)
+			m.ExpectClaim(1, inboxtest.Job{ID: 7, Data: []any{[]byte("a.png")}})
+			m.ExpectAck(7)
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var handled []any
+			err = q.Work(ctx, inbox.WorkConfig{Poll: time.Millisecond, OnError: func(err error) { t.Errorf("OnError: %v", err) }},
+				func(_ context.Context, d *inbox.Delivery) error {
+					handled = append(handled, d.ID())
+					cancel() // the loop returns once the job is acknowledged
+					return nil
+				})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(handled) != 1 || handled[0] != int64(7) {
+				t.Errorf("handled %v, want job 7", handled)
+			}
+			if err := mock.ExpectationsWereMet(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// A queue whose idle loop claims at once has no probe to expect.
+func TestExpectProbeRefused(t *testing.T) {
+	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cfg := inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until"}}
+	q, _ := inbox.New(db, cfg)
+	m := inboxtest.New(mock, q, cfg)
+	defer func() {
+		if r, _ := recover().(string); !strings.Contains(r, "claims at once") {
+			t.Errorf("ExpectProbe on a PostgreSQL lease queue: panic %q, want one saying its loop claims at once", r)
+		}
+	}()
+	m.ExpectProbe(true)
+}
