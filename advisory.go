@@ -96,14 +96,17 @@ func (q *Queue) readCandidates(ctx context.Context, s Stmt, v *values) ([]candid
 		return nil, err
 	}
 	defer rows.Close()
-	var cands []candidate
+	cands := make([]candidate, 0, min(v.limit, 64))
+	// One set of destinations for the page: a page is read at every claim
+	// and holds a few rows per job in work, each of which would otherwise
+	// cost its own.
+	var id, key any
+	var c candidate
+	dest := []any{&id, &key, &c.attempt, &c.priority}
+	if q.names.Priority == "" {
+		dest = dest[:3]
+	}
 	for rows.Next() {
-		var id, key any
-		var c candidate
-		dest := []any{&id, &key, &c.attempt}
-		if q.names.Priority != "" {
-			dest = append(dest, &c.priority)
-		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
