@@ -8,7 +8,7 @@
 //	go run ./bench -run idle            # statements per second sent by idle workers
 //	go run ./bench -run work            # Queue.Work against the hand-written loop
 //	go run ./bench -run peers           # inbox against River and graphile-worker (pgx), goqite (SQLite)
-//	go run ./bench -run sustained -engines pgx   # ten minutes at 80 % load, with vacuum
+//	go run ./bench -run sustained -engines pgx -forms lease   # ten minutes at 80 % load, with vacuum; every engine and form
 //	go run ./bench -run breakdown       # per job: driver calls, time per statement, CPU, allocations, server writes
 //
 // The throughput table has, for each claim form on each engine and driver,
@@ -54,7 +54,7 @@ func main() {
 	flag.DurationVar(&sustainFor, "sustain", sustainFor, "sustained: how long jobs are enqueued at a fixed rate")
 	flag.Float64Var(&sustainLoad, "sustain-load", sustainLoad, "sustained: the enqueue rate as a fraction of the workers' measured throughput")
 	flag.IntVar(&sustainWorkers, "sustain-workers", sustainWorkers, "sustained: workers, each claiming one job at a time")
-	flag.DurationVar(&sustainVacuum, "sustain-vacuum", sustainVacuum, "sustained: VACUUM the table this often (0: never; this machine runs autovacuum off)")
+	flag.DurationVar(&sustainVacuum, "sustain-vacuum", sustainVacuum, "sustained: on PostgreSQL, VACUUM the table this often (0: never; this machine runs autovacuum off); MariaDB purges and SQLite reuses pages on their own")
 	flag.BoolVar(&sustainHold, "sustain-hold", false, "sustained: hold a transaction with a snapshot open for the whole run")
 	flag.DurationVar(&riverFetchCooldown, "river-cooldown", riverFetchCooldown, "peers: River's Config.FetchCooldown (River's default, 100ms, allows about 10 jobs/s a worker)")
 	flag.BoolVar(&prepareInbox, "prepare", false, "table, work: inbox's side runs with Config.Prepare (its statements prepared once per connection); the hand-written side sends text")
@@ -153,7 +153,7 @@ func run(ctx context.Context, out, log io.Writer, o options) error {
 			if err := runPeers(ctx, out, log, es, workers, o.duration, o.segments, dir); err != nil {
 				return err
 			}
-		case "sustained": // bench/sustained.go: PostgreSQL's lease under a fixed enqueue rate
+		case "sustained": // bench/sustained.go: each form on each engine under a fixed enqueue rate
 			if err := runSustained(ctx, out, log, es, dir); err != nil {
 				return err
 			}
