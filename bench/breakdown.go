@@ -86,28 +86,24 @@ type breakdownLine struct {
 }
 
 func runBreakdown(ctx context.Context, out, log io.Writer, es []engine, forms []string, workers, batches []int, jobs int, dir string) error {
-	var versions []string
-	seen := map[string]bool{}
 	pgss := false
 	pgssNote := ""
-	for _, e := range es {
-		if seen[e.family] && e.family != "sqlite" {
-			continue
+	var drops []func()
+	defer func() {
+		for _, drop := range drops {
+			drop()
 		}
-		seen[e.family] = true
-		db, err := e.open(dir, 1)
-		if err != nil {
-			return err
-		}
-		versions = append(versions, e.version(db)+" ("+e.label+")")
+	}()
+	seen, err := headerOf(out, es, dir, func(e engine, db *sql.DB) {
 		if e.family == "postgres" {
 			var drop func()
 			pgss, pgssNote, drop = probeStatStatements(ctx, e, db)
-			defer drop()
+			drops = append(drops, drop)
 		}
-		db.Close()
+	})
+	if err != nil {
+		return err
 	}
-	header(out, versions)
 	fmt.Fprintf(out, "Per job acknowledged: each side works through %d jobs seeded beforehand (not counted), on one pool wrapped by a driver that counts and times every call. "+
 		"Driver µs are wall time inside the driver's calls, summed over the workers: a query from its call to its rows' close (the client's view of server time plus network). "+
 		"CPU is the whole process's getrusage (user + sys; SQLite's engine runs in it). Each side runs in two halves (inbox, hand, hand, inbox); server counters are server-wide, so each is the lower of the two halves' figures per job, other clients of a shared server only adding to them.\n\n", jobs)

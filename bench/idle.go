@@ -49,21 +49,9 @@ var idleConfigs = []idleConfig{
 }
 
 func runIdle(ctx context.Context, out, log io.Writer, es []engine, dir string) error {
-	var versions []string
-	seen := map[string]bool{}
-	for _, e := range es {
-		if seen[e.family] && e.family != "sqlite" {
-			continue
-		}
-		seen[e.family] = true
-		db, err := e.open(dir, 1)
-		if err != nil {
-			return err
-		}
-		versions = append(versions, e.version(db)+" ("+e.label+")")
-		db.Close()
+	if _, err := headerOf(out, es, dir, nil); err != nil {
+		return err
 	}
-	header(out, versions)
 	fmt.Fprintf(out, "Driver calls per second of idle workers on an empty lease table, counted over %v after a 2 s start; every engine and configuration at once, each on its own pool and table. Fallback interval: %v (the default).\n\n", idleWindow, inbox.DefaultPoll)
 	fmt.Fprintln(out, "| engine | driver | workers | statements/s | BEGIN+COMMIT+ROLLBACK/s | prepares/s | all calls/s |")
 	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|")

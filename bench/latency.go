@@ -90,21 +90,9 @@ func runLatency(ctx context.Context, out, log io.Writer, es []engine, dir string
 		}
 		modes[m] = true
 	}
-	var versions []string
-	seen := map[string]bool{}
-	for _, e := range es {
-		if seen[e.family] && e.family != "sqlite" {
-			continue
-		}
-		seen[e.family] = true
-		db, err := e.open(dir, 1)
-		if err != nil {
-			return err
-		}
-		versions = append(versions, e.version(db)+" ("+e.label+")")
-		db.Close()
+	if _, err := headerOf(out, es, dir, nil); err != nil {
+		return err
 	}
-	header(out, versions)
 	fmt.Fprintf(out, "Enqueue→handler-start latency on an idle lease queue, one worker, a no-op handler; %d samples per line (%d for the poll modes).\n\n", latencySamples, latencyPollSamples)
 	fmt.Fprintln(out, "| engine | driver | how the worker learns of the job | samples | p50 from Enqueue call | p99 | p50 from commit | p99 |")
 	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|---:|")

@@ -37,21 +37,9 @@ import (
 var loopForms = []string{"lease", "rowlock", "advisory"}
 
 func runLoop(ctx context.Context, out, log io.Writer, es []engine, forms []string, workers, batches []int, duration time.Duration, segments int, dir string) error {
-	var versions []string
-	seen := map[string]bool{}
-	for _, e := range es {
-		if seen[e.family] && e.family != "sqlite" {
-			continue
-		}
-		seen[e.family] = true
-		db, err := e.open(dir, 1)
-		if err != nil {
-			return err
-		}
-		versions = append(versions, e.version(db)+" ("+e.label+")")
-		db.Close()
+	if _, err := headerOf(out, es, dir, nil); err != nil {
+		return err
 	}
-	header(out, versions)
 	fmt.Fprintf(out, "Each side of a line measured for %v in %d alternating segments; Work and Claim/Ack on inbox's table (lease: its recommended indexes), hand-written on its own table (%s); Work/hand = Queue.Work jobs/s over the hand-written loop's.\n\n", duration, segments, handTableKind())
 	fmt.Fprintln(out, "| engine | driver | form | workers | batch | Work jobs/s | hand-written jobs/s | Claim/Ack loop jobs/s | Work/hand | Work/Claim-Ack |")
 	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -196,6 +196,32 @@ func parseInts(s string) ([]int, error) {
 }
 
 // header prints the machine and the servers.
+// headerOf writes the header of a run on es: it opens each engine family
+// once (each SQLite driver, whose libraries differ), reads the server's
+// version and, when visit is not nil, hands it the pool before closing it.
+// It returns the families it saw.
+func headerOf(out io.Writer, es []engine, dir string, visit func(engine, *sql.DB)) (map[string]bool, error) {
+	var versions []string
+	seen := map[string]bool{}
+	for _, e := range es {
+		if seen[e.family] && e.family != "sqlite" {
+			continue
+		}
+		seen[e.family] = true
+		db, err := e.open(dir, 1)
+		if err != nil {
+			return seen, err
+		}
+		versions = append(versions, e.version(db)+" ("+e.label+")")
+		if visit != nil {
+			visit(e, db)
+		}
+		db.Close()
+	}
+	header(out, versions)
+	return seen, nil
+}
+
 func header(out io.Writer, versions []string) {
 	fmt.Fprintf(out, "Machine: %d CPUs (runtime.NumCPU), %s/%s, %s. Servers: %s.\n\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), strings.Join(versions, ", "))
