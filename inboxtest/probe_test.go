@@ -2,7 +2,6 @@ package inboxtest_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -65,22 +64,4 @@ func TestExpectProbe(t *testing.T) {
 			}
 		})
 	}
-}
-
-// A queue whose idle loop claims at once has no probe to expect.
-func TestExpectProbeRefused(t *testing.T) {
-	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	cfg := inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until"}}
-	q, _ := inbox.New(db, cfg)
-	m := inboxtest.New(mock, q, cfg)
-	defer func() {
-		if r, _ := recover().(string); !strings.Contains(r, "claims at once") {
-			t.Errorf("ExpectProbe on a PostgreSQL lease queue: panic %q, want one saying its loop claims at once", r)
-		}
-	}()
-	m.ExpectProbe(true)
 }

@@ -527,6 +527,7 @@ func TestMisuse(t *testing.T) {
 		{"id", lease, func(m *inboxtest.Mock) { m.ExpectClaim(1, inboxtest.Job{ID: 1.5, Data: []any{nil}}) }, "want an integer or a string"},
 		{"no dead table", rowLock, func(m *inboxtest.Mock) { m.ExpectClaim(1, job); m.ExpectDead(7) }, "no dead table"},
 		{"no not-before", rowLock, func(m *inboxtest.Mock) { m.ExpectClaim(1, job); m.ExpectRetry(7, time.Minute) }, "needs Table.NotBefore"},
+		{"no probe", lease, func(m *inboxtest.Mock) { m.ExpectProbe(true) }, "claims at once, without a probe"},
 		{"row lock extend lost", rowLock, func(m *inboxtest.Mock) { m.ExpectClaim(1, job); m.ExpectLeaseLost(7, inboxtest.Extend) }, "Extend under the row lock form sends nothing"},
 		{"advisory retry lost", advisory, func(m *inboxtest.Mock) { m.ExpectClaim(1, job); m.ExpectLeaseLost(7, inboxtest.Retry(0)) }, "Retry(0s) under the advisory lock form sends nothing"},
 		{"key needed", tenant, func(m *inboxtest.Mock) { m.ExpectClaim(1, job) }, `Job.Key is needed: the advisory key column "tenant" is not the id`},
