@@ -122,26 +122,15 @@ func runBreakdown(ctx context.Context, out, log io.Writer, es []engine, forms []
 	}
 	fmt.Fprintln(out)
 	var lines []breakdownLine
-	for _, e := range es {
-		for _, form := range forms {
-			form = strings.TrimSpace(form)
-			if !contains(loopForms, form) || !contains(e.forms(), form) {
-				continue
-			}
-			for _, w := range workers {
-				for _, b := range batches {
-					c := cell{e: e, form: form, workers: w, batch: b}
-					l, err := breakdownCell(ctx, c, dir, jobs, pgss)
-					if err != nil {
-						return fmt.Errorf("%v: %w", c, err)
-					}
-					printBreakdown(out, l)
-					fmt.Fprintf(log, "%v: inbox %d jobs in %v, hand %d jobs in %v\n", c,
-						l.sides[0].jobs, l.sides[0].elapsed.Round(time.Millisecond), l.sides[1].jobs, l.sides[1].elapsed.Round(time.Millisecond))
-					lines = append(lines, l)
-				}
-			}
+	for _, c := range loopCells(es, forms, workers, batches) {
+		l, err := breakdownCell(ctx, c, dir, jobs, pgss)
+		if err != nil {
+			return fmt.Errorf("%v: %w", c, err)
 		}
+		printBreakdown(out, l)
+		fmt.Fprintf(log, "%v: inbox %d jobs in %v, hand %d jobs in %v\n", c,
+			l.sides[0].jobs, l.sides[0].elapsed.Round(time.Millisecond), l.sides[1].jobs, l.sides[1].elapsed.Round(time.Millisecond))
+		lines = append(lines, l)
 	}
 	printBreakdownSummary(out, lines)
 	return nil
@@ -550,13 +539,7 @@ func openTimed(e engine, dir string, c *callCounter, r *stmtRecorder, maxConns i
 		return nil, err
 	}
 	db := sql.OpenDB(timedConnector{inner, c, r})
-	db.SetMaxOpenConns(maxConns)
-	db.SetMaxIdleConns(maxConns)
-	if err := db.Ping(); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("%s: %w", e.name, err)
-	}
-	return db, nil
+	return e.ready(db, maxConns)
 }
 
 type timedConnector struct {

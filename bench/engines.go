@@ -110,11 +110,9 @@ func (e engine) open(dir string, maxConns int) (*sql.DB, error) {
 	return e.openDSN(e.dsn(dir), maxConns)
 }
 
-func (e engine) openDSN(dsn string, maxConns int) (*sql.DB, error) {
-	db, err := sql.Open(e.driver, dsn)
-	if err != nil {
-		return nil, err
-	}
+// ready sizes db's pool to maxConns, idle connections included, and
+// checks that the server answers; db is closed when it does not.
+func (e engine) ready(db *sql.DB, maxConns int) (*sql.DB, error) {
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
 	if err := db.Ping(); err != nil {
@@ -122,6 +120,14 @@ func (e engine) openDSN(dsn string, maxConns int) (*sql.DB, error) {
 		return nil, fmt.Errorf("%s: %w", e.name, err)
 	}
 	return db, nil
+}
+
+func (e engine) openDSN(dsn string, maxConns int) (*sql.DB, error) {
+	db, err := sql.Open(e.driver, dsn)
+	if err != nil {
+		return nil, err
+	}
+	return e.ready(db, maxConns)
 }
 
 // version names the server.

@@ -188,13 +188,7 @@ func openCounted(e engine, dir string, c *callCounter, maxConns int) (*sql.DB, e
 		return nil, err
 	}
 	db := sql.OpenDB(countedConnector{inner, c})
-	db.SetMaxOpenConns(maxConns)
-	db.SetMaxIdleConns(maxConns)
-	if err := db.Ping(); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("%s: %w", e.name, err)
-	}
-	return db, nil
+	return e.ready(db, maxConns)
 }
 
 // baseConnector is the engine's own connector, for a wrapper to sit on.

@@ -44,6 +44,26 @@ func runLoop(ctx context.Context, out, log io.Writer, es []engine, forms []strin
 	fmt.Fprintln(out, "| engine | driver | form | workers | batch | Work jobs/s | hand-written jobs/s | Claim/Ack loop jobs/s | Work/hand | Work/Claim-Ack |")
 	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	best := map[string]float64{}
+	for _, c := range loopCells(es, forms, workers, batches) {
+		rs, err := loopCell(ctx, c, dir, prefill(best, c, duration/time.Duration(segments)), duration, segments)
+		if err != nil {
+			return fmt.Errorf("%v: %w", c, err)
+		}
+		key := fmt.Sprintf("%s/%s/%d", c.e.name, c.form, c.batch)
+		best[key] = max(best[key], rs[0].rate(), rs[1].rate(), rs[2].rate())
+		fmt.Fprintf(out, "| %s | %s | %s | %d | %d | %.0f | %.0f | %.0f | %.2f | %.2f |\n",
+			c.e.family, c.e.label, c.form, c.workers, c.batch, rs[0].rate(), rs[1].rate(), rs[2].rate(), rs[0].rate()/rs[1].rate(), rs[0].rate()/rs[2].rate())
+		fmt.Fprintf(log, "%v: work %d jobs in %v, hand %d in %v, claim/ack %d in %v\n", c,
+			rs[0].jobs, rs[0].elapsed.Round(time.Millisecond), rs[1].jobs, rs[1].elapsed.Round(time.Millisecond),
+			rs[2].jobs, rs[2].elapsed.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// loopCells lists the lines of a run over the loop forms: each engine,
+// each form of forms it has, each worker count and batch, in that order.
+func loopCells(es []engine, forms []string, workers, batches []int) []cell {
+	var cs []cell
 	for _, e := range es {
 		for _, form := range forms {
 			form = strings.TrimSpace(form)
@@ -52,23 +72,12 @@ func runLoop(ctx context.Context, out, log io.Writer, es []engine, forms []strin
 			}
 			for _, w := range workers {
 				for _, b := range batches {
-					c := cell{e: e, form: form, workers: w, batch: b}
-					rs, err := loopCell(ctx, c, dir, prefill(best, c, duration/time.Duration(segments)), duration, segments)
-					if err != nil {
-						return fmt.Errorf("%v: %w", c, err)
-					}
-					key := fmt.Sprintf("%s/%s/%d", e.name, form, b)
-					best[key] = max(best[key], rs[0].rate(), rs[1].rate(), rs[2].rate())
-					fmt.Fprintf(out, "| %s | %s | %s | %d | %d | %.0f | %.0f | %.0f | %.2f | %.2f |\n",
-						e.family, e.label, form, w, b, rs[0].rate(), rs[1].rate(), rs[2].rate(), rs[0].rate()/rs[1].rate(), rs[0].rate()/rs[2].rate())
-					fmt.Fprintf(log, "%v: work %d jobs in %v, hand %d in %v, claim/ack %d in %v\n", c,
-						rs[0].jobs, rs[0].elapsed.Round(time.Millisecond), rs[1].jobs, rs[1].elapsed.Round(time.Millisecond),
-						rs[2].jobs, rs[2].elapsed.Round(time.Millisecond))
+					cs = append(cs, cell{e: e, form: form, workers: w, batch: b})
 				}
 			}
 		}
 	}
-	return nil
+	return cs
 }
 
 // loopCell measures the three sides of a line: Work, hand-written,
