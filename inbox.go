@@ -19,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 )
 
 var (
@@ -435,21 +434,16 @@ func (d *Delivery) LastError() string { return d.lastError }
 // Priority returns the job's priority (Table.Priority; zero without one).
 func (d *Delivery) Priority() int { return int(d.priority) }
 
-// SetError records err's text (its first [MaxErrorText] bytes) for the
-// delivery's Retry or Dead to write into Table.LastError; without that
-// column it is not kept. A nil err records nothing.
+// SetError records err's text for the delivery's Retry or Dead to write
+// into Table.LastError; without that column it is not kept. The text is
+// made storable on every engine: invalid UTF-8 and NUL bytes become U+FFFD,
+// and it is cut at a character boundary to [MaxErrorText] bytes. A nil err
+// records nothing.
 func (d *Delivery) SetError(err error) {
 	if err == nil {
 		return
 	}
-	text := err.Error()
-	if len(text) > MaxErrorText {
-		cut := MaxErrorText
-		for cut > 0 && !utf8.RuneStart(text[cut]) {
-			cut--
-		}
-		text = text[:cut]
-	}
+	text := storableText(err.Error())
 	d.mu.Lock()
 	d.errText = text
 	d.mu.Unlock()
