@@ -204,6 +204,9 @@ type Names struct {
 	LastError, Priority, EnqueuedAt string
 	// Dead is the quoted dead-letter table, empty when none is named.
 	Dead, DeadSchema, DeadName string
+	// DeadAt is the dead table's quoted time of death column, empty when
+	// none is named.
+	DeadAt string
 	// ClaimsTable is the quoted side table of the row-lock claims counter,
 	// empty when none is named; its columns are ID and claims.
 	ClaimsTable, ClaimsSchema, ClaimsName string
@@ -230,7 +233,7 @@ const (
 	ArgUntil                    // a new time computed from now: now+lease, now+retry delay
 	ArgMicros                   // the lease or retry delay in microseconds, for a statement reading the engine's clock
 	ArgLimit                    // the most rows a statement may claim
-	ArgNotBefore                // the not-before time given to Enqueue
+	ArgNotBefore                // a time the caller gave: Enqueue's not-before, ListDead's cursor, PurgeDead's cutoff
 	ArgError                    // the error text a Retry or Dead records (NULL for none: the row keeps its own)
 	ArgPriority                 // a job's priority: Enqueue's, or the last candidate's for the next page
 	ArgData                     // ArgData+i is the value of the i-th data column (Enqueue)
@@ -342,6 +345,27 @@ type Statements struct {
 	// Empty: the loop claims.
 	Probe Stmt
 
+	// Dead jobs ([Queue.ListDead], [Queue.RequeueDead], [Queue.PurgeDead]),
+	// set when the description names a dead table. DeadList returns id,
+	// attempt, the data columns, then LastError and DeadAt where named, of
+	// up to ArgLimit dead jobs, the most recent death first (DeadAt
+	// descending, then id descending; id descending without DeadAt);
+	// DeadListAfter the same past the job ArgID (and ArgNotBefore, its
+	// DeadAt) in that order. DeadTake returns the data columns and LastError
+	// of the dead job ArgID and, with DeadTakeDelete empty, deletes it
+	// (DELETE … RETURNING); where the engine cannot return deleted rows it
+	// locks the row, and DeadTakeDelete deletes it in the same transaction.
+	// DeadPurge deletes every dead job, DeadPurgeBefore those whose DeadAt
+	// is before ArgNotBefore. RequeueError writes ArgError into the
+	// LastError of the job ArgID, for a requeued job that keeps its text.
+	DeadList, DeadListAfter, DeadTake, DeadTakeDelete, DeadPurge, DeadPurgeBefore, RequeueError Stmt
+	// Cancelling a job that waits ([Queue.Cancel]). Cancel deletes the job
+	// ArgID (lease: under any lease, the holder learns by its keeper).
+	// CancelLock (row lock) locks the row ArgID without waiting, returning
+	// its id when no claim holds it. JobExists returns a row when job ArgID
+	// exists at all, to tell a job in work from a missing one.
+	Cancel, CancelLock, JobExists Stmt
+
 	// Stats ([Queue.Stats]) returns one row: jobs ready by time (claimable
 	// now, held ones included where the engine cannot tell them apart),
 	// waiting for a later time, in work (-1 where the engine cannot tell),
@@ -403,7 +427,7 @@ type sqlTemplate struct {
 var templateArgs = map[string]Arg{
 	"id": ArgID, "attempt": ArgAttempt, "delivered": ArgDelivered, "expiry": ArgExpiry,
 	"now": ArgNow, "until": ArgUntil, "micros": ArgMicros, "limit": ArgLimit,
-	"error": ArgError, "priority": ArgPriority,
+	"error": ArgError, "priority": ArgPriority, "at": ArgNotBefore,
 }
 
 // newTemplate returns the templates of n, with now and until the SQL of the
@@ -419,6 +443,11 @@ func newTemplate(n *Names, mark func(int) string, now, until string) *sqlTemplat
 		// orders, what a Retry or Dead writes of the error.
 		", extra": "", ", j.extra": "", ", priority": "", ", lastError": "", ", error": "", ", set error": "",
 		"order": "{id}", "pick": "{id}",
+		// The dead table's time of death: the column and what Dead writes.
+		"deadAt": n.DeadAt, ", deadAt": "", ", deadAt now": "",
+	}
+	if n.DeadAt != "" {
+		f[", deadAt"], f[", deadAt now"] = ", {deadAt}", ", {now}"
 	}
 	if len(n.Data) > 0 {
 		f[", data"], f[", j.data"] = ", "+joinCols("", n.Data), ", "+joinCols("j.", n.Data)

@@ -396,6 +396,14 @@ func (c *stmtCache) close() {
 // runs inside ex when ex is a transaction, else in a transaction of its own
 // begun on ex (a *sql.DB or *sql.Conn).
 func (q *Queue) moveDead(ctx context.Context, ex Executor, v *values) (int64, error) {
+	if v.now.IsZero() && q.st.DeadInsert.has(ArgNow) {
+		// The time of death (Table.DeadAt) by the caller's clock.
+		now, err := q.readNow(ctx, ex)
+		if err != nil {
+			return 0, err
+		}
+		v.now = now
+	}
 	if q.st.DeadDelete.SQL == "" {
 		return q.exec(ctx, ex, q.st.DeadInsert, v)
 	}

@@ -122,6 +122,12 @@ type Table struct {
 	// with the columns ID, Attempt and Data of this table (and LastError,
 	// when named). Dead needs it.
 	DeadTable string
+	// DeadAt names an optional time column of the dead table (same type as
+	// the lease column would have: timestamptz, DATETIME(6), or TEXT on
+	// SQLite) that Dead writes with the clock's time, so that
+	// [Queue.ListDead] lists the most recent deaths first and
+	// [Queue.PurgeDead] can keep the recent ones. Needs DeadTable.
+	DeadAt string
 
 	// LastError names an optional text column: Retry and Dead write the
 	// error recorded with [Delivery.SetError] (its first [MaxErrorText]

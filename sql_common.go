@@ -88,7 +88,7 @@ func retryLater(t *sqlTemplate, n *Names, token string) Stmt {
 // deadCopy is the move to the dead table in two statements, run in one
 // transaction: a copy with the delivered attempt, then the delete.
 func deadCopy(t *sqlTemplate, token string) (insert, del Stmt) {
-	insert = t.exec("INSERT INTO {dead} ({id}, {attempt}{, data}{, lastError}) SELECT {id}, $delivered{, data}{, error} FROM {table} WHERE " + token)
+	insert = t.exec("INSERT INTO {dead} ({id}, {attempt}{, data}{, lastError}{, deadAt}) SELECT {id}, $delivered{, data}{, error}{, deadAt now} FROM {table} WHERE " + token)
 	del = t.exec("DELETE FROM {table} WHERE " + token)
 	return insert, del
 }

@@ -82,6 +82,8 @@ func (mysql) Statements(n *Names) (*Statements, error) {
 		clock = "UTC_TIMESTAMP(6)"
 	}
 	enqueue(st, n, question, false, clock)
+	// MySQL has no DELETE … RETURNING (MariaDB has, but shares these).
+	deadJobs(t, n, st, false)
 	// The engine cannot tell which locks are this table's: in work is
 	// counted under the lease form alone. The clock is read first.
 	free, due := statsOldest(n, "$now")

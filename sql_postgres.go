@@ -56,6 +56,7 @@ func (postgres) Statements(n *Names) (*Statements, error) {
 	}
 	enqueue(st, n, dollar, true, clock)
 	st.Stats = pgStats(t, n)
+	deadJobs(t, n, st, true)
 	return st, nil
 }
 
@@ -171,7 +172,7 @@ func pgStats(t *sqlTemplate, n *Names) Stmt {
 // DELETE … RETURNING feeds the INSERT.
 func pgDeadMove(t *sqlTemplate, token string) Stmt {
 	return t.exec("WITH gone AS (DELETE FROM {table} WHERE " + token + " RETURNING {id}{, data}{, lastError})" +
-		" INSERT INTO {dead} ({id}, {attempt}{, data}{, lastError}) SELECT {id}, $delivered{, data}{, error} FROM gone")
+		" INSERT INTO {dead} ({id}, {attempt}{, data}{, lastError}{, deadAt}) SELECT {id}, $delivered{, data}{, error}{, deadAt now} FROM gone")
 }
 
 // PostgresLockKey is the 64-bit advisory lock key of one key value of a

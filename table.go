@@ -79,6 +79,9 @@ func (n *Names) quoteAll(d Dialect, t Table) error {
 			return err
 		}
 	}
+	if n.DeadAt, err = quoteColumn(d, "DeadAt", t.DeadAt); err != nil {
+		return err
+	}
 	if t.ClaimsTable != "" {
 		if n.ClaimsTable, n.ClaimsSchema, n.ClaimsName, err = quoteTable(d, "Table.ClaimsTable", t.ClaimsTable); err != nil {
 			return err
@@ -116,6 +119,8 @@ func checkOptions(n *Names, t Table) error {
 		return fmt.Errorf("inbox: new: Table.MaxClaims %d must be positive with Table.ClaimsTable %q", t.MaxClaims, t.ClaimsTable)
 	case t.ClaimsTable == "" && t.MaxClaims != 0:
 		return fmt.Errorf("inbox: new: Table.MaxClaims %d needs Table.ClaimsTable", t.MaxClaims)
+	case t.DeadAt != "" && t.DeadTable == "":
+		return fmt.Errorf("inbox: new: Table.DeadAt %q is a column of the dead table: name Table.DeadTable too", t.DeadAt)
 	case t.ClaimsTable != "" && t.DeadTable == "":
 		return fmt.Errorf("inbox: new: Table.ClaimsTable %q needs Table.DeadTable, where a job past MaxClaims goes", t.ClaimsTable)
 	case n.Form == Lease && t.NotBefore != "":

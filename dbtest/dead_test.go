@@ -1,0 +1,265 @@
+package dbtest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// deadOpsTable creates a queue table whose dead table keeps the last error
+// and the time of death, and returns its description in form.
+func deadOpsTable(t *testing.T, e Engine, db *sql.DB, table, form string) inbox.Table {
+	t.Helper()
+	e.CreateTable(t, db, table)
+	text, at := "text", "timestamptz"
+	switch {
+	case e.IsMySQL():
+		text, at = "varchar(2000)", "DATETIME(6)"
+	case e.IsSQLite():
+		text, at = "TEXT", "TEXT"
+	}
+	confExec(t, e, db, "ALTER TABLE "+table+" ADD COLUMN last_error "+text)
+	confExec(t, e, db, "ALTER TABLE "+table+"_dead ADD COLUMN last_error "+text)
+	confExec(t, e, db, "ALTER TABLE "+table+"_dead ADD COLUMN dead_at "+at)
+	confExec(t, e, db, "CREATE INDEX "+table+"_dead_at ON "+table+"_dead (dead_at, id)")
+	tb := Table(table, form)
+	tb.LastError, tb.DeadAt = "last_error", "dead_at"
+	return tb
+}
+
+// deadOpsKill claims every job of q and buries each with its own error,
+// one at a time, so that each dies after the one before.
+func deadOpsKill(t *testing.T, q *inbox.Queue, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		ds, err := q.Claim(ctx, 1)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("claim %d: %v, %d jobs", i, err, len(ds))
+		}
+		ds[0].SetError(fmt.Errorf("failure of job %v", ds[0].ID()))
+		if err := ds[0].Dead(ctx); err != nil {
+			t.Fatalf("dead %v: %v", ds[0].ID(), err)
+		}
+	}
+}
+
+// TestDeadJobs lists, requeues and purges dead jobs on every engine and
+// form, with the table named plainly and schema-qualified: pages come newest
+// death first with their errors; eight operators on two pools requeueing one
+// job bring it back once, under a new id with attempt 1 and its error kept;
+// a purge by age keeps the recent deaths.
+func TestDeadJobs(t *testing.T) {
+	for _, e := range Engines {
+		for _, form := range e.Forms() {
+			for _, qualified := range []bool{false, true} {
+				name := fmt.Sprintf("%s/%s/qualified=%v", e.Name, form, qualified)
+				t.Run(name, func(t *testing.T) {
+					ctx := context.Background()
+					dir := t.TempDir()
+					dsn := e.DSN(t, dir)
+					db, db2 := e.OpenDSN(t, dsn, 10), e.OpenDSN(t, dsn, 10)
+					table := "dead_ops"
+					tb := deadOpsTable(t, e, db, table, form)
+					confDropAtEnd(t, e, db, table, table+"_dead", table+"_claims")
+					if qualified {
+						tb.Name, tb.DeadTable = concQualified(t, e, db, table), concQualified(t, e, db, table+"_dead")
+					}
+					q, err := inbox.New(db, inbox.Config{Dialect: e.Dialect, Table: tb})
+					if err != nil {
+						t.Fatal(err)
+					}
+					q2, err := inbox.New(db2, inbox.Config{Dialect: e.Dialect, Table: tb})
+					if err != nil {
+						t.Fatal(err)
+					}
+					const n = 7
+					for i := 0; i < n; i++ {
+						confEnqueue(t, q, db, fmt.Sprintf("p%d", i))
+					}
+					deadOpsKill(t, q, n)
+
+					// Pages of three, newest death first.
+					var all []inbox.DeadJob
+					var after *inbox.DeadJob
+					for {
+						page, err := q.ListDead(ctx, 3, after)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if len(page) == 0 {
+							break
+						}
+						all = append(all, page...)
+						after = &page[len(page)-1]
+					}
+					if len(all) != n {
+						t.Fatalf("listed %d dead jobs, want %d", len(all), n)
+					}
+					for i, j := range all {
+						if j.LastError != fmt.Sprintf("failure of job %v", j.ID) || j.Attempt != 1 || j.DeadAt.IsZero() || len(j.Data) != 1 {
+							t.Errorf("dead job %d: %+v", i, j)
+						}
+						if i > 0 {
+							p := all[i-1]
+							if j.DeadAt.After(p.DeadAt) || j.DeadAt.Equal(p.DeadAt) && idLess(p.ID, j.ID) {
+								t.Errorf("order: %v (%v) listed after %v (%v)", j.ID, j.DeadAt, p.ID, p.DeadAt)
+							}
+						}
+					}
+
+					// Eight operators on two pools requeue the newest at once.
+					target := all[0]
+					var wg sync.WaitGroup
+					var mu sync.Mutex
+					var newIDs []any
+					notDead := 0
+					for i := 0; i < 8; i++ {
+						wg.Add(1)
+						go func(i int) {
+							defer wg.Done()
+							qq := q
+							if i%2 == 1 {
+								qq = q2
+							}
+							id, err := qq.RequeueDead(ctx, target.ID)
+							mu.Lock()
+							defer mu.Unlock()
+							switch {
+							case err == nil:
+								newIDs = append(newIDs, id)
+							case errors.Is(err, inbox.ErrNotDead):
+								notDead++
+							default:
+								t.Errorf("requeue: %v", err)
+							}
+						}(i)
+					}
+					wg.Wait()
+					if len(newIDs) != 1 || notDead != 7 {
+						t.Fatalf("8 requeues of one job: %d succeeded (%v), %d not dead; want 1 and 7", len(newIDs), newIDs, notDead)
+					}
+					if newIDs[0] == target.ID {
+						t.Errorf("requeued under its old id %v", target.ID)
+					}
+					ds, err := q.Claim(ctx, 10)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(ds) != 1 || ds[0].ID() != newIDs[0] || ds[0].Attempt() != 1 || ds[0].LastError() != target.LastError {
+						t.Fatalf("claimed after the requeue: %d jobs %v", len(ds), describe(ds))
+					}
+					var p []byte
+					if err := ds[0].Scan(&p); err != nil || string(p) != string(target.Data[0].([]byte)) {
+						t.Errorf("requeued payload %q (%v), want %q", p, err, target.Data[0])
+					}
+					if err := ds[0].Ack(ctx); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := q.RequeueDead(ctx, int64(1<<40)); !errors.Is(err, inbox.ErrNotDead) {
+						t.Errorf("requeue of an unknown id = %v, want ErrNotDead", err)
+					}
+
+					// Purge by age: the deaths before the third oldest go.
+					rest := all[1:]
+					cut := rest[len(rest)-3].DeadAt
+					older := 0
+					for _, j := range rest {
+						if j.DeadAt.Before(cut) {
+							older++
+						}
+					}
+					purged, err := q.PurgeDead(ctx, cut)
+					if err != nil || purged != int64(older) {
+						t.Fatalf("PurgeDead(%v) = %d, %v; want %d", cut, purged, err, older)
+					}
+					left, err := q.ListDead(ctx, 100, nil)
+					if err != nil || len(left) != len(rest)-older {
+						t.Fatalf("after the purge %d left (%v), want %d", len(left), err, len(rest)-older)
+					}
+					if purged, err := q2.PurgeDead(ctx, time.Time{}); err != nil || purged != int64(len(left)) {
+						t.Fatalf("PurgeDead(all) = %d, %v; want %d", purged, err, len(left))
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestCancel cancels a waiting job on every engine and form; a job in work
+// is left to its holder under the row lock (ErrInWork) and deleted under
+// the lease and advisory forms, whose holder's settlement then fails with
+// ErrLeaseLost; an unknown id is ErrNotFound, and nothing else changes.
+func TestCancel(t *testing.T) {
+	for _, e := range Engines {
+		for _, form := range e.Forms() {
+			t.Run(e.Name+"/"+form, func(t *testing.T) {
+				ctx := context.Background()
+				db := e.Open(t, 10)
+				tb := deadOpsTable(t, e, db, "cancel_ops", form)
+				confDropAtEnd(t, e, db, "cancel_ops", "cancel_ops_dead", "cancel_ops_claims")
+				q, err := inbox.New(db, inbox.Config{Dialect: e.Dialect, Table: tb})
+				if err != nil {
+					t.Fatal(err)
+				}
+				held := confEnqueue(t, q, db, "held")
+				waiting := confEnqueue(t, q, db, "waiting")
+				ds, err := q.Claim(ctx, 1)
+				if err != nil || len(ds) != 1 || ds[0].ID() != held {
+					t.Fatalf("claim: %v %v", err, describe(ds))
+				}
+				if err := q.Cancel(ctx, waiting); err != nil {
+					t.Fatalf("cancel of a waiting job: %v", err)
+				}
+				if err := q.Cancel(ctx, waiting); !errors.Is(err, inbox.ErrNotFound) {
+					t.Errorf("second cancel = %v, want ErrNotFound", err)
+				}
+				err = q.Cancel(ctx, held)
+				switch form {
+				case "rowlock":
+					if !errors.Is(err, inbox.ErrInWork) {
+						t.Fatalf("cancel of a held row-lock job = %v, want ErrInWork", err)
+					}
+					if err := ds[0].Ack(ctx); err != nil {
+						t.Fatalf("the holder's ack after a refused cancel: %v", err)
+					}
+				default:
+					if err != nil {
+						t.Fatalf("cancel of a job in work: %v", err)
+					}
+					if err := ds[0].Ack(ctx); !errors.Is(err, inbox.ErrLeaseLost) {
+						t.Fatalf("the holder's ack after a cancel = %v, want ErrLeaseLost", err)
+					}
+				}
+				var left int
+				if err := db.QueryRow("SELECT COUNT(*) FROM cancel_ops").Scan(&left); err != nil || left != 0 {
+					t.Fatalf("%d jobs left (%v), want 0", left, err)
+				}
+			})
+		}
+	}
+}
+
+// idLess orders two integer or text ids.
+func idLess(a, b any) bool {
+	x, ok1 := a.(int64)
+	y, ok2 := b.(int64)
+	if ok1 && ok2 {
+		return x < y
+	}
+	return fmt.Sprint(a) < fmt.Sprint(b)
+}
+
+func describe(ds []*inbox.Delivery) string {
+	s := ""
+	for _, d := range ds {
+		s += fmt.Sprintf("[id %v attempt %d last error %q] ", d.ID(), d.Attempt(), d.LastError())
+	}
+	return s
+}

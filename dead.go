@@ -1,0 +1,294 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrNotDead is returned by [Queue.RequeueDead] when the dead table
+	// holds no job with the id: it never died, it was purged, or another
+	// requeue took it first. Nothing was changed.
+	ErrNotDead = errors.New("inbox: no dead job with this id")
+	// ErrNotFound is returned by [Queue.Cancel] when the table holds no job
+	// with the id. Nothing was changed.
+	ErrNotFound = errors.New("inbox: no job with this id")
+	// ErrInWork is returned by [Queue.Cancel] under the row lock when a
+	// claim holds the job: its holder settles it. Nothing was changed.
+	ErrInWork = errors.New("inbox: the job is in work")
+	// ErrNoDeadAt is returned by [Queue.PurgeDead] with a cutoff when the
+	// description names no Table.DeadAt. Nothing was changed.
+	ErrNoDeadAt = errors.New("inbox: purging by age needs Table.DeadAt")
+)
+
+// DeadJob is one row of the dead table as [Queue.ListDead] read it.
+type DeadJob struct {
+	// ID is the job's id: an int64 or a string.
+	ID any
+	// Attempt is the attempt the job died on.
+	Attempt int
+	// LastError is the last error recorded (Table.LastError; empty without
+	// it).
+	LastError string
+	// DeadAt is when the job died (Table.DeadAt; zero without it).
+	DeadAt time.Time
+	// Data are the data columns as the driver returned them.
+	Data []any
+}
+
+// MaxList is the most dead jobs one [Queue.ListDead] returns.
+const MaxList = 1000
+
+// ListDead returns up to limit dead jobs (1 to [MaxList]), the most recent
+// death first: by Table.DeadAt, then by id, both descending; by id
+// descending without DeadAt. With after, the listing continues past that
+// job, so that the last job of one page asks for the next. None is an empty
+// result. Without Table.DeadTable it is an error ([ErrNoDeadTable]).
+func (q *Queue) ListDead(ctx context.Context, limit int, after *DeadJob) ([]DeadJob, error) {
+	if err := q.deadOp(limit); err != nil {
+		return nil, opErr("list dead", err)
+	}
+	s, v := q.st.DeadList, values{limit: limit}
+	if after != nil {
+		if err := checkID(after.ID); err != nil {
+			return nil, opErr("list dead", err)
+		}
+		if q.names.DeadAt != "" && after.DeadAt.IsZero() {
+			return nil, opErr("list dead", errors.New("after.DeadAt is zero: pass a job ListDead returned"))
+		}
+		s, v.id, v.notBefore = q.st.DeadListAfter, after.ID, after.DeadAt
+	}
+	rows, err := q.query(ctx, q.db, s, &v)
+	if err != nil {
+		return nil, opErr("list dead", err)
+	}
+	defer rows.Close()
+	var jobs []DeadJob
+	for rows.Next() {
+		var (
+			j       DeadJob
+			id      any
+			attempt int64
+			lastErr sql.NullString
+			deadAt  rawValue
+		)
+		j.Data = make([]any, len(q.names.Data))
+		dest := []any{&id, &attempt}
+		for i := range j.Data {
+			dest = append(dest, &j.Data[i])
+		}
+		if q.names.LastError != "" {
+			dest = append(dest, &lastErr)
+		}
+		if q.names.DeadAt != "" {
+			dest = append(dest, &deadAt)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, opErr("list dead", err)
+		}
+		j.ID, j.Attempt, j.LastError = normID(id), int(attempt), lastErr.String
+		if q.names.DeadAt != "" && deadAt.v != nil {
+			if j.DeadAt, err = q.dialect.ScanTime(deadAt.v); err != nil {
+				return nil, opErr("list dead: Table.DeadAt", err)
+			}
+			j.DeadAt = micro(j.DeadAt)
+		}
+		for i, d := range j.Data {
+			if b, ok := d.([]byte); ok {
+				// The driver may reuse the bytes at the next row.
+				j.Data[i] = append([]byte(nil), b...)
+			}
+		}
+		jobs = append(jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, opErr("list dead", err)
+	}
+	return jobs, nil
+}
+
+// RequeueDead puts the dead job id back into the queue and returns its new
+// id: a new row, as [Queue.Enqueue] writes one, with the dead job's data,
+// attempt 1 and, where Table.LastError is named, the error it died with (a
+// handler can tell a requeued job by it). The dead row goes in the same
+// transaction, so that of two operators requeueing one job at once, one
+// requeues it and the other gets [ErrNotDead]. Its priority and delay are
+// not kept. An id of the wrong kind is the driver's error; either way,
+// nothing is changed on an error.
+func (q *Queue) RequeueDead(ctx context.Context, id any) (any, error) {
+	if err := q.deadOp(1); err != nil {
+		return nil, opErr("requeue dead", err)
+	}
+	if err := checkID(id); err != nil {
+		return nil, opErr("requeue dead", err)
+	}
+	tx, err := q.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, opErr("requeue dead", err)
+	}
+	newID, err := q.requeueIn(ctx, q.own(tx), id)
+	if err == nil {
+		err = tx.Commit()
+	} else {
+		_ = tx.Rollback()
+	}
+	if err != nil {
+		return nil, opErr("requeue dead", err)
+	}
+	q.bell.ring()
+	return newID, nil
+}
+
+// requeueIn moves the dead job id back through the transaction tx.
+func (q *Queue) requeueIn(ctx context.Context, tx Executor, id any) (any, error) {
+	data := make([]any, len(q.names.Data))
+	var took any
+	var lastErr sql.NullString
+	dest := []any{&took}
+	for i := range data {
+		dest = append(dest, &data[i])
+	}
+	if q.names.LastError != "" {
+		dest = append(dest, &lastErr)
+	}
+	v := values{id: id}
+	if err := q.queryRow(ctx, tx, q.st.DeadTake, &v).Scan(dest...); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("id %v: %w", id, ErrNotDead)
+		}
+		return nil, err
+	}
+	if q.st.DeadTakeDelete.SQL != "" {
+		if n, err := q.exec(ctx, tx, q.st.DeadTakeDelete, &v); err != nil || n != 1 {
+			if err == nil {
+				err = fmt.Errorf("id %v: %w", id, ErrNotDead)
+			}
+			return nil, err
+		}
+	}
+	newID, err := q.insert(ctx, tx, q.st.Enqueue, Job{Data: data})
+	if err != nil {
+		return nil, err
+	}
+	if q.st.RequeueError.SQL != "" && lastErr.Valid {
+		ev := values{id: newID, errText: lastErr.String}
+		if _, err := q.exec(ctx, tx, q.st.RequeueError, &ev); err != nil {
+			return nil, err
+		}
+	}
+	return newID, nil
+}
+
+// PurgeDead deletes the dead jobs that died before olderThan, or every dead
+// job when olderThan is zero, and returns how many it deleted. A cutoff
+// needs Table.DeadAt ([ErrNoDeadAt]).
+func (q *Queue) PurgeDead(ctx context.Context, olderThan time.Time) (int64, error) {
+	if err := q.deadOp(1); err != nil {
+		return 0, opErr("purge dead", err)
+	}
+	s := q.st.DeadPurge
+	if !olderThan.IsZero() {
+		if q.names.DeadAt == "" {
+			return 0, opErr("purge dead", ErrNoDeadAt)
+		}
+		s = q.st.DeadPurgeBefore
+	}
+	n, err := q.exec(ctx, q.db, s, &values{notBefore: olderThan})
+	if err != nil {
+		return 0, opErr("purge dead", err)
+	}
+	return n, nil
+}
+
+// Cancel deletes the job id from the queue before it runs. Under the row
+// lock a job a claim holds is left to its holder ([ErrInWork]). Under the
+// lease a job in work is deleted too: its holder's keeper finds the lease
+// gone at its next extension and cancels the handler ([ErrLeaseLost]), and
+// its settlement returns ErrLeaseLost. Under the advisory form a job in work
+// is deleted too: the holder learns at its settlement, which returns
+// ErrLeaseLost. A missing job is [ErrNotFound]. Nothing is changed on an
+// error.
+func (q *Queue) Cancel(ctx context.Context, id any) error {
+	if q.st.Cancel.SQL == "" {
+		return opErr("cancel", fmt.Errorf("dialect %s has no Cancel statement", q.dialect.Name()))
+	}
+	if err := checkID(id); err != nil {
+		return opErr("cancel", err)
+	}
+	v := values{id: id}
+	if q.st.CancelLock.SQL == "" {
+		n, err := q.exec(ctx, q.db, q.st.Cancel, &v)
+		switch {
+		case err != nil:
+			return opErr("cancel", err)
+		case n == 0:
+			return opErr("cancel", fmt.Errorf("id %v: %w", id, ErrNotFound))
+		}
+		return nil
+	}
+	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return opErr("cancel", err)
+	}
+	err = q.cancelHeld(ctx, q.own(tx), &v)
+	if err == nil {
+		err = tx.Commit()
+	} else {
+		_ = tx.Rollback()
+	}
+	if err != nil {
+		return opErr("cancel", err)
+	}
+	return nil
+}
+
+// cancelHeld deletes the row-lock job v.id through tx unless a claim holds it.
+func (q *Queue) cancelHeld(ctx context.Context, tx Executor, v *values) error {
+	var got any
+	err := q.queryRow(ctx, tx, q.st.CancelLock, v).Scan(&got)
+	if errors.Is(err, sql.ErrNoRows) {
+		// Held by a claim, or not there: a plain read tells which.
+		var one int
+		err = q.queryRow(ctx, q.db, q.st.JobExists, v).Scan(&one)
+		switch {
+		case err == nil:
+			return fmt.Errorf("id %v: %w", v.id, ErrInWork)
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("id %v: %w", v.id, ErrNotFound)
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	_, err = q.exec(ctx, tx, q.st.Cancel, v)
+	return err
+}
+
+// deadOp refuses a dead-job operation the queue cannot run.
+func (q *Queue) deadOp(limit int) error {
+	switch {
+	case q.names.Dead == "":
+		return ErrNoDeadTable
+	case q.st.DeadList.SQL == "":
+		return fmt.Errorf("dialect %s has no dead-job statements", q.dialect.Name())
+	case limit < 1 || limit > MaxList:
+		return fmt.Errorf("limit %d must be from 1 to %d", limit, MaxList)
+	}
+	return nil
+}
+
+// checkID refuses an id no table's key can hold: nil, or a kind of value
+// that is neither an integer nor text.
+func checkID(id any) error {
+	switch id.(type) {
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, string, []byte:
+		return nil
+	case nil:
+		return errors.New("the id is nil")
+	}
+	return fmt.Errorf("id %v is a %T: want an integer or a string", id, id)
+}

@@ -1,0 +1,208 @@
+package inbox_test
+
+// The SQL of the operators' tools, pinned per dialect: listing, requeueing
+// and purging dead jobs, cancelling a job that waits, and the time of death
+// a Dead writes into Table.DeadAt.
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// deadDesc is a lease table with a dead table that keeps the error and the
+// time of death.
+func deadDesc(form string) inbox.Table {
+	t := inbox.Table{Name: "jobs", DeadTable: "dead_jobs", LastError: "last_error", DeadAt: "dead_at"}
+	switch form {
+	case "lease":
+		t.LockedUntil = "locked_until"
+	case "advisory":
+		t.AdvisoryKey = "id"
+	}
+	return t
+}
+
+func TestDeadJobStatements(t *testing.T) {
+	type pins struct {
+		list, listAfter, take, takeDelete, purge, purgeBefore, requeueErr, cancel, cancelLock, exists, dead string
+	}
+	cases := []struct {
+		name    string
+		dialect inbox.Dialect
+		form    string
+		now     func() time.Time
+		want    pins
+	}{
+		{"postgres lease", inbox.Postgres, "lease", nil, pins{
+			list:        `SELECT "id", "attempt", "payload", "last_error", "dead_at" FROM "dead_jobs" ORDER BY "dead_at" DESC, "id" DESC LIMIT $1`,
+			listAfter:   `SELECT "id", "attempt", "payload", "last_error", "dead_at" FROM "dead_jobs" WHERE ("dead_at", "id") < ($1, $2) ORDER BY "dead_at" DESC, "id" DESC LIMIT $3`,
+			take:        `DELETE FROM "dead_jobs" WHERE "id" = $1 RETURNING "id", "payload", "last_error"`,
+			purge:       `DELETE FROM "dead_jobs"`,
+			purgeBefore: `DELETE FROM "dead_jobs" WHERE "dead_at" < $1`,
+			requeueErr:  `UPDATE "jobs" SET "last_error" = $1 WHERE "id" = $2`,
+			cancel:      `DELETE FROM "jobs" WHERE "id" = $1`,
+			exists:      `SELECT 1 FROM "jobs" WHERE "id" = $1`,
+			dead: `WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 AND "locked_until" = $3 RETURNING "id", "payload", "last_error") ` +
+				`INSERT INTO "dead_jobs" ("id", "attempt", "payload", "last_error", "dead_at") SELECT "id", $4, "payload", COALESCE($5, "last_error"), statement_timestamp() FROM gone`,
+		}},
+		{"postgres row lock, injected clock", inbox.Postgres, "rowlock", time.Now, pins{
+			list:        `SELECT "id", "attempt", "payload", "last_error", "dead_at" FROM "dead_jobs" ORDER BY "dead_at" DESC, "id" DESC LIMIT $1`,
+			listAfter:   `SELECT "id", "attempt", "payload", "last_error", "dead_at" FROM "dead_jobs" WHERE ("dead_at", "id") < ($1, $2) ORDER BY "dead_at" DESC, "id" DESC LIMIT $3`,
+			take:        `DELETE FROM "dead_jobs" WHERE "id" = $1 RETURNING "id", "payload", "last_error"`,
+			purge:       `DELETE FROM "dead_jobs"`,
+			purgeBefore: `DELETE FROM "dead_jobs" WHERE "dead_at" < $1`,
+			requeueErr:  `UPDATE "jobs" SET "last_error" = $1 WHERE "id" = $2`,
+			cancel:      `DELETE FROM "jobs" WHERE "id" = $1`,
+			cancelLock:  `SELECT "id" FROM "jobs" WHERE "id" = $1 FOR UPDATE SKIP LOCKED`,
+			exists:      `SELECT 1 FROM "jobs" WHERE "id" = $1`,
+			dead: `WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 RETURNING "id", "payload", "last_error") ` +
+				`INSERT INTO "dead_jobs" ("id", "attempt", "payload", "last_error", "dead_at") SELECT "id", $2, "payload", COALESCE($3, "last_error"), $4 FROM gone`,
+		}},
+		{"mysql advisory", inbox.MySQL, "advisory", nil, pins{
+			list:        "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` ORDER BY `dead_at` DESC, `id` DESC LIMIT ?",
+			listAfter:   "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` WHERE (`dead_at`, `id`) < (?, ?) ORDER BY `dead_at` DESC, `id` DESC LIMIT ?",
+			take:        "SELECT `id`, `payload`, `last_error` FROM `dead_jobs` WHERE `id` = ? FOR UPDATE",
+			takeDelete:  "DELETE FROM `dead_jobs` WHERE `id` = ?",
+			purge:       "DELETE FROM `dead_jobs`",
+			purgeBefore: "DELETE FROM `dead_jobs` WHERE `dead_at` < ?",
+			requeueErr:  "UPDATE `jobs` SET `last_error` = ? WHERE `id` = ?",
+			cancel:      "DELETE FROM `jobs` WHERE `id` = ?",
+			exists:      "SELECT 1 FROM `jobs` WHERE `id` = ?",
+			dead: "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`, `last_error`, `dead_at`) SELECT `id`, ?, `payload`, COALESCE(?, `last_error`), UTC_TIMESTAMP(6) FROM `jobs` WHERE `id` = ? AND `attempt` = ?",
+		}},
+		{"mysql row lock", inbox.MySQL, "rowlock", nil, pins{
+			list:        "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` ORDER BY `dead_at` DESC, `id` DESC LIMIT ?",
+			listAfter:   "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` WHERE (`dead_at`, `id`) < (?, ?) ORDER BY `dead_at` DESC, `id` DESC LIMIT ?",
+			take:        "SELECT `id`, `payload`, `last_error` FROM `dead_jobs` WHERE `id` = ? FOR UPDATE",
+			takeDelete:  "DELETE FROM `dead_jobs` WHERE `id` = ?",
+			purge:       "DELETE FROM `dead_jobs`",
+			purgeBefore: "DELETE FROM `dead_jobs` WHERE `dead_at` < ?",
+			requeueErr:  "UPDATE `jobs` SET `last_error` = ? WHERE `id` = ?",
+			cancel:      "DELETE FROM `jobs` WHERE `id` = ?",
+			cancelLock:  "SELECT `id` FROM `jobs` WHERE `id` = ? FOR UPDATE SKIP LOCKED",
+			exists:      "SELECT 1 FROM `jobs` WHERE `id` = ?",
+			dead:        "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`, `last_error`, `dead_at`) SELECT `id`, ?, `payload`, COALESCE(?, `last_error`), UTC_TIMESTAMP(6) FROM `jobs` WHERE `id` = ?",
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			q, err := inbox.New(newMock(t).DB, inbox.Config{Dialect: c.dialect, Table: deadDesc(c.form), Now: c.now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := q.Statements()
+			got := pins{st.DeadList.SQL, st.DeadListAfter.SQL, st.DeadTake.SQL, st.DeadTakeDelete.SQL, st.DeadPurge.SQL,
+				st.DeadPurgeBefore.SQL, st.RequeueError.SQL, st.Cancel.SQL, st.CancelLock.SQL, st.JobExists.SQL, st.DeadInsert.SQL}
+			if got != c.want {
+				t.Errorf("statements:\n got %+v\nwant %+v", got, c.want)
+			}
+		})
+	}
+}
+
+// SQLite's identifiers are quoted as the schema helper's quoting makes them;
+// the shapes are compared with the quotes taken out.
+func TestDeadJobStatementsSQLite(t *testing.T) {
+	q, err := inbox.New(newMock(t).DB, inbox.Config{Dialect: inbox.SQLite, Table: deadDesc("lease")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := q.Statements()
+	for _, c := range []struct{ got, want string }{
+		{st.DeadList.SQL, "SELECT id, attempt, payload, last_error, dead_at FROM dead_jobs ORDER BY dead_at DESC, id DESC LIMIT ?"},
+		{st.DeadListAfter.SQL, "SELECT id, attempt, payload, last_error, dead_at FROM dead_jobs WHERE (dead_at, id) < (?, ?) ORDER BY dead_at DESC, id DESC LIMIT ?"},
+		{st.DeadTake.SQL, "DELETE FROM dead_jobs WHERE id = ? RETURNING id, payload, last_error"},
+		{st.DeadPurgeBefore.SQL, "DELETE FROM dead_jobs WHERE dead_at < ?"},
+		{st.DeadInsert.SQL, "INSERT INTO dead_jobs (id, attempt, payload, last_error, dead_at) SELECT id, ?, payload, COALESCE(?, last_error), ? FROM jobs WHERE id = ? AND attempt = ? AND locked_until = ?"},
+	} {
+		if g := unquote(c.got); g != c.want {
+			t.Errorf("got  %s\nwant %s", g, c.want)
+		}
+	}
+}
+
+func unquote(s string) string {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] != '"' && s[i] != '`' && s[i] != '[' && s[i] != ']' {
+			out = append(out, s[i])
+		}
+	}
+	return string(out)
+}
+
+// A requeue on PostgreSQL: the dead row taken (the arbiter), the job
+// inserted anew, its last error written back; all in one transaction.
+func TestRequeueDeadPostgres(t *testing.T) {
+	m := newMock(t)
+	q, err := inbox.New(m.DB, inbox.Config{Dialect: inbox.Postgres, Table: deadDesc("lease")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := q.Statements()
+	m.ExpectBegin()
+	m.ExpectQuery(st.DeadTake.SQL).WithArgs(int64(7)).
+		WillReturnRows(sqlmock.NewRows([]string{"id", "payload", "last_error"}).AddRow(int64(7), []byte("p"), "boom"))
+	m.ExpectQuery(st.Enqueue.SQL).WithArgs([]byte("p")).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(8)))
+	m.ExpectExec(st.RequeueError.SQL).WithArgs("boom", int64(8)).WillReturnResult(sqlmock.NewResult(0, 1))
+	m.ExpectCommit()
+	id, err := q.RequeueDead(context.Background(), int64(7))
+	if err != nil || id != int64(8) {
+		t.Fatalf("RequeueDead = %v, %v; want 8", id, err)
+	}
+	// A second requeue finds no dead row: ErrNotDead, rolled back.
+	m.ExpectBegin()
+	m.ExpectQuery(st.DeadTake.SQL).WithArgs(int64(7)).WillReturnRows(sqlmock.NewRows([]string{"id", "payload", "last_error"}))
+	m.ExpectRollback()
+	if _, err := q.RequeueDead(context.Background(), int64(7)); !errors.Is(err, inbox.ErrNotDead) {
+		t.Fatalf("second RequeueDead = %v, want ErrNotDead", err)
+	}
+	m.met(t)
+}
+
+// Bad input is refused before anything is sent.
+func TestDeadJobsRefuse(t *testing.T) {
+	m := newMock(t)
+	ctx := context.Background()
+	q, err := inbox.New(m.DB, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until", DeadTable: "dead_jobs"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.ListDead(ctx, 0, nil); err == nil {
+		t.Error("ListDead with limit 0: no error")
+	}
+	if _, err := q.ListDead(ctx, inbox.MaxList+1, nil); err == nil {
+		t.Error("ListDead past MaxList: no error")
+	}
+	if _, err := q.RequeueDead(ctx, nil); err == nil {
+		t.Error("RequeueDead(nil): no error")
+	}
+	if _, err := q.RequeueDead(ctx, 1.5); err == nil {
+		t.Error("RequeueDead(1.5): no error")
+	}
+	if err := q.Cancel(ctx, struct{}{}); err == nil {
+		t.Error("Cancel(struct{}{}): no error")
+	}
+	if _, err := q.PurgeDead(ctx, time.Now()); !errors.Is(err, inbox.ErrNoDeadAt) {
+		t.Errorf("PurgeDead with a cutoff and no DeadAt = %v, want ErrNoDeadAt", err)
+	}
+	noDead, err := inbox.New(m.DB, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := noDead.ListDead(ctx, 10, nil); !errors.Is(err, inbox.ErrNoDeadTable) {
+		t.Errorf("ListDead without a dead table = %v, want ErrNoDeadTable", err)
+	}
+	if _, err := inbox.New(m.DB, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until", DeadAt: "dead_at"}}); err == nil {
+		t.Error("DeadAt without DeadTable: New gave no error")
+	}
+	if n := m.sent(); n != 0 {
+		t.Errorf("%d calls reached the driver, want 0: %v", n, m.log(0))
+	}
+}
