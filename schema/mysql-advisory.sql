@@ -22,6 +22,10 @@ CREATE TABLE jobs_dead (
 -- Optional columns (docs/schema.md), each named in inbox.Table: LastError,
 -- Priority, EnqueuedAt. To add them, run these lines without their "-- ".
 -- ALTER TABLE jobs ADD COLUMN last_error text NULL, ADD COLUMN priority integer NOT NULL DEFAULT 0, ADD COLUMN enqueued_at DATETIME(6) NULL;
+-- For Queue.ListDead and Queue.PurgeDead (Table.DeadAt): when each job died,
+-- written by Dead; listed newest first from this index.
+-- ALTER TABLE jobs ADD COLUMN dead_at DATETIME(6) NULL;
+-- CREATE INDEX jobs_at ON jobs (dead_at, id);
 -- ALTER TABLE jobs_dead ADD COLUMN last_error text NULL;
 -- With a priority (MySQL 8, MariaDB 10.8 or later), the rows in claim order:
 -- CREATE INDEX jobs_priority ON jobs (priority DESC, id);

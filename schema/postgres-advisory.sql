@@ -24,6 +24,10 @@ CREATE INDEX jobs_ready ON jobs (not_before, id);
 -- Optional columns (docs/schema.md), each named in inbox.Table: LastError,
 -- Priority, EnqueuedAt. To add them, run these lines without their "-- ".
 -- ALTER TABLE jobs ADD COLUMN last_error text, ADD COLUMN priority integer NOT NULL DEFAULT 0, ADD COLUMN enqueued_at timestamptz;
+-- For Queue.ListDead and Queue.PurgeDead (Table.DeadAt): when each job died,
+-- written by Dead; listed newest first from this index.
+-- ALTER TABLE jobs ADD COLUMN dead_at timestamptz;
+-- CREATE INDEX jobs_at ON jobs (dead_at, id);
 -- ALTER TABLE jobs_dead ADD COLUMN last_error text;
 -- With a priority, the rows in claim order:
 -- CREATE INDEX jobs_priority ON jobs (priority DESC, id);

@@ -31,6 +31,10 @@ CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (locked_until, id);
 -- Optional columns (docs/schema.md), each named in inbox.Table: LastError,
 -- Priority, EnqueuedAt. To add them, run these lines without their "-- ".
 -- ALTER TABLE jobs ADD COLUMN last_error TEXT;
+-- For Queue.ListDead and Queue.PurgeDead (Table.DeadAt): when each job died,
+-- written by Dead; listed newest first from this index.
+-- ALTER TABLE jobs ADD COLUMN dead_at TEXT;
+-- CREATE INDEX jobs_at ON jobs (dead_at, id);
 -- ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
 -- ALTER TABLE jobs ADD COLUMN enqueued_at TEXT;
 -- ALTER TABLE jobs_dead ADD COLUMN last_error TEXT;
