@@ -74,7 +74,7 @@ func TestDeadJobStatements(t *testing.T) {
 			requeueErr:  "UPDATE `jobs` SET `last_error` = ? WHERE `id` = ?",
 			cancel:      "DELETE FROM `jobs` WHERE `id` = ?",
 			exists:      "SELECT 1 FROM `jobs` WHERE `id` = ?",
-			dead: "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`, `last_error`, `dead_at`) SELECT `id`, ?, `payload`, COALESCE(?, `last_error`), UTC_TIMESTAMP(6) FROM `jobs` WHERE `id` = ? AND `attempt` = ?",
+			dead:        "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`, `last_error`, `dead_at`) SELECT `id`, ?, `payload`, COALESCE(?, `last_error`), UTC_TIMESTAMP(6) FROM `jobs` WHERE `id` = ? AND `attempt` = ?",
 		}},
 		{"mysql row lock", inbox.MySQL, "rowlock", nil, pins{
 			list:        "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` ORDER BY `dead_at` DESC, `id` DESC LIMIT ?",
