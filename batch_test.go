@@ -178,7 +178,7 @@ func TestBatchAckSQLite(t *testing.T) {
 	db, sm := btMock(t)
 	q := btNew(t, db, SQLite, false)
 	b := btBatcher(t, q, BatchConfig{MaxBatch: 2, MaxWait: time.Hour})
-	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ("id" = ? AND "attempt" = ? AND "locked_until" = ?) OR ("id" = ? AND "attempt" = ? AND "locked_until" = ?) RETURNING "id"`).
+	sm.ExpectQuery("DELETE FROM `jobs` WHERE (`id` = ? AND `attempt` = ? AND `locked_until` = ?) OR (`id` = ? AND `attempt` = ? AND `locked_until` = ?) RETURNING `id`").
 		WithArgs(int64(5), int64(2), "2024-03-01T12:00:30.123456Z", int64(6), int64(4), "2024-03-01T12:00:30.123456Z").
 		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(5)).AddRow(int64(6)))
 	r5 := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(5), 1, btExp)) })
@@ -326,7 +326,7 @@ func TestBatchRetrySQLite(t *testing.T) {
 	db, sm := btMock(t)
 	q := btNew(t, db, SQLite, true)
 	b := btBatcher(t, q, BatchConfig{MaxBatch: 1})
-	sm.ExpectQuery(`UPDATE "jobs" SET "locked_until" = ? WHERE ("id" = ? AND "attempt" = ? AND "locked_until" = ?) RETURNING "id"`).
+	sm.ExpectQuery("UPDATE `jobs` SET `locked_until` = ? WHERE (`id` = ? AND `attempt` = ? AND `locked_until` = ?) RETURNING `id`").
 		WithArgs("2024-03-01T12:01:00.123456Z", int64(9), int64(2), "2024-03-01T12:00:30.123456Z").
 		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(9)))
 	btWant(t, "retry", b.Retry(context.Background(), btDel(q, int64(9), 1, btExp), time.Minute), nil)

@@ -29,7 +29,7 @@ func ExampleNew() {
 	fmt.Println(q.Statements().Claim.SQL)
 	// Output:
 	// lease 1m0s
-	// UPDATE "report_jobs" SET "attempt" = "attempt" + 1, "locked_until" = ? WHERE "id" IN (SELECT "id" FROM (SELECT "id" FROM "report_jobs" WHERE "locked_until" <= ? ORDER BY "locked_until" LIMIT ?) UNION ALL SELECT "id" FROM (SELECT "id" FROM "report_jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT ?) LIMIT ?) RETURNING "id", "attempt" - 1, "locked_until", "payload"
+	// UPDATE `report_jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE `id` IN (SELECT `id` FROM (SELECT `id` FROM `report_jobs` WHERE `locked_until` <= ? ORDER BY `locked_until` LIMIT ?) UNION ALL SELECT `id` FROM (SELECT `id` FROM `report_jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ?) LIMIT ?) RETURNING `id`, `attempt` - 1, `locked_until`, `payload`
 }
 
 // SQLite has no row locks: a table that names neither a lease column nor an

@@ -23,8 +23,17 @@ type sqlite struct{}
 
 func (sqlite) Name() string { return "sqlite" }
 
-// QuoteIdent quotes as PostgreSQL does, with double quotes.
-func (sqlite) QuoteIdent(s string) (string, error) { return postgres{}.QuoteIdent(s) }
+// QuoteIdent quotes with backticks. SQLite reads a double-quoted name that
+// names no column as a string literal (its double-quoted-string fallback):
+// with a missing column a claim would deliver "last_error" as the last
+// error and Stats would compute an age from the text "enqueued_at". A name in
+// backticks is always an identifier, so a missing column is an error ("no
+// such column") in every statement; brackets would do as well but cannot
+// hold a "]".
+func (sqlite) QuoteIdent(s string) (string, error) { return quoteSQLite(s), nil }
+
+// quoteSQLite quotes one SQLite identifier in backticks, doubling any inside.
+func quoteSQLite(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
 
 // SQLiteTimeFormat is the text of a time in a SQLite table: UTC, microseconds,
 // fixed width, so that text order is time order.
@@ -184,7 +193,7 @@ func sqliteReusesIDs(ctx context.Context, db *sql.DB, n *Names) (bool, error) {
 		return false, err
 	}
 	var ddl string
-	q := "SELECT sql FROM " + quoteSQLiteSchema(schema) + ".sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"
+	q := "SELECT sql FROM " + quoteSQLite(schema) + ".sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"
 	if err := db.QueryRowContext(ctx, q, n.TableName).Scan(&ddl); err != nil {
 		return false, err
 	}
@@ -193,8 +202,6 @@ func sqliteReusesIDs(ctx context.Context, db *sql.DB, n *Names) (bool, error) {
 	ddl = strings.ToUpper(ddl)
 	return !strings.Contains(ddl, "AUTOINCREMENT") && !strings.Contains(ddl, "WITHOUT ROWID"), nil
 }
-
-func quoteSQLiteSchema(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // sqliteKind tells whether a declared SQLite type fits a column kind.
 func sqliteKind(k colKind, declared string) bool {

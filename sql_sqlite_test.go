@@ -20,26 +20,26 @@ import (
 
 // Lease form.
 const (
-	sqLeaseClaim = `UPDATE "jobs" SET "attempt" = "attempt" + 1, "locked_until" = ? WHERE "id" IN (` +
-		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= ? ORDER BY "locked_until" LIMIT ?) UNION ALL ` +
-		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT ?) LIMIT ?) ` +
-		`RETURNING "id", "attempt" - 1, "locked_until", "payload"`
-	sqLeaseExtend     = `UPDATE "jobs" SET "locked_until" = ? WHERE "id" = ? AND "attempt" = ? AND "locked_until" = ?` // also Retry
-	sqLeaseAck        = `DELETE FROM "jobs" WHERE "id" = ? AND "attempt" = ? AND "locked_until" = ?`                   // also the dead move's delete
-	sqLeaseRelease    = `UPDATE "jobs" SET "locked_until" = NULL, "attempt" = "attempt" - 1 WHERE "id" = ? AND "attempt" = ? AND "locked_until" = ?`
-	sqLeaseDeadInsert = `INSERT INTO "dead_jobs" ("id", "attempt", "payload") SELECT "id", ?, "payload" FROM "jobs" WHERE "id" = ? AND "attempt" = ? AND "locked_until" = ?`
+	sqLeaseClaim = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE `id` IN (" +
+		"SELECT `id` FROM (SELECT `id` FROM `jobs` WHERE `locked_until` <= ? ORDER BY `locked_until` LIMIT ?) UNION ALL " +
+		"SELECT `id` FROM (SELECT `id` FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ?) LIMIT ?) " +
+		"RETURNING `id`, `attempt` - 1, `locked_until`, `payload`"
+	sqLeaseExtend     = "UPDATE `jobs` SET `locked_until` = ? WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?" // also Retry
+	sqLeaseAck        = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?"                   // also the dead move's delete
+	sqLeaseRelease    = "UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?"
+	sqLeaseDeadInsert = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND `locked_until` = ?"
 )
 
 // Advisory form: the keys in work are held by the process, one set per
 // database file for every pool on it, so no lock statement is sent.
 const (
-	sqAdvCandidates      = `SELECT "id", "id", "attempt" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= ?) ORDER BY "id" LIMIT ?`
-	sqAdvCandidatesAfter = `SELECT "id", "id", "attempt" FROM "jobs" WHERE "id" > ? AND ("not_before" IS NULL OR "not_before" <= ?) ORDER BY "id" LIMIT ?`
-	sqAdvClaim           = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = ? AND "attempt" = ? AND ("not_before" IS NULL OR "not_before" <= ?) RETURNING "id", "attempt" - 1, "payload"`
-	sqAdvAck             = `DELETE FROM "jobs" WHERE "id" = ? AND "attempt" = ?` // also the dead move's delete
-	sqAdvRetry           = `UPDATE "jobs" SET "not_before" = ? WHERE "id" = ? AND "attempt" = ?`
-	sqAdvRelease         = `UPDATE "jobs" SET "attempt" = "attempt" - 1 WHERE "id" = ? AND "attempt" = ?`
-	sqAdvDeadInsert      = `INSERT INTO "dead_jobs" ("id", "attempt", "payload") SELECT "id", ?, "payload" FROM "jobs" WHERE "id" = ? AND "attempt" = ?`
+	sqAdvCandidates      = "SELECT `id`, `id`, `attempt` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?"
+	sqAdvCandidatesAfter = "SELECT `id`, `id`, `attempt` FROM `jobs` WHERE `id` > ? AND (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?"
+	sqAdvClaim           = "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ? AND `attempt` = ? AND (`not_before` IS NULL OR `not_before` <= ?) RETURNING `id`, `attempt` - 1, `payload`"
+	sqAdvAck             = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ?" // also the dead move's delete
+	sqAdvRetry           = "UPDATE `jobs` SET `not_before` = ? WHERE `id` = ? AND `attempt` = ?"
+	sqAdvRelease         = "UPDATE `jobs` SET `attempt` = `attempt` - 1 WHERE `id` = ? AND `attempt` = ?"
+	sqAdvDeadInsert      = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ?"
 )
 
 // sqFile is a database file of the test's own: the keys in work are the
@@ -223,13 +223,13 @@ func TestSQLiteAdvisoryOneFileTwoPools(t *testing.T) {
 	q2 := newQueue(t, m2, inbox.Config{Dialect: inbox.SQLite, Table: inbox.Table{Name: "main.JOBS", AdvisoryKey: "id"}, Now: clk.Now})
 	file := sqFile(t)
 	const (
-		plainCandidates = `SELECT "id", "id", "attempt" FROM "jobs" ORDER BY "id" LIMIT ?`
-		plainClaim      = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = ? AND "attempt" = ? RETURNING "id", "attempt" - 1, "payload"`
-		plainAck        = `DELETE FROM "jobs" WHERE "id" = ? AND "attempt" = ?`
-		mainCandidates  = `SELECT "id", "id", "attempt" FROM "main"."JOBS" ORDER BY "id" LIMIT ?`
-		mainAfter       = `SELECT "id", "id", "attempt" FROM "main"."JOBS" WHERE "id" > ? ORDER BY "id" LIMIT ?`
-		mainClaim       = `UPDATE "main"."JOBS" SET "attempt" = "attempt" + 1 WHERE "id" = ? AND "attempt" = ? RETURNING "id", "attempt" - 1, "payload"`
-		mainAck         = `DELETE FROM "main"."JOBS" WHERE "id" = ? AND "attempt" = ?`
+		plainCandidates = "SELECT `id`, `id`, `attempt` FROM `jobs` ORDER BY `id` LIMIT ?"
+		plainClaim      = "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ? AND `attempt` = ? RETURNING `id`, `attempt` - 1, `payload`"
+		plainAck        = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ?"
+		mainCandidates  = "SELECT `id`, `id`, `attempt` FROM `main`.`JOBS` ORDER BY `id` LIMIT ?"
+		mainAfter       = "SELECT `id`, `id`, `attempt` FROM `main`.`JOBS` WHERE `id` > ? ORDER BY `id` LIMIT ?"
+		mainClaim       = "UPDATE `main`.`JOBS` SET `attempt` = `attempt` + 1 WHERE `id` = ? AND `attempt` = ? RETURNING `id`, `attempt` - 1, `payload`"
+		mainAck         = "DELETE FROM `main`.`JOBS` WHERE `id` = ? AND `attempt` = ?"
 	)
 	cols := "id,attempt,payload"
 	sqIdent(m1, "main", file)
@@ -329,8 +329,8 @@ func TestSQLiteCheckSchemaAutoincrement(t *testing.T) {
 		columns  = `SELECT name, type FROM pragma_table_info(?)`
 		columns2 = `SELECT name, type FROM pragma_table_info(?, ?)`
 		idColumn = `SELECT type, pk, (SELECT COUNT(*) FROM pragma_table_info(?, ?) WHERE pk > 0) FROM pragma_table_info(?, ?) WHERE name = ? COLLATE NOCASE`
-		ddl      = `SELECT sql FROM "main".sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE`
-		auxDDL   = `SELECT sql FROM "aux".sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE`
+		ddl      = "SELECT sql FROM `main`.sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"
+		auxDDL   = "SELECT sql FROM `aux`.sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"
 	)
 	leaseCols := func(idType string) *sqlmock.Rows {
 		return rows("name,type", row("id", idType), row("attempt", "INTEGER"), row("payload", "BLOB"), row("locked_until", "TEXT"))
@@ -417,17 +417,17 @@ func TestSQLiteEnqueue(t *testing.T) {
 			t.Fatalf("Enqueue returned %#v, want %#v", id, want)
 		}
 	}
-	m.ExpectQuery(`INSERT INTO "jobs" ("payload") VALUES (?) RETURNING "id"`).WithArgs(p).WillReturnRows(rows("id", row(int64(41))))
+	m.ExpectQuery("INSERT INTO `jobs` (`payload`) VALUES (?) RETURNING `id`").WithArgs(p).WillReturnRows(rows("id", row(int64(41))))
 	enqueue(leaseQ, inbox.Job{Data: []any{p}}, int64(41))
-	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload") VALUES (?, ?) RETURNING "id"`).WithArgs("j42", p).WillReturnRows(rows("id", row("j42")))
+	m.ExpectQuery("INSERT INTO `jobs` (`id`, `payload`) VALUES (?, ?) RETURNING `id`").WithArgs("j42", p).WillReturnRows(rows("id", row("j42")))
 	enqueue(leaseQ, inbox.Job{ID: "j42", Data: []any{p}}, "j42")
-	m.ExpectQuery(`INSERT INTO "jobs" ("payload", "locked_until") VALUES (?, ?) RETURNING "id"`).WithArgs(p, later).WillReturnRows(rows("id", row(int64(43))))
+	m.ExpectQuery("INSERT INTO `jobs` (`payload`, `locked_until`) VALUES (?, ?) RETURNING `id`").WithArgs(p, later).WillReturnRows(rows("id", row(int64(43))))
 	enqueue(leaseQ, inbox.Job{Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(43))
-	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload", "locked_until") VALUES (?, ?, ?) RETURNING "id"`).WithArgs(int64(44), p, later).WillReturnRows(rows("id", row(int64(44))))
+	m.ExpectQuery("INSERT INTO `jobs` (`id`, `payload`, `locked_until`) VALUES (?, ?, ?) RETURNING `id`").WithArgs(int64(44), p, later).WillReturnRows(rows("id", row(int64(44))))
 	enqueue(leaseQ, inbox.Job{ID: int64(44), Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(44))
-	m.ExpectQuery(`INSERT INTO "jobs" ("payload", "not_before") VALUES (?, ?) RETURNING "id"`).WithArgs(p, later).WillReturnRows(rows("id", row(int64(45))))
+	m.ExpectQuery("INSERT INTO `jobs` (`payload`, `not_before`) VALUES (?, ?) RETURNING `id`").WithArgs(p, later).WillReturnRows(rows("id", row(int64(45))))
 	enqueue(advQ, inbox.Job{Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(45))
-	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload", "not_before") VALUES (?, ?, ?) RETURNING "id"`).WithArgs(int64(46), p, later).WillReturnRows(rows("id", row(int64(46))))
+	m.ExpectQuery("INSERT INTO `jobs` (`id`, `payload`, `not_before`) VALUES (?, ?, ?) RETURNING `id`").WithArgs(int64(46), p, later).WillReturnRows(rows("id", row(int64(46))))
 	enqueue(advQ, inbox.Job{ID: int64(46), Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(46))
 	m.met(t)
 }
