@@ -374,6 +374,12 @@ type Statements struct {
 	// A lease in force counts as in work when it ends within a lease, as
 	// waiting beyond.
 	Stats Stmt
+	// InWork (optional) returns one count: the jobs held, read from the
+	// server's lock tables where Stats returns -1 for them and the server
+	// can tell only through a view that may be missing or not granted (a
+	// plugin, performance_schema). [Queue.Stats] sends it after Stats; its
+	// error leaves InWork at -1 and is reported in Stats.InWorkErr.
+	InWork Stmt
 }
 
 // sqlBuilder writes one statement, recording its parameters in order.

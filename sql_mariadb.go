@@ -49,6 +49,24 @@ func (d mariadb) BatchStatements(n *Names, size int) (*BatchStatements, error) {
 	return st, nil
 }
 
+// Statements are [MySQL]'s but for InWork under the row lock: MariaDB has
+// no performance_schema.data_locks (and its performance_schema is off by
+// default), but the metadata_lock_info plugin lists the metadata locks
+// held: a transaction that locked or wrote rows of the table holds a
+// MDL_SHARED_WRITE on it until it ends (open claims, and settlements and
+// enqueues in progress). Without the plugin (INSTALL SONAME
+// 'metadata_lock_info') the view does not exist and in work is -1.
+func (d mariadb) Statements(n *Names) (*Statements, error) {
+	st, err := d.mysql.Statements(n)
+	if err != nil || n.Form != RowLock {
+		return st, err
+	}
+	st.InWork = Stmt{SQL: "SELECT COUNT(DISTINCT THREAD_ID) FROM information_schema.METADATA_LOCK_INFO " +
+		"WHERE LOCK_TYPE = 'Table metadata lock' AND LOCK_MODE = 'MDL_SHARED_WRITE' AND TABLE_SCHEMA = " + mySchemaLiteral(n) +
+		" AND TABLE_NAME = '" + n.TableName + "'", Rows: true}
+	return st, nil
+}
+
 // CheckSchema is [MySQL]'s, and also reports a server that is not MariaDB
 // ([SchemaChecker]).
 func (mariadb) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {

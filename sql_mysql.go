@@ -84,12 +84,36 @@ func (mysql) Statements(n *Names) (*Statements, error) {
 	enqueue(st, n, question, false, clock)
 	// MySQL has no DELETE … RETURNING (MariaDB has, but shares these).
 	deadJobs(t, n, st, false)
-	// The engine cannot tell which locks are this table's: in work is
-	// counted under the lease form alone. The clock is read first.
+	// In work is counted in this statement under the lease form alone; the
+	// row lock's comes from the server's lock tables apart (InWork), which
+	// may be missing or not granted. The clock is read first.
 	free, due := statsOldest(n, "$now")
 	st.Stats = t.query("SELECT " + statsCounts(n, "$now", "$until", "-1") +
 		", TIMESTAMPDIFF(MICROSECOND, COALESCE(LEAST(" + free + ", " + due + "), " + free + ", " + due + "), $now)")
+	if n.Form == RowLock {
+		// MySQL 8 lists every InnoDB lock in performance_schema.data_locks:
+		// a transaction that locked or wrote rows of the table holds an IX
+		// lock on it (open claims, and settlements and enqueues in
+		// progress). With performance_schema off the view is empty, which
+		// is not "none": -1. MariaDB has no data_locks (its dialect reads
+		// metadata locks instead). The advisory form's GET_LOCK names are
+		// hashes of table and key: the server cannot tell which are this
+		// table's without hashing every row's key.
+		st.InWork = t.query("SELECT CASE WHEN @@performance_schema = 1 THEN (SELECT COUNT(DISTINCT ENGINE_TRANSACTION_ID) " +
+			"FROM performance_schema.data_locks WHERE OBJECT_SCHEMA = " + mySchemaLiteral(n) + " AND OBJECT_NAME = '" + n.TableName +
+			"' AND LOCK_TYPE = 'TABLE' AND LOCK_MODE = 'IX' AND LOCK_STATUS = 'GRANTED') ELSE -1 END")
+	}
 	return st, nil
+}
+
+// mySchemaLiteral is the table's database as an SQL expression: the
+// qualifier as a string (identifiers are letters, digits and underscores:
+// nothing to escape) or the connection's database.
+func mySchemaLiteral(n *Names) string {
+	if n.Schema == "" {
+		return "DATABASE()"
+	}
+	return "'" + n.Schema + "'"
 }
 
 // myLease: without UPDATE … RETURNING the claim locks its rows with a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -19,13 +20,20 @@ type Stats struct {
 	// ends more than a lease from now (a retry delay) counts here, one
 	// ending sooner as in work.
 	Waiting int64
-	// InWork counts the jobs held. Lease: leases in force. Row lock
-	// (PostgreSQL): the transactions holding a write lock on the table,
-	// which includes a settlement or enqueue in progress. Advisory on
-	// SQLite: the keys in work in this process. -1 where the engine cannot
-	// tell (row lock on MySQL, advisory on PostgreSQL and MySQL):
-	// [Queue.InWork] counts this process's.
+	// InWork counts the jobs held. Lease: leases in force. Row lock: the
+	// transactions holding a write lock on the table, which includes a
+	// settlement or enqueue in progress (PostgreSQL: pg_locks; MySQL 8:
+	// performance_schema.data_locks; MariaDB: the metadata_lock_info
+	// plugin's view). Advisory on SQLite: the keys in work in this process.
+	// -1 where the server cannot tell: the advisory form on PostgreSQL and
+	// MySQL (a lock's key is a hash of table and key value, see
+	// docs/operations.md), and a lock view missing or not granted
+	// (InWorkErr says which). [Queue.InWork] counts this process's.
 	InWork int64
+	// InWorkErr is the server's refusal to list its locks when InWork is -1
+	// for that reason (MariaDB without the metadata_lock_info plugin,
+	// MySQL with performance_schema off or not granted); nil otherwise.
+	InWorkErr error
 	// Dead counts the dead table's rows; -1 without Table.DeadTable.
 	Dead int64
 	// OldestReady is the age of the oldest ready job, by Table.EnqueuedAt
@@ -39,7 +47,10 @@ var ErrNoEnqueuedAt = errors.New("inbox: the age of the oldest ready job needs T
 
 // Stats reads the queue's state in one statement (Statements.Stats) of
 // indexed counts: with the recommended indexes it reads no table row (see
-// docs/schema.md). It needs Table.EnqueuedAt ([ErrNoEnqueuedAt]).
+// docs/schema.md). Where the jobs in work are listed by a lock view that may
+// be missing (Statements.InWork), a second statement reads them; its
+// failure is reported in Stats.InWorkErr, not as Stats' error. It needs
+// Table.EnqueuedAt ([ErrNoEnqueuedAt]).
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	if q.names.EnqueuedAt == "" {
@@ -52,6 +63,16 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	var age sql.NullInt64
 	if err := q.queryRow(ctx, q.db, q.st.Stats, &v).Scan(&st.Ready, &st.Waiting, &st.InWork, &st.Dead, &age); err != nil {
 		return st, opErr("stats", err)
+	}
+	if st.InWork < 0 && q.st.InWork.SQL != "" {
+		if err := q.queryRow(ctx, q.db, q.st.InWork, &v).Scan(&st.InWork); err != nil {
+			if ctx.Err() != nil {
+				return st, opErr("stats", err)
+			}
+			st.InWork, st.InWorkErr = -1, fmt.Errorf("inbox: stats: the server's locks: %w", err)
+		} else if st.InWork < 0 {
+			st.InWorkErr = errors.New("inbox: stats: the server's locks: performance_schema is off")
+		}
 	}
 	if q.names.Form == Advisory && q.locker == nil {
 		ident, err := q.identity(ctx)
