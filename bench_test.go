@@ -399,26 +399,3 @@ func BenchmarkClaimAckAll16(b *testing.B) {
 		done += len(ds)
 	}
 }
-
-// BenchmarkWork16 is Queue.Work with WorkConfig.Batch 16 and a no-op
-// handler, one job per op: the loop's own cost over BenchmarkClaimAckAll16
-// (goroutines, keepers, the gathering of a batch's acks).
-func BenchmarkWork16(b *testing.B) {
-	f := newBTFake()
-	q := btQueue(b, f)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var handled atomic.Int64
-	n := int64(b.N)
-	b.ReportAllocs()
-	b.ResetTimer()
-	err := q.Work(ctx, WorkConfig{Batch: 16}, func(context.Context, *Delivery) error {
-		if handled.Add(1) >= n {
-			cancel()
-		}
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-}

@@ -338,7 +338,7 @@ type Statements struct {
 
 	// Probe (optional) returns a row when a claim may find a job: one ready
 	// by time, whether or not a claim holds it. It must return one whenever
-	// the claim would deliver a job. An idle [Queue.Work] loop sends it when
+	// the claim would deliver a job. An idle loop sends it (Queue.Probe) when
 	// its fallback interval runs out and claims only when it returns a row,
 	// so that an idle process costs one statement per interval where the
 	// claim is a transaction of several (MySQL's lease, every row lock).

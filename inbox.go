@@ -7,7 +7,9 @@
 // (row lock, the default), by an expiry written into the row (lease, when
 // [Table.LockedUntil] is named) or by a session lock on a key (advisory, when
 // [Table.AdvisoryKey] is named). The package starts no goroutine unless asked
-// for a lease keeper ([Delivery.Keep]), and never polls, sleeps or logs.
+// for a lease keeper ([Delivery.Keep]), and never polls, sleeps or logs: the
+// worker loop that does is package github.com/sqlinbox/inbox/worker, written
+// on this package's exported API.
 package inbox
 
 import (
@@ -170,8 +172,9 @@ type Config struct {
 	After func(time.Duration) <-chan time.Time
 	// NotifyChannel, on PostgreSQL, makes Enqueue send a notification on
 	// this channel in the same statement, delivered when the job commits,
-	// so that idle [Queue.Work] loops of other processes wake through a
-	// [Listener]. An identifier: letters, digits and underscores.
+	// so that idle loops of other processes wake through a listener that
+	// calls [Queue.Wake] (package worker's Listen). An identifier: letters,
+	// digits and underscores.
 	NotifyChannel string
 	// KeepMargin is how long before the last expiry it knows of a keeper
 	// whose extensions keep failing cancels its handler. Zero means a tenth
@@ -214,7 +217,7 @@ type Queue struct {
 	identMu sync.Mutex
 	ident   string // advisory: the table's identity, resolved at the first claim
 
-	bell *bell // wakes the idle Work loops of the table in this process
+	bell *bell // wakes the idle loops of the table in this process (NextWake)
 
 	mu   sync.Mutex
 	live map[*Delivery]struct{} // held jobs (row lock, advisory), for Shutdown

@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"database/sql"
 	"runtime"
 	"testing"
 	"time"
@@ -56,64 +55,45 @@ func TestPoolRegistryReleased(t *testing.T) {
 	}
 }
 
-// TestPollDuties: the idle Work loops of one table, as described, on one
-// pool share one poll duty; another name (another schema's table of the same
-// bare name, or another spelling), or another pool, has its own; the entry
-// goes with the last loop, so that it keeps no pool reachable.
-func TestPollDuties(t *testing.T) {
-	open := func() *sql.DB {
+// TestBells: the queues of one table, whatever its spelling or schema
+// ("jobs", "tenant.jobs") and pool, share the wake-ups of NextWake; another
+// table has its own.
+func TestBells(t *testing.T) {
+	queue := func(name string) *Queue {
 		db, _, err := sqlmock.New()
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() })
-		return db
-	}
-	db1, db2 := open(), open()
-	queue := func(db *sql.DB, name string) *Queue {
 		q, err := New(db, Config{Dialect: Postgres, Table: Table{Name: name, LockedUntil: "locked_until"}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return q
 	}
-	jobs := queue(db1, "jobs")
-	a, b := acquireDuty(jobs), acquireDuty(queue(db1, "jobs"))
-	if a != b {
-		t.Error("two loops of one table on one pool have two poll duties")
-	}
-	if jobs.bell != queue(db1, "tenant.jobs").bell {
-		t.Error("jobs and tenant.jobs do not share their wake-ups")
-	}
-	for _, other := range []*Queue{queue(db1, "tenant.jobs"), queue(db1, "public.jobs"), queue(db2, "jobs")} {
-		d := acquireDuty(other)
-		if d == a {
-			t.Errorf("%s on pool %p shares the poll duty of jobs on pool %p", other.names.Raw.Name, other.db, db1)
+	jobs := queue("jobs")
+	for _, same := range []string{"tenant.jobs", "JOBS", "jobs"} {
+		if q := queue(same); q.bell != jobs.bell {
+			t.Errorf("%s does not share the wake-ups of jobs", same)
 		}
-		if ok, _ := d.take(); !ok {
-			t.Errorf("%s cannot poll", other.names.Raw.Name)
-		}
-		d.drop()
-		d.release()
 	}
-	if ok, _ := a.take(); !ok {
-		t.Fatal("the first loop cannot take the polling")
+	other := queue("reports")
+	if other.bell == jobs.bell {
+		t.Fatal("reports shares the wake-ups of jobs")
 	}
-	ok, free := b.take()
-	if ok {
-		t.Fatal("a second loop of the same table polls too")
-	}
-	a.drop()
+	rang, quiet := jobs.NextWake(), other.NextWake()
+	queue("public.jobs").Wake()
 	select {
-	case <-free:
+	case <-rang:
 	default:
-		t.Error("dropping the polling does not tell the waiting loop")
+		t.Error("Wake on public.jobs did not close the channel NextWake gave before it")
 	}
-	a.release()
-	b.release()
-	dutiesMu.Lock()
-	defer dutiesMu.Unlock()
-	if len(duties) != 0 {
-		t.Errorf("%d poll duties left after every loop returned", len(duties))
+	select {
+	case <-quiet:
+		t.Error("Wake on jobs woke reports")
+	default:
+	}
+	if jobs.NextWake() == rang {
+		t.Error("NextWake after a wake-up returns the closed channel")
 	}
 }

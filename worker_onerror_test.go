@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/worker"
 )
 
 // The loop returns nothing but at shutdown, so what it cannot return goes to
-// WorkConfig.OnError: here a claim the driver fails. The loop then claims
+// Config.OnError: here a claim the driver fails. The loop then claims
 // again after its fallback interval, until its context ends.
 func TestWorkOnError(t *testing.T) {
 	m := newMock(t)
@@ -21,13 +22,13 @@ func TestWorkOnError(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var seen []error
-	cfg := inbox.WorkConfig{Poll: time.Millisecond, OnError: func(err error) {
+	cfg := worker.Config{Poll: time.Millisecond, OnError: func(err error) {
 		seen = append(seen, err)
 		if len(seen) == 2 {
 			cancel()
 		}
 	}}
-	if err := q.Work(ctx, cfg, func(context.Context, *inbox.Delivery) error { return nil }); err != nil {
+	if err := worker.Run(ctx, q, cfg, func(context.Context, *inbox.Delivery) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(seen) != 2 || !errors.Is(seen[0], errDown) || !errors.Is(seen[1], errDown) {

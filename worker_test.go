@@ -1,6 +1,6 @@
 package inbox_test
 
-// The worker loop, Queue.Work, pinned with sqlmock's exact matcher: what it
+// The worker loop, package worker's Run, pinned with sqlmock's exact matcher: what it
 // sends for each outcome of a handler (ack, retry after the backoff, dead
 // past MaxAttempts, a panic), what it gives back at shutdown under each form,
 // and the claims a wake-up causes. One loop with a batch of one, so that the
@@ -21,13 +21,14 @@ import (
 	"github.com/DATA-DOG/go-sqlmock"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/worker"
 )
 
 // workRun runs one Work loop on q until its context ends, and returns a
 // channel that receives its result.
-func workRun(ctx context.Context, q *inbox.Queue, cfg inbox.WorkConfig, h inbox.Handler) <-chan error {
+func workRun(ctx context.Context, q *inbox.Queue, cfg worker.Config, h worker.Handler) <-chan error {
 	done := make(chan error, 1)
-	go func() { done <- q.Work(ctx, cfg, h) }()
+	go func() { done <- worker.Run(ctx, q, cfg, h) }()
 	return done
 }
 
@@ -82,20 +83,20 @@ func TestWorkRefuses(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable})
 	h := func(context.Context, *inbox.Delivery) error { return nil }
 	for _, c := range []struct {
-		cfg  inbox.WorkConfig
-		h    inbox.Handler
+		cfg  worker.Config
+		h    worker.Handler
 		want string
 	}{
-		{inbox.WorkConfig{}, nil, "handler is nil"},
-		{inbox.WorkConfig{Batch: -1}, h, "WorkConfig.Batch -1"},
-		{inbox.WorkConfig{Batch: inbox.MaxClaim + 1}, h, "WorkConfig.Batch 1001"},
-		{inbox.WorkConfig{Poll: -time.Second}, h, "WorkConfig.Poll -1s"},
-		{inbox.WorkConfig{MaxAttempts: -1}, h, "WorkConfig.MaxAttempts -1"},
+		{worker.Config{}, nil, "handler is nil"},
+		{worker.Config{Batch: -1}, h, "Config.Batch -1"},
+		{worker.Config{Batch: inbox.MaxClaim + 1}, h, "Config.Batch 1001"},
+		{worker.Config{Poll: -time.Second}, h, "Config.Poll -1s"},
+		{worker.Config{MaxAttempts: -1}, h, "Config.MaxAttempts -1"},
 	} {
 		m.quiet(t, c.want, func() {
-			err := q.Work(context.Background(), c.cfg, c.h)
-			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "inbox: work: ") {
-				t.Errorf("Work(%+v) = %v, want an error naming %q", c.cfg, err, c.want)
+			err := worker.Run(context.Background(), q, c.cfg, c.h)
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "worker: run: ") {
+				t.Errorf("Run(%+v) = %v, want an error naming %q", c.cfg, err, c.want)
 			}
 		})
 	}
@@ -111,7 +112,7 @@ func TestDefaultBackoff(t *testing.T) {
 		}
 		lo, hi := base, time.Duration(0)
 		for i := 0; i < 200; i++ {
-			d := inbox.DefaultBackoff(n)
+			d := worker.DefaultBackoff(n)
 			lo, hi = min(lo, d), max(hi, d)
 		}
 		if lo < base-base/5 || hi > base {
@@ -148,7 +149,7 @@ func TestWorkPostgresLease(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var log workLog
-	done := workRun(ctx, q, inbox.WorkConfig{MaxAttempts: 3, Backoff: log.backoff}, func(ctx context.Context, d *inbox.Delivery) error {
+	done := workRun(ctx, q, worker.Config{MaxAttempts: 3, Backoff: log.backoff}, func(ctx context.Context, d *inbox.Delivery) error {
 		log.handle(d)
 		switch d.ID() {
 		case int64(7):
@@ -189,7 +190,7 @@ func TestWorkPostgresLeaseShutdown(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var log workLog
 		var hctxErr error
-		done := workRun(ctx, q, inbox.WorkConfig{Backoff: log.backoff}, func(hctx context.Context, d *inbox.Delivery) error {
+		done := workRun(ctx, q, worker.Config{Backoff: log.backoff}, func(hctx context.Context, d *inbox.Delivery) error {
 			log.handle(d)
 			cancel()
 			<-ctx.Done()
@@ -243,7 +244,7 @@ func TestWorkPostgresRowLock(t *testing.T) {
 	defer cancel()
 	var log workLog
 	var cause error
-	done := workRun(ctx, q, inbox.WorkConfig{MaxAttempts: 3, Backoff: log.backoff}, func(hctx context.Context, d *inbox.Delivery) error {
+	done := workRun(ctx, q, worker.Config{MaxAttempts: 3, Backoff: log.backoff}, func(hctx context.Context, d *inbox.Delivery) error {
 		log.handle(d)
 		switch d.ID() {
 		case int64(7):
@@ -289,7 +290,7 @@ func TestWorkPostgresRowLockNoDelay(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var log workLog
-	done := workRun(ctx, q, inbox.WorkConfig{Backoff: log.backoff}, func(_ context.Context, d *inbox.Delivery) error {
+	done := workRun(ctx, q, worker.Config{Backoff: log.backoff}, func(_ context.Context, d *inbox.Delivery) error {
 		log.handle(d)
 		m.after("query "+claimSQL, cancel)
 		return errors.New("failed")
@@ -330,7 +331,7 @@ func TestWorkPostgresAdvisory(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var log workLog
-	done := workRun(ctx, q, inbox.WorkConfig{MaxAttempts: 3, Backoff: log.backoff}, func(hctx context.Context, d *inbox.Delivery) error {
+	done := workRun(ctx, q, worker.Config{MaxAttempts: 3, Backoff: log.backoff}, func(hctx context.Context, d *inbox.Delivery) error {
 		log.handle(d)
 		switch d.ID() {
 		case int64(1):
@@ -394,7 +395,7 @@ func TestWorkBatch(t *testing.T) {
 		close(turn[2])
 		m.after("query "+batchRetry, func() { close(turn[3]) })
 	})
-	done := workRun(ctx, q, inbox.WorkConfig{Batch: 3, Backoff: log.backoff}, func(_ context.Context, d *inbox.Delivery) error {
+	done := workRun(ctx, q, worker.Config{Batch: 3, Backoff: log.backoff}, func(_ context.Context, d *inbox.Delivery) error {
 		log.handle(d)
 		if d.ID() == int64(1) {
 			m.after("query "+pgLeaseClaim, cancel) // the first claim was answered
@@ -480,7 +481,7 @@ func TestWorkWakes(t *testing.T) {
 
 	first, answered := idle()
 	m.after("query "+pgLeaseClaim, answered)
-	done := workRun(ctx, q, inbox.WorkConfig{Poll: time.Hour}, func(_ context.Context, d *inbox.Delivery) error {
+	done := workRun(ctx, q, worker.Config{Poll: time.Hour}, func(_ context.Context, d *inbox.Delivery) error {
 		next := make(chan func())
 		handled <- turn{d.ID(), next}
 		m.after("query "+pgLeaseClaim, <-next)
@@ -517,7 +518,7 @@ func TestWorkWakes(t *testing.T) {
 	l := &fakeListener{ready: make(chan func())}
 	lctx, lcancel := context.WithCancel(ctx)
 	listened := make(chan error, 1)
-	go func() { listened <- q.Listen(lctx, l) }()
+	go func() { listened <- worker.Listen(lctx, q, l) }()
 	var wake func()
 	select {
 	case wake = <-l.ready:
@@ -544,7 +545,7 @@ func TestWorkWakes(t *testing.T) {
 	m.met(t)
 
 	// Listen needs the channel; MySQL and SQLite have no notifications.
-	if err := plain.Listen(ctx, l); err == nil || !strings.Contains(err.Error(), "NotifyChannel") {
+	if err := worker.Listen(ctx, plain, l); err == nil || !strings.Contains(err.Error(), "NotifyChannel") {
 		t.Errorf("Listen without a channel: %v", err)
 	}
 	for _, d := range []inbox.Dialect{inbox.MySQL, inbox.SQLite} {
@@ -599,7 +600,7 @@ func TestWorkRecordsErrors(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var seen []string
-	done := workRun(ctx, q, inbox.WorkConfig{MaxAttempts: 2}, func(_ context.Context, d *inbox.Delivery) error {
+	done := workRun(ctx, q, worker.Config{MaxAttempts: 2}, func(_ context.Context, d *inbox.Delivery) error {
 		seen = append(seen, d.LastError())
 		if d.Attempt() == 1 {
 			panic("kaboom")
@@ -631,7 +632,7 @@ func TestWorkGivesBackLateClaim(t *testing.T) {
 	// The loop's context ends while the claim is on its way back.
 	m.after("query "+pgLeaseClaim, cancel)
 	var log workLog
-	done := workRun(ctx, q, inbox.WorkConfig{Batch: 3}, func(_ context.Context, d *inbox.Delivery) error {
+	done := workRun(ctx, q, worker.Config{Batch: 3}, func(_ context.Context, d *inbox.Delivery) error {
 		log.handle(d)
 		return nil
 	})
@@ -671,7 +672,7 @@ func TestWorkProbes(t *testing.T) {
 	var log workLog
 	var mu sync.Mutex
 	var reported []string
-	cfg := inbox.WorkConfig{Poll: time.Millisecond, OnError: func(err error) {
+	cfg := worker.Config{Poll: time.Millisecond, OnError: func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		reported = append(reported, err.Error())

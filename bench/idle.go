@@ -2,7 +2,7 @@ package main
 
 // -run idle: what idle workers cost the database. For each engine, on a
 // table of its own with nothing to do, and all at once for the measuring
-// window: 1 and 16 Queue.Work loops with their default fallback interval
+// window: 1 and 16 worker.Run loops with their default fallback interval
 // (1 s) and wake-ups on, against 16 hand-written loops that claim and sleep
 // 100 ms when they found nothing (the README's loop). Each configuration has
 // its pool, wrapped by a driver that counts what reaches the real driver:
@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/worker"
 )
 
 // Flags of -run idle.
@@ -52,7 +53,7 @@ func runIdle(ctx context.Context, out, log io.Writer, es []engine, dir string) e
 	if _, err := headerOf(out, es, dir, nil); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "Driver calls per second of idle workers on an empty lease table, counted over %v after a 2 s start; every engine and configuration at once, each on its own pool and table. Fallback interval: %v (the default).\n\n", idleWindow, inbox.DefaultPoll)
+	fmt.Fprintf(out, "Driver calls per second of idle workers on an empty lease table, counted over %v after a 2 s start; every engine and configuration at once, each on its own pool and table. Fallback interval: %v (the default).\n\n", idleWindow, worker.DefaultPoll)
 	fmt.Fprintln(out, "| engine | driver | workers | statements/s | BEGIN+COMMIT+ROLLBACK/s | prepares/s | all calls/s |")
 	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|")
 	type cellResult struct {
@@ -102,7 +103,7 @@ func runIdle(ctx context.Context, out, log io.Writer, es []engine, dir string) e
 					if cfg.hand {
 						err = idleHandLoop(wctx, q)
 					} else {
-						err = q.Work(wctx, inbox.WorkConfig{}, func(_ context.Context, d *inbox.Delivery) error { return handle(d) })
+						err = worker.Run(wctx, q, worker.Config{}, func(_ context.Context, d *inbox.Delivery) error { return handle(d) })
 					}
 					if err != nil && wctx.Err() == nil {
 						r.err = err

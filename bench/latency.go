@@ -3,13 +3,13 @@ package main
 // -run latency: how long a job enqueued on an idle queue waits for its
 // handler to start, p50 and p99, by how the idle worker learns of it:
 //
-//   - wake: Queue.Work in this process, the job enqueued through the
+//   - wake: worker.Run in this process, the job enqueued through the
 //     *sql.DB of the same process (Enqueue rings the loops' bell);
-//   - notify-pgx, notify-pq (PostgreSQL): Queue.Work in a second process
+//   - notify-pgx, notify-pq (PostgreSQL): worker.Run in a second process
 //     (this program, run again), woken by the listener of
 //     examples/listen on its own connection; this process enqueues with
 //     Config.NotifyChannel set, the NOTIFY sent by the insert itself;
-//   - poll: Queue.Work with its default fallback interval (1 s) and no
+//   - poll: worker.Run with its default fallback interval (1 s) and no
 //     wake-up (the jobs are enqueued in a transaction, without Wake, as by
 //     another process on MySQL or SQLite);
 //   - poll-100ms: the hand-written loop of the README, Claim(1) and a
@@ -43,6 +43,7 @@ import (
 
 	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/examples/listen"
+	"github.com/sqlinbox/inbox/worker"
 )
 
 // Flags of -run latency.
@@ -146,7 +147,7 @@ func latencyLine(ctx context.Context, e engine, mode, dir string) (latencyRun, e
 		r.mode = "NOTIFY to another process, " + map[string]string{"pq": "lib/pq", "pgx": "pgx"}[e.name] + " listener"
 		r.samples, err = latencyNotify(ctx, e, db, cfg, dir)
 	case "poll":
-		r.mode = fmt.Sprintf("fallback poll (%v), no wake-up", inbox.DefaultPoll)
+		r.mode = fmt.Sprintf("fallback poll (%v), no wake-up", worker.DefaultPoll)
 		r.samples, err = latencyInProcess(ctx, db, cfg, false)
 	case "poll-100ms":
 		r.mode = "hand-written loop polling every 100 ms"
@@ -173,7 +174,7 @@ func latencyInProcess(ctx context.Context, db *sql.DB, cfg inbox.Config, wake bo
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- q.Work(ctx, inbox.WorkConfig{Poll: poll}, func(_ context.Context, d *inbox.Delivery) error {
+		done <- worker.Run(ctx, q, worker.Config{Poll: poll}, func(_ context.Context, d *inbox.Delivery) error {
 			started <- latencyStart{id: d.ID(), at: time.Now()}
 			return handle(d)
 		})
@@ -184,7 +185,7 @@ func latencyInProcess(ctx context.Context, db *sql.DB, cfg inbox.Config, wake bo
 			return q.Enqueue(ctx, db, inbox.Job{Data: []any{payload}})
 		})
 	}
-	return latencyRandomArrivals(ctx, latencyPollSamples, inbox.DefaultPoll/4, started, func() (any, error) {
+	return latencyRandomArrivals(ctx, latencyPollSamples, worker.DefaultPoll/4, started, func() (any, error) {
 		return enqueueQuietly(ctx, q, db)
 	})
 }
@@ -460,7 +461,7 @@ func latencyChildMain() int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
-	var l inbox.Listener = listen.PGX{ConnString: e.dsn("")}
+	var l worker.Listener = listen.PGX{ConnString: e.dsn("")}
 	if e.name == "pq" {
 		l = listen.PQ{DSN: e.dsn("")}
 	}
@@ -480,7 +481,7 @@ func latencyChildMain() int {
 			once.Do(func() { say("ready") })
 		})
 	}()
-	err = q.Work(ctx, inbox.WorkConfig{Poll: time.Minute}, func(_ context.Context, d *inbox.Delivery) error {
+	err = worker.Run(ctx, q, worker.Config{Poll: time.Minute}, func(_ context.Context, d *inbox.Delivery) error {
 		at := time.Now()
 		say(fmt.Sprintf("%v %d", d.ID(), at.UnixNano()))
 		return handle(d)

@@ -1,9 +1,9 @@
 package main
 
-// -run work: the throughput of Queue.Work against the hand-written
+// -run work: the throughput of worker.Run against the hand-written
 // claim/ack loop of the table (hand_side.go) and inbox's own Claim/Ack loop
 // (inbox_side.go), in the same run, on the same pool. For a line
-// of n workers and batch b, Work runs n loops with WorkConfig.Batch b (each
+// of n workers and batch b, Work runs n loops with worker.Config.Batch b (each
 // job of a batch handled in a goroutine of its own and acknowledged by
 // Delivery.Ack) and the no-op handler of the table; the other two sides run
 // n workers of their rounds. The sides alternate in segments (work, hand,
@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/worker"
 )
 
 // loopForms are the forms -run work measures.
@@ -40,7 +41,7 @@ func runLoop(ctx context.Context, out, log io.Writer, es []engine, forms []strin
 	if _, err := headerOf(out, es, dir, nil); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "Each side of a line measured for %v in %d alternating segments; Work and Claim/Ack on inbox's table (lease: its recommended indexes), hand-written on its own table (%s); Work/hand = Queue.Work jobs/s over the hand-written loop's.\n\n", duration, segments, handTableKind())
+	fmt.Fprintf(out, "Each side of a line measured for %v in %d alternating segments; Work and Claim/Ack on inbox's table (lease: its recommended indexes), hand-written on its own table (%s); Work/hand = worker.Run jobs/s over the hand-written loop's.\n\n", duration, segments, handTableKind())
 	fmt.Fprintln(out, "| engine | driver | form | workers | batch | Work jobs/s | hand-written jobs/s | Claim/Ack loop jobs/s | Work/hand | Work/Claim-Ack |")
 	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	best := map[string]float64{}
@@ -159,7 +160,7 @@ func measureWork(ctx context.Context, q *inbox.Queue, c cell, total int, duratio
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- q.Work(ctx, inbox.WorkConfig{Batch: c.batch}, func(_ context.Context, d *inbox.Delivery) error {
+			errs <- worker.Run(ctx, q, worker.Config{Batch: c.batch}, func(_ context.Context, d *inbox.Delivery) error {
 				if handled.Add(1) >= int64(total) {
 					once.Do(cancel)
 				}

@@ -6,7 +6,7 @@
 //	go run ./bench -run prepared        # plain statements against prepared ones, per driver
 //	go run ./bench -run latency         # enqueue→handler-start latency of idle workers, by wake-up
 //	go run ./bench -run idle            # statements per second sent by idle workers
-//	go run ./bench -run work            # Queue.Work against the hand-written loop
+//	go run ./bench -run work            # worker.Run against the hand-written loop
 //	go run ./bench -run peers           # inbox against River and graphile-worker (pgx), goqite (SQLite)
 //	go run ./bench -run sustained -engines pgx -forms lease   # ten minutes at 80 % load, with vacuum; every engine and form
 //	go run ./bench -run breakdown       # per job: driver calls, time per statement, CPU, allocations, server writes

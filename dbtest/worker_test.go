@@ -1,6 +1,6 @@
 package dbtest
 
-// The worker loop, Queue.Work, on every engine and driver: how it settles by
+// The worker loop, worker.Run, on every engine and driver: how it settles by
 // the handler's result, what it gives back at shutdown under each form, and
 // how an idle loop wakes. Every wait is for a signal, or a poll with a
 // deadline. A test that must show a job was found by a wake-up and not by
@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/worker"
 )
 
 const (
@@ -44,14 +45,14 @@ type workXRun struct {
 	seen int // loops whose return was received
 }
 
-// workXStart runs n loops of q.Work(cfg, h) until stop, which the test's
+// workXStart runs n loops of worker.Run(q, cfg, h) until stop, which the test's
 // cleanup calls too.
-func workXStart(t *testing.T, q *inbox.Queue, n int, cfg inbox.WorkConfig, h inbox.Handler) *workXRun {
+func workXStart(t *testing.T, q *inbox.Queue, n int, cfg worker.Config, h worker.Handler) *workXRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &workXRun{cancel: cancel, returned: make(chan error, n), n: n}
 	for range n {
-		go func() { r.returned <- q.Work(ctx, cfg, h) }()
+		go func() { r.returned <- worker.Run(ctx, q, cfg, h) }()
 	}
 	t.Cleanup(func() { r.stop(t) })
 	return r
@@ -227,7 +228,7 @@ func (r *workXRecorder) check(t testing.TB, id any, attempts, backoffs []int) {
 	}
 }
 
-// TestWorkRetries: a handler error retries the job after WorkConfig.Backoff
+// TestWorkRetries: a handler error retries the job after worker.Config.Backoff
 // of the attempt that failed, the attempt counted and the error kept: the
 // row carries the next attempt and the delay (an hour here, checked in the
 // row); a delay that runs out is picked up by the fallback poll; each
@@ -242,7 +243,7 @@ func TestWorkRetries(t *testing.T) {
 		rec := newWorkXRecorder()
 		id := confEnqueue(t, q, db, "retry")
 		failed1, acked := make(chan struct{}, 1), make(chan struct{}, 1)
-		cfg := inbox.WorkConfig{Poll: workXPoll, MaxAttempts: 5, Backoff: func(n int) time.Duration {
+		cfg := worker.Config{Poll: workXPoll, MaxAttempts: 5, Backoff: func(n int) time.Duration {
 			rec.backoff(n)
 			if n == 1 {
 				return time.Hour
@@ -303,7 +304,7 @@ func TestWorkPanics(t *testing.T) {
 		bad := confEnqueue(t, q, db, "bad")
 		good := confEnqueue(t, q, db, "good")
 		done := make(chan any, 2)
-		cfg := inbox.WorkConfig{Poll: workXNever, Backoff: func(n int) time.Duration { rec.backoff(n); return 0 }}
+		cfg := worker.Config{Poll: workXNever, Backoff: func(n int) time.Duration { rec.backoff(n); return 0 }}
 		r := workXStart(t, q, workXLoops, cfg, func(ctx context.Context, d *inbox.Delivery) error {
 			rec.delivered(d)
 			if workXPayload(t, d) == "bad" && d.Attempt() == 1 {
@@ -342,7 +343,7 @@ func TestWorkDead(t *testing.T) {
 		q := confNew(t, db, confConfig(e, tb, nil))
 		rec := newWorkXRecorder()
 		id := confEnqueue(t, q, db, "dead")
-		cfg := inbox.WorkConfig{Poll: workXNever, MaxAttempts: 3, Backoff: func(n int) time.Duration { rec.backoff(n); return 0 }}
+		cfg := worker.Config{Poll: workXNever, MaxAttempts: 3, Backoff: func(n int) time.Duration { rec.backoff(n); return 0 }}
 		r := workXStart(t, q, workXLoops, cfg, func(ctx context.Context, d *inbox.Delivery) error {
 			rec.delivered(d)
 			return fmt.Errorf("attempt %d failed", d.Attempt())
@@ -410,7 +411,7 @@ func TestWorkShutdown(t *testing.T) {
 		started := make(chan int, 1)
 		release, abort := make(chan struct{}), make(chan struct{})
 		handlerCtx := make(chan error, 1)
-		r := workXStart(t, q, workXLoops, inbox.WorkConfig{Poll: workXNever}, func(ctx context.Context, d *inbox.Delivery) error {
+		r := workXStart(t, q, workXLoops, worker.Config{Poll: workXNever}, func(ctx context.Context, d *inbox.Delivery) error {
 			started <- d.Attempt()
 			if form != "lease" {
 				<-ctx.Done()
@@ -488,7 +489,7 @@ func TestWorkWake(t *testing.T) {
 		ctx := context.Background()
 		for _, how := range []string{"*sql.DB", "*sql.Conn", "*sql.Tx and Wake"} {
 			claims := count.claims()
-			r := workXStart(t, q, workXLoops, inbox.WorkConfig{Poll: workXNever}, h)
+			r := workXStart(t, q, workXLoops, worker.Config{Poll: workXNever}, h)
 			count.waitClaims(t, claims+workXLoops)
 			var id any
 			switch how {
@@ -522,7 +523,7 @@ func TestWorkDue(t *testing.T) {
 		table := confTable(t, e, db, "work_due_"+form)
 		q := confNew(t, db, confConfig(e, Table(table, form), nil))
 		at := make(chan time.Time, 1)
-		workXStart(t, q, workXLoops, inbox.WorkConfig{Poll: workXPoll}, func(ctx context.Context, d *inbox.Delivery) error {
+		workXStart(t, q, workXLoops, worker.Config{Poll: workXPoll}, func(ctx context.Context, d *inbox.Delivery) error {
 			at <- time.Now()
 			return nil
 		})
@@ -552,7 +553,7 @@ func TestWorkPollHandover(t *testing.T) {
 		count.watch(q)
 		started := make(chan string, 2)
 		release := make(chan struct{})
-		workXStart(t, q, workXLoops, inbox.WorkConfig{Poll: workXPoll, Batch: batch}, func(ctx context.Context, d *inbox.Delivery) error {
+		workXStart(t, q, workXLoops, worker.Config{Poll: workXPoll, Batch: batch}, func(ctx context.Context, d *inbox.Delivery) error {
 			p := workXPayload(t, d)
 			started <- p
 			if p == "first" {
@@ -601,7 +602,7 @@ func TestWorkIdlePolls(t *testing.T) {
 			defer count.mu.Unlock()
 			return count.all, count.begins, count.each[pollSQL]
 		}
-		workXStart(t, q, workXLoops, inbox.WorkConfig{Poll: poll}, func(context.Context, *inbox.Delivery) error {
+		workXStart(t, q, workXLoops, worker.Config{Poll: poll}, func(context.Context, *inbox.Delivery) error {
 			t.Error("a job was handled from an empty table")
 			return nil
 		})
@@ -684,7 +685,7 @@ func TestWorkPollsPerTable(t *testing.T) {
 			t.Error("a job was handled from an empty table")
 			return nil
 		}
-		cfg := inbox.WorkConfig{Poll: poll}
+		cfg := worker.Config{Poll: poll}
 		workXStart(t, qa, workXLoops-1, cfg, h)
 		workXStart(t, qb, 1, cfg, h)
 		count.waitClaims(t, workXLoops)
@@ -750,7 +751,7 @@ func TestWorkFlood(t *testing.T) {
 			handled atomic.Int64
 			all     = make(chan struct{})
 		)
-		r := workXStart(t, q, workXLoops, inbox.WorkConfig{Poll: workXNever, Batch: batch}, func(ctx context.Context, d *inbox.Delivery) error {
+		r := workXStart(t, q, workXLoops, worker.Config{Poll: workXNever, Batch: batch}, func(ctx context.Context, d *inbox.Delivery) error {
 			if n := int64(runtime.NumGoroutine()); n > peak.Load() {
 				peak.Store(n) // a lower bound of the peak is enough: it is checked against a bound
 			}
@@ -1116,7 +1117,7 @@ func workBatchTwoPools(t *testing.T, e Engine, jobs int, prepare bool) {
 		inWork    = map[string]bool{}
 		failures  []error
 	)
-	cfg := inbox.WorkConfig{Poll: workXPoll, Batch: batch, OnError: func(err error) {
+	cfg := worker.Config{Poll: workXPoll, Batch: batch, OnError: func(err error) {
 		mu.Lock()
 		failures = append(failures, err)
 		mu.Unlock()
@@ -1155,7 +1156,7 @@ func workBatchTwoPools(t *testing.T, e Engine, jobs int, prepare bool) {
 				}
 				// Each run is cut off after a random stretch.
 				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(20_000))*time.Microsecond)
-				if err := q.Work(ctx, cfg, handle); err != nil {
+				if err := worker.Run(ctx, q, cfg, handle); err != nil {
 					t.Errorf("Work: %v", err)
 				}
 				cancel()
@@ -1203,7 +1204,7 @@ func TestWorkBatchLongHandlers(t *testing.T) {
 		concFill(t, e, db, table, jobs, 1)
 		var mu sync.Mutex
 		handled := map[string]int{}
-		r := workXStart(t, q, 1, inbox.WorkConfig{Poll: workXPoll, Batch: jobs}, func(ctx context.Context, d *inbox.Delivery) error {
+		r := workXStart(t, q, 1, worker.Config{Poll: workXPoll, Batch: jobs}, func(ctx context.Context, d *inbox.Delivery) error {
 			first := d.Expiry()
 			deadline := time.Now().Add(workXDeadline)
 			for moved := 0; moved < 2; {

@@ -224,7 +224,7 @@ func (m *Mock) ExpectClaim(max int, jobs ...Job) {
 // ExpectEmptyClaim expects a call Claim(ctx, max) that finds no job.
 func (m *Mock) ExpectEmptyClaim(max int) { m.ExpectClaim(max) }
 
-// ExpectProbe expects what an idle [inbox.Queue.Work] loop sends when its
+// ExpectProbe expects [inbox.Queue.Probe], what an idle worker loop sends when its
 // fallback interval runs out where the claim is a transaction of several
 // statements (the MySQL and MariaDB lease, every row lock): one query asking
 // whether any job is ready, answered with a row when found is true and with

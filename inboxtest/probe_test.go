@@ -9,6 +9,7 @@ import (
 
 	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/inboxtest"
+	"github.com/sqlinbox/inbox/worker"
 )
 
 // An idle Work loop on each queue whose claim is a transaction: its first
@@ -47,7 +48,7 @@ func TestExpectProbe(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			var handled []any
-			err = q.Work(ctx, inbox.WorkConfig{Poll: time.Millisecond, OnError: func(err error) { t.Errorf("OnError: %v", err) }},
+			err = worker.Run(ctx, q, worker.Config{Poll: time.Millisecond, OnError: func(err error) { t.Errorf("OnError: %v", err) }},
 				func(_ context.Context, d *inbox.Delivery) error {
 					handled = append(handled, d.ID())
 					cancel() // the loop returns once the job is acknowledged

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/dbtest/internal/ledger"
+	"github.com/sqlinbox/inbox/worker"
 )
 
 // run is what the harness shares with every worker goroutine.
@@ -47,7 +48,7 @@ type group struct {
 	driver string // database/sql driver name: "postgres" (lib/pq) or "pgx"
 	label  string // pq or pgx
 	form   string // rowlock, lease, advisory
-	// loop: the workers are the package's own loop, Queue.Work; otherwise
+	// loop: the workers are the package's own loop, worker.Run; otherwise
 	// they call Claim, Keep and Ack themselves.
 	loop    bool
 	table   string
@@ -214,7 +215,7 @@ func (g *group) work(r *run, holder bool) {
 	}
 }
 
-// workLoop runs the package's own worker loop, Queue.Work, with the same
+// workLoop runs the package's own worker loop, worker.Run, with the same
 // handler, until the run ends. Its workers all hold a job at the kill, so
 // that none has a claim in flight: a handler that starts before killed is
 // set handles a claim of the old primary, one that starts after a claim of
@@ -226,7 +227,7 @@ func (g *group) work(r *run, holder bool) {
 func (g *group) workLoop(r *run) {
 	defer r.wg.Done()
 	held := false
-	err := g.q.Work(r.ctx, inbox.WorkConfig{Batch: g.batch}, func(hctx context.Context, d *inbox.Delivery) error {
+	err := worker.Run(r.ctx, g.q, worker.Config{Batch: g.batch}, func(hctx context.Context, d *inbox.Delivery) error {
 		pre := !r.killed.Load()
 		w := g.post
 		if pre {

@@ -1,6 +1,6 @@
-// Package listen relays PostgreSQL notifications to the idle [inbox.Queue.Work]
+// Package listen relays PostgreSQL notifications to the idle [worker.Run]
 // loops of a process: [PGX] (github.com/jackc/pgx/v5) and [PQ]
-// (github.com/lib/pq) satisfy [inbox.Listener], each on a connection of its
+// (github.com/lib/pq) satisfy [worker.Listener], each on a connection of its
 // own that listens on the queue's notification channel. Enqueue sends the
 // notification in its own statement when [inbox.Config.NotifyChannel] is
 // set, so it arrives when the job commits. Run one listener per process:
@@ -8,9 +8,9 @@
 //	q, err := inbox.New(db, inbox.Config{Dialect: inbox.Postgres, Table: table, NotifyChannel: "jobs_ready"})
 //	...
 //	g, ctx := errgroup.WithContext(ctx)
-//	g.Go(func() error { return q.Listen(ctx, listen.PGX{ConnString: dsn}) })
+//	g.Go(func() error { return worker.Listen(ctx, q, listen.PGX{ConnString: dsn}) })
 //	for range 8 {
-//		g.Go(func() error { return q.Work(ctx, inbox.WorkConfig{}, handle) })
+//		g.Go(func() error { return worker.Run(ctx, q, worker.Config{}, handle) })
 //	}
 //	err = g.Wait()
 //

@@ -28,6 +28,7 @@ import (
 
 	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/examples/listen"
+	"github.com/sqlinbox/inbox/worker"
 )
 
 const (
@@ -98,12 +99,12 @@ func withAppName(t *testing.T, dsn, name string) string {
 // kinds are the two listeners, made for a DSN, with an OnError.
 var kinds = []struct {
 	name string
-	make func(dsn string, onError func(error)) inbox.Listener
+	make func(dsn string, onError func(error)) worker.Listener
 }{
-	{"pgx", func(dsn string, onError func(error)) inbox.Listener {
+	{"pgx", func(dsn string, onError func(error)) worker.Listener {
 		return listen.PGX{ConnString: dsn, MinReconnect: 10 * time.Millisecond, MaxReconnect: 200 * time.Millisecond, OnError: onError}
 	}},
-	{"pq", func(dsn string, onError func(error)) inbox.Listener {
+	{"pq", func(dsn string, onError func(error)) worker.Listener {
 		return listen.PQ{DSN: dsn, MinReconnect: 10 * time.Millisecond, MaxReconnect: 200 * time.Millisecond, OnError: onError}
 	}},
 }
@@ -153,7 +154,7 @@ func setup(t *testing.T, name string) (table string, wdb *sql.DB, wq *inbox.Queu
 
 // observed wraps a listener, reporting each wake-up it relays.
 type observed struct {
-	inbox.Listener
+	worker.Listener
 	wakes chan struct{}
 }
 
@@ -235,11 +236,11 @@ func TestNotifyFromAnotherProcess(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			wakes := make(chan struct{}, 8)
-			listened := started(func() error { return wq.Listen(ctx, observed{k.make(dsn(t), nil), wakes}) })
+			listened := started(func() error { return worker.Listen(ctx, wq, observed{k.make(dsn(t), nil), wakes}) })
 			recv(t, wakes, "the listener to listen")
 			handled := make(chan string, 1)
 			worked := started(func() error {
-				return wq.Work(ctx, inbox.WorkConfig{Poll: never}, func(_ context.Context, d *inbox.Delivery) error {
+				return worker.Run(ctx, wq, worker.Config{Poll: never}, func(_ context.Context, d *inbox.Delivery) error {
 					var p []byte
 					if err := d.Scan(&p); err != nil {
 						return err
@@ -294,11 +295,11 @@ func TestReconnect(t *testing.T) {
 				default:
 				}
 			})
-			listened := started(func() error { return wq.Listen(ctx, observed{l, wakes}) })
+			listened := started(func() error { return worker.Listen(ctx, wq, observed{l, wakes}) })
 			recv(t, wakes, "the listener to listen")
 			handled := make(chan any, 2)
 			worked := started(func() error {
-				return wq.Work(ctx, inbox.WorkConfig{Poll: never}, func(_ context.Context, d *inbox.Delivery) error {
+				return worker.Run(ctx, wq, worker.Config{Poll: never}, func(_ context.Context, d *inbox.Delivery) error {
 					handled <- d.ID()
 					return nil
 				})
@@ -408,7 +409,7 @@ func TestUnreachable(t *testing.T) {
 
 // A configuration that does not parse is an error at once.
 func TestBadDSN(t *testing.T) {
-	for _, l := range []inbox.Listener{listen.PGX{ConnString: "postgres://%zz"}, listen.PQ{DSN: "postgres://%zz"}} {
+	for _, l := range []worker.Listener{listen.PGX{ConnString: "postgres://%zz"}, listen.PQ{DSN: "postgres://%zz"}} {
 		err := l.Listen(context.Background(), channel, func() {})
 		if err == nil || !strings.HasPrefix(err.Error(), "listen: ") {
 			t.Errorf("%T: %v, want an error", l, err)

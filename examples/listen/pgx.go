@@ -7,10 +7,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/worker"
 )
 
-// PGX is an [inbox.Listener] on a pgx connection of its own, opened with
+// PGX is an [worker.Listener] on a pgx connection of its own, opened with
 // pgx.ConnectConfig, listening with LISTEN and waiting with
 // Conn.WaitForNotification. Only ConnString (or Config) is required; the
 // other fields have defaults. A PGX value may serve several Listen calls,
@@ -34,7 +34,7 @@ type PGX struct {
 	OnError func(error)
 }
 
-var _ inbox.Listener = PGX{}
+var _ worker.Listener = PGX{}
 
 // Listen calls wake for every notification on channel, and once after each
 // connection, until ctx ends; then it closes its connection and returns

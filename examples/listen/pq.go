@@ -9,10 +9,10 @@ import (
 
 	"github.com/lib/pq"
 
-	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/worker"
 )
 
-// PQ is an [inbox.Listener] on a pq.Listener, lib/pq's own reconnecting
+// PQ is an [worker.Listener] on a pq.Listener, lib/pq's own reconnecting
 // listener, which holds a connection of its own. Only DSN is required; the
 // other fields have defaults. A PQ value may serve several Listen calls,
 // each with a connection of its own.
@@ -32,7 +32,7 @@ type PQ struct {
 	OnError func(error)
 }
 
-var _ inbox.Listener = PQ{}
+var _ worker.Listener = PQ{}
 
 // Listen calls wake for every notification on channel, and once after each
 // connection, until ctx ends; then it closes the pq.Listener and returns

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/worker"
 )
 
 // serve runs the package's worker loop until ctx ends: it claims a report,
@@ -14,12 +15,12 @@ import (
 // through the *sql.DB wakes an idle loop at once; pollInterval is the
 // fallback for jobs that become due on their own (a retry delay).
 func serve(ctx context.Context, q *inbox.Queue, l *log.Logger) error {
-	cfg := inbox.WorkConfig{
+	cfg := worker.Config{
 		Poll:        pollInterval,
 		MaxAttempts: maxAttempts,
 		Backoff:     func(attempt int) time.Duration { return retryDelay * time.Duration(attempt) },
 	}
-	return q.Work(ctx, cfg, func(ctx context.Context, d *inbox.Delivery) error {
+	return worker.Run(ctx, q, cfg, func(ctx context.Context, d *inbox.Delivery) error {
 		var payload []byte
 		if err := d.Scan(&payload); err != nil {
 			return err
@@ -41,11 +42,27 @@ func outcome(d *inbox.Delivery, err error) string {
 	return "retry: " + err.Error()
 }
 
-// work is a loop of your own instead of Queue.Work: it claims and handles one
-// job at a time until ctx ends, and when nothing is claimable it looks again
-// after pollInterval.
+// work is a loop of your own instead of worker.Run: it claims and handles one
+// job at a time until ctx ends. When nothing is claimable it waits for a
+// wake-up (an Enqueue through the *sql.DB in this process) or pollInterval;
+// after the interval alone it asks the probe, one statement, before it
+// claims again.
 func work(ctx context.Context, q *inbox.Queue, l *log.Logger) error {
-	for {
+	probe := false // the last wait ended with the interval alone
+	for ctx.Err() == nil {
+		// Read before the claim: an Enqueue during the claim still ends
+		// the wait that follows it.
+		woken := q.NextWake()
+		if probe {
+			found, err := q.Probe(ctx)
+			if err != nil && ctx.Err() == nil {
+				return err
+			}
+			if !found {
+				probe = idle(ctx, woken)
+				continue
+			}
+		}
 		ds, err := q.Claim(ctx, 1)
 		if ctx.Err() != nil {
 			return nil
@@ -54,13 +71,10 @@ func work(ctx context.Context, q *inbox.Queue, l *log.Logger) error {
 			return err
 		}
 		if len(ds) == 0 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(pollInterval):
-			}
+			probe = idle(ctx, woken)
 			continue
 		}
+		probe = false
 		d := ds[0]
 		outcome, err := handle(ctx, d)
 		if err != nil {
@@ -68,6 +82,19 @@ func work(ctx context.Context, q *inbox.Queue, l *log.Logger) error {
 		}
 		l.Printf("report %v, attempt %d: %s", d.ID(), d.Attempt(), outcome)
 	}
+	return nil
+}
+
+// idle waits for a wake-up, pollInterval or ctx's end, and reports whether
+// the interval ended the wait.
+func idle(ctx context.Context, woken <-chan struct{}) bool {
+	select {
+	case <-ctx.Done():
+	case <-woken:
+	case <-time.After(pollInterval):
+		return true
+	}
+	return false
 }
 
 // handle renders one report while a keeper extends its lease, then settles

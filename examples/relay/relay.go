@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/worker"
 )
 
 // Config configures a [Relay]. Its zero value, but for Stream, means the
@@ -332,7 +333,7 @@ func (r *Relay) fail(ctx context.Context, d *inbox.Delivery, cause error) error 
 			r.dead.Add(1)
 		}
 	} else {
-		after := min(inbox.DefaultBackoff(d.Attempt()), r.cfg.MaxRetryDelay)
+		after := min(worker.DefaultBackoff(d.Attempt()), r.cfg.MaxRetryDelay)
 		if err = r.b.Retry(ctx, d, after); err == nil {
 			r.retried.Add(1)
 		}

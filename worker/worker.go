@@ -1,8 +1,13 @@
-package inbox
+// Package worker runs handlers on the jobs of an [inbox.Queue]: a loop that
+// claims, runs a handler under a keeper and settles by its result, and waits
+// for a wake-up or its fallback interval when nothing is claimable.
+//
+// It is written on inbox's exported API alone, as a loop of your own would
+// be (docs/worker.md), and imports the standard library and inbox only.
+package worker
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -10,81 +15,89 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sqlinbox/inbox"
 )
 
 // A Handler handles one job. Returning nil acknowledges it; an error retries
 // it after a backoff, or moves it to the dead table once its attempts run
-// out. ctx ends when the lease is lost (cause [ErrLeaseLost]) or, under the
-// row lock and advisory forms, when the loop shuts down.
-type Handler func(ctx context.Context, d *Delivery) error
+// out. ctx ends when the lease is lost (cause [inbox.ErrLeaseLost]) or, under
+// the row lock and advisory forms, when the loop shuts down.
+type Handler func(ctx context.Context, d *inbox.Delivery) error
 
-// WorkConfig configures [Queue.Work]. Its zero value means the defaults.
-type WorkConfig struct {
+// Config configures [Run]. Its zero value means the defaults.
+type Config struct {
 	// Batch is how many jobs one claim takes, handled side by side (see
-	// Work; a job waits at most a millisecond for its handler to start).
-	// Zero means 1; at most [MaxClaim].
+	// Run; a job waits at most a millisecond for its handler to start).
+	// Zero means 1; at most [inbox.MaxClaim].
 	Batch int
-	// Poll is the fallback interval: an idle process claims again after it
+	// Poll is the fallback interval: an idle loop claims again after it
 	// even when no wake-up came (jobs enqueued by another process without
 	// a notification, retry delays and leases running out), jittered by up
-	// to a tenth either way. One idle loop per table and pool in a process
-	// polls; the others wait for a wake-up, and one of them takes the
-	// polling over when that loop stops idling. Zero means one second.
+	// to a tenth either way. Of the idle loops of one queue with one Poll
+	// in a process, one polls; the others wait for a wake-up, and one of
+	// them takes the polling over when that loop stops idling. Loops with
+	// different intervals poll each at their own. Zero means one second.
 	Poll time.Duration
 	// MaxAttempts is the attempt whose failure moves a job to the dead
 	// table, where one is named; without one it is retried on. Zero means
 	// 25.
 	MaxAttempts int
 	// Backoff is the delay before the next attempt after attempt n failed.
-	// Nil means one second doubled each attempt, capped at an hour, less up
-	// to a fifth at random. The row lock and advisory forms delay only with
-	// a not-before column ([Table.NotBefore]); without one a failed job is
-	// claimable again at once.
+	// Nil means [DefaultBackoff]. The row lock and advisory forms delay
+	// only with a not-before column ([inbox.Table.NotBefore]); without one
+	// a failed job is claimable again at once.
 	Backoff func(attempt int) time.Duration
 	// OnError, when set, is told what the loop meets and cannot return: a
 	// claim that failed (the loop waits its fallback interval and claims
 	// again) and a settlement that failed (the job comes back as its form
-	// says). The package never logs; this is where to. It runs in the
-	// loop's goroutine, or a batch handler's.
+	// says). This is where to log. It runs in the loop's goroutine, or a
+	// batch handler's.
 	OnError func(error)
 }
 
-// Defaults of [WorkConfig].
+// Defaults of [Config].
 const (
 	DefaultPoll        = time.Second
 	DefaultMaxAttempts = 25
 )
 
-// Work claims jobs and runs handle on each, in the caller's goroutine, until
-// ctx ends; then it returns nil once its handlers have returned. The jobs of
-// a batch run side by side, a goroutine each, except for lease batches that
-// settle together (the package's dialects, not examples/cockroach): those
-// run one after the other in the caller's goroutine for the batch's first
-// millisecond and side by side after it, so that quick handlers cost no
-// goroutines. It settles each job by handle's result: nil
-// acks, an error retries after [WorkConfig.Backoff] or, past MaxAttempts,
-// moves the job to the dead table; a panic is recovered into a retry whose
-// error carries the panic's text. Each handler runs under [Delivery.Keep].
+// Run claims jobs of q and runs handle on each, in the caller's goroutine,
+// until ctx ends; then it returns nil once its handlers have returned. It
+// returns an error at once, before any I/O, for a nil handler or a Config
+// out of range. The jobs of a batch run side by side, a goroutine each,
+// except for lease batches that settle together (dialects with batched
+// statements, [inbox.BatchDialect]): those run one after the other in the
+// caller's goroutine for the batch's first millisecond and side by side
+// after it, so that quick handlers cost no goroutines. It settles each job
+// by handle's result: nil acks, an error retries after [Config.Backoff] or,
+// past MaxAttempts, moves the job to the dead table; a panic is recovered
+// into a retry whose error carries the panic's text. Each handler runs under
+// a keeper ([inbox.Delivery.Keep]).
 //
 // When ctx ends, row-lock and advisory jobs are given back at once: their
 // handlers' contexts end, and a job whose handler then fails is released,
 // its attempt not spent. Lease jobs keep their leases: their handlers run
 // on, stopped only by the lease's end, and settle if they can.
 //
-// An idle loop waits for a wake-up: [Queue.Enqueue] through a *sql.DB or
-// *sql.Conn wakes the loops of the same table in the process, [Queue.Wake]
-// does after a transaction that enqueued commits, and a [Listener] relays
-// other processes' notifications. Without one, the fallback interval.
-// Start as many loops as you want workers, with errgroup for instance.
-func (q *Queue) Work(ctx context.Context, cfg WorkConfig, handle Handler) error {
-	if handle == nil {
-		return errors.New("inbox: work: the handler is nil")
+// An idle loop waits for a wake-up ([inbox.Queue.NextWake]):
+// [inbox.Queue.Enqueue] through a *sql.DB or *sql.Conn wakes the loops of the
+// same table in the process, [inbox.Queue.Wake] does after a transaction
+// that enqueued commits, and [Listen] relays other processes'
+// notifications. Without one, the fallback interval. Start as many loops as
+// you want workers, with errgroup for instance.
+func Run(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) error {
+	if q == nil {
+		return errors.New("worker: run: the queue is nil")
 	}
-	w, err := newWorker(ctx, q, cfg, handle)
+	if handle == nil {
+		return errors.New("worker: run: the handler is nil")
+	}
+	w, err := newLoop(ctx, q, cfg, handle)
 	if err != nil {
 		return err
 	}
-	w.duty = acquireDuty(q)
+	w.duty = acquireDuty(q, w.poll)
 	defer func() {
 		w.duty.release()
 		for _, b := range w.batchers {
@@ -93,9 +106,9 @@ func (q *Queue) Work(ctx context.Context, cfg WorkConfig, handle Handler) error 
 	}()
 	probe := false // the last wait ended with the fallback interval, no wake-up
 	for ctx.Err() == nil {
-		// The bell is read before the claim, so that a wake-up during the
+		// The wake-up is read before the claim, so that one during the
 		// claim is not lost.
-		rang := q.bell.next()
+		rang := q.NextWake()
 		if probe && !w.mayFind(ctx) {
 			probe = w.idle(ctx, rang)
 			continue
@@ -107,7 +120,7 @@ func (q *Queue) Work(ctx context.Context, cfg WorkConfig, handle Handler) error 
 		if err == nil && len(ds) > 0 {
 			if len(ds) == w.batch {
 				// There may be more: idle loops lend a hand.
-				q.bell.ring()
+				q.Wake()
 			}
 			w.handleAll(ctx, ds)
 			probe = false
@@ -118,34 +131,15 @@ func (q *Queue) Work(ctx context.Context, cfg WorkConfig, handle Handler) error 
 	return nil
 }
 
-// mayFind reports whether a claim may find a job, asking the dialect's
-// Probe where it has one: a poll that finds nothing then costs one
-// statement, not a claim's transaction. A probe that fails is reported
-// and counts as nothing found, so the loop waits its interval again.
-func (w *worker) mayFind(ctx context.Context) bool {
-	q := w.q
-	if q.st.Probe.SQL == "" {
-		return true
+// mayFind reports whether a claim may find a job (inbox.Queue.Probe). A
+// probe that fails is reported and counts as nothing found, so the loop
+// waits its interval again.
+func (w *loop) mayFind(ctx context.Context) bool {
+	found, err := w.q.Probe(ctx)
+	if err != nil && ctx.Err() == nil {
+		w.report(err)
 	}
-	v := &values{}
-	now, err := q.claimNow(ctx, q.st.Probe)
-	if err == nil {
-		v.now = now
-		var rows *sql.Rows
-		if rows, err = q.query(ctx, q.db, q.st.Probe, v); err == nil {
-			found := rows.Next()
-			if err = rows.Close(); err == nil {
-				err = rows.Err()
-			}
-			if err == nil {
-				return found
-			}
-		}
-	}
-	if ctx.Err() == nil {
-		w.report(opErr("probe", err))
-	}
-	return false
+	return found
 }
 
 // claim claims a batch. The claim runs to its end even when ctx ends
@@ -153,7 +147,7 @@ func (w *worker) mayFind(ctx context.Context) bool {
 // still commit at the server, leaving leases that hold jobs nobody runs
 // until they run out. Jobs claimed after ctx ended are given back at once
 // (giveBack).
-func (w *worker) claim(ctx context.Context) ([]*Delivery, error) {
+func (w *loop) claim(ctx context.Context) ([]*inbox.Delivery, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
 	ds, err := w.q.Claim(cctx, w.batch)
@@ -166,10 +160,10 @@ func (w *worker) claim(ctx context.Context) ([]*Delivery, error) {
 
 // giveBack releases jobs no handler will run, a lease batch in one
 // statement where the dialect has one.
-func (w *worker) giveBack(ctx context.Context, ds []*Delivery) {
+func (w *loop) giveBack(ctx context.Context, ds []*inbox.Delivery) {
 	if len(ds) > 1 {
 		if b := w.batcherFor(len(ds)); b != nil {
-			for _, err := range b.settleAll(ctx, ds, outRelease) {
+			for _, err := range b.ReleaseAll(ctx, ds) {
 				w.report(err)
 			}
 			return
@@ -183,9 +177,12 @@ func (w *worker) giveBack(ctx context.Context, ds []*Delivery) {
 // claimTimeout bounds a claim that outlives its loop's context.
 const claimTimeout = 30 * time.Second
 
-// worker is one Work loop's settings.
-type worker struct {
-	q        *Queue
+// loop is one Run loop's settings.
+type loop struct {
+	q        *inbox.Queue
+	lease    bool // the lease form
+	dead     bool // a dead table is named
+	delays   bool // a retry may be delayed: the lease form, or a not-before column
 	handle   Handler
 	batch    int
 	poll     time.Duration
@@ -194,31 +191,34 @@ type worker struct {
 	onError  func(error)
 	// batchers settle the lease jobs of a claim of n (their key) together,
 	// where the dialect has batched statements; nil otherwise.
-	batchers  map[int]*Batcher
+	batchers  map[int]*inbox.Batcher
 	batchWait time.Duration // how long a batch's settlements wait for their siblings
-	// detached is Work's ctx without its cancellation: lease handlers and
+	// detached is Run's ctx without its cancellation: lease handlers and
 	// every settlement run under it.
 	detached context.Context
-	duty     *pollDuty // shared with the other loops of the table on the pool
+	duty     *pollDuty // shared with the other loops of the queue and interval
 }
 
-func (w *worker) report(err error) {
+func (w *loop) report(err error) {
 	if err != nil && w.onError != nil {
 		w.onError(err)
 	}
 }
 
-func newWorker(ctx context.Context, q *Queue, cfg WorkConfig, handle Handler) (*worker, error) {
+func newLoop(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) (*loop, error) {
 	switch {
-	case cfg.Batch < 0 || cfg.Batch > MaxClaim:
-		return nil, fmt.Errorf("inbox: work: WorkConfig.Batch %d must be from 1 to %d (0 for 1)", cfg.Batch, MaxClaim)
+	case cfg.Batch < 0 || cfg.Batch > inbox.MaxClaim:
+		return nil, fmt.Errorf("worker: run: Config.Batch %d must be from 1 to %d (0 for 1)", cfg.Batch, inbox.MaxClaim)
 	case cfg.Poll < 0:
-		return nil, fmt.Errorf("inbox: work: WorkConfig.Poll %v is negative", cfg.Poll)
+		return nil, fmt.Errorf("worker: run: Config.Poll %v is negative", cfg.Poll)
 	case cfg.MaxAttempts < 0:
-		return nil, fmt.Errorf("inbox: work: WorkConfig.MaxAttempts %d is negative", cfg.MaxAttempts)
+		return nil, fmt.Errorf("worker: run: Config.MaxAttempts %d is negative", cfg.MaxAttempts)
 	}
-	w := &worker{q: q, handle: handle, batch: cfg.Batch, poll: cfg.Poll, attempts: cfg.MaxAttempts, backoff: cfg.Backoff, onError: cfg.OnError,
+	tb := q.Config().Table
+	w := &loop{q: q, lease: q.Form() == inbox.Lease, dead: tb.DeadTable != "",
+		handle: handle, batch: cfg.Batch, poll: cfg.Poll, attempts: cfg.MaxAttempts, backoff: cfg.Backoff, onError: cfg.OnError,
 		detached: context.WithoutCancel(ctx)}
+	w.delays = w.lease || tb.NotBefore != ""
 	if w.batch == 0 {
 		w.batch = 1
 	}
@@ -231,16 +231,20 @@ func newWorker(ctx context.Context, q *Queue, cfg WorkConfig, handle Handler) (*
 	if w.backoff == nil {
 		w.backoff = DefaultBackoff
 	}
-	if _, ok := q.dialect.(BatchDialect); ok && w.batch > 1 && q.names.Form == Lease {
-		w.batchers, w.batchWait = map[int]*Batcher{}, workBatchWait
+	if w.lease && w.batch > 1 {
+		// A dialect without batched statements settles one by one.
+		if b, err := q.NewBatcher(inbox.BatchConfig{MaxBatch: 1, Flushers: 1}); err == nil {
+			b.Close()
+			w.batchers, w.batchWait = map[int]*inbox.Batcher{}, workBatchWait
+		}
 	}
 	return w, nil
 }
 
-// DefaultBackoff is the delay after attempt n failed when
-// [WorkConfig.Backoff] is nil: one second doubled each attempt, capped at an
-// hour, less up to a fifth at random so that jobs that failed together do
-// not come back together.
+// DefaultBackoff is the delay after attempt n failed when [Config.Backoff]
+// is nil: one second doubled each attempt, capped at an hour, less up to a
+// fifth at random so that jobs that failed together do not come back
+// together.
 func DefaultBackoff(attempt int) time.Duration {
 	d := time.Hour
 	if attempt >= 1 && attempt <= 12 {
@@ -260,7 +264,7 @@ func DefaultBackoff(attempt int) time.Duration {
 // instead would cost a claim per idle loop; and without a handover, a job
 // enqueued by another process while the loop that polled is busy would wait
 // for that loop's handlers, not for the interval.)
-func (w *worker) idle(ctx context.Context, rang <-chan struct{}) (interval bool) {
+func (w *loop) idle(ctx context.Context, rang <-chan struct{}) (interval bool) {
 	for {
 		polls, free := w.duty.take()
 		if polls {
@@ -291,35 +295,28 @@ func (w *worker) idle(ctx context.Context, rang <-chan struct{}) (interval bool)
 
 // handleAll runs the handler of each delivery and waits for them: a lease
 // batch through runBatch, other batches each job in a goroutine of its own.
-func (w *worker) handleAll(ctx context.Context, ds []*Delivery) {
+func (w *loop) handleAll(ctx context.Context, ds []*inbox.Delivery) {
+	var g *inbox.KeepGroup
+	if w.lease {
+		// One hook for the claim pauses its keepers at shutdown, in place
+		// of one per job, those started after it included; one timer
+		// starts the keepers of a batch, claimed together.
+		g = inbox.NewKeepGroup(ds)
+		defer g.Stop()
+		defer context.AfterFunc(ctx, g.Pause)()
+	}
 	if len(ds) == 1 {
-		w.handleOne(ctx, ds[0], nil, false, nil)
+		w.handleOne(ctx, ds[0], nil, g)
 		return
 	}
-	lease := w.q.names.Form == Lease
-	var starter *keepStarter
-	if lease {
-		// One hook for the batch pauses the keepers at shutdown, in place
-		// of one per job; a job whose keeper starts after it ran pauses
-		// its own (handleOne). One timer starts the keepers of the batch,
-		// claimed together, in place of one each.
-		stop := context.AfterFunc(ctx, func() {
-			for _, d := range ds {
-				d.pauseKeeper()
-			}
-		})
-		defer stop()
-		starter = newKeepStarter(w.q, ds[0].sentAt, len(ds))
-		defer starter.stop()
-	}
 	if b := w.batcherFor(len(ds)); b != nil {
-		w.runBatch(ctx, b, ds, starter)
+		w.runBatch(ctx, b, ds, g)
 		return
 	}
 	done := make(chan struct{}, len(ds))
 	for _, d := range ds {
-		go func(d *Delivery) {
-			w.handleOne(ctx, d, nil, lease, starter)
+		go func(d *inbox.Delivery) {
+			w.handleOne(ctx, d, nil, g)
 			done <- struct{}{}
 		}(d)
 	}
@@ -332,21 +329,21 @@ func (w *worker) handleAll(ctx context.Context, ds []*Delivery) {
 // still extending until stopKeeper is called after the ack; d is nil for a
 // job settled by the one who ran it.
 type succeeded struct {
-	d          *Delivery
+	d          *inbox.Delivery
 	stopKeeper func()
 }
 
 // runBatch runs the handlers of a lease batch and acknowledges those that
 // succeed together. While the handlers are quick they run here, one after
 // the other, and the batch costs no goroutine and one AckAll: a goroutine per
-// job cost Work a tenth of its throughput against a loop calling Claim and
-// AckAll. Once w.batchWait has passed since the batch began, the jobs not
+// job cost the loop a tenth of its throughput against a loop calling Claim
+// and AckAll. Once w.batchWait has passed since the batch began, the jobs not
 // started yet each get a goroutine of their own, and the timer's goroutine
 // acknowledges the jobs already done at once and the rest as they finish
 // (ackBatch), this one's current job included. So no job waits longer than
 // w.batchWait for a sibling's handler, before its own starts or before its
 // acknowledgement is sent.
-func (w *worker) runBatch(ctx context.Context, b *Batcher, ds []*Delivery, starter *keepStarter) {
+func (w *loop) runBatch(ctx context.Context, b *inbox.Batcher, ds []*inbox.Delivery, g *inbox.KeepGroup) {
 	n := len(ds)
 	var (
 		next   atomic.Int32 // index of the next job to start
@@ -375,7 +372,7 @@ func (w *worker) runBatch(ctx context.Context, b *Batcher, ds []*Delivery, start
 		for k := int(next.Load()); k < n; k++ {
 			go func() {
 				if i := int(next.Add(1)) - 1; i < n {
-					done <- w.handleOne(ctx, ds[i], b, true, starter)
+					done <- w.handleOne(ctx, ds[i], b, g)
 				}
 			}()
 		}
@@ -394,7 +391,7 @@ func (w *worker) runBatch(ctx context.Context, b *Batcher, ds []*Delivery, start
 		if i >= n {
 			break
 		}
-		s := w.handleOne(ctx, ds[i], b, true, starter)
+		s := w.handleOne(ctx, ds[i], b, g)
 		mu.Lock()
 		if !spread {
 			before++
@@ -421,11 +418,11 @@ func (w *worker) runBatch(ctx context.Context, b *Batcher, ds []*Delivery, start
 }
 
 // ackGroup acknowledges group in one statement and stops their keepers.
-func (w *worker) ackGroup(b *Batcher, group []succeeded) {
+func (w *loop) ackGroup(b *inbox.Batcher, group []succeeded) {
 	if len(group) == 0 {
 		return
 	}
-	ds := make([]*Delivery, len(group))
+	ds := make([]*inbox.Delivery, len(group))
 	for i, s := range group {
 		ds[i] = s.d
 	}
@@ -440,7 +437,7 @@ func (w *worker) ackGroup(b *Batcher, group []succeeded) {
 // of a group, share one statement, sent from this goroutine, so that a batch
 // of no-op handlers costs one AckAll and no hand-off to a flusher.
 // It returns once n jobs have reported.
-func (w *worker) ackBatch(b *Batcher, done <-chan succeeded, n int) {
+func (w *loop) ackBatch(b *inbox.Batcher, done <-chan succeeded, n int) {
 	group := make([]succeeded, 0, n)
 	var timer *time.Timer
 	defer func() {
@@ -503,18 +500,21 @@ func (w *worker) ackBatch(b *Batcher, done <-chan succeeded, n int) {
 // settlement at most this much more time.
 const workBatchWait = time.Millisecond
 
+// maxBatcher is inbox's bound on BatchConfig.MaxBatch.
+const maxBatcher = 256
+
 // batcherFor returns the batcher settling the jobs of a claim of n, nil
 // when they are settled one by one. Its batches are full at n, so that the
 // settlements of a claim whose handlers all succeed go at once.
-func (w *worker) batcherFor(n int) *Batcher {
+func (w *loop) batcherFor(n int) *inbox.Batcher {
 	if w.batchers == nil {
 		return nil
 	}
-	n = min(n, maxBatch)
+	n = min(n, maxBatcher)
 	b := w.batchers[n]
 	if b == nil {
 		var err error
-		if b, err = w.q.NewBatcher(BatchConfig{MaxBatch: n, MaxWait: w.batchWait, Flushers: 1}); err != nil {
+		if b, err = w.q.NewBatcher(inbox.BatchConfig{MaxBatch: n, MaxWait: w.batchWait, Flushers: 1}); err != nil {
 			return nil
 		}
 		w.batchers[n] = b
@@ -522,33 +522,21 @@ func (w *worker) batcherFor(n int) *Batcher {
 	return b
 }
 
-// handleOne runs the handler on d under a keeper and settles d by its
-// result, through b when b is not nil. Settlements outlive ctx: a job is
-// settled or given back even while the loop shuts down. A lease job of a
+// handleOne runs the handler on d under a keeper of g (lease) and settles d
+// by its result, through b when b is not nil. Settlements outlive ctx: a job
+// is settled or given back even while the loop shuts down. A lease job of a
 // batch (b not nil) whose handler succeeded is returned instead, its keeper
 // on, for the caller to acknowledge with its siblings'; otherwise the result
-// is empty. hooked says that the caller pauses d's keeper when ctx ends
-// (handleAll's hook); starter, when not nil, starts d's keeper with its
-// siblings'.
-func (w *worker) handleOne(ctx context.Context, d *Delivery, b *Batcher, hooked bool, starter *keepStarter) succeeded {
-	lease := w.q.names.Form == Lease
-	base := ctx
-	if lease {
+// is empty.
+func (w *loop) handleOne(ctx context.Context, d *inbox.Delivery, b *inbox.Batcher, g *inbox.KeepGroup) succeeded {
+	var hctx context.Context
+	var stopKeeper func()
+	if w.lease {
 		// A lease job keeps its lease at shutdown: its handler runs on,
-		// and the keeper stops extending, its deadline still armed.
-		base = w.detached
-	}
-	hctx, stopKeeper := d.keep(base, starter)
-	switch {
-	case lease && hooked:
-		// The batch's hook may have run before this keeper existed.
-		if ctx.Err() != nil {
-			d.pauseKeeper()
-		}
-	case lease:
-		// Armed once the keeper exists: a ctx that ended before would
-		// find no keeper to pause, and the lease would be extended on.
-		defer context.AfterFunc(ctx, d.pauseKeeper)()
+		// and the keeper stops extending (g.Pause), its deadline armed.
+		hctx, stopKeeper = g.Keep(w.detached, d)
+	} else {
+		hctx, stopKeeper = d.Keep(ctx)
 	}
 	err := runHandler(hctx, w.handle, d)
 	if err == nil && b != nil {
@@ -560,20 +548,20 @@ func (w *worker) handleOne(ctx context.Context, d *Delivery, b *Batcher, hooked 
 }
 
 // settle settles d by its handler's result err, through b when b is not nil.
-func (w *worker) settle(ctx context.Context, d *Delivery, b *Batcher, err error) {
+func (w *loop) settle(ctx context.Context, d *inbox.Delivery, b *inbox.Batcher, err error) {
 	settle := w.detached
 	switch {
 	case err == nil:
 		w.report(d.Ack(settle))
-	case ctx.Err() != nil && w.q.names.Form != Lease:
+	case ctx.Err() != nil && !w.lease:
 		w.report(d.Release(settle))
-	case d.Attempt() >= w.attempts && w.q.names.Dead != "":
+	case d.Attempt() >= w.attempts && w.dead:
 		d.SetError(err)
 		w.report(d.Dead(settle))
 	default:
 		d.SetError(err)
 		after := w.backoff(d.Attempt())
-		if w.q.names.Form != Lease && w.q.names.NotBefore == "" {
+		if !w.delays {
 			after = 0
 		}
 		if b != nil {
@@ -586,7 +574,7 @@ func (w *worker) settle(ctx context.Context, d *Delivery, b *Batcher, err error)
 
 // runHandler runs handle, turning a panic into an error that carries its
 // text.
-func runHandler(ctx context.Context, handle Handler, d *Delivery) (err error) {
+func runHandler(ctx context.Context, handle Handler, d *inbox.Delivery) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("inbox: handler panicked: %v", r)
