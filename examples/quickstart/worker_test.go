@@ -142,11 +142,11 @@ func TestHandleLeaseLost(t *testing.T) {
 // up to the limit, and the two cut at the limit.
 func TestClaimSQL(t *testing.T) {
 	q, _, _ := newMockQueue(t)
-	const want = `UPDATE "report_jobs" SET "attempt" = "attempt" + 1, "locked_until" = ? ` +
-		`WHERE "id" IN (SELECT "id" FROM (SELECT "id" FROM "report_jobs" WHERE "locked_until" <= ? ORDER BY "locked_until" LIMIT ?) ` +
-		`UNION ALL SELECT "id" FROM (SELECT "id" FROM "report_jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT ?) ` +
-		`LIMIT ?) ` +
-		`RETURNING "id", "attempt" - 1, "locked_until", "payload"`
+	const want = "UPDATE `report_jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? " +
+		"WHERE `id` IN (SELECT `id` FROM (SELECT `id` FROM `report_jobs` WHERE `locked_until` <= ? ORDER BY `locked_until` LIMIT ?) " +
+		"UNION ALL SELECT `id` FROM (SELECT `id` FROM `report_jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ?) " +
+		"LIMIT ?) " +
+		"RETURNING `id`, `attempt` - 1, `locked_until`, `payload`"
 	if got := q.Statements().Claim.SQL; got != want {
 		t.Errorf("claim SQL:\n got %s\nwant %s", got, want)
 	}
