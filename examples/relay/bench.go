@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sqlinbox/inbox"
@@ -52,17 +51,18 @@ func benchMain(args []string) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute+*dur)
 	defer cancel()
-	db, q, err := openOutbox(ctx, o.driver, o.dsn, o.table, o.lease, true)
+	db, q, src, err := openOutbox(ctx, o.driver, o.dsn, o.table, o.lease, true)
 	if err != nil {
 		return err
 	}
+	o.cfg.Source = src
 	defer func() {
 		for _, t := range []string{o.table, o.table + "_dead"} {
 			db.Exec("DROP TABLE IF EXISTS " + t)
 		}
 		db.Close()
 	}()
-	nc, err := nats.Connect(o.natsURL)
+	nc, err := o.connect()
 	if err != nil {
 		return err
 	}

@@ -1,16 +1,18 @@
 // Command relay moves the jobs of an outbox table to a NATS JetStream
 // stream, each exactly once: the application writes a job into the table in
 // the same transaction as its business change, and the relay claims batches
-// (the lease form), publishes each job with its id as the message's
-// de-duplication id (Nats-Msg-Id) and deletes the jobs only after the broker
-// has acked every message. A relay killed between the publish and the
-// delete leaves its jobs to the next relay, whose publishes the stream drops
-// as duplicates.
+// (the lease form), publishes each job with its table's prefix and its id as
+// the message's de-duplication id (Nats-Msg-Id) and deletes the jobs only
+// after the broker has acked every message. A relay killed between the
+// publish and the delete leaves its jobs to the next relay, whose publishes
+// the stream drops as duplicates. It is a module of its own: run it from
+// examples/relay.
 //
-//	go run ./examples/relay [-driver pgx|sqlite] [-dsn DSN] [-table outbox]
+//	go run . [-driver pgx|sqlite] [-dsn DSN] [-table outbox]
 //	    [-nats nats://127.0.0.1:4222] [-stream OUTBOX] [-create] [-batch 100]
-//	    [-workers 2] [-lease 30s] [-poll 25ms]
-//	go run ./examples/relay bench [-driver pgx|sqlite] [-jobs 20000] [-rate 1000] ...
+//	    [-workers 2] [-lease 30s] [-poll 25ms] [-msgid-prefix P]
+//	    [-nats-reconnects 60] [-nats-reconnect-wait 2s]
+//	go run . bench [-driver pgx|sqlite] [-jobs 20000] [-rate 1000] ...
 //
 // The first form relays until interrupted; -create makes the table and the
 // stream (subjects "<stream>.>") when they are missing. The second measures
@@ -18,6 +20,13 @@
 // which it deletes afterwards. The DSN defaults to INBOX_POSTGRES_DSN, then
 // to a local server's inbox_test database; with -driver sqlite, to
 // outbox.db in the working directory.
+//
+// The relay exits with status 1 when the NATS connection closes for good
+// (nats.go gave up after -nats-reconnects attempts -nats-reconnect-wait
+// apart; -1 tries forever), so that its supervisor starts it again, and when
+// another table's message holds one of its jobs' de-duplication ids (give
+// each table its own -msgid-prefix, or leave the default, which the table's
+// identity makes unique).
 package main
 
 import (
@@ -29,6 +38,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strings"
 	"syscall"
 	"time"
 
@@ -59,6 +69,8 @@ type options struct {
 	natsURL, stream    string
 	cfg                Config
 	lease              time.Duration
+	reconnects         int
+	reconnectWait      time.Duration
 }
 
 func (o *options) flags(fs *flag.FlagSet) {
@@ -69,6 +81,15 @@ func (o *options) flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.cfg.Workers, "workers", 2, "claim-publish-ack loops side by side")
 	fs.DurationVar(&o.cfg.Poll, "poll", 25*time.Millisecond, "wait after an empty claim")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "lease of a claimed batch: how long a crashed relay's jobs wait")
+	fs.StringVar(&o.cfg.MsgIDPrefix, "msgid-prefix", "", "put before each job id to make its de-duplication id (default: a digest of the table's identity)")
+	fs.IntVar(&o.reconnects, "nats-reconnects", nats.DefaultMaxReconnect, "reconnect attempts after the NATS connection breaks, then exit 1 (-1: forever)")
+	fs.DurationVar(&o.reconnectWait, "nats-reconnect-wait", nats.DefaultReconnectWait, "wait between reconnect attempts")
+}
+
+// connect connects to NATS with the reconnect budget of the flags.
+func (o *options) connect() (*nats.Conn, error) {
+	return nats.Connect(o.natsURL, nats.Name("inbox relay"),
+		nats.MaxReconnects(o.reconnects), nats.ReconnectWait(o.reconnectWait))
 }
 
 func (o *options) fill() {
@@ -114,12 +135,13 @@ func relayMain(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	db, q, err := openOutbox(ctx, o.driver, o.dsn, o.table, o.lease, *create)
+	db, q, src, err := openOutbox(ctx, o.driver, o.dsn, o.table, o.lease, *create)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	nc, err := nats.Connect(o.natsURL, nats.Name("inbox relay"))
+	o.cfg.Source = src
+	nc, err := o.connect()
 	if err != nil {
 		return err
 	}
@@ -136,11 +158,11 @@ func relayMain(args []string) error {
 	if err := r.Check(ctx); err != nil {
 		return err
 	}
-	fmt.Printf("relaying %s to stream %s\n", o.table, o.stream)
+	fmt.Printf("relaying %s (%s) to stream %s\n", o.table, src, o.stream)
 	err = r.Run(ctx)
 	s := r.Stats()
-	fmt.Printf("published %d, duplicates %d, acked %d, lease lost %d, retried %d, dead %d\n",
-		s.Published, s.Duplicates, s.Acked, s.LeaseLost, s.Retried, s.Dead)
+	fmt.Printf("published %d, duplicates %d, acked %d, lease lost %d, retried %d, dead %d, unproven %d\n",
+		s.Published, s.Duplicates, s.Acked, s.LeaseLost, s.Retried, s.Dead, s.Unproven)
 	return err
 }
 
@@ -175,22 +197,23 @@ var engines = map[string]struct {
 }
 
 // openOutbox opens the database and the outbox queue on table, creating the
-// table first when create is set, and checks its schema.
-func openOutbox(ctx context.Context, driver, dsn, table string, lease time.Duration, create bool) (*sql.DB, *inbox.Queue, error) {
+// table first when create is set, checks its schema and returns the
+// table's identity ([TableSource]).
+func openOutbox(ctx context.Context, driver, dsn, table string, lease time.Duration, create bool) (*sql.DB, *inbox.Queue, string, error) {
 	e, ok := engines[driver]
 	if !ok {
-		return nil, nil, fmt.Errorf("unknown driver %q: pgx or sqlite", driver)
+		return nil, nil, "", fmt.Errorf("unknown driver %q: pgx or sqlite", driver)
 	}
 	if !identifier.MatchString(table) {
-		return nil, nil, fmt.Errorf("table %q: lower-case letters, digits and underscores, at most 51", table)
+		return nil, nil, "", fmt.Errorf("table %q: lower-case letters, digits and underscores, at most 51", table)
 	}
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
-	fail := func(err error) (*sql.DB, *inbox.Queue, error) {
+	fail := func(err error) (*sql.DB, *inbox.Queue, string, error) {
 		db.Close()
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	if create {
 		for _, s := range e.schema(table) {
@@ -215,7 +238,41 @@ func openOutbox(ctx context.Context, driver, dsn, table string, lease time.Durat
 	if err := q.CheckSchema(ctx); err != nil {
 		return fail(err)
 	}
-	return db, q, nil
+	src, err := TableSource(ctx, db, e.dialect, table)
+	if err != nil {
+		return fail(err)
+	}
+	return db, q, src, nil
+}
+
+// TableSource returns the identity of the outbox table named table on db,
+// for [Config.Source]: on PostgreSQL its database and its schema-qualified
+// name as the server resolves it ("postgres:app/public.outbox"), on SQLite
+// its database file and its name ("sqlite:/srv/app.db#outbox"), as the
+// package names the keys of the advisory form ([inbox.TableIdentifier]).
+// Two servers may hold databases and tables of the same names: a stream fed
+// from both needs a -msgid-prefix per table.
+func TableSource(ctx context.Context, db *sql.DB, d inbox.Dialect, table string) (string, error) {
+	ti, ok := d.(inbox.TableIdentifier)
+	if !ok {
+		return "", fmt.Errorf("dialect %s cannot tell a table's identity", d.Name())
+	}
+	quoted, err := d.QuoteIdent(table)
+	if err != nil {
+		return "", err
+	}
+	ident, err := ti.TableIdentity(ctx, db, &inbox.Names{Table: quoted, TableName: table})
+	if err != nil {
+		return "", fmt.Errorf("the identity of table %s: %w", table, err)
+	}
+	if d.Name() == "sqlite" {
+		return "sqlite:" + strings.Replace(ident, "\x00", "#", 1), nil
+	}
+	var dbName string
+	if err := db.QueryRowContext(ctx, "SELECT current_database()").Scan(&dbName); err != nil {
+		return "", fmt.Errorf("the identity of table %s: %w", table, err)
+	}
+	return d.Name() + ":" + dbName + "/" + ident, nil
 }
 
 // createStream creates the stream name on subjects "<name>.>", file

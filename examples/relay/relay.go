@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,11 +45,37 @@ type Config struct {
 	// MaxRetryDelay caps the delay before a job whose publish failed is
 	// claimed again (one second doubled each attempt). Zero means a minute.
 	MaxRetryDelay time.Duration
+	// Source is the outbox table's identity: its database and its
+	// schema-qualified name as the server resolves them, or its database
+	// file and name ([TableSource] reads it). Each message carries it in
+	// its SourceHeader, and the relay deletes a job whose publish the
+	// stream called a duplicate only when the stored message carries the
+	// same source, id, subject and payload. Required.
+	Source string
 	// MsgIDPrefix is put before each job id to make its de-duplication id
-	// (the Nats-Msg-Id header). Empty: the job id alone. Give each outbox
-	// table its own prefix when several relay into one stream.
+	// (the Nats-Msg-Id header). Empty means a digest of Source and a colon
+	// ("3f2a9c1b7d4e:17"), so that the ids of two outbox tables never
+	// collide. Two tables given one prefix collide: the second relay's
+	// messages are refused as duplicates of the first's, and it stops with
+	// an error rather than delete a job the stream does not hold.
 	MsgIDPrefix string
 }
+
+// SourceHeader is the message header that names the outbox table a
+// message came from ([Config.Source]).
+const SourceHeader = "Inbox-Source"
+
+// ErrCollision is returned by [Relay.Run] when the stream called a publish
+// a duplicate of a message that is not the job's: another outbox table's
+// message under the same de-duplication id ([Config.MsgIDPrefix]). The job
+// is given back, not deleted.
+var ErrCollision = errors.New("relay: the stream holds another message under the job's de-duplication id")
+
+// ErrClosed is returned by [Relay.Run] when the NATS connection closed:
+// nats.go gave up reconnecting (its MaxReconnects ran out) or it was
+// closed. A relay cannot publish again on it; its supervisor starts a new
+// one.
+var ErrClosed = errors.New("relay: the NATS connection is closed")
 
 // Stats counts what a relay did since it was made.
 type Stats struct {
@@ -55,12 +85,14 @@ type Stats struct {
 	LeaseLost  uint64 // jobs whose lease ran out before the ack: another relay had claimed them, and acks them
 	Retried    uint64 // jobs whose publish failed, given back with a delay
 	Dead       uint64 // jobs the broker can never take (payload over the server's limit), moved to the dead table
+	Unproven   uint64 // duplicates whose stored message the stream no longer has (its retention removed it): given back, not deleted
 }
 
 // Relay moves the jobs of a lease-form outbox table to a JetStream stream:
-// each loop claims a batch, publishes every job with its id as the
-// message's de-duplication id, waits for the broker's acks and only then
-// acknowledges the acked jobs in the table, in one statement.
+// each loop claims a batch, publishes every job with its id (after
+// MsgIDPrefix) as the message's de-duplication id, waits for the broker's
+// acks and only then acknowledges the acked jobs in the table, in one
+// statement.
 //
 // A relay that stops between the publish and the ack (a crash, a lost
 // lease) leaves its jobs in the table; they are claimed again when their
@@ -71,15 +103,25 @@ type Stats struct {
 // longer than the lease plus MaxRetryDelay. A job whose relay stays down
 // for longer than the window may be stored twice.
 //
+// A duplicate ack says only that the stream has seen the id. The relay
+// deletes such a job only after reading the stored message the ack names
+// and finding it the job's own (same source, id, subject and payload):
+// anything else is a collision, [ErrCollision], and the job stays.
+//
+// The relay publishes only while the NATS connection is up: a loop waits,
+// claiming nothing, while nats.go reconnects, and [Relay.Run] returns
+// [ErrClosed] once the connection has closed for good.
+//
 // The table's data columns are the subject (text) and the payload (bytes).
 // Its methods are safe for concurrent use.
 type Relay struct {
 	q   *inbox.Queue
 	b   *inbox.Batcher
+	nc  *nats.Conn
 	js  jetstream.JetStream
 	cfg Config
 
-	published, duplicates, acked, leaseLost, retried, dead atomic.Uint64
+	published, duplicates, acked, leaseLost, retried, dead, unproven atomic.Uint64
 
 	// hook, in tests, runs at the named points of every batch with the
 	// batch's number (counted from 1 across the relay's loops) and its
@@ -98,6 +140,15 @@ func New(q *inbox.Queue, nc *nats.Conn, cfg Config) (*Relay, error) {
 	}
 	if cfg.Stream == "" {
 		return nil, errors.New("relay: Config.Stream is empty")
+	}
+	if cfg.Source == "" {
+		return nil, errors.New("relay: Config.Source is empty: name the outbox table's identity (TableSource)")
+	}
+	if strings.ContainsAny(cfg.Source, "\r\n\x00") {
+		return nil, fmt.Errorf("relay: Config.Source %q holds a line break or NUL, which no message header may", cfg.Source)
+	}
+	if cfg.MsgIDPrefix == "" {
+		cfg.MsgIDPrefix = defaultMsgIDPrefix(cfg.Source)
 	}
 	if cfg.Batch == 0 {
 		cfg.Batch = 100
@@ -137,7 +188,17 @@ func New(q *inbox.Queue, nc *nats.Conn, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{q: q, b: b, js: js, cfg: cfg}, nil
+	return &Relay{q: q, b: b, nc: nc, js: js, cfg: cfg}, nil
+}
+
+// defaultMsgIDPrefix is the message-id prefix of the table whose identity
+// is source: 12 hex digits of its SHA-256, short enough to cost the
+// stream's duplicate window little memory per id, long enough that two
+// tables' prefixes do not meet (and should they, the relay refuses to
+// delete on a duplicate that is not the job's own).
+func defaultMsgIDPrefix(source string) string {
+	sum := sha256.Sum256([]byte(source))
+	return hex.EncodeToString(sum[:6]) + ":"
 }
 
 // Check reads the stream's configuration and returns an error when the
@@ -165,12 +226,14 @@ func (r *Relay) Stats() Stats {
 		LeaseLost:  r.leaseLost.Load(),
 		Retried:    r.retried.Load(),
 		Dead:       r.dead.Load(),
+		Unproven:   r.unproven.Load(),
 	}
 }
 
 // Run relays until ctx ends, then returns nil, or returns the first error
-// of a claim or of the table's acks (a database error); the other loops
-// stop then too. When ctx ends, each loop finishes what it holds: a claim
+// of a claim or of the table's acks (a database error), [ErrCollision], or
+// [ErrClosed] once the NATS connection has closed; the other loops stop
+// then too. When ctx ends, each loop finishes what it holds: a claim
 // in flight runs to its end and its jobs are given back (see
 // [Relay.claim]); a batch being published waits for the broker's acks
 // (at most PublishTimeout) and is acked in the table.
@@ -202,6 +265,9 @@ func (r *Relay) loop(ctx context.Context) error {
 	defer idle.Stop()
 	<-idle.C
 	for {
+		if err := r.waitConnected(ctx); err != nil || ctx.Err() != nil {
+			return err
+		}
 		ds, err := r.claim(ctx)
 		if err != nil {
 			return err
@@ -221,6 +287,33 @@ func (r *Relay) loop(ctx context.Context) error {
 		}
 		if err := r.relay(ctx, ds); err != nil {
 			return err
+		}
+	}
+}
+
+// waitConnected returns nil at once while the NATS connection is up, or
+// when ctx ends. While nats.go reconnects it waits, polling every Poll: a
+// batch claimed now would only time out, and its jobs wait out a retry
+// delay after the broker is back. It returns [ErrClosed] once the
+// connection has closed: nats.go reconnects no more (MaxReconnects ran
+// out), and a relay that went on claiming would publish nothing, ever.
+func (r *Relay) waitConnected(ctx context.Context) error {
+	for {
+		switch r.nc.Status() {
+		case nats.CONNECTED:
+			return nil
+		case nats.CLOSED:
+			if err := r.nc.LastError(); err != nil {
+				return fmt.Errorf("%w (last error: %v)", ErrClosed, err)
+			}
+			return ErrClosed
+		}
+		t := time.NewTimer(r.cfg.Poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
 		}
 	}
 }
@@ -251,6 +344,7 @@ func (r *Relay) giveBack(ctx context.Context, ds []*inbox.Delivery) {
 func (r *Relay) relay(ctx context.Context, ds []*inbox.Delivery) error {
 	batch := r.batches.Add(1)
 	ids := make([]string, len(ds))
+	msgs := make([]*nats.Msg, len(ds))
 	futures := make([]jetstream.PubAckFuture, len(ds))
 	errs := make([]error, len(ds))
 	for i, d := range ds {
@@ -263,13 +357,16 @@ func (r *Relay) relay(ctx context.Context, ds []*inbox.Delivery) error {
 		if errs[i] = d.Scan(&subject, &payload); errs[i] != nil {
 			continue
 		}
-		msg := &nats.Msg{Subject: subject, Data: payload}
-		futures[i], errs[i] = r.js.PublishMsgAsync(msg,
+		msgs[i] = nats.NewMsg(subject)
+		msgs[i].Data = payload
+		msgs[i].Header.Set(SourceHeader, r.cfg.Source)
+		futures[i], errs[i] = r.js.PublishMsgAsync(msgs[i],
 			jetstream.WithMsgID(ids[i]), jetstream.WithExpectStream(r.cfg.Stream))
 	}
 	// Every future ends: with the broker's ack, or with an error at the
 	// latest after PublishTimeout. A relay told to stop waits for them too:
 	// a batch given back now would be published again, as duplicates.
+	dups := map[int]uint64{}
 	for i, f := range futures {
 		if f == nil {
 			continue
@@ -277,11 +374,21 @@ func (r *Relay) relay(ctx context.Context, ds []*inbox.Delivery) error {
 		select {
 		case ack := <-f.Ok():
 			if ack.Duplicate {
-				r.duplicates.Add(1)
+				dups[i] = ack.Sequence
 			} else {
 				r.published.Add(1)
 			}
 		case errs[i] = <-f.Err():
+		}
+	}
+	// The broker has the messages: the table's acks run to the end even
+	// when ctx ends, so that a stopping relay leaves no job behind to wait
+	// out its lease (bounded, should the database not answer).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+	defer cancel()
+	for i, seq := range dups {
+		if errs[i] = r.prove(sctx, seq, ids[i], msgs[i]); errs[i] == nil {
+			r.duplicates.Add(1)
 		}
 	}
 	if r.hook != nil {
@@ -293,11 +400,6 @@ func (r *Relay) relay(ctx context.Context, ds []*inbox.Delivery) error {
 			acked = append(acked, d)
 		}
 	}
-	// The broker has the messages: the table's acks run to the end even
-	// when ctx ends, so that a stopping relay leaves no job behind to wait
-	// out its lease (bounded, should the database not answer).
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
-	defer cancel()
 	var first error
 	for i, err := range r.b.AckAll(sctx, acked) {
 		switch {
@@ -322,10 +424,45 @@ func (r *Relay) relay(ctx context.Context, ds []*inbox.Delivery) error {
 	return first
 }
 
+// errUnproven is a duplicate whose stored message the stream no longer has.
+var errUnproven = errors.New("the stream called the publish a duplicate, and no longer holds the stored message to compare")
+
+// prove returns nil when the message the stream stored at seq, of which
+// it called msg's publish a duplicate, is msg: same source, id, subject
+// and payload, so that the job's message is in the stream. It returns an
+// error wrapping [ErrCollision] when the stored message is another's, and
+// errUnproven when the stream no longer has it (its retention removed it,
+// but its id is still in the duplicate window): the job cannot be shown
+// stored, so it is not deleted.
+func (r *Relay) prove(ctx context.Context, seq uint64, id string, msg *nats.Msg) error {
+	if seq == 0 {
+		return errUnproven
+	}
+	s, err := r.js.Stream(ctx, r.cfg.Stream)
+	if err != nil {
+		return err
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return errUnproven
+	}
+	if err != nil {
+		return err
+	}
+	if m.Header.Get(jetstream.MsgIDHeader) == id && m.Header.Get(SourceHeader) == r.cfg.Source &&
+		m.Subject == msg.Subject && bytes.Equal(m.Data, msg.Data) {
+		return nil
+	}
+	return fmt.Errorf("%w: id %q at stream sequence %d came from %q on %s, not from %q on %s: "+
+		"two outbox tables share a message-id prefix (Config.MsgIDPrefix, -msgid-prefix)",
+		ErrCollision, id, seq, m.Header.Get(SourceHeader), m.Subject, r.cfg.Source, msg.Subject)
+}
+
 // fail settles a job whose publish failed: a payload over the server's
 // limit can never be published and goes to the dead table; anything else
-// (a timeout, no stream for the subject, the broker away) is retried after
-// a delay.
+// (a timeout, no stream for the subject, the broker away, a duplicate
+// that is not the job's) is retried after a delay. A collision is
+// returned once the job is settled: it ends the relay.
 func (r *Relay) fail(ctx context.Context, d *inbox.Delivery, cause error) error {
 	var err error
 	if errors.Is(cause, nats.ErrMaxPayload) {
@@ -338,8 +475,14 @@ func (r *Relay) fail(ctx context.Context, d *inbox.Delivery, cause error) error 
 			r.retried.Add(1)
 		}
 	}
+	if errors.Is(cause, errUnproven) {
+		r.unproven.Add(1)
+	}
 	if err != nil && !errors.Is(err, inbox.ErrLeaseLost) {
 		return fmt.Errorf("relay: job %v: publish: %v; settling it: %w", d.ID(), cause, err)
+	}
+	if errors.Is(cause, ErrCollision) {
+		return fmt.Errorf("relay: job %v, given back: %w", d.ID(), cause)
 	}
 	return nil
 }

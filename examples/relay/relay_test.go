@@ -14,6 +14,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -43,7 +44,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeBinary()
+	os.Exit(code)
 }
 
 type childConfig struct {
@@ -64,7 +67,7 @@ func child(v string) error {
 	// from living on.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	db, q, err := openOutbox(ctx, c.Driver, c.DSN, c.Table, c.Lease, false)
+	db, q, src, err := openOutbox(ctx, c.Driver, c.DSN, c.Table, c.Lease, false)
 	if err != nil {
 		return err
 	}
@@ -74,14 +77,18 @@ func child(v string) error {
 		return err
 	}
 	defer nc.Close()
-	r, err := New(q, nc, Config{Stream: c.Stream, Batch: c.Batch, Workers: c.Workers, MaxRetryDelay: time.Second})
+	r, err := New(q, nc, Config{Stream: c.Stream, Source: src, Batch: c.Batch, Workers: c.Workers, MaxRetryDelay: time.Second})
 	if err != nil {
 		return err
 	}
 	r.hook = func(point string, batch int64, ids []string) {
 		if point == c.Point && batch == c.At {
+			jobs := make([]string, len(ids))
+			for i, id := range ids {
+				jobs[i] = strings.TrimPrefix(id, r.cfg.MsgIDPrefix)
+			}
 			// One write: the parent reads whole lines.
-			os.Stdout.WriteString("STOPPED " + strings.Join(ids, ",") + "\n")
+			os.Stdout.WriteString("STOPPED " + strings.Join(jobs, ",") + "\n")
 			<-ctx.Done()
 		}
 	}
@@ -123,6 +130,7 @@ func connect(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 // outbox is one test's table and stream.
 type outbox struct {
 	driver, dsn, table, stream, subject string
+	source                              string // the table's identity, Config.Source
 	db                                  *sql.DB
 	q                                   *inbox.Queue
 	s                                   jetstream.Stream
@@ -148,8 +156,29 @@ func newOutbox(t *testing.T, nc *nats.Conn, js jetstream.JetStream, driver strin
 	o.subject = o.stream + ".job"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	o.open(t, lease)
+	// Longer than the test: no de-duplication id expires while it runs.
 	var err error
-	o.db, o.q, err = openOutbox(ctx, driver, o.dsn, o.table, lease, true)
+	o.s, err = createStream(ctx, nc, o.stream, 30*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := js.DeleteStream(context.Background(), o.stream); err != nil {
+			t.Errorf("delete stream %s: %v", o.stream, err)
+		}
+	})
+	return o
+}
+
+// open creates o's table and opens its queue, and drops the table when the
+// test ends.
+func (o *outbox) open(t *testing.T, lease time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
+	o.db, o.q, o.source, err = openOutbox(ctx, o.driver, o.dsn, o.table, lease, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,17 +190,15 @@ func newOutbox(t *testing.T, nc *nats.Conn, js jetstream.JetStream, driver strin
 		}
 		o.db.Close()
 	})
-	// Longer than the test: no de-duplication id expires while it runs.
-	o.s, err = createStream(ctx, nc, o.stream, 30*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := js.DeleteStream(context.Background(), o.stream); err != nil {
-			t.Errorf("delete stream %s: %v", o.stream, err)
-		}
-	})
-	return o
+}
+
+// sibling makes a second table in o's database that relays into o's
+// stream, on o's subject: its ids are o's ids.
+func (o *outbox) sibling(t *testing.T, lease time.Duration) *outbox {
+	t.Helper()
+	b := &outbox{driver: o.driver, dsn: o.dsn, table: o.table + "_b", stream: o.stream, subject: o.subject, s: o.s}
+	b.open(t, lease)
+	return b
 }
 
 // enqueue adds n jobs in one transaction and returns each job's payload by
@@ -185,7 +212,7 @@ func (o *outbox) enqueue(t *testing.T, n int) map[string]string {
 	}
 	want := make(map[string]string, n)
 	for i := range n {
-		payload := fmt.Sprintf("order %d shipped", i)
+		payload := fmt.Sprintf("%s: order %d shipped", o.table, i)
 		id, err := o.q.Enqueue(ctx, tx, inbox.Job{Data: []any{o.subject, []byte(payload)}})
 		if err != nil {
 			tx.Rollback()
@@ -223,11 +250,12 @@ func (o *outbox) ids(t *testing.T, table string) map[string]bool {
 
 // message is one stored message.
 type message struct {
-	subject, payload string
+	subject, payload, source string
 }
 
 // messages reads the whole stream: every stored message by its
-// de-duplication id, and how many carried each id.
+// de-duplication id (o's jobs by their job id alone: the default prefix of
+// o's table taken off), and how many carried each id.
 func (o *outbox) messages(t *testing.T) (map[string]message, map[string]int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -245,8 +273,8 @@ func (o *outbox) messages(t *testing.T) (map[string]message, map[string]int) {
 		if err != nil {
 			t.Fatalf("message %d: %v", seq, err)
 		}
-		id := m.Header.Get(jetstream.MsgIDHeader)
-		byID[id] = message{m.Subject, string(m.Data)}
+		id := strings.TrimPrefix(m.Header.Get(jetstream.MsgIDHeader), defaultMsgIDPrefix(o.source))
+		byID[id] = message{m.Subject, string(m.Data), m.Header.Get(SourceHeader)}
 		count[id]++
 	}
 	return byID, count
@@ -384,7 +412,7 @@ func TestRelayKilled(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer nc2.Close()
-			r, err := New(o.q, nc2, Config{Stream: o.stream, Batch: 50, Workers: 2, MaxRetryDelay: time.Second})
+			r, err := New(o.q, nc2, Config{Stream: o.stream, Source: o.source, Batch: 50, Workers: 2, MaxRetryDelay: time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -470,7 +498,7 @@ func TestRelayFailures(t *testing.T) {
 			big := enqueue(o.subject, make([]byte, nc.MaxPayload()+1))
 			lost := enqueue("NOWHERE_"+o.stream+".job", []byte("no stream takes this subject"))
 
-			r, err := New(o.q, nc, Config{Stream: o.stream, PublishTimeout: 2 * time.Second})
+			r, err := New(o.q, nc, Config{Stream: o.stream, Source: o.source, PublishTimeout: 2 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -534,7 +562,7 @@ func TestCheck(t *testing.T) {
 		{short, "keeps de-duplication ids for 1m30s, not longer than the lease plus the longest retry delay (1m30s)"},
 		{o.stream + "_MISSING", "stream not found"},
 	} {
-		r, err := New(o.q, nc, Config{Stream: c.stream})
+		r, err := New(o.q, nc, Config{Stream: c.stream, Source: o.source})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -570,11 +598,13 @@ func TestNew(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{advisory, Config{Stream: "S"}, "must be of the lease form, not advisory"},
-		{lease, Config{}, "Config.Stream is empty"},
-		{lease, Config{Stream: "S", Batch: inbox.MaxClaim + 1}, "Config.Batch 1001 must be from 1 to 1000"},
-		{lease, Config{Stream: "S", Poll: -1}, "must not be negative"},
-		{lease, Config{Stream: "S"}, "the NATS connection is nil"},
+		{advisory, Config{Stream: "S", Source: "x"}, "must be of the lease form, not advisory"},
+		{lease, Config{Source: "x"}, "Config.Stream is empty"},
+		{lease, Config{Stream: "S"}, "Config.Source is empty"},
+		{lease, Config{Stream: "S", Source: "a\nb"}, "holds a line break or NUL"},
+		{lease, Config{Stream: "S", Source: "x", Batch: inbox.MaxClaim + 1}, "Config.Batch 1001 must be from 1 to 1000"},
+		{lease, Config{Stream: "S", Source: "x", Poll: -1}, "must not be negative"},
+		{lease, Config{Stream: "S", Source: "x"}, "the NATS connection is nil"},
 	} {
 		if _, err := New(c.q, nil, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("New(%+v): %v, want an error containing %q", c.cfg, err, c.want)
@@ -594,7 +624,7 @@ func TestRelayStops(t *testing.T) {
 			o.enqueue(t, n)
 			// A publish that timed out would be retried, spending its
 			// attempt: the timeout here is longer than the test.
-			r, err := New(o.q, nc, Config{Stream: o.stream, Batch: 50, Workers: 4, PublishTimeout: 5 * time.Minute})
+			r, err := New(o.q, nc, Config{Stream: o.stream, Source: o.source, Batch: 50, Workers: 4, PublishTimeout: 5 * time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -625,6 +655,80 @@ func TestRelayStops(t *testing.T) {
 			_, count := o.messages(t)
 			if len(count) != int(st.Acked) || left+int(st.Acked) != n {
 				t.Errorf("%d messages stored, %d jobs acked, %d left in the table, of %d", len(count), st.Acked, left, n)
+			}
+		})
+	}
+}
+
+// TestRelayDuplicateProof: a publish the stream calls a duplicate deletes
+// its job only when the stored message is the job's own. A message of
+// another table under the job's id (a shared prefix) ends Run with
+// ErrCollision; a stored message the stream has removed since (its id
+// still in the duplicate window) cannot be compared, and the job is given
+// back (Unproven). In both cases the job stays in the table.
+func TestRelayDuplicateProof(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		source string // of the message stored first under the job's id
+		remove bool   // removed from the stream before the relay publishes
+	}{
+		{name: "another table's message", source: "postgres:other/public.outbox"},
+		{name: "removed message", remove: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			nc, js := connect(t)
+			o := newOutbox(t, nc, js, "sqlite", 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			id, err := o.q.Enqueue(ctx, o.db, inbox.Job{Data: []any{o.subject, []byte("mine")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := c.source
+			if src == "" {
+				src = o.source
+			}
+			first := nats.NewMsg(o.subject)
+			first.Data = []byte("mine")
+			first.Header.Set(SourceHeader, src)
+			first.Header.Set(jetstream.MsgIDHeader, defaultMsgIDPrefix(o.source)+idText(id))
+			ack, err := js.PublishMsg(ctx, first)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.remove {
+				if err := o.s.DeleteMsg(ctx, ack.Sequence); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r, err := New(o.q, nc, Config{Stream: o.stream, Source: o.source})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ran := make(chan error, 1)
+			go func() { ran <- r.Run(ctx) }()
+			if c.remove {
+				for r.Stats().Unproven == 0 {
+					select {
+					case err := <-ran:
+						t.Fatalf("Run returned %v; %+v", err, r.Stats())
+					case <-ctx.Done():
+						t.Fatalf("no unproven duplicate in a minute: %+v", r.Stats())
+					case <-time.After(10 * time.Millisecond): // a poll with a deadline
+					}
+				}
+				cancel()
+				if err := <-ran; err != nil {
+					t.Errorf("Run: %v, want nil", err)
+				}
+			} else if err := <-ran; !errors.Is(err, ErrCollision) || !strings.Contains(err.Error(), "postgres:other/public.outbox") {
+				t.Errorf("Run: %v, want ErrCollision naming the other table", err)
+			}
+			if st := r.Stats(); st.Acked != 0 || st.Duplicates != 0 {
+				t.Errorf("%+v: the job was counted as relayed", st)
+			}
+			if left := o.ids(t, o.table); !left[idText(id)] {
+				t.Errorf("job %v left the table though the stream does not hold its message", id)
 			}
 		})
 	}
