@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dbtest/internal/optin"
 	"github.com/sqlinbox/inbox/dbtest/internal/procsock"
 )
 
@@ -60,22 +61,23 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// skipNotice tells a person that the database suites skipped, in one line,
-// unless INBOX_REQUIRE_DBS=1 (then a missing database failed the tests
-// instead) or -v (then every skip is in the output already).
+// skipNotice tells a person that the database suites skipped, in one line
+// at the end of the package's run, with or without -v, unless
+// INBOX_REQUIRE_DBS=1 (then a missing database failed the tests instead).
 //
 // The line goes to the controlling terminal, /dev/tty, when there is one:
 // `go test` with several packages (the README's command) shows nothing a
 // passing package printed, on stdout or stderr, so a skip said there, or by
 // t.Skip, would go unseen. Without a terminal (CI, a pipe without one) the
 // line goes to stderr, where `go test` shows it for a failing package or in
-// a run of the current directory. A result `go test` took from its cache runs
-// no binary and says nothing: -count=1 runs the suites again.
+// a run of the current directory; under -v always to stderr, in order with
+// the tests' output (optin.Notice). A result `go test` took from its cache
+// runs no binary and says nothing: -count=1 runs the suites again.
 //
 // Rejected: printing from a test (swallowed like the rest) and failing the
 // package (a newcomer without databases must see the command pass).
 func skipNotice() {
-	if os.Getenv("INBOX_REQUIRE_DBS") == "1" || testing.Verbose() {
+	if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
 		return
 	}
 	var skipped []string
@@ -94,14 +96,8 @@ func skipNotice() {
 	if len(skipped) > 1 {
 		them = "them"
 	}
-	line := "dbtest: " + strings.Join(skipped, "; ") + ". Set " + them +
-		" to run those tests (see the README); INBOX_REQUIRE_DBS=1 makes a missing one fail.\n"
-	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
-		_, _ = tty.WriteString(line)
-		_ = tty.Close()
-		return
-	}
-	_, _ = os.Stderr.WriteString(line)
+	optin.Notice("dbtest: " + strings.Join(skipped, "; ") + ". Set " + them +
+		" to run those tests (see the README); INBOX_REQUIRE_DBS=1 makes a missing one fail.\n")
 }
 
 // crashXRegistry holds the tables the end of the suite checks: the row-lock

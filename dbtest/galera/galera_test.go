@@ -6,9 +6,10 @@
 // every node's tables. TestGaleraStandalone drains the same way on one
 // server without Galera, for the throughput the cluster is compared with.
 //
-// Run (from the repository root):
+// It runs only when asked, INBOX_CLUSTER_SUITES=1 (CI sets it; see
+// internal/optin). Run (from the repository root):
 //
-//	INBOX_REQUIRE_DBS=1 go test -count=1 -v -run 'TestGalera|TestCheck' ./dbtest/galera/
+//	INBOX_CLUSTER_SUITES=1 INBOX_REQUIRE_DBS=1 go test -count=1 -v -run 'TestGalera|TestCheck' ./dbtest/galera/
 //
 // Size: INBOX_GALERA_JOBS jobs per form (default galeraDefaultJobs, what CI
 // runs); INBOX_GALERA_JOBS=20000 is the issue's full run. Without
@@ -36,6 +37,7 @@ import (
 
 	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/dbtest/internal/ledger"
+	"github.com/sqlinbox/inbox/dbtest/internal/optin"
 )
 
 // TestMain runs the suite, or a worker process when childEnv is set, and
@@ -55,26 +57,22 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// skipNotice tells a person running `go test` on several packages, which
-// shows nothing of a passing package, that the suite skipped for want of a
-// tool: on the terminal when there is one, else on stderr (as dbtest's
-// TestMain does for its databases). Under INBOX_REQUIRE_DBS=1 the suite
-// failed instead, and -v showed the skip already.
+// skipNotice tells a person running `go test` on several packages that the
+// suite skipped, and why, at the end of the package's run (optin.Notice):
+// not asked for (INBOX_CLUSTER_SUITES), or asked for without the tools it
+// needs, unless INBOX_REQUIRE_DBS=1 made that a failure.
 func skipNotice() {
-	if os.Getenv("INBOX_REQUIRE_DBS") == "1" || testing.Verbose() {
+	if !optin.Enabled() {
+		optin.Notice("dbtest/galera: skipped the Galera suite, which boots a three-node MariaDB Galera cluster on ports from 13306 (about a minute): set " +
+			optin.Env + "=1 to run it.\n")
 		return
 	}
-	_, err := findTools()
-	if err == nil {
+	if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
 		return
 	}
-	line := "dbtest/galera: skipped the Galera suite: " + err.Error() + ". INBOX_REQUIRE_DBS=1 makes this a failure.\n"
-	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
-		_, _ = tty.WriteString(line)
-		_ = tty.Close()
-		return
+	if _, err := findTools(); err != nil {
+		optin.Notice("dbtest/galera: skipped the Galera suite: " + err.Error() + ". INBOX_REQUIRE_DBS=1 makes this a failure.\n")
 	}
-	_, _ = os.Stderr.WriteString(line)
 }
 
 // galeraDefaultJobs is the size of each form's table unless
@@ -111,6 +109,7 @@ func galeraJobs(t testing.TB) int64 {
 
 // TestGalera boots a three-node cluster and runs the Galera checks on it.
 func TestGalera(t *testing.T) {
+	optin.Require(t, "the Galera suite (a three-node MariaDB Galera cluster of its own)")
 	h := newHarness(t, 3, true)
 	boot := h.bootCluster()
 	t.Logf("FIGURE: galera boot: three nodes synced in %v (ports %d/%d/%d, galera %d/%d/%d)", boot.Round(100*time.Millisecond),
@@ -129,6 +128,7 @@ func TestGalera(t *testing.T) {
 // where no job may be delivered twice, and shows that the advisory form
 // passes CheckSchema there: the refusal is Galera's.
 func TestGaleraStandalone(t *testing.T) {
+	optin.Require(t, "the Galera suite's standalone server (a MariaDB server of its own)")
 	h := newHarness(t, 1, false)
 	boot := h.bootStandalone()
 	t.Logf("FIGURE: standalone boot: %v (port %d)", boot.Round(100*time.Millisecond), h.nodes[0].port)
