@@ -107,11 +107,26 @@ func readColumns(ctx context.Context, db *sql.DB, query string, args ...any) (ma
 	return cols, rows.Err()
 }
 
+// columnRules are how one engine's column types are judged.
+type columnRules struct {
+	// fits tells whether a column type fits a column kind.
+	fits func(colKind, string) bool
+	// timeType names the time type the engine wants, for messages.
+	timeType string
+	// exactNames is true for engines whose quoted names are
+	// case-sensitive (PostgreSQL); MySQL and SQLite column names are not.
+	exactNames bool
+	// textCap returns how many characters a text type holds, ok false
+	// when the engine does not limit it; nil where no type is limited
+	// (SQLite).
+	textCap func(typ string) (n int, ok bool)
+	// widen is the statement that makes a text column hold MaxErrorText.
+	widen func(table, column string) string
+}
+
 // compareColumns reports the wanted columns that are missing or of a type
-// fits refuses.
-// exactNames is true for engines whose quoted names are case-sensitive
-// (PostgreSQL); MySQL and SQLite column names are not.
-func compareColumns(schema, table string, cols map[string]string, want []colWant, fits func(colKind, string) bool, timeType string, exactNames bool) []string {
+// the rules refuse, and a LastError column too narrow for MaxErrorText.
+func compareColumns(schema, table string, cols map[string]string, want []colWant, r columnRules) []string {
 	name := table
 	if schema != "" {
 		name = schema + "." + table
@@ -122,7 +137,7 @@ func compareColumns(schema, table string, cols map[string]string, want []colWant
 	var problems []string
 	for _, w := range want {
 		typ, ok := cols[w.name]
-		if !ok && !exactNames {
+		if !ok && !r.exactNames {
 			for c, t := range cols {
 				if strings.EqualFold(c, w.name) {
 					typ, ok = t, true
@@ -132,12 +147,21 @@ func compareColumns(schema, table string, cols map[string]string, want []colWant
 		switch {
 		case !ok:
 			problems = append(problems, fmt.Sprintf("table %s has no column %s (Table.%s)", name, w.name, w.field))
-		case !fits(w.kind, typ):
+		case !r.fits(w.kind, typ):
 			wantText := kindText[w.kind]
 			if w.kind == kindTime {
-				wantText = timeType
+				wantText = r.timeType
 			}
 			problems = append(problems, fmt.Sprintf("column %s.%s (Table.%s) is %s, want %s", name, w.name, w.field, typ, wantText))
+		case w.field == "LastError" && r.textCap != nil:
+			// A text cut to MaxErrorText bytes still has up to as many
+			// characters; a narrower column refuses it, and each
+			// settlement carrying it is sent again without it.
+			if n, limited := r.textCap(typ); limited && n < MaxErrorText {
+				problems = append(problems, fmt.Sprintf("column %s.%s (Table.LastError) is %s, which holds %d characters: an error text is kept up to "+
+					"MaxErrorText (%d bytes), and a longer one than the column holds is refused and dropped; widen it: %s",
+					name, w.name, typ, n, MaxErrorText, r.widen(name, w.name)))
+			}
 		}
 	}
 	return problems
@@ -160,14 +184,14 @@ func versionBelow(v string, major, minor int) bool {
 
 // checkTables compares the queue table and the dead table with the
 // description, reading each table's columns with query (schema, table).
-func checkTables(ctx context.Context, db *sql.DB, n *Names, query string, fits func(colKind, string) bool, timeType string, exactNames bool) ([]string, error) {
+func checkTables(ctx context.Context, db *sql.DB, n *Names, query string, r columnRules) ([]string, error) {
 	var problems []string
 	for _, tb := range checkedTables(n) {
 		cols, err := readColumns(ctx, db, query, tb.schema, tb.name)
 		if err != nil {
 			return nil, err
 		}
-		problems = append(problems, compareColumns(tb.schema, tb.name, cols, wantedColumns(n, tb.role), fits, timeType, exactNames)...)
+		problems = append(problems, compareColumns(tb.schema, tb.name, cols, wantedColumns(n, tb.role), r)...)
 	}
 	return problems, nil
 }
@@ -183,9 +207,13 @@ func (e *SchemaError) Error() string {
 }
 
 // CheckSchema verifies the table against the description: the table and
-// every column exist with fitting types, the dead table too, and the server
-// supports the form. It reports every problem at once in a [*SchemaError].
-// It changes nothing.
+// every column exist with fitting types (a LastError column holding
+// [MaxErrorText]; InnoDB tables on MySQL and MariaDB), the dead table too,
+// and the server supports the form (its version; an engine that only
+// speaks like PostgreSQL or MySQL, told by what it answers). It reports
+// every problem at once in a [*SchemaError]; a dialect that does not match
+// the database is one problem naming the engine found and the dialect to
+// use. Any other error means the check could not run. It changes nothing.
 func (q *Queue) CheckSchema(ctx context.Context) error {
 	c, ok := capability[SchemaChecker](q.dialect)
 	if !ok {
@@ -205,4 +233,154 @@ func (q *Queue) CheckSchema(ctx context.Context) error {
 func claimsKeyProblem(n *Names) string {
 	return fmt.Sprintf("table %s: column %s is not its primary key (nor alone in a unique index), which the claims count's upsert needs",
 		n.Raw.ClaimsTable, n.Raw.ID)
+}
+
+// serverProbe is the first statement of the schema check of the server
+// dialects (Postgres, MySQL, MariaDB). It parses alike on PostgreSQL,
+// MySQL and MariaDB and on the engines that speak their protocols, so that a
+// dialect sent to the wrong server learns which server it is instead of
+// failing on the server's syntax; and it asks each catalog for what only
+// one look-alike has, so that an engine is told apart by what it answers
+// even when its version string was set to another's:
+//
+//   - CockroachDB: the crdb_internal schema, "preloaded to every database"
+//     (its System Catalogs page; listed even where reading it is refused).
+//   - YugabyteDB: the yb_servers() function (its docs, api/ysql/exprs/
+//     func_yb_servers), listed by information_schema.routines as every
+//     function the user may call.
+//   - TiDB: the information_schema table TIDB_SERVERS_INFO (its docs,
+//     information-schema-tidb-servers-info, since v4).
+//   - Vitess: the sidecar database _vt that vttablet creates on every
+//     mysqld it manages (vitess go/vt/sidecardb: "The sidecar database is
+//     named _vt"), which vtgate answers from a tablet's mysqld.
+//
+// The version string stays a second signal: "CockroachDB …", "…-YB-…",
+// "…-TiDB-…", "…-Vitess" or "…-vitess-…".
+const serverProbe = "SELECT version(), " +
+	"(SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = 'crdb_internal'), " +
+	"(SELECT COUNT(*) FROM information_schema.routines WHERE routine_name = 'yb_servers'), " +
+	"(SELECT COUNT(*) FROM information_schema.tables WHERE UPPER(table_schema) = 'INFORMATION_SCHEMA' AND UPPER(table_name) = 'TIDB_SERVERS_INFO'), " +
+	"(SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = '_vt')"
+
+// sqliteProbe is the first statement of SQLite's schema check: SQLite has
+// no version() and no information_schema, the servers no sqlite_version().
+const sqliteProbe = "SELECT sqlite_version()"
+
+// Engines the schema check can tell apart.
+const (
+	enginePostgres  = "PostgreSQL"
+	engineCockroach = "CockroachDB"
+	engineYugabyte  = "YugabyteDB"
+	engineMySQL     = "MySQL"
+	engineMariaDB   = "MariaDB"
+	engineTiDB      = "TiDB"
+	engineVitess    = "Vitess"
+	engineSQLite    = "SQLite"
+)
+
+// A server is what the schema check's first statement found: the engine
+// ("" when its answers name none the check knows), its version string, and
+// what told the engine apart.
+type server struct {
+	engine, version, by string
+}
+
+func (s server) String() string {
+	if s.engine == "" {
+		return fmt.Sprintf("a server whose version is %q", s.version)
+	}
+	return fmt.Sprintf("%s (version %q, told by %s)", s.engine, s.version, s.by)
+}
+
+// speaksPostgres and speaksMySQL tell the protocol family of the engine.
+func (s server) speaksPostgres() bool {
+	return s.engine == enginePostgres || s.engine == engineCockroach || s.engine == engineYugabyte
+}
+
+func (s server) speaksMySQL() bool {
+	return s.engine == engineMySQL || s.engine == engineMariaDB || s.engine == engineTiDB || s.engine == engineVitess
+}
+
+// classifyServer tells the engine from serverProbe's answers: what only a
+// look-alike has first, then its version string.
+func classifyServer(version string, crdb, yb, tidb, vitess bool) server {
+	v := strings.ToLower(version)
+	switch {
+	case crdb:
+		return server{engineCockroach, version, "its crdb_internal schema"}
+	case strings.HasPrefix(version, "CockroachDB"):
+		return server{engineCockroach, version, "its version string"}
+	case yb:
+		return server{engineYugabyte, version, "its yb_servers() function"}
+	case strings.Contains(version, "-YB-"):
+		return server{engineYugabyte, version, "its version string"}
+	case tidb:
+		return server{engineTiDB, version, "its information_schema.TIDB_SERVERS_INFO table"}
+	case strings.Contains(v, "tidb"):
+		return server{engineTiDB, version, "its version string"}
+	case vitess:
+		return server{engineVitess, version, "its _vt sidecar database"}
+	case strings.Contains(v, "vitess"):
+		return server{engineVitess, version, "its version string"}
+	case strings.HasPrefix(version, "PostgreSQL"):
+		return server{enginePostgres, version, "its version string"}
+	case strings.Contains(v, "mariadb"):
+		return server{engineMariaDB, version, "its version string"}
+	case version != "" && version[0] >= '0' && version[0] <= '9':
+		return server{engineMySQL, version, "its version string"}
+	}
+	return server{"", version, ""}
+}
+
+// probeServer sends serverProbe and tells the engine. When the statement
+// fails, the database may be SQLite: sqlite_version() tells; otherwise the
+// probe's error is returned.
+func probeServer(ctx context.Context, db *sql.DB) (server, error) {
+	var version string
+	var crdb, yb, tidb, vitess int64
+	err := db.QueryRowContext(ctx, serverProbe).Scan(&version, &crdb, &yb, &tidb, &vitess)
+	if err == nil {
+		return classifyServer(version, crdb > 0, yb > 0, tidb > 0, vitess > 0), nil
+	}
+	if err := db.QueryRowContext(ctx, sqliteProbe).Scan(&version); err == nil {
+		return server{engineSQLite, version, "sqlite_version()"}, nil
+	}
+	return server{}, err
+}
+
+// probeSQLite sends sqliteProbe. When it fails, the database may be a
+// server: serverProbe tells; otherwise the first error is returned.
+func probeSQLite(ctx context.Context, db *sql.DB) (server, error) {
+	var version string
+	err := db.QueryRowContext(ctx, sqliteProbe).Scan(&version)
+	if err == nil {
+		return server{engineSQLite, version, "sqlite_version()"}, nil
+	}
+	var crdb, yb, tidb, vitess int64
+	if db.QueryRowContext(ctx, serverProbe).Scan(&version, &crdb, &yb, &tidb, &vitess) == nil {
+		return classifyServer(version, crdb > 0, yb > 0, tidb > 0, vitess > 0), nil
+	}
+	return server{}, err
+}
+
+// dialectFor names the dialect to use on an engine.
+var dialectFor = map[string]string{
+	enginePostgres:  "inbox.Postgres",
+	engineCockroach: "inbox.Postgres (lease form) or the dialect of examples/cockroach",
+	engineYugabyte:  "inbox.Postgres",
+	engineMySQL:     "inbox.MySQL",
+	engineMariaDB:   "inbox.MariaDB or inbox.MySQL",
+	engineTiDB:      "inbox.MySQL (advisory form)",
+	engineVitess:    "inbox.MySQL (advisory form)",
+	engineSQLite:    "inbox.SQLite",
+}
+
+// wrongDialect is the problem of a dialect sent to a server of another
+// engine: every other statement would fail on the server's syntax.
+func wrongDialect(s server, dialect, speaks string) string {
+	use := dialectFor[s.engine]
+	if use == "" {
+		use = "the dialect of that engine"
+	}
+	return fmt.Sprintf("the database is %s, not %s: the dialect %s cannot run there; use %s", s, speaks, dialect, use)
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -346,9 +347,10 @@ func myPriorityIndex(ctx context.Context, db *sql.DB, n *Names) ([]string, error
 }
 
 // myLookalike refuses a form that an engine speaking MySQL's protocol cannot
-// hold, naming the engine, the form and what to use instead.
-func myLookalike(version string, f Form, galera bool) string {
-	v := strings.ToLower(version)
+// hold, naming the engine, the form and what to use instead. TiDB and
+// Vitess hold the advisory form whatever MySQL version they announce: it
+// needs no SKIP LOCKED.
+func myLookalike(s server, f Form, galera bool) string {
 	switch {
 	case galera && f == Advisory:
 		return "MariaDB Galera (wsrep_on): GET_LOCK is held by one node and not replicated, so two nodes would hand out the same key: " +
@@ -357,31 +359,41 @@ func myLookalike(version string, f Form, galera bool) string {
 		return "MariaDB Galera (wsrep_on): row locks are held by one node, so a job is in work on every node that claims it " +
 			"until the first commit wins and the others fail with 1213: the row-lock form cannot hold a job on a cluster; " +
 			"use the lease form (Table.LockedUntil), whose expiry replicates"
-	case strings.Contains(v, "tidb") && f != Advisory:
-		return fmt.Sprintf("TiDB does not honour FOR UPDATE SKIP LOCKED (pingcap/tidb#18207), which the %s form's claim relies on: "+
-			"use the advisory form (Table.AdvisoryKey); TiDB's GET_LOCK holds across the cluster", f)
-	case strings.Contains(v, "vitess") && f != Advisory:
-		return fmt.Sprintf("Vitess rejects FOR UPDATE SKIP LOCKED, which the %s form's claim needs: "+
-			"use the advisory form (Table.AdvisoryKey); Vitess routes GET_LOCK to one mysqld", f)
+	case s.engine == engineTiDB && f != Advisory:
+		return fmt.Sprintf("TiDB (version %q, told by %s) does not honour FOR UPDATE SKIP LOCKED (pingcap/tidb#18207), which the %s form's claim relies on: "+
+			"use the advisory form (Table.AdvisoryKey); TiDB's GET_LOCK holds across the cluster", s.version, s.by, f)
+	case s.engine == engineVitess && f != Advisory:
+		return fmt.Sprintf("Vitess (version %q, told by %s) rejects FOR UPDATE SKIP LOCKED, which the %s form's claim needs: "+
+			"use the advisory form (Table.AdvisoryKey); Vitess routes GET_LOCK to one mysqld", s.version, s.by, f)
 	}
 	return ""
 }
 
-// CheckSchema checks the version (SKIP LOCKED: MySQL 8, MariaDB 10.6) and
-// the tables' columns through information_schema ([SchemaChecker]).
+// CheckSchema checks the server (SKIP LOCKED: MySQL 8, MariaDB 10.6; the
+// engines that only speak like them; Galera), the tables' columns and
+// storage engine through information_schema, and a LastError column too
+// narrow for MaxErrorText ([SchemaChecker]). Its first statement
+// (serverProbe) tells a server of another engine, which is named with the
+// dialect to use.
 func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
 	return myCheckSchema(ctx, db, n, false)
 }
 
+// myColumns reads each column's type as declared ("varchar(100)").
+const myColumns = "SELECT column_name, column_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
+
+// myRules judge MySQL's and MariaDB's columns.
+var myRules = columnRules{fits: myKind, timeType: "DATETIME(6)", textCap: myTextCap,
+	widen: func(table, column string) string { return "ALTER TABLE " + table + " MODIFY " + column + " TEXT" }}
+
 // myCheckSchema is the schema check of [MySQL] and, with mariadbOnly, of
 // [MariaDB], which also refuses a server that is not MariaDB.
 func myCheckSchema(ctx context.Context, db *sql.DB, n *Names, mariadbOnly bool) ([]string, error) {
-	problems, err := myServer(ctx, db, n, mariadbOnly)
-	if err != nil {
-		return nil, err
+	problems, other, err := myServer(ctx, db, n, mariadbOnly)
+	if err != nil || other {
+		return problems, err
 	}
-	const q = "SELECT column_name, column_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
-	found, err := checkTables(ctx, db, n, q, myKind, "DATETIME(6)", false)
+	found, err := checkTables(ctx, db, n, myColumns, myRules)
 	if err != nil {
 		return nil, err
 	}
@@ -391,6 +403,11 @@ func myCheckSchema(ctx context.Context, db *sql.DB, n *Names, mariadbOnly bool) 
 		}
 		problems = append(problems, p)
 	}
+	p, err := myEngines(ctx, db, n)
+	if err != nil {
+		return nil, err
+	}
+	problems = append(problems, p...)
 	if n.Form == RowLock && n.Priority != "" {
 		p, err := myPriorityIndex(ctx, db, n)
 		if err != nil {
@@ -401,41 +418,109 @@ func myCheckSchema(ctx context.Context, db *sql.DB, n *Names, mariadbOnly bool) 
 	if n.ClaimsTable == "" {
 		return problems, nil
 	}
-	p, err := myClaimsKey(ctx, db, n)
+	p, err = myClaimsKey(ctx, db, n)
 	return append(problems, p...), err
 }
 
-// myServer checks what the server is: its version (SKIP LOCKED) and an
-// engine that only looks like MySQL, or a Galera node; with mariadbOnly, a
-// server that is not MariaDB.
-func myServer(ctx context.Context, db *sql.DB, n *Names, mariadbOnly bool) ([]string, error) {
-	var version string
-	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-		return nil, err
+// myEngine reads a table's storage engine (NULL for a view); no row when
+// there is no such table.
+const myEngine = "SELECT COALESCE(engine, '') FROM information_schema.tables WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
+
+// myEngines reports a table whose storage engine is not InnoDB. MyISAM (or
+// Aria, MEMORY, a view) has no transactions and no row locks: a row-lock
+// claim holds nothing, a lease claim's read and write are not atomic, a
+// move to the dead table is not, and every loop runs the same jobs (issue
+// 21: 4 loops ran each of 40 jobs more than once on MyISAM).
+func myEngines(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+	var problems []string
+	for _, tb := range checkedTables(n) {
+		var engine string
+		err := db.QueryRowContext(ctx, myEngine, tb.schema, tb.name).Scan(&engine)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // reported as a missing table
+		}
+		if err != nil {
+			return nil, err
+		}
+		if strings.EqualFold(engine, "InnoDB") {
+			continue
+		}
+		name := tb.name
+		if tb.schema != "" {
+			name = tb.schema + "." + tb.name
+		}
+		if engine == "" {
+			engine = "no"
+		}
+		problems = append(problems, fmt.Sprintf("table %s has %s storage engine, not InnoDB: without transactions and row locks "+
+			"no claim holds its job, so several workers run it; convert it: ALTER TABLE %s ENGINE=InnoDB", name, engine, name))
+	}
+	return problems, nil
+}
+
+// myServer checks what the server is (its first statement, serverProbe):
+// another engine's server (other: nothing else is checked), an engine that
+// only looks like MySQL, a Galera node, the version (SKIP LOCKED, for the
+// lease and row-lock forms); with mariadbOnly, a server that is not
+// MariaDB.
+func myServer(ctx context.Context, db *sql.DB, n *Names, mariadbOnly bool) (problems []string, other bool, err error) {
+	s, err := probeServer(ctx, db)
+	if err != nil {
+		return nil, false, err
+	}
+	dialect := "inbox.MySQL"
+	if mariadbOnly {
+		dialect = "inbox.MariaDB"
+	}
+	if s.engine != "" && !s.speaksMySQL() {
+		return []string{wrongDialect(s, dialect, "MySQL or MariaDB")}, true, nil
 	}
 	galera := false
-	if n.Form != Lease {
+	if n.Form != Lease && (s.engine == engineMySQL || s.engine == engineMariaDB) {
 		// SHOW answers on MySQL too, where the variable does not exist;
 		// GLOBAL, as a session may set its own.
 		var name, value string
 		err := db.QueryRowContext(ctx, "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'").Scan(&name, &value)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return nil, err
+			return nil, false, err
 		}
 		galera = strings.EqualFold(value, "ON")
 	}
-	switch p := myLookalike(version, n.Form, galera); {
+	version := s.version
+	switch p := myLookalike(s, n.Form, galera); {
 	case p != "":
-		return []string{p}, nil
-	case mariadbOnly && !strings.Contains(strings.ToLower(version), "mariadb"):
+		return []string{p}, false, nil
+	case mariadbOnly && s.engine != engineMariaDB:
 		return []string{fmt.Sprintf("server %s is not MariaDB: the dialect inbox.MariaDB acknowledges batches with DELETE … RETURNING "+
-			"(MariaDB 10.5), which MySQL lacks; use inbox.MySQL", version)}, nil
-	case strings.Contains(strings.ToLower(version), "mariadb") && versionBelow(version, 10, 6):
-		return []string{fmt.Sprintf("MariaDB %s is older than 10.6, which brought SKIP LOCKED", version)}, nil
-	case !strings.Contains(strings.ToLower(version), "mariadb") && versionBelow(version, 8, 0):
-		return []string{fmt.Sprintf("MySQL %s is older than 8.0, which brought SKIP LOCKED", version)}, nil
+			"(MariaDB 10.5), which MySQL lacks; use inbox.MySQL", version)}, false, nil
+	case n.Form == Advisory:
+		// The advisory form needs no SKIP LOCKED.
+	case s.engine == engineMariaDB && versionBelow(version, 10, 6):
+		return []string{fmt.Sprintf("MariaDB %s is older than 10.6, which brought SKIP LOCKED, which the %s form's claim needs", version, n.Form)}, false, nil
+	case s.engine == engineMySQL && versionBelow(version, 8, 0):
+		return []string{fmt.Sprintf("MySQL %s is older than 8.0, which brought SKIP LOCKED, which the %s form's claim needs", version, n.Form)}, false, nil
 	}
-	return nil, nil
+	return nil, false, nil
+}
+
+// myTextCap is how many characters a MySQL text type holds: char(n) and
+// varchar(n) n, tinytext 255 bytes; text and the larger ones hold more than
+// MaxErrorText.
+func myTextCap(t string) (int, bool) {
+	t = strings.ToLower(t)
+	if strings.HasPrefix(t, "tinytext") {
+		return 255, true
+	}
+	open := strings.IndexByte(t, '(')
+	if open < 0 || !strings.Contains(t[:open], "char") {
+		return 0, false
+	}
+	end := strings.IndexByte(t[open:], ')')
+	if end < 0 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(t[open+1 : open+end])
+	return n, err == nil
 }
 
 // myKind tells whether a MySQL column type fits a column kind.

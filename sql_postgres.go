@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -251,8 +252,8 @@ func (postgres) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string
 
 // pgLookalike refuses a form that an engine speaking PostgreSQL's protocol
 // cannot hold, naming the engine, the form and what to use instead.
-func pgLookalike(version string, f Form) string {
-	if !strings.Contains(version, "CockroachDB") {
+func pgLookalike(s server, f Form) string {
+	if s.engine != engineCockroach {
 		return ""
 	}
 	switch f {
@@ -266,35 +267,87 @@ func pgLookalike(version string, f Form) string {
 	return ""
 }
 
-// CheckSchema checks the version (12, for MATERIALIZED) and the tables'
-// columns through information_schema ([SchemaChecker]).
+// pgMajor reads PostgreSQL's major version from version() ("PostgreSQL
+// 15.20 (Debian …)", YugabyteDB's "PostgreSQL 11.2-YB-2.18.0.0-b0 …"),
+// ok false when the text does not start so.
+func pgMajor(version string) (int, bool) {
+	rest, ok := strings.CutPrefix(version, "PostgreSQL ")
+	if !ok {
+		return 0, false
+	}
+	end := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
+	if end < 0 {
+		end = len(rest)
+	}
+	major, err := strconv.Atoi(rest[:end])
+	return major, err == nil
+}
+
+// pgKind tells whether a PostgreSQL column type (data_type, with the
+// length of a limited varchar: "character varying(100)") fits a kind.
+func pgKind(k colKind, t string) bool {
+	if i := strings.IndexByte(t, '('); i >= 0 {
+		t = t[:i]
+	}
+	switch k {
+	case kindID:
+		return t == "bigint" || t == "integer" || t == "smallint" || t == "text" || t == "uuid" || t == "character varying"
+	case kindInt:
+		return t == "bigint" || t == "integer" || t == "smallint"
+	case kindTime:
+		return t == "timestamp with time zone"
+	case kindString:
+		return t == "text" || t == "character varying"
+	}
+	return true
+}
+
+// pgTextCap is how many characters a varchar(n) holds; text and an
+// unlimited varchar are not limited.
+func pgTextCap(t string) (int, bool) {
+	n, ok := strings.CutPrefix(t, "character varying(")
+	if !ok {
+		return 0, false
+	}
+	c, err := strconv.Atoi(strings.TrimSuffix(n, ")"))
+	return c, err == nil
+}
+
+// pgRules judge PostgreSQL's columns.
+var pgRules = columnRules{fits: pgKind, timeType: "timestamptz", exactNames: true, textCap: pgTextCap,
+	widen: func(table, column string) string {
+		return "ALTER TABLE " + table + " ALTER COLUMN " + column + " TYPE text"
+	}}
+
+// pgColumns reads each column's type, a limited varchar with its length.
+const pgColumns = "SELECT column_name, COALESCE(data_type || '(' || character_maximum_length || ')', data_type) FROM information_schema.columns " +
+	"WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2"
+
+// CheckSchema checks the server (PostgreSQL 12, for MATERIALIZED; the
+// engines that only speak like it), the tables' columns through
+// information_schema, a LastError column too narrow for MaxErrorText and
+// the claims table's key ([SchemaChecker]). Its first statement
+// (serverProbe) tells a server of another engine, which is named with the
+// dialect to use.
 func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
-	var problems []string
-	var num int
-	var version string
-	if err := db.QueryRowContext(ctx, "SELECT current_setting('server_version_num')::int, version()").Scan(&num, &version); err != nil {
+	s, err := probeServer(ctx, db)
+	if err != nil {
 		return nil, err
 	}
-	if p := pgLookalike(version, n.Form); p != "" {
+	if s.engine != "" && !s.speaksPostgres() {
+		return []string{wrongDialect(s, "inbox.Postgres", enginePostgres)}, nil
+	}
+	var problems []string
+	if p := pgLookalike(s, n.Form); p != "" {
 		problems = append(problems, p)
-	} else if num < 120000 {
-		problems = append(problems, fmt.Sprintf("PostgreSQL %d is older than 12, which brought MATERIALIZED", num))
-	}
-	kind := func(k colKind, t string) bool {
-		switch k {
-		case kindID:
-			return t == "bigint" || t == "integer" || t == "smallint" || t == "text" || t == "uuid" || t == "character varying"
-		case kindInt:
-			return t == "bigint" || t == "integer" || t == "smallint"
-		case kindTime:
-			return t == "timestamp with time zone"
-		case kindString:
-			return t == "text" || t == "character varying"
+	} else if major, ok := pgMajor(s.version); ok && major < 12 {
+		p := fmt.Sprintf("PostgreSQL %d is older than 12, which brought MATERIALIZED", major)
+		if s.engine == engineYugabyte {
+			p = fmt.Sprintf("YugabyteDB %s is built on %s", s.version, p)
 		}
-		return true
+		problems = append(problems, p)
 	}
-	const q = "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2"
-	found, err := checkTables(ctx, db, n, q, kind, "timestamptz", true)
+	found, err := checkTables(ctx, db, n, pgColumns, pgRules)
 	if err != nil || n.ClaimsTable == "" {
 		return append(problems, found...), err
 	}

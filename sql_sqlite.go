@@ -134,12 +134,19 @@ func sqliteAdvisory(t *sqlTemplate, n *Names) *Statements {
 	return st
 }
 
+// CheckSchema checks the version (3.35, for RETURNING), the tables' columns
+// and that a rowid id cannot be reused ([SchemaChecker]). A server reached
+// with this dialect is named, with the dialect to use.
 func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
 	var problems []string
-	var version string
-	if err := db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&version); err != nil {
+	s, err := probeSQLite(ctx, db)
+	if err != nil {
 		return nil, err
 	}
+	if s.engine != engineSQLite {
+		return []string{wrongDialect(s, "inbox.SQLite", engineSQLite)}, nil
+	}
+	version := s.version
 	if versionBelow(version, 3, 35) {
 		problems = append(problems, fmt.Sprintf("SQLite %s is older than 3.35, which brought RETURNING", version))
 	}
@@ -154,7 +161,8 @@ func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, 
 		if err != nil {
 			return err
 		}
-		problems = append(problems, compareColumns(schema, table, cols, wantedColumns(n, role), sqliteKind, "TEXT", false)...)
+		// TEXT holds any length, whatever the declared type says.
+		problems = append(problems, compareColumns(schema, table, cols, wantedColumns(n, role), columnRules{fits: sqliteKind, timeType: "TEXT"})...)
 		return nil
 	}
 	for _, tb := range checkedTables(n) {
