@@ -21,7 +21,7 @@ const (
 		"(SELECT COUNT(*) FROM information_schema.tables WHERE UPPER(table_schema) = 'INFORMATION_SCHEMA' AND UPPER(table_name) = 'TIDB_SERVERS_INFO'), " +
 		"(SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = '_vt')"
 	sqliteProbe = "SELECT sqlite_version()"
-	pgColumns   = "SELECT column_name, COALESCE(data_type || '(' || character_maximum_length || ')', data_type) FROM information_schema.columns " +
+	pgColumns   = "SELECT column_name, COALESCE(data_type || '(' || CAST(character_maximum_length AS text) || ')', data_type) FROM information_schema.columns " +
 		"WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2"
 	myWsrep   = "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'"
 	myColumns = "SELECT column_name, column_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"

@@ -320,7 +320,7 @@ var pgRules = columnRules{fits: pgKind, timeType: "timestamptz", exactNames: tru
 	}}
 
 // pgColumns reads each column's type, a limited varchar with its length.
-const pgColumns = "SELECT column_name, COALESCE(data_type || '(' || character_maximum_length || ')', data_type) FROM information_schema.columns " +
+const pgColumns = "SELECT column_name, COALESCE(data_type || '(' || CAST(character_maximum_length AS text) || ')', data_type) FROM information_schema.columns " +
 	"WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2"
 
 // CheckSchema checks the server (PostgreSQL 12, for MATERIALIZED; the
