@@ -19,7 +19,9 @@ import (
 	"time"
 )
 
-// The cluster is a PostgreSQL primary and its synchronous streaming standby,
+// The cluster is a PostgreSQL primary and its streaming standby, synchronous
+// (synchronous_commit=on with the standby in synchronous_standby_names) or
+// asynchronous,
 // both on 127.0.0.1 on free ports, in data directories of a temporary
 // directory, started by the test and gone when it ends. It never touches a
 // server it did not start: the ports are fresh, the Unix sockets live in the
@@ -152,11 +154,12 @@ func (b pgBinaries) run(t *testing.T, dir, name string, args ...string) {
 	}
 }
 
-// cluster is a primary and its synchronous standby.
+// cluster is a primary and its standby.
 type cluster struct {
 	bin              pgBinaries
 	base             string // the temporary directory, the sockets' too
 	primary, standby *pgNode
+	sync             bool // the standby is synchronous
 }
 
 // pgNode is one running server.
@@ -175,14 +178,16 @@ const standbyName = "standby"
 
 // startCluster makes the primary (initdb), the standby (pg_basebackup with
 // a replication slot) and waits until the primary reports the standby as
-// synchronous. Everything is stopped and removed when t ends.
-func startCluster(t *testing.T, bin pgBinaries) *cluster {
+// streaming, synchronously when sync is set (else asynchronously: the
+// primary commits without waiting for it). Everything is stopped and removed
+// when t ends.
+func startCluster(t *testing.T, bin pgBinaries, sync bool) *cluster {
 	t.Helper()
 	base, err := os.MkdirTemp("", "inbox-failover-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{bin: bin, base: base}
+	c := &cluster{bin: bin, base: base, sync: sync}
 	t.Cleanup(func() {
 		for _, n := range []*pgNode{c.standby, c.primary} {
 			if n != nil {
@@ -210,8 +215,12 @@ func startCluster(t *testing.T, bin pgBinaries) *cluster {
 	primary := filepath.Join(base, "primary")
 	bin.run(t, base, "initdb", "-D", primary, "-U", "postgres", "--auth=trust", "--encoding=UTF8",
 		"--locale=C", "--no-sync", "--no-instructions")
+	names := ""
+	if sync {
+		names = standbyName
+	}
 	c.primary = c.start(t, "primary", primary,
-		"-c", "synchronous_standby_names="+standbyName,
+		"-c", "synchronous_standby_names="+names,
 		"-c", "synchronous_commit=on")
 	bin.run(t, base, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.primary.port), "-U", "postgres",
 		"-D", filepath.Join(base, "standby"), "-X", "stream", "-c", "fast", "--no-sync",
@@ -221,14 +230,14 @@ func startCluster(t *testing.T, bin pgBinaries) *cluster {
 		"-c", "synchronous_standby_names=",
 		"-c", "hot_standby=on")
 	db := c.primary.open(t)
-	eventually(t, serverWait, "the standby to stream synchronously", func() error {
+	eventually(t, serverWait, "the standby to stream", func() error {
 		return c.checkSync(db)
 	})
 	return c
 }
 
-// checkSync returns an error unless the primary (through db) replicates
-// synchronously to the standby.
+// checkSync returns an error unless the primary (through db) streams to
+// the standby, synchronously or not as the cluster was made.
 func (c *cluster) checkSync(db *sql.DB) error {
 	var state, sync string
 	err := db.QueryRow("SELECT state, sync_state FROM pg_stat_replication WHERE application_name = $1", standbyName).Scan(&state, &sync)
@@ -238,8 +247,12 @@ func (c *cluster) checkSync(db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	if state != "streaming" || sync != "sync" {
-		return fmt.Errorf("standby is %s, %s; want streaming, sync", state, sync)
+	want := "async"
+	if c.sync {
+		want = "sync"
+	}
+	if state != "streaming" || sync != want {
+		return fmt.Errorf("standby is %s, %s; want streaming, %s", state, sync, want)
 	}
 	return nil
 }

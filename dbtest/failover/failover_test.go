@@ -120,7 +120,7 @@ func TestFailover(t *testing.T) {
 	}
 	start := time.Now()
 	bin := findPostgres(t)
-	c := startCluster(t, bin)
+	c := startCluster(t, bin, true)
 	t.Logf("cluster: PostgreSQL %s, primary 127.0.0.1:%d, synchronous standby 127.0.0.1:%d, up in %v",
 		bin.version, c.primary.port, c.standby.port, time.Since(start).Round(time.Millisecond))
 	jobs := failJobs(t)
