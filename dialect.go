@@ -297,6 +297,23 @@ type Statements struct {
 	// does, for the places ClaimSelect left: ArgLimit is the number left.
 	ClaimSelectMore Stmt
 
+	// Pick, PickAfter and PickLock claim in two steps, for an engine whose
+	// locking read keeps the lock of every row it read before a sort,
+	// returned or not (InnoDB): a claim must lock only the rows it returns.
+	// Pick returns the id (and, with Table.Priority, the priority) of up to
+	// ArgLimit claimable rows in claim order, without locking them;
+	// PickAfter the same past the row ArgID (and ArgPriority) in claim
+	// order, for the next page. PickMore and PickMoreAfter (lease, optional)
+	// read a second set of claimable rows the same way (free rows, where
+	// Pick reads the expired ones); the core merges the two in claim order.
+	// PickLock locks, among its ArgIDs, up to ArgLimit rows still claimable,
+	// in id order, skipping rows others hold, and returns them as
+	// ClaimSelect does; the core fills its ArgIDs with candidates of one
+	// priority, in claim order, repeating the last, so that id order is
+	// claim order. Set, they replace Claim (row lock) or ClaimSelect and
+	// ClaimSelectMore (lease); a lease claim marks the rows with ClaimMark.
+	Pick, PickAfter, PickMore, PickMoreAfter, PickLock Stmt
+
 	// Candidates (advisory form) returns id, key and attempt of up to
 	// ArgLimit claimable rows in id order, without locking them;
 	// CandidatesAfter the same past the id ArgID, for the next page.

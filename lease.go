@@ -31,8 +31,8 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 		return nil, err
 	}
 	if q.names.Priority != "" {
-		// The statement returns its rows in id order, as it found them.
-		sort.SliceStable(ds, func(i, j int) bool { return ds[i].priority > ds[j].priority })
+		// The statement returns its rows in the order it updated them.
+		sortClaimOrder(ds)
 	}
 	for _, d := range ds {
 		d.sentAt = sent
@@ -43,8 +43,9 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 // claimLeaseSelectMark is the lease claim of engines without UPDATE …
 // RETURNING (MySQL): the rows are locked by ClaimSelect, then marked.
 func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.Time) ([]*Delivery, error) {
-	q.warm(ctx, q.st.ClaimSelect, q.st.ClaimSelectMore, q.st.ClaimMark)
-	if !q.st.ClaimSelect.Clock {
+	q.warm(ctx, q.st.ClaimSelect, q.st.ClaimSelectMore, q.st.Pick, q.st.PickAfter, q.st.PickMore, q.st.PickMoreAfter, q.st.PickLock, q.st.ClaimMark)
+	clocked := q.st.ClaimSelect.Clock || q.st.PickLock.Clock
+	if !clocked {
 		q.warm(ctx, q.st.Now)
 	}
 	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -53,7 +54,7 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 	}
 	defer tx.Rollback()
 	ex := q.own(tx)
-	if !q.st.ClaimSelect.Clock {
+	if !clocked {
 		now, err := q.readNow(ctx, ex)
 		if err != nil {
 			return nil, err
@@ -147,6 +148,19 @@ func (q *Queue) claimMarked(ctx context.Context, tx Executor, chunk []*Delivery,
 // let go when the claim's transaction commits.
 func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values) ([]*Delivery, error) {
 	max := v.limit
+	if q.st.PickLock.SQL != "" {
+		var reading time.Time
+		var clock *time.Time
+		if q.st.PickLock.Clock {
+			clock = &reading
+		}
+		ds, err := q.pick(ctx, tx, max, v.now, clock)
+		if v.now.IsZero() {
+			v.now = reading
+		}
+		sortClaimOrder(ds)
+		return ds, err
+	}
 	ds := make([]*Delivery, 0, max)
 	for _, s := range []Stmt{q.st.ClaimSelect, q.st.ClaimSelectMore} {
 		if s.SQL == "" || (len(ds) == max && q.names.Priority == "") {
@@ -172,11 +186,17 @@ func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values) ([]*D
 			v.now = reading // the first that came with rows
 		}
 	}
-	if q.names.Priority != "" && len(ds) > max {
-		sort.SliceStable(ds, func(i, j int) bool { return ds[i].priority > ds[j].priority })
-		ds = ds[:max]
+	if q.names.Priority != "" {
+		sortClaimOrder(ds)
+		ds = ds[:min(len(ds), max)]
 	}
 	return ds, nil
+}
+
+// sortClaimOrder sorts a claim's deliveries in the claim order: the highest
+// priority first, then the lowest id.
+func sortClaimOrder(ds []*Delivery) {
+	sort.Slice(ds, func(i, j int) bool { return claimBefore(ds[i].priority, ds[i].id, ds[j].priority, ds[j].id) })
 }
 
 // Extend moves the lease's expiry to now plus the lease, if the delivery

@@ -16,14 +16,14 @@ func (q *Queue) claimRowLock(ctx context.Context, max int) ([]*Delivery, error) 
 	}
 	ds := make([]*Delivery, 0, got)
 	defer func() { q.holds.unreserve(got - len(ds)) }()
-	now, err := q.claimNow(ctx, q.st.Claim, q.st.ClaimSelect)
+	now, err := q.claimNow(ctx, q.st.Claim, q.st.ClaimSelect, q.st.Pick, q.st.PickLock)
 	if err != nil {
 		return ds, err
 	}
 	// What the held transactions will run: the reserve left a connection
 	// to prepare on.
 	st := q.st
-	q.warm(ctx, st.Claim, st.ClaimSelect, st.ClaimMark, st.Ack, st.Retry, st.DeadInsert, st.DeadDelete, st.ClaimsClear)
+	q.warm(ctx, st.Claim, st.ClaimSelect, st.ClaimMark, st.Pick, st.PickAfter, st.PickLock, st.Ack, st.Retry, st.DeadInsert, st.DeadDelete, st.ClaimsClear)
 	for len(ds) < got {
 		d, err := q.claimOneRowLock(ctx, now)
 		if err != nil {
@@ -112,23 +112,29 @@ func (q *Queue) addClaim(ctx context.Context, v *values) (int64, error) {
 	return claims, err
 }
 
-// claimOne claims one row through ex with Claim, or with ClaimSelect and
-// ClaimMark; nil when there is none, or when the mark found the row gone or
-// changed.
+// claimOne claims one row through ex with Claim, with ClaimSelect, or by a
+// pick (row lock), then ClaimMark where there is one; nil when there is
+// none, or when the mark found the row gone or changed.
 func (q *Queue) claimOne(ctx context.Context, ex Executor, v *values) (*Delivery, error) {
-	s := q.st.Claim
-	if s.SQL == "" {
-		s = q.st.ClaimSelect
+	var ds []*Delivery
+	var err error
+	if q.st.PickLock.SQL != "" && q.names.Form == RowLock {
+		ds, err = q.pick(ctx, ex, 1, v.now, nil)
+	} else {
+		s := q.st.Claim
+		if s.SQL == "" {
+			s = q.st.ClaimSelect
+		}
+		rows, qerr := q.query(ctx, ex, s, v)
+		if qerr != nil {
+			return nil, qerr
+		}
+		ds, err = q.scanClaimed(rows, false, nil, 1, nil)
 	}
-	rows, err := q.query(ctx, ex, s, v)
-	if err != nil {
-		return nil, err
-	}
-	ds, err := q.scanClaimed(rows, false, nil, 1, nil)
 	if err != nil || len(ds) == 0 {
 		return nil, err
 	}
-	if q.st.Claim.SQL == "" {
+	if q.st.Claim.SQL == "" && q.st.ClaimMark.SQL != "" {
 		mv := values{id: ds[0].id, attempt: ds[0].attempt, now: v.now}
 		n, err := q.exec(ctx, ex, q.st.ClaimMark, &mv)
 		if err != nil || n == 0 {

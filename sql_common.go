@@ -44,13 +44,17 @@ const (
 // attempt lets the claim refuse a row that changed since it was read.
 func candidates(t *sqlTemplate) (first, after Stmt) {
 	first = t.query("SELECT {id}, {key}, {attempt}{, priority} FROM {table}{where ready} ORDER BY {order} LIMIT $limit")
-	past := "{id} > $id"
-	if t.frags["priority"] != "" {
-		// Past the last candidate in the claim order: by priority, then id.
-		past = "({priority} < $priority OR {priority} = $priority AND {id} > $id)"
-	}
-	after = t.query("SELECT {id}, {key}, {attempt}{, priority} FROM {table} WHERE " + past + "{and ready} ORDER BY {order} LIMIT $limit")
+	after = t.query("SELECT {id}, {key}, {attempt}{, priority} FROM {table} WHERE " + pastCandidate(t) + "{and ready} ORDER BY {order} LIMIT $limit")
 	return first, after
+}
+
+// pastCandidate is the condition of the rows past the candidate $id (and
+// $priority) in the claim order: by priority, then id.
+func pastCandidate(t *sqlTemplate) string {
+	if t.frags["priority"] != "" {
+		return "({priority} < $priority OR {priority} = $priority AND {id} > $id)"
+	}
+	return "{id} > $id"
 }
 
 // advisorySettlements are the advisory form's Ack, Release and (with a

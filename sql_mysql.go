@@ -54,6 +54,11 @@ func (mysql) ScanTime(src any) (time.Time, error) {
 // claimMarkIDs is how many ids one lease ClaimMark takes.
 const claimMarkIDs = 16
 
+// myPickIDs are the candidates one PickLock names: enough to pass the jobs
+// a few dozen workers hold at the head of the queue in one read, a range
+// of primary-key probes.
+var myPickIDs = strings.TrimSuffix(strings.Repeat("$id, ", 32), ", ")
+
 func (mysql) Statements(n *Names) (*Statements, error) {
 	if n.NotifyChannel != "" {
 		return nil, fmt.Errorf("Config.NotifyChannel %q: MySQL has no notifications; idle workers of other processes find jobs by polling", n.NotifyChannel)
@@ -143,19 +148,34 @@ func myLease(t *sqlTemplate, n *Names) *Statements {
 	// waits per batch of 16 at 4 workers, on the acknowledgements). Read
 	// backwards, it is the newest free row's, which no settlement touches
 	// and which other claims step over (SKIP LOCKED) or their free read
-	// stops before (an equality range ends without a lock). With a
-	// priority the due rows are sorted by it, so the read runs forwards.
+	// stops before (an equality range ends without a lock).
 	now, clock := "$now", ""
 	if n.DBClock {
 		now, clock = "UTC_TIMESTAMP(6)", ", UTC_TIMESTAMP(6)"
 	}
-	due := "{lease} DESC, {id} DESC"
+	//
+	// With a priority the due rows are sorted by it, and a locking read
+	// that sorts locks every row it read, returned or not, until the claim
+	// commits: 40 locks for a claim of one among 20 due rows, which the
+	// concurrent claims then step over, taking jobs of lower priority. The
+	// claim then picks (Statements.Pick): the due rows and the free ones
+	// are read without locks, in claim order, and the best are locked by
+	// primary key, in id order among rows of one priority, each read
+	// locking only the rows it returns.
 	if n.Priority != "" {
-		due = "{order}"
+		past := pastCandidate(t)
+		st.Pick = t.query("SELECT {pick} FROM {table} WHERE {lease} <= " + now + " ORDER BY {order} LIMIT $limit")
+		st.PickAfter = t.query("SELECT {pick} FROM {table} WHERE {lease} <= " + now + " AND " + past + " ORDER BY {order} LIMIT $limit")
+		st.PickMore = t.query("SELECT {pick} FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit")
+		st.PickMoreAfter = t.query("SELECT {pick} FROM {table} WHERE {lease} IS NULL AND " + past + " ORDER BY {order} LIMIT $limit")
+		st.PickLock = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {id} IN (" + myPickIDs +
+			") AND ({lease} IS NULL OR {lease} <= " + now + ") ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
+		st.PickLock.Clock = n.DBClock
+	} else {
+		st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} <= " + now + " ORDER BY {lease} DESC, {id} DESC LIMIT $limit FOR UPDATE SKIP LOCKED")
+		st.ClaimSelectMore = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+		st.ClaimSelect.Clock, st.ClaimSelectMore.Clock = n.DBClock, n.DBClock
 	}
-	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} <= " + now + " ORDER BY " + due + " LIMIT $limit FOR UPDATE SKIP LOCKED")
-	st.ClaimSelectMore = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
-	st.ClaimSelect.Clock, st.ClaimSelectMore.Clock = n.DBClock, n.DBClock
 	// One UPDATE writes the leases of up to claimMarkIDs rows; a claim of
 	// fewer repeats its last row, which changes nothing twice. It writes a
 	// row only if the row still has the attempt the SELECT read and is still
@@ -198,9 +218,26 @@ const myLeaseToken = "{id} = $id AND {attempt} = $attempt AND COALESCE({lease}) 
 // myRowLock: the held transaction locks the row with SKIP LOCKED and writes
 // nothing: only a committed Retry counts the attempt, so a crash or a
 // Release leaves the row as it was.
+//
+// Without a not-before column the claim is one read of an index in claim
+// order (the primary key, or (priority DESC, id)), which locks the row it
+// returns. With one, the ready rows (NULL or due) are no range of any index
+// in claim order, and InnoDB may read them through the (not_before, id)
+// index and sort them: a locking read then keeps the lock of every ready
+// row it read until the held transaction ends (41 row locks for a claim
+// of one among 20 ready rows), and every other claim finds nothing while
+// it is held. The claim then picks (Statements.Pick): candidates are read
+// without locks, in claim order, and PickLock locks the first free one by
+// primary key, a range read in id order that stops at its LIMIT.
 func myRowLock(t *sqlTemplate, n *Names) *Statements {
 	st := &Statements{}
-	st.Claim = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table}{where ready} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED")
+	if n.NotBefore != "" {
+		st.Pick = t.query("SELECT {pick} FROM {table}{where ready} ORDER BY {order} LIMIT $limit")
+		st.PickAfter = t.query("SELECT {pick} FROM {table} WHERE " + pastCandidate(t) + "{and ready} ORDER BY {order} LIMIT $limit")
+		st.PickLock = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} WHERE {id} IN (" + myPickIDs + "){and ready} ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
+	} else {
+		st.Claim = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED")
+	}
 	// The claim is a transaction: an idle loop asks first.
 	st.Probe = t.query(rowLockProbe)
 	st.Ack = t.exec("DELETE FROM {table} WHERE " + rowLockToken)

@@ -42,11 +42,15 @@ const (
 // Row-lock form, and its claims counter: a side table, counted from a
 // second session and read back, MySQL having no RETURNING.
 const (
-	myRowLockSelect         = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT 1 FOR UPDATE SKIP LOCKED"
-	myRowLockSelectInjected = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT 1 FOR UPDATE SKIP LOCKED"
-	myRowLockAck            = "DELETE FROM `jobs` WHERE `id` = ?" // also the dead move's delete
-	myRowLockRetry          = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `not_before` = ? WHERE `id` = ?"
-	myRowLockDeadInsert     = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ?"
+	// A row-lock claim with a not-before column picks: candidates read
+	// without locks, then the first free one locked by primary key.
+	myRowLockPick             = "SELECT `id` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?"
+	myRowLockPickInjected     = "SELECT `id` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?"
+	myRowLockPickLock         = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	myRowLockPickLockInjected = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	myRowLockAck              = "DELETE FROM `jobs` WHERE `id` = ?" // also the dead move's delete
+	myRowLockRetry            = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `not_before` = ? WHERE `id` = ?"
+	myRowLockDeadInsert       = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ?"
 
 	myClaimsCount    = "INSERT INTO `job_claims` (`id`, claims) VALUES (?, 1) ON DUPLICATE KEY UPDATE claims = claims + 1"
 	myClaimsRead     = "SELECT claims FROM `job_claims` WHERE `id` = ?"
@@ -372,11 +376,12 @@ func TestMySQLRowLock(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: rowLockTable})
 	cols := "id,attempt,payload"
 	m.ExpectBegin()
-	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
+	myRowLockPicks(m, "", []int64{7, 8}, rows(cols, row(int64(7), int64(1), []byte("p7"))))
 	m.ExpectBegin()
-	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(int64(8), int64(2), []byte("p8"))))
+	myRowLockPicks(m, "", []int64{8}, rows(cols, row(int64(8), int64(2), []byte("p8"))))
 	m.ExpectBegin()
-	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols))
+	// A candidate another claim took meanwhile: the lock finds none.
+	myRowLockPicks(m, "", []int64{9}, rows(cols))
 	m.ExpectRollback()
 	ctx, cancel := context.WithCancel(context.Background())
 	ds, err := q.Claim(ctx, 5)
@@ -398,7 +403,7 @@ func TestMySQLRowLock(t *testing.T) {
 
 	for id := int64(9); id <= 11; id++ {
 		m.ExpectBegin()
-		m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(id, int64(4), []byte("p"))))
+		myRowLockPicks(m, "", []int64{id, id + 1}, rows(cols, row(id, int64(4), []byte("p"))))
 	}
 	ds = claim(t, q, 3, 9, 10, 11)
 	// The claim wrote nothing: Retry without a delay counts the attempt.
@@ -415,12 +420,77 @@ func TestMySQLRowLock(t *testing.T) {
 	m.met(t)
 }
 
+// A row-lock claim whose first page of candidates is all held by other
+// claims locks none of them and reads the next page, twice as long, past
+// the last candidate.
+func TestMySQLRowLockPickPages(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: rowLockTable})
+	const after = "SELECT `id` FROM `jobs` WHERE `id` > ? AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?"
+	m.ExpectBegin()
+	held := rows("id")
+	var lockArgs []driver.Value
+	for id := int64(1); id <= 10; id++ {
+		held.AddRow(id)
+	}
+	for k := int64(1); k <= 32; k++ {
+		lockArgs = append(lockArgs, min(k, 10))
+	}
+	m.ExpectQuery(myRowLockPick).WithArgs(10).WillReturnRows(held)
+	m.ExpectQuery(myRowLockPickLock).WithArgs(append(lockArgs, 1)...).WillReturnRows(rows("id,attempt,payload"))
+	m.ExpectQuery(after).WithArgs(int64(10), 20).WillReturnRows(rows("id", row(int64(11))))
+	lockArgs = lockArgs[:0]
+	for k := 0; k < 32; k++ {
+		lockArgs = append(lockArgs, int64(11))
+	}
+	m.ExpectQuery(myRowLockPickLock).WithArgs(append(lockArgs, 1)...).WillReturnRows(rows("id,attempt,payload", row(int64(11), int64(1), nil)))
+	claim(t, q, 1, 11)
+	m.met(t)
+}
+
+// With a priority, a MySQL lease claim picks: the due and the free
+// candidates, read without locks, merged in claim order (priority, then
+// id), locked a priority at a time in id order, so that each lock stops at
+// the rows it returns; the deliveries come in claim order.
+func TestMySQLLeasePick(t *testing.T) {
+	m := newMock(t)
+	clk := newClock(t0)
+	tb := leaseTable
+	tb.Priority = "priority"
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: tb, Lease: time.Minute, Now: clk.Now})
+	const (
+		now  = "2024-03-01 12:00:00.123456"
+		exp  = "2024-03-01 12:01:00.123456"
+		due  = "SELECT `id`, `priority` FROM `jobs` WHERE `locked_until` <= ? ORDER BY `priority` DESC, `id` LIMIT ?"
+		free = "SELECT `id`, `priority` FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `priority` DESC, `id` LIMIT ?"
+		lock = "SELECT `id`, `attempt`, `payload`, `priority` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND (`locked_until` IS NULL OR `locked_until` <= ?) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	)
+	lockArgs := func(limit int, ids ...int64) []driver.Value {
+		var out []driver.Value
+		for k := 0; k < 32; k++ {
+			out = append(out, ids[min(k, len(ids)-1)])
+		}
+		return append(out, now, limit)
+	}
+	m.ExpectBegin()
+	m.ExpectQuery(due).WithArgs(now, 14).WillReturnRows(rows("id,priority", row(int64(5), int64(10)), row(int64(9), int64(0))))
+	m.ExpectQuery(free).WithArgs(14).WillReturnRows(rows("id,priority", row(int64(2), int64(10)), row(int64(3), int64(5)), row(int64(4), int64(5))))
+	// Job 2 is another claim's by now.
+	m.ExpectQuery(lock).WithArgs(lockArgs(3, 2, 5)...).WillReturnRows(rows("id,attempt,payload,priority", row(int64(5), int64(1), nil, int64(10))))
+	m.ExpectQuery(lock).WithArgs(lockArgs(2, 3, 4)...).WillReturnRows(rows("id,attempt,payload,priority",
+		row(int64(3), int64(1), nil, int64(5)), row(int64(4), int64(2), nil, int64(5))))
+	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 5, 1, 3, 1, 4, 2)...).WillReturnResult(affected(3))
+	m.ExpectCommit()
+	claim(t, q, 3, 5, 3, 4)
+	m.met(t)
+}
+
 func TestMySQLRowLockInjectedClock(t *testing.T) {
 	m := newMock(t)
 	clk := newClock(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: rowLockTable, Now: clk.Now})
 	m.ExpectBegin()
-	m.ExpectQuery(myRowLockSelectInjected).WithArgs("2024-03-01 12:00:00.123456").WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
+	myRowLockPicks(m, "2024-03-01 12:00:00.123456", []int64{7}, rows("id,attempt,payload", row(int64(7), int64(1), nil)))
 	d := claim(t, q, 1, 7)[0]
 	clk.Advance(time.Second)
 	m.ExpectExec(myRowLockRetry).WithArgs("2024-03-01 12:00:31.123456", int64(7)).WillReturnResult(affected(1))
@@ -449,19 +519,19 @@ func TestMySQLClaimsCounter(t *testing.T) {
 		m.ExpectQuery(myClaimsRead).WithArgs(id).WillReturnRows(rows("claims", row(claims)))
 	}
 	m.ExpectBegin()
-	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
+	myRowLockPicks(m, "", []int64{7, 8}, rows(cols, row(int64(7), int64(1), []byte("p7"))))
 	count(7, 1)
 	// Job 8's fifth delivery: four before it ended unsettled, more than
 	// MaxClaims 3.
 	m.ExpectBegin()
-	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols, row(int64(8), int64(5), []byte("p8"))))
+	myRowLockPicks(m, "", []int64{8}, rows(cols, row(int64(8), int64(5), []byte("p8"))))
 	count(8, 5)
 	m.ExpectExec(myRowLockDeadInsert).WithArgs(int64(5), int64(8)).WillReturnResult(affected(1))
 	m.ExpectExec(myRowLockAck).WithArgs(int64(8)).WillReturnResult(affected(1))
 	m.ExpectExec(myClaimsClear).WithArgs(int64(8)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	m.ExpectBegin()
-	m.ExpectQuery(myRowLockSelect).WithoutArgs().WillReturnRows(rows(cols))
+	myRowLockPicks(m, "", nil, nil)
 	m.ExpectRollback()
 	ds := claim(t, q, 2, 7)
 	for i, l := range m.isolations() {
@@ -470,17 +540,17 @@ func TestMySQLClaimsCounter(t *testing.T) {
 		}
 	}
 	on := m.since(t, 0,
-		"begin", "query "+myRowLockSelect, "exec "+myClaimsCount, "query "+myClaimsRead,
-		"begin", "query "+myRowLockSelect, "exec "+myClaimsCount, "query "+myClaimsRead,
+		"begin", "query "+myRowLockPick, "query "+myRowLockPickLock, "exec "+myClaimsCount, "query "+myClaimsRead,
+		"begin", "query "+myRowLockPick, "query "+myRowLockPickLock, "exec "+myClaimsCount, "query "+myClaimsRead,
 		"exec "+myRowLockDeadInsert, "exec "+myRowLockAck, "exec "+myClaimsClear, "commit",
-		"begin", "query "+myRowLockSelect, "rollback")
-	for _, c := range [][2]int{{0, 2}, {0, 3}, {4, 6}, {4, 7}} {
+		"begin", "query "+myRowLockPick, "rollback")
+	for _, c := range [][2]int{{0, 3}, {0, 4}, {5, 8}, {5, 9}} {
 		if on[c[0]] == on[c[1]] {
 			t.Errorf("connections %v: the count ran on the held transaction's connection", on)
 		}
 	}
-	for _, i := range []int{5, 8, 9, 10, 11} {
-		if on[i] != on[4] {
+	for _, i := range []int{6, 7, 10, 11, 12, 13} {
+		if on[i] != on[5] {
 			t.Errorf("connections %v: job 8's claim and dead move ran apart from its transaction", on)
 		}
 	}
@@ -501,11 +571,11 @@ func TestMySQLClaimsCounterInjectedClock(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: claimsTable, Now: newClock(t0).Now})
 	const now = "2024-03-01 12:00:00.123456"
 	m.ExpectBegin()
-	m.ExpectQuery(myRowLockSelectInjected).WithArgs(now).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
+	myRowLockPicks(m, now, []int64{7}, rows("id,attempt,payload", row(int64(7), int64(1), nil)))
 	m.ExpectExec(myClaimsCount).WithArgs(int64(7)).WillReturnResult(affected(2))
 	m.ExpectQuery(myClaimsRead).WithArgs(int64(7)).WillReturnRows(rows("claims", row(int64(2))))
 	d := claim(t, q, 1, 7)[0]
-	held := m.since(t, 0, "begin", "query "+myRowLockSelectInjected, "exec "+myClaimsCount, "query "+myClaimsRead)[0]
+	held := m.since(t, 0, "begin", "query "+myRowLockPickInjected, "query "+myRowLockPickLockInjected, "exec "+myClaimsCount, "query "+myClaimsRead)[0]
 	n := m.sent()
 	m.ExpectExec(myClaimsGiveBack).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectRollback()
@@ -516,7 +586,7 @@ func TestMySQLClaimsCounterInjectedClock(t *testing.T) {
 
 	errDown := errors.New("invalid connection")
 	m.ExpectBegin()
-	m.ExpectQuery(myRowLockSelectInjected).WithArgs(now).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
+	myRowLockPicks(m, now, []int64{7}, rows("id,attempt,payload", row(int64(7), int64(1), nil)))
 	m.ExpectExec(myClaimsCount).WithArgs(int64(7)).WillReturnResult(affected(2))
 	m.ExpectQuery(myClaimsRead).WithArgs(int64(7)).WillReturnError(errDown)
 	m.ExpectExec(myClaimsGiveBack).WithArgs(int64(7)).WillReturnResult(affected(1))
@@ -725,4 +795,32 @@ func TestMySQLEnqueue(t *testing.T) {
 	m.ExpectExec("INSERT INTO `jobs` (`id`, `payload`, `not_before`) VALUES (?, ?, ?)").WithArgs(int64(46), p, later).WillReturnResult(sqlmock.NewResult(0, 1))
 	enqueue(rowQ, m.DB, inbox.Job{ID: int64(46), Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(46))
 	m.met(t)
+}
+
+// myRowLockPicks expects a row-lock claim's pick: the candidates ids, read
+// without locks (a page of 10 for a claim of one), then, when there are
+// any, the lock of the first free one among them, which returns got. now is
+// the caller's clock, or "" for the engine's.
+func myRowLockPicks(m *mock, now string, ids []int64, got *sqlmock.Rows) {
+	pick, lock := myRowLockPick, myRowLockPickLock
+	var pickArgs, lockArgs []driver.Value
+	if now != "" {
+		pick, lock = myRowLockPickInjected, myRowLockPickLockInjected
+		pickArgs = append(pickArgs, now)
+	}
+	cands := rows("id")
+	for _, id := range ids {
+		cands.AddRow(id)
+	}
+	m.ExpectQuery(pick).WithArgs(append(pickArgs, 10)...).WillReturnRows(cands)
+	if len(ids) == 0 {
+		return
+	}
+	for k := 0; k < 32; k++ {
+		lockArgs = append(lockArgs, ids[min(k, len(ids)-1)])
+	}
+	if now != "" {
+		lockArgs = append(lockArgs, now)
+	}
+	m.ExpectQuery(lock).WithArgs(append(lockArgs, 1)...).WillReturnRows(got)
 }

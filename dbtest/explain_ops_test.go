@@ -339,15 +339,18 @@ func TestExplainPriorityClaim(t *testing.T) {
 		}
 		st := q.Statements()
 		// The statement that finds the job: the claim itself, or the
-		// advisory form's candidates, read without a lock; MySQL's lease
-		// claim reads due rows (the few expired ones, sorted), then free
-		// ones.
+		// advisory form's candidates, read without a lock; MySQL's claims
+		// pick (sql_mysql.go): the lease's reads due rows (the few expired
+		// ones, sorted), then free ones, the row lock's its ready rows, all
+		// without locks.
 		var find []inbox.Stmt
 		switch {
 		case form == "advisory":
 			find = []inbox.Stmt{st.Candidates}
 		case e.IsMySQL() && form == "lease":
-			find = []inbox.Stmt{st.ClaimSelect, st.ClaimSelectMore}
+			find = []inbox.Stmt{st.Pick, st.PickMore}
+		case e.IsMySQL():
+			find = []inbox.Stmt{st.Pick}
 		case st.Claim.SQL != "":
 			find = []inbox.Stmt{st.Claim}
 		default:
@@ -378,9 +381,9 @@ func TestExplainPriorityClaim(t *testing.T) {
 		switch {
 		case e.IsMySQL():
 			// The free rows (lease) or the whole claim (row lock,
-			// advisory) in index order: after a filesort SKIP LOCKED
-			// would return nothing while the first row is held. The
-			// lease's due rows are a range of the expiry, sorted.
+			// advisory) in index order, so that the read stops at its
+			// first rows. The lease's due rows are a range of the
+			// expiry, sorted.
 			sorted := find
 			if form == "lease" {
 				sorted = find[1:]
@@ -388,6 +391,35 @@ func TestExplainPriorityClaim(t *testing.T) {
 			for _, s := range sorted {
 				if extra := mysqlExtra(t, db, s.SQL, opsArgs(t, e, s, now, time.Minute, 1)...); strings.Contains(extra, "filesort") {
 					t.Errorf("claim: %s sorts the rows: %s", s.SQL, extra)
+				}
+			}
+			if form != "advisory" {
+				// The pick's lock: primary-key probes of the candidates
+				// in id order, no sort (a locking read that sorts keeps
+				// every row it read locked), stopping at its LIMIT.
+				var args []any
+				id := int64(opsHighFirst(t, db, table))
+				for _, a := range st.PickLock.Args {
+					switch a {
+					case inbox.ArgID:
+						args = append(args, id)
+						id++
+					case inbox.ArgNow:
+						args = append(args, opsTime(e, now))
+					case inbox.ArgLimit:
+						args = append(args, 1)
+					}
+				}
+				lock := explainPlan(t, e, db, true, st.PickLock.SQL, args...)
+				t.Logf("pick's lock:\n%s", planText(lock))
+				explainMust(t, "pick's lock", lock, []string{"range on " + table + " using PRIMARY"}, []string{"filesort"})
+				for _, r := range reads(lock, table) {
+					if r.Rows+r.Removed > 1 {
+						t.Errorf("pick's lock: %v reads %.0f rows for a claim of one", r, r.Rows+r.Removed)
+					}
+				}
+				if extra := mysqlExtra(t, db, st.PickLock.SQL, args...); strings.Contains(extra, "filesort") {
+					t.Errorf("pick's lock sorts the rows: %s", extra)
 				}
 			}
 		case e.IsSQLite() && form == "advisory":
@@ -449,4 +481,15 @@ func mysqlExtra(t *testing.T, db *sql.DB, query string, args ...any) string {
 		t.Fatal(err)
 	}
 	return strings.Join(out, "; ")
+}
+
+// opsHighFirst is the lowest id of the jobs of high priority of an
+// opsShape table, the first in claim order.
+func opsHighFirst(t *testing.T, db *sql.DB, table string) int64 {
+	t.Helper()
+	var id int64
+	if err := db.QueryRow(fmt.Sprintf("SELECT MIN(id) FROM %s WHERE priority = %d", table, opsPrioHigh)).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -839,7 +839,7 @@ func (c *workXCounter) watch(q *inbox.Queue) {
 	st := q.Statements()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, s := range []inbox.Stmt{st.Claim, st.ClaimSelect, st.Candidates} {
+	for _, s := range []inbox.Stmt{st.Claim, st.ClaimSelect, st.Candidates, st.Pick} {
 		if s.SQL != "" {
 			c.sqls[s.SQL] = true
 		}

@@ -172,9 +172,12 @@ func TestSequenceRowLock(t *testing.T) {
 
 	m = recorder(t, inbox.Config{Dialect: inbox.MySQL, Table: rowLock})
 	st = m.q.Statements()
+	// With a not-before column MySQL picks: the candidates, read without
+	// locks, then the first free one locked by primary key.
 	want(t, "mysql claim", record(m, func() { m.ExpectClaim(1, job7) }),
 		"begin",
-		"query "+st.Claim.SQL)
+		"query "+st.Pick.SQL+" [10]",
+		"query "+st.PickLock.SQL+" [7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 1]")
 	want(t, "mysql retry", record(m, func() { m.ExpectRetry(7, time.Minute) }),
 		"query SELECT UTC_TIMESTAMP(6)",
 		"exec "+st.Retry.SQL+" [2024-01-01 12:01:00.000000 7]",
@@ -446,7 +449,11 @@ func docLine(m *Mock, c call, name, prefer string) string {
 				n++
 			}
 			if n > 1 {
-				args[len(args)-1] = fmt.Sprintf("%d ids (the claimed ids in order, the last repeated)", n)
+				what := "the claimed ids"
+				if c.is("PickLock") {
+					what = "candidates of one priority"
+				}
+				args[len(args)-1] = fmt.Sprintf("%d ids (%s in order, the last repeated)", n, what)
 				i += n - 1
 			}
 		}
@@ -502,7 +509,7 @@ func docArg(m *Mock, c call, i int, prefer string) string {
 		}
 		return "lease in µs"
 	case inbox.ArgLimit:
-		if c.is("Candidates", "CandidatesAfter") {
+		if c.is("Candidates", "CandidatesAfter", "Pick", "PickAfter", "PickMore", "PickMoreAfter") {
 			return "page"
 		}
 		return "max"

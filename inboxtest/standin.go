@@ -340,6 +340,34 @@ func (s *standIn) answerQuery(c *call) {
 		// The claim's jobs all came with the first read.
 		s.claimRows(c)
 		c.rows = nil
+	case c.is("Pick", "PickMore"):
+		// The candidates of a pick: the next job (row lock), or every
+		// job, all free (lease).
+		c.cols = []string{s.table.ID}
+		if s.table.Priority != "" {
+			c.cols = append(c.cols, s.table.Priority)
+		}
+		var cands []job
+		switch {
+		case s.form == inbox.RowLock && s.next < len(s.jobs):
+			cands = s.jobs[s.next : s.next+1]
+		case s.form == inbox.Lease && c.is("PickMore"):
+			cands = s.jobs
+		}
+		for _, j := range cands {
+			r := []driver.Value{j.id}
+			if s.table.Priority != "" {
+				r = append(r, j.priority)
+			}
+			c.rows = append(c.rows, r)
+		}
+	case c.is("PickAfter", "PickMoreAfter"):
+		c.cols = []string{s.table.ID}
+		if s.table.Priority != "" {
+			c.cols = append(c.cols, s.table.Priority)
+		}
+	case c.is("PickLock"):
+		s.claimRows(c)
 	case c.is("Candidates"):
 		c.cols = []string{s.table.ID, s.table.AdvisoryKey, s.table.Attempt}
 		if s.table.Priority != "" {
@@ -457,13 +485,27 @@ func (s *standIn) claimRows(c *call) {
 		}
 		return r
 	}
+	// A pick's lock takes the jobs among the ids it names.
+	named := func(j job) bool {
+		if !c.is("PickLock") {
+			return true
+		}
+		for i, a := range c.stmt.Args {
+			if a == inbox.ArgID && i < len(c.args) && c.args[i] == j.id {
+				return true
+			}
+		}
+		return false
+	}
 	switch s.form {
 	case inbox.Lease:
 		for _, j := range s.jobs {
-			c.rows = append(c.rows, row(j))
+			if named(j) {
+				c.rows = append(c.rows, row(j))
+			}
 		}
 	case inbox.RowLock:
-		if s.next < len(s.jobs) {
+		if s.next < len(s.jobs) && named(s.jobs[s.next]) {
 			c.rows = append(c.rows, row(s.jobs[s.next]))
 			s.next++
 		}

@@ -1,0 +1,179 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// pick claims up to want rows through ex in two steps (Statements.Pick):
+// candidates are read without locks, in claim order, a page at a time, and
+// PickLock locks them by primary key, skipping rows others hold. A locking
+// read that sorts (InnoDB's, when no index gives the claim order over the
+// claimable rows) keeps the lock of every row it read, returned or not, for
+// as long as the claim's transaction: under the row lock, as long as the
+// handler runs, while every other claim finds those rows taken.
+//
+// PickLock takes candidates of one priority at a time, whose id order is
+// the claim order, and stops at its LIMIT: it locks the rows it returns and
+// no others. Pages follow one another in claim order, each twice as long as
+// the last, until want rows are locked or the candidates end, so that a
+// free job is found whatever number of held ones come before it. The
+// candidates in hand are tried before the next page is read. With PickMore
+// (the lease's free rows beside its expired ones), the two sets are merged
+// in claim order. clock, when set, receives the engine's clock from the
+// first PickLock that returned rows.
+func (q *Queue) pick(ctx context.Context, ex Executor, want int, now time.Time, clock *time.Time) ([]*Delivery, error) {
+	ds := make([]*Delivery, 0, want)
+	srcs := []*pickSource{{first: q.st.Pick, after: q.st.PickAfter}}
+	if q.st.PickMore.SQL != "" {
+		srcs = append(srcs, &pickSource{first: q.st.PickMore, after: q.st.PickMoreAfter})
+	}
+	for _, s := range srcs {
+		s.limit = 2*want + 8
+	}
+	per := 0 // candidates one PickLock names
+	for _, a := range q.st.PickLock.Args {
+		if a == ArgID {
+			per++
+		}
+	}
+	chunk := make([]token, 0, per)
+	var priority int64 // the chunk's
+	lock := func() error {
+		v := values{tokens: chunk, limit: want - len(ds), now: now}
+		chunk = chunk[:0]
+		rows, err := q.query(ctx, ex, q.st.PickLock, &v)
+		if err != nil {
+			return err
+		}
+		ds, err = q.scanClaimed(rows, false, ds, 0, clock)
+		return err
+	}
+	for len(ds) < want {
+		reading := false
+		for _, s := range srcs {
+			reading = reading || s.needsRead()
+		}
+		if reading && len(chunk) > 0 {
+			// The candidates in hand first: a page read costs a round
+			// trip that a free job among them makes needless.
+			if err := lock(); err != nil {
+				return ds, err
+			}
+			continue
+		}
+		var best *pickSource
+		for _, s := range srcs {
+			if s.needsRead() {
+				if err := q.readPicks(ctx, ex, s, now); err != nil {
+					return ds, err
+				}
+			}
+			if s.pos < len(s.buf) && (best == nil || s.buf[s.pos].before(best.buf[best.pos])) {
+				best = s
+			}
+		}
+		if best == nil {
+			break
+		}
+		c := best.buf[best.pos]
+		best.pos++
+		if len(chunk) > 0 && (len(chunk) == per || c.priority != priority) {
+			if err := lock(); err != nil {
+				return ds, err
+			}
+			if len(ds) == want {
+				break
+			}
+		}
+		chunk = append(chunk, token{id: c.id})
+		priority = c.priority
+	}
+	if len(ds) < want && len(chunk) > 0 {
+		if err := lock(); err != nil {
+			return ds, err
+		}
+	}
+	return ds, nil
+}
+
+// pickSource is one set of candidates of a pick: the page in hand and
+// where the next one starts.
+type pickSource struct {
+	first, after Stmt
+	buf          []pickCandidate
+	pos          int
+	limit        int  // the size of the next page
+	read, more   bool // a page was read; it was full, so rows may follow
+}
+
+func (s *pickSource) needsRead() bool {
+	return s.pos == len(s.buf) && (!s.read || s.more)
+}
+
+// pickCandidate is a row a pick may lock.
+type pickCandidate struct {
+	id       any
+	priority int64
+}
+
+// before reports whether c comes before o in the claim order: the highest
+// priority first, then the lowest id.
+func (c pickCandidate) before(o pickCandidate) bool {
+	return claimBefore(c.priority, c.id, o.priority, o.id)
+}
+
+// claimBefore reports whether the row (ap, aid) comes before (bp, bid) in
+// the claim order: the highest priority first, then the lowest id. Text
+// ids compare by their bytes, which the table's collation may not.
+func claimBefore(ap int64, aid any, bp int64, bid any) bool {
+	if ap != bp {
+		return ap > bp
+	}
+	switch a := aid.(type) {
+	case int64:
+		if b, ok := bid.(int64); ok {
+			return a < b
+		}
+	case string:
+		if b, ok := bid.(string); ok {
+			return a < b
+		}
+	}
+	return fmt.Sprint(aid) < fmt.Sprint(bid)
+}
+
+// readPicks reads the next page of s: its first, or the one after the last
+// candidate read, twice as long.
+func (q *Queue) readPicks(ctx context.Context, ex Executor, s *pickSource, now time.Time) error {
+	st := s.first
+	v := values{limit: s.limit, now: now}
+	if s.read {
+		last := s.buf[len(s.buf)-1]
+		st, v.id, v.priority = s.after, last.id, last.priority
+		s.limit = min(2*s.limit, maxCandidatePage)
+		v.limit = s.limit
+	}
+	rows, err := q.query(ctx, ex, st, &v)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	s.buf, s.pos, s.read = s.buf[:0], 0, true
+	var id any
+	var c pickCandidate
+	dest := []any{&id, &c.priority}
+	if q.names.Priority == "" {
+		dest = dest[:1]
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		c.id = normID(id)
+		s.buf = append(s.buf, c)
+	}
+	s.more = len(s.buf) == v.limit
+	return rows.Err()
+}
