@@ -169,7 +169,7 @@ func myLease(t *sqlTemplate, n *Names) *Statements {
 		st.PickMore = t.query("SELECT {pick} FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit")
 		st.PickMoreAfter = t.query("SELECT {pick} FROM {table} WHERE {lease} IS NULL AND " + past + " ORDER BY {order} LIMIT $limit")
 		st.PickLock = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {id} IN (" + myPickIDs +
-			") AND ({lease} IS NULL OR {lease} <= " + now + ") ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
+			") AND (COALESCE({lease}) IS NULL OR COALESCE({lease}) <= " + now + ") ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
 		st.PickLock.Clock = n.DBClock
 	} else {
 		st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} <= " + now + " ORDER BY {lease} DESC, {id} DESC LIMIT $limit FOR UPDATE SKIP LOCKED")
@@ -229,12 +229,19 @@ const myLeaseToken = "{id} = $id AND {attempt} = $attempt AND COALESCE({lease}) 
 // it is held. The claim then picks (Statements.Pick): candidates are read
 // without locks, in claim order, and PickLock locks the first free one by
 // primary key, a range read in id order that stops at its LIMIT.
+//
+// PickLock compares the time column inside COALESCE, which no index can
+// search, as for myLeaseToken, so that the primary key is the plan's only
+// way in: compared plainly, the ready rows' range of (not_before, id) is a
+// plan too, and a sort after it would lock every ready row again (MariaDB
+// chose it for a read of ten candidates' ids).
 func myRowLock(t *sqlTemplate, n *Names) *Statements {
 	st := &Statements{}
 	if n.NotBefore != "" {
 		st.Pick = t.query("SELECT {pick} FROM {table}{where ready} ORDER BY {order} LIMIT $limit")
 		st.PickAfter = t.query("SELECT {pick} FROM {table} WHERE " + pastCandidate(t) + "{and ready} ORDER BY {order} LIMIT $limit")
-		st.PickLock = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} WHERE {id} IN (" + myPickIDs + "){and ready} ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
+		st.PickLock = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} WHERE {id} IN (" + myPickIDs +
+			") AND (COALESCE({notBefore}) IS NULL OR COALESCE({notBefore}) <= {now}) ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
 	} else {
 		st.Claim = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED")
 	}

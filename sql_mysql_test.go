@@ -46,8 +46,8 @@ const (
 	// without locks, then the first free one locked by primary key.
 	myRowLockPick             = "SELECT `id` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?"
 	myRowLockPickInjected     = "SELECT `id` FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?"
-	myRowLockPickLock         = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
-	myRowLockPickLockInjected = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	myRowLockPickLock         = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND (COALESCE(`not_before`) IS NULL OR COALESCE(`not_before`) <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	myRowLockPickLockInjected = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND (COALESCE(`not_before`) IS NULL OR COALESCE(`not_before`) <= ?) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
 	myRowLockAck              = "DELETE FROM `jobs` WHERE `id` = ?" // also the dead move's delete
 	myRowLockRetry            = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `not_before` = ? WHERE `id` = ?"
 	myRowLockDeadInsert       = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ?"
@@ -463,7 +463,7 @@ func TestMySQLLeasePick(t *testing.T) {
 		exp  = "2024-03-01 12:01:00.123456"
 		due  = "SELECT `id`, `priority` FROM `jobs` WHERE `locked_until` <= ? ORDER BY `priority` DESC, `id` LIMIT ?"
 		free = "SELECT `id`, `priority` FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `priority` DESC, `id` LIMIT ?"
-		lock = "SELECT `id`, `attempt`, `payload`, `priority` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND (`locked_until` IS NULL OR `locked_until` <= ?) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+		lock = "SELECT `id`, `attempt`, `payload`, `priority` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND (COALESCE(`locked_until`) IS NULL OR COALESCE(`locked_until`) <= ?) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
 	)
 	lockArgs := func(limit int, ids ...int64) []driver.Value {
 		var out []driver.Value

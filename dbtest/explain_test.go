@@ -573,27 +573,34 @@ func TestExplainRowLockPick(t *testing.T) {
 							t.Errorf("pick: %v reads %.0f rows, more than the ready ones and a page (%.0f)", r, r.Rows+r.Removed, max)
 						}
 					}
-					var args []any
-					for i, a := range st.PickLock.Args {
-						switch a {
-						case inbox.ArgID:
-							args = append(args, order[min(i, len(order)-1)])
-						case inbox.ArgNow:
-							args = append(args, opsTime(e, now))
-						case inbox.ArgLimit:
-							args = append(args, 1)
+					// The lock of a page of 10 candidates (the last repeated),
+					// as a claim of one sends it, and of 32.
+					for _, n := range []int{10, 32} {
+						var args []any
+						k := 0
+						for _, a := range st.PickLock.Args {
+							switch a {
+							case inbox.ArgID:
+								args = append(args, order[min(k, n-1, len(order)-1)])
+								k++
+							case inbox.ArgNow:
+								args = append(args, opsTime(e, now))
+							case inbox.ArgLimit:
+								args = append(args, 1)
+							}
 						}
-					}
-					lock := explainPlan(t, e, db, true, st.PickLock.SQL, args...)
-					t.Logf("pick's lock:\n%s", planText(lock))
-					explainMust(t, "pick's lock", lock, []string{"range on " + table + " using PRIMARY"}, []string{"filesort"})
-					for _, r := range reads(lock, table) {
-						if r.Rows+r.Removed > 1 {
-							t.Errorf("pick's lock: %v reads %.0f rows for a claim of one", r, r.Rows+r.Removed)
+						what := fmt.Sprintf("pick's lock of %d", n)
+						lock := explainPlan(t, e, db, true, st.PickLock.SQL, args...)
+						t.Logf("%s:\n%s", what, planText(lock))
+						explainMust(t, what, lock, []string{"range on " + table + " using PRIMARY"}, []string{"filesort"})
+						for _, r := range reads(lock, table) {
+							if r.Rows+r.Removed > 1 {
+								t.Errorf("%s: %v reads %.0f rows for a claim of one", what, r, r.Rows+r.Removed)
+							}
 						}
-					}
-					if extra := mysqlExtra(t, db, st.PickLock.SQL, args...); strings.Contains(extra, "filesort") {
-						t.Errorf("pick's lock sorts the rows: %s", extra)
+						if extra := mysqlExtra(t, db, st.PickLock.SQL, args...); strings.Contains(extra, "filesort") {
+							t.Errorf("%s sorts the rows: %s", what, extra)
+						}
 					}
 				})
 			}
