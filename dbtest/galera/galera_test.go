@@ -1,9 +1,12 @@
 // Package galera runs the queue on a three-node MariaDB Galera cluster that
 // the suite starts on 127.0.0.1 and tears down itself (cluster_test.go):
-// the advisory form refused by CheckSchema on every node, and a drain of the
-// lease and row-lock forms together by workers on all three nodes while one
-// node is SIGKILLed and rejoins, checked from the workers' ledgers and from
-// every node's tables. TestGaleraStandalone drains the same way on one
+// the advisory form refused by CheckSchema on every node, and on the nodes
+// that granted one GET_LOCK name at once; a drain of the lease and row-lock
+// forms together by workers on all three nodes while one node is SIGKILLed
+// and rejoins, checked from the workers' ledgers and from every node's
+// tables, the killed node's lease job claimed again only once its lease ran
+// out, and the rejoined node claiming and settling again; and a split of one
+// node from the others (gmcast.isolate) while it holds a lease job. TestGaleraStandalone drains the same way on one
 // server without Galera, for the throughput the cluster is compared with.
 //
 // It runs only when asked, INBOX_CLUSTER_SUITES=1 (CI sets it; see
@@ -121,6 +124,7 @@ func TestGalera(t *testing.T) {
 		}
 		runDrain(t, h, true)
 	})
+	t.Run("Split", func(t *testing.T) { testSplit(t, h) })
 }
 
 // TestGaleraStandalone drains as TestGalera does on one server started the
@@ -178,12 +182,13 @@ func createQueue(t testing.TB, db *sql.DB, table string) {
 }
 
 // createEffects (re)creates an effects table: one row per committed
-// acknowledgement, written in its transaction.
+// acknowledgement, written in its transaction, with (lease) the expiry its
+// claim wrote.
 func createEffects(t testing.TB, db *sql.DB, table string) {
 	t.Helper()
 	for _, s := range []string{
 		"DROP TABLE IF EXISTS " + table,
-		"CREATE TABLE " + table + " (job_id bigint NOT NULL, attempt integer NOT NULL, node varchar(16) NOT NULL, PRIMARY KEY (job_id, attempt, node))",
+		"CREATE TABLE " + table + " (job_id bigint NOT NULL, attempt integer NOT NULL, node varchar(16) NOT NULL, claimed_until DATETIME(6) NULL, PRIMARY KEY (job_id, attempt, node))",
 	} {
 		if _, err := db.Exec(s); err != nil {
 			t.Fatalf("%s: %v", s, err)
@@ -194,36 +199,48 @@ func createEffects(t testing.TB, db *sql.DB, table string) {
 // testCheckSchema: on every node the advisory and row-lock forms are refused
 // with a *inbox.SchemaError naming Galera and the lease form, and the lease
 // form passes. First it shows why for the advisory form: GET_LOCK is kept
-// by each server, so two nodes grant the same name at once; the drain shows
-// it for the row lock (a job in work on several nodes, all but the first
-// commit failing with 1213).
+// by each server, so two nodes grant the same name at once; while both
+// hold it, CheckSchema must refuse the advisory form on each node that
+// granted it. The drain shows it for the row lock (a job in work on
+// several nodes, all but the first commit failing with 1213).
 func testCheckSchema(t *testing.T, h *harness) {
 	ctx := context.Background()
+	createQueue(t, openDB(t, h.nodes[0].DSN(), 1), "schema_check")
 	name := fmt.Sprintf("inbox_galera_demo_%d", os.Getpid())
-	var granted []string
-	var conns []*sql.Conn
+	var granted []*node
 	for _, nd := range h.nodes[:2] {
 		c, err := nd.admin.Conn(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		conns = append(conns, c)
+		defer func() {
+			_, _ = c.ExecContext(ctx, "SELECT RELEASE_ALL_LOCKS()")
+			c.Close()
+		}()
 		var got sql.NullInt64
 		if err := c.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", name).Scan(&got); err != nil {
 			t.Logf("%s: GET_LOCK refused: %v", nd.name, err)
 			continue
 		}
 		if got.Int64 == 1 {
-			granted = append(granted, nd.name)
+			granted = append(granted, nd)
 		}
 	}
-	t.Logf("GET_LOCK(%q, 0) granted at once on: %v (held by two sessions if both)", name, granted)
-	for _, c := range conns {
-		_, _ = c.ExecContext(ctx, "SELECT RELEASE_ALL_LOCKS()")
-		c.Close()
+	if len(granted) == 2 {
+		t.Logf("GET_LOCK(%q, 0) granted at once on %s and %s: two sessions hold one name", name, granted[0].name, granted[1].name)
+		for _, nd := range granted {
+			q, err := inbox.New(openDB(t, nd.DSN()+"&wsrep_sync_wait=1", 2), queueConfig("schema_check", "advisory", 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := q.CheckSchema(ctx); err == nil {
+				t.Errorf("%s granted GET_LOCK(%q, 0) while %s held it, and CheckSchema passes the advisory form there", nd.name, name, other(granted, nd).name)
+			}
+		}
+	} else {
+		t.Logf("GET_LOCK(%q, 0) granted on %d of 2 nodes at once", name, len(granted))
 	}
 
-	createQueue(t, openDB(t, h.nodes[0].DSN(), 1), "schema_check")
 	for _, nd := range h.nodes {
 		t.Run(nd.name, func(t *testing.T) {
 			db := openDB(t, nd.DSN()+"&wsrep_sync_wait=1", 2)
@@ -257,6 +274,14 @@ func testCheckSchema(t *testing.T, h *harness) {
 			}
 		})
 	}
+}
+
+// other returns the node of two that is not nd.
+func other(two []*node, nd *node) *node {
+	if two[0] == nd {
+		return two[1]
+	}
+	return two[0]
 }
 
 // drainForm is one form's table in a drain.
@@ -361,6 +386,7 @@ func runDrain(t *testing.T, h *harness, kill bool) {
 		halfAt, killAt, viewAt, restartAt, rejoinAt time.Duration
 		victimAcksBefore                            int
 		holderEnds                                  []string
+		heldUntil                                   time.Time // the lease holder's lease as the live nodes had it at the kill
 	)
 	deadline := start.Add(20 * time.Minute)
 	lastLeft, lastProgress := total+1, time.Now()
@@ -403,6 +429,7 @@ func runDrain(t *testing.T, h *harness, kill bool) {
 			killed = true
 			h.kill(h.nodes[victim])
 			killAt = time.Since(start)
+			heldUntil = leaseOf(t, first, forms[0].table, held["lease"])
 			for _, p := range holders {
 				fmt.Fprintln(p.stdin, "ACK")
 			}
@@ -470,6 +497,8 @@ func runDrain(t *testing.T, h *harness, kill bool) {
 	victimAcksAfter := 0
 	if kill {
 		victimAcksAfter = victimAcks(t, first, forms, h.nodes[victim].name) - victimAcksBefore
+		checkReclaim(t, first, forms[0], held["lease"], heldUntil)
+		settleOn(t, h, h.nodes[victim], "kill")
 	}
 
 	label := "standalone"
@@ -686,4 +715,249 @@ func transfer(nd *node) (kind, lines string) {
 		kind += " of " + n + " writesets"
 	}
 	return kind, strings.Join(keep, "\n")
+}
+
+// leaseOf returns the lease in force of the job held ("id attempt") in
+// table, as nd has it.
+func leaseOf(t testing.TB, nd *node, table, held string) time.Time {
+	t.Helper()
+	id, _, _ := strings.Cut(held, " ")
+	var until sql.NullTime
+	if err := nd.reads.QueryRow("SELECT locked_until FROM "+dbName+"."+table+" WHERE id = ?", id).Scan(&until); err != nil {
+		t.Fatalf("%s: the held job %s: %v", nd.name, id, err)
+	}
+	if !until.Valid {
+		t.Fatalf("%s: the held job %s has no lease", nd.name, id)
+	}
+	return until.Time
+}
+
+// checkReclaim checks that the lease job held ("id attempt") on the killed
+// node was claimed again only once its lease (until, as the live nodes had
+// it at the kill) had run out: the effect row of the delivery that settled
+// it carries the expiry its claim wrote, the claim's time plus the lease,
+// on the servers' clock.
+func checkReclaim(t testing.TB, nd *node, f *drainForm, held string, until time.Time) {
+	t.Helper()
+	id, att, _ := strings.Cut(held, " ")
+	heldAttempt, _ := strconv.Atoi(att)
+	var attempt int
+	var claimed sql.NullTime
+	err := nd.reads.QueryRow("SELECT attempt, claimed_until FROM "+dbName+"."+f.effects+" WHERE job_id = ?", id).Scan(&attempt, &claimed)
+	if err != nil {
+		t.Fatalf("%s: the effect of the held job %s: %v", nd.name, id, err)
+	}
+	if attempt <= heldAttempt || !claimed.Valid {
+		t.Fatalf("the held lease job %s was settled by attempt %d (claimed until %v), want a later attempt than the holder's %d",
+			id, attempt, claimed, heldAttempt)
+	}
+	at := claimed.Time.Add(-galeraLease)
+	if at.Before(until) {
+		t.Errorf("the lease job %s held on the killed node was claimed again at %v, %v before its lease ran out at %v",
+			id, at.Format("15:04:05.000000"), until.Sub(at), until.Format("15:04:05.000000"))
+	}
+	t.Logf("FIGURE: galera kill: the lease job held on the killed node (lease until %v) was claimed again %v after its lease ran out, as attempt %d",
+		until.Format("15:04:05.000"), at.Sub(until).Round(time.Millisecond), attempt)
+}
+
+// settleOn checks that nd, restarted or healed and rejoined, claims and
+// settles work again: a job of each form enqueued through the first node is claimed and
+// acknowledged through nd alone, and is gone on every node.
+func settleOn(t testing.TB, h *harness, nd *node, label string) {
+	t.Helper()
+	const n = 20
+	setup := openDB(t, h.nodes[0].DSN(), 2)
+	db := openDB(t, nd.DSN(), 3)
+	for _, form := range []string{"lease", "rowlock"} {
+		table := fmt.Sprintf("rejoined_%s_%d", form, os.Getpid())
+		createQueue(t, setup, table)
+		t.Cleanup(func() { _, _ = setup.Exec("DROP TABLE IF EXISTS " + table + ", " + table + "_dead") })
+		fill(t, setup, table, n)
+		q, err := inbox.New(db, queueConfig(table, form, galeraLease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		settled := 0
+		deadline := time.Now().Add(bootWait)
+		for settled < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d of %d %s jobs settled in %v", nd.name, settled, n, form, bootWait)
+			}
+			ds, err := q.Claim(context.Background(), 1)
+			if err != nil {
+				t.Fatalf("%s, rejoined: %s claim: %v", nd.name, form, err)
+			}
+			for _, d := range ds {
+				if err := d.Ack(context.Background()); err != nil {
+					t.Fatalf("%s, rejoined: %s ack of job %v: %v", nd.name, form, d.ID(), err)
+				}
+				settled++
+			}
+			if len(ds) == 0 {
+				time.Sleep(10 * time.Millisecond) // a poll with a deadline: the jobs reach nd by replication
+			}
+		}
+		for _, other := range h.nodes {
+			if left := count(t, other, table); left != 0 {
+				t.Errorf("%s: %d %s jobs left after %s, rejoined, settled all %d", other.name, left, form, nd.name, n)
+			}
+		}
+	}
+	t.Logf("FIGURE: galera %s: %s, rejoined, claimed and acknowledged %d jobs of each form", label, nd.name, n)
+}
+
+// splitLease is the lease of the split's queue: long enough for the
+// majority's stall while it evicts the isolated node (about 6 s), short
+// enough that the held job comes back soon after.
+const splitLease = 10 * time.Second
+
+// testSplit cuts one node off from the other two with its own gmcast
+// settings (gmcast.isolate=1: it drops its group connections and refuses
+// new ones) while a lease job is held there, then heals it:
+//
+//   - the two others form a primary component without it, and it is
+//     non-primary, refusing work;
+//   - the holder's keeper, unable to extend, cancels its handler with
+//     ErrLeaseLost before the lease runs out, and its Ack fails;
+//   - the majority claims the held job only once the lease has run out,
+//     and drains the rest;
+//   - healed, the node rejoins, and claims and settles work again.
+func testSplit(t *testing.T, h *harness) {
+	ctx := context.Background()
+	first, island := h.nodes[0], h.nodes[2]
+	for _, nd := range h.nodes {
+		h.waitReady(nd, len(h.nodes))
+	}
+	const n = 50
+	table := fmt.Sprintf("split_lease_%d", os.Getpid())
+	setup := openDB(t, first.DSN(), 2)
+	createQueue(t, setup, table)
+	t.Cleanup(func() { _, _ = setup.Exec("DROP TABLE IF EXISTS " + table + ", " + table + "_dead") })
+	fill(t, setup, table, n)
+	if got := count(t, island, table); got != n {
+		t.Fatalf("%s: %d jobs, want %d", island.name, got, n)
+	}
+	qi, err := inbox.New(openDB(t, island.DSN(), 3), queueConfig(table, "lease", splitLease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := qi.Claim(ctx, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("%s: claim: %d jobs, %v", island.name, len(ds), err)
+	}
+	held := ds[0]
+	hctx, stop := held.Keep(ctx)
+	defer stop()
+	cancelled := make(chan time.Time, 1)
+	context.AfterFunc(hctx, func() { cancelled <- time.Now() })
+
+	isolate := func(v int) {
+		t.Helper()
+		if _, err := island.admin.Exec(fmt.Sprintf("SET GLOBAL wsrep_provider_options = 'gmcast.isolate=%d'", v)); err != nil {
+			t.Fatalf("%s: gmcast.isolate=%d: %v", island.name, v, err)
+		}
+	}
+	isolate(1)
+	splitAt := time.Now()
+	healed := false
+	defer func() {
+		if !healed {
+			_, _ = island.admin.Exec("SET GLOBAL wsrep_provider_options = 'gmcast.isolate=0'")
+		}
+	}()
+	wait := func(what string, f func() error) {
+		t.Helper()
+		deadline := time.Now().Add(bootWait)
+		for {
+			err := f()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waited %v for %s: %v", bootWait, what, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	wait("the majority to form a primary component of two", func() error { return first.ready(2) })
+	viewAt := time.Now()
+	wait(island.name+" to be non-primary", func() error {
+		st, err := island.status(ctx, "wsrep_cluster_status")
+		if err != nil {
+			return err
+		}
+		if st["wsrep_cluster_status"] == "Primary" {
+			return errors.New("still primary")
+		}
+		return nil
+	})
+	// The lease the majority has for the held job: the holder's last
+	// extension that committed.
+	until := leaseOf(t, first, table, fmt.Sprintf("%v %d", held.ID(), held.Attempt()))
+
+	// The holder stops before its lease runs out.
+	var stoppedAt time.Time
+	select {
+	case stoppedAt = <-cancelled:
+	case <-time.After(splitLease + bootWait):
+		t.Fatalf("the holder on %s was not stopped %v into the split", island.name, splitLease+bootWait)
+	}
+	if cause := context.Cause(hctx); !errors.Is(cause, inbox.ErrLeaseLost) {
+		t.Errorf("the isolated holder's handler ended with %v, want ErrLeaseLost", cause)
+	}
+	if !stoppedAt.Before(until) {
+		t.Errorf("the isolated holder was stopped at %v, not before its lease ran out at %v", stoppedAt.UTC().Format("15:04:05.000"), until.Format("15:04:05.000"))
+	}
+	if err := held.Ack(ctx); err == nil {
+		t.Errorf("the isolated holder's Ack succeeded on a non-primary node")
+	}
+
+	// The majority drains the table; the held job only after its lease.
+	qm, err := inbox.New(openDB(t, first.DSN(), 3), queueConfig(table, "lease", splitLease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reclaimedAt time.Time
+	acked := 0
+	wait("the majority to drain the table", func() error {
+		ds, err := qm.Claim(ctx, 10)
+		if err != nil {
+			return err
+		}
+		for _, d := range ds {
+			if d.ID() == held.ID() {
+				reclaimedAt = d.Expiry().Add(-splitLease)
+				if d.Attempt() <= held.Attempt() {
+					t.Errorf("the held job claimed again as attempt %d, the holder's was %d", d.Attempt(), held.Attempt())
+				}
+			}
+			if err := d.Ack(ctx); err != nil {
+				return fmt.Errorf("ack of job %v: %w", d.ID(), err)
+			}
+			acked++
+		}
+		if acked < n {
+			return fmt.Errorf("%d of %d jobs acknowledged", acked, n)
+		}
+		return nil
+	})
+	if reclaimedAt.Before(until) {
+		t.Errorf("the held job was claimed again by the majority at %v, before its lease ran out at %v",
+			reclaimedAt.Format("15:04:05.000"), until.Format("15:04:05.000"))
+	}
+
+	// Healed, the node rejoins and works again.
+	isolate(0)
+	healed = true
+	healAt := time.Now()
+	h.waitReady(island, len(h.nodes))
+	rejoinAt := time.Now()
+	if got := count(t, island, table); got != 0 {
+		t.Errorf("%s, rejoined: %d jobs left in %s, want 0", island.name, got, table)
+	}
+	settleOn(t, h, island, "split")
+	t.Logf("FIGURE: galera split: %s isolated (gmcast.isolate=1); the others a primary component of two after %v; "+
+		"its lease holder stopped %v before the lease ran out; the job claimed again by the majority %v after; %s synced again %v after the heal",
+		island.name, viewAt.Sub(splitAt).Round(100*time.Millisecond), until.Sub(stoppedAt).Round(10*time.Millisecond),
+		reclaimedAt.Sub(until).Round(10*time.Millisecond), island.name, rejoinAt.Sub(healAt).Round(100*time.Millisecond))
 }
