@@ -169,3 +169,45 @@ func TestCheckSchemaMariaDB(t *testing.T) {
 		})
 	}
 }
+
+// MariaDB claims as MySQL does: the row lock with a not-before column and
+// the lease with a priority pick (sql_mysql_test.go pins their SQL).
+func TestMariaDBClaimsAreMySQLs(t *testing.T) {
+	db, _, err := sqlmock.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, tb := range []Table{
+		{Name: "jobs", NotBefore: "not_before", Priority: "priority"},
+		{Name: "jobs", NotBefore: "not_before"},
+		{Name: "jobs", LockedUntil: "locked_until", Priority: "priority"},
+		{Name: "jobs", LockedUntil: "locked_until"},
+	} {
+		var st [2]*Statements
+		for i, d := range []Dialect{MySQL, MariaDB} {
+			q, err := New(db, Config{Dialect: d, Table: tb})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st[i] = q.Statements()
+		}
+		my, mdb := st[0], st[1]
+		for _, f := range []struct {
+			name   string
+			my, md Stmt
+		}{
+			{"Claim", my.Claim, mdb.Claim}, {"ClaimSelect", my.ClaimSelect, mdb.ClaimSelect},
+			{"ClaimSelectMore", my.ClaimSelectMore, mdb.ClaimSelectMore}, {"ClaimMark", my.ClaimMark, mdb.ClaimMark},
+			{"Pick", my.Pick, mdb.Pick}, {"PickAfter", my.PickAfter, mdb.PickAfter}, {"PickMore", my.PickMore, mdb.PickMore},
+			{"PickMoreAfter", my.PickMoreAfter, mdb.PickMoreAfter}, {"PickLock", my.PickLock, mdb.PickLock},
+		} {
+			if f.my.SQL != f.md.SQL || f.my.Clock != f.md.Clock || len(f.my.Args) != len(f.md.Args) {
+				t.Errorf("%+v: %s differs:\n mysql   %s\n mariadb %s", tb, f.name, f.my.SQL, f.md.SQL)
+			}
+		}
+		if (tb.NotBefore != "" || tb.Priority != "") != (my.PickLock.SQL != "") {
+			t.Errorf("%+v: PickLock %q", tb, my.PickLock.SQL)
+		}
+	}
+}

@@ -372,7 +372,8 @@ func TestClaimLocksLease(t *testing.T) {
 
 // pausingDB opens e's database through a driver wrapper that calls before
 // with the text of each statement before it is sent (client-side
-// parameters, so that every statement is one call).
+// parameters, so that every statement is one call, unless the queue
+// prepares its statements).
 func pausingDB(t *testing.T, e Engine, before func(query string)) *sql.DB {
 	t.Helper()
 	dsn := e.DSN(t, t.TempDir()) + "&interpolateParams=true"
@@ -420,6 +421,32 @@ func (c *pauseConn) QueryContext(ctx context.Context, q string, args []driver.Na
 func (c *pauseConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
 	c.before(q)
 	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
+}
+
+// PrepareContext serves Config.Prepare (INBOX_TEST_PREPARE=1): before is
+// called at each run of the prepared statement.
+func (c *pauseConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	st, err := c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return &pauseStmt{st, q, c.before}, nil
+}
+
+type pauseStmt struct {
+	driver.Stmt
+	q      string
+	before func(string)
+}
+
+func (s *pauseStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	s.before(s.q)
+	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
+}
+
+func (s *pauseStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	s.before(s.q)
+	return s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
 }
 
 func (c *pauseConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
