@@ -1,0 +1,130 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/inbox"
+)
+
+type fakeStats struct {
+	st  inbox.Stats
+	err error
+}
+
+func (f fakeStats) Stats(context.Context) (inbox.Stats, error) { return f.st, f.err }
+
+// TestHandlerText (issue 23) pins the whole page: each queue's counts (a -1
+// left out), its age, this process's jobs held and the worker counters fed
+// by Start and End; a queue whose read fails is up 0 without counts; label
+// values are escaped.
+func TestHandlerText(t *testing.T) {
+	var c Counters
+	c.Start()
+	c.Start()
+	c.Start()
+	c.End(Ack, 1500*time.Millisecond)
+	c.End(Dead, 500*time.Millisecond)
+	h, err := Handler(time.Second,
+		Queue{Name: "mail", Queue: fakeStats{st: inbox.Stats{Ready: 7, Waiting: 2, InWork: -1, Dead: 1, OldestReady: 1500 * time.Millisecond}},
+			Counters: &c, InWork: func() int { return 3 }},
+		Queue{Name: "we\"ird\\q\nx", Queue: fakeStats{err: errors.New("down")}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if ct := rec.Header().Get("Content-Type"); ct != "text/plain; version=0.0.4; charset=utf-8" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	want := `# HELP inbox_up 1 when the last read of the queue's state succeeded, 0 when it failed.
+# TYPE inbox_up gauge
+inbox_up{queue="mail"} 1
+inbox_up{queue="we\"ird\\q\nx"} 0
+# HELP inbox_jobs Jobs in the queue table by state (ready, waiting, in_work) and in the dead table (dead); a state the server cannot count is left out.
+# TYPE inbox_jobs gauge
+inbox_jobs{queue="mail",state="ready"} 7
+inbox_jobs{queue="mail",state="waiting"} 2
+inbox_jobs{queue="mail",state="dead"} 1
+# HELP inbox_oldest_ready_seconds Age of the oldest ready job (Table.EnqueuedAt); 0 when none is ready.
+# TYPE inbox_oldest_ready_seconds gauge
+inbox_oldest_ready_seconds{queue="mail"} 1.5
+# HELP inbox_process_in_work Jobs this process holds (Queue.InWork).
+# TYPE inbox_process_in_work gauge
+inbox_process_in_work{queue="mail"} 3
+# HELP inbox_worker_started_total Handlers this process's worker loops started.
+# TYPE inbox_worker_started_total counter
+inbox_worker_started_total{queue="mail"} 3
+# HELP inbox_worker_ended_total Jobs whose handling ended, by outcome (ack, retry, dead, release, lost: the settlement failed).
+# TYPE inbox_worker_ended_total counter
+inbox_worker_ended_total{queue="mail",outcome="ack"} 1
+inbox_worker_ended_total{queue="mail",outcome="retry"} 0
+inbox_worker_ended_total{queue="mail",outcome="dead"} 1
+inbox_worker_ended_total{queue="mail",outcome="release"} 0
+inbox_worker_ended_total{queue="mail",outcome="lost"} 0
+# HELP inbox_worker_in_flight Handlers running in this process.
+# TYPE inbox_worker_in_flight gauge
+inbox_worker_in_flight{queue="mail"} 1
+# HELP inbox_worker_handling_seconds_total Total handling time of the jobs ended.
+# TYPE inbox_worker_handling_seconds_total counter
+inbox_worker_handling_seconds_total{queue="mail"} 2
+`
+	if got := rec.Body.String(); got != want {
+		t.Errorf("page:\n%s\nwant:\n%s", got, want)
+	}
+	if c.Done() != 2 {
+		t.Errorf("Done = %d, want the ack and the dead", c.Done())
+	}
+}
+
+// TestHandlerRefuses (issue 23): names that are empty or repeated are
+// construction errors; a POST is refused.
+func TestHandlerRefuses(t *testing.T) {
+	if _, err := Handler(0, Queue{Name: ""}); err == nil || !strings.Contains(err.Error(), "without a name") {
+		t.Errorf("empty name: %v", err)
+	}
+	if _, err := Handler(0, Queue{Name: "a"}, Queue{Name: "a"}); err == nil || !strings.Contains(err.Error(), `"a" named twice`) {
+		t.Errorf("repeated name: %v", err)
+	}
+	h, _ := Handler(0, Queue{Name: "a"})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Post(srv.URL, "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed || !strings.Contains(string(body), "GET only") {
+		t.Errorf("POST: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestCountersConcurrent: Start and End from many goroutines add up.
+func TestCountersConcurrent(t *testing.T) {
+	var c Counters
+	done := make(chan struct{})
+	for i := 0; i < 8; i++ {
+		go func() {
+			for j := 0; j < 1000; j++ {
+				c.Start()
+				c.End(Retry, time.Microsecond)
+			}
+			done <- struct{}{}
+		}()
+	}
+	for i := 0; i < 8; i++ {
+		<-done
+	}
+	s := c.Snapshot()
+	if s.Started != 8000 || s.Ended[Retry] != 8000 || s.InFlight != 0 || s.Handling != 8*time.Millisecond {
+		t.Errorf("snapshot %+v", s)
+	}
+}
