@@ -311,7 +311,7 @@ func TestJSON(t *testing.T) {
 	}
 	_, body = c.get("/api/dead?queue=mail")
 	var dead struct {
-		Jobs []deadJSON       `json:"jobs"`
+		Jobs []deadJSON        `json:"jobs"`
 		Next map[string]string `json:"next"`
 	}
 	if err := json.Unmarshal([]byte(body), &dead); err != nil {
