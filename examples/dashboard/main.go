@@ -29,6 +29,7 @@ import (
 	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/dashboard"
 	"github.com/sqlinbox/inbox/metrics"
+	"github.com/sqlinbox/inbox/worker"
 	_ "modernc.org/sqlite"
 )
 
@@ -204,8 +205,8 @@ var failures = []string{
 // work is one worker loop: a handler that takes 20–200 ms and fails at the
 // rate asked, counted in counters as the worker's per-job events would.
 func work(ctx context.Context, q *inbox.Queue, c *metrics.Counters, o options) error {
-	cfg := inbox.WorkConfig{MaxAttempts: o.attempts, Backoff: func(int) time.Duration { return 3 * time.Second }}
-	return q.Work(ctx, cfg, func(ctx context.Context, d *inbox.Delivery) error {
+	cfg := worker.Config{MaxAttempts: o.attempts, Backoff: func(int) time.Duration { return 3 * time.Second }}
+	return worker.Run(ctx, q, cfg, func(ctx context.Context, d *inbox.Delivery) error {
 		c.Start()
 		start := time.Now()
 		err := handle(ctx, o.fail)
