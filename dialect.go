@@ -348,6 +348,17 @@ type Statements struct {
 	// Dead).
 	ClaimsCount, ClaimsRead, ClaimsGiveBack, ClaimsClear Stmt
 
+	// The row lock's undo of a failed attempt. Savepoint marks the held
+	// transaction when the handler first asks for it ([Delivery.Tx]), before
+	// it can write; RollbackToSavepoint undoes what the handler wrote, before
+	// a Retry or Dead records the attempt. Relock locks the row ArgID if it
+	// still has the attempt ArgDelivered, skipping it when another
+	// transaction holds it, and returns its id: a Retry or Dead whose held
+	// transaction cannot be restored (a deadlock rolled it back, its session
+	// was cut) runs in a new transaction that begins with it. [New] refuses
+	// a row-lock dialect without the three.
+	Savepoint, RollbackToSavepoint, Relock Stmt
+
 	// Enqueue inserts a job; the variants take an explicit id and/or a
 	// not-before time. With Rows they return the id; otherwise the core uses
 	// the given id or LastInsertId.

@@ -270,7 +270,10 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if cfg.Prepare {
 		q.stmts = newStmtCache(db)
 	}
-	if q.st, err = cfg.Dialect.Statements(&n); err != nil {
+	if q.st, err = cfg.Dialect.Statements(&n); err == nil {
+		err = checkRowLock(&n, q.st)
+	}
+	if err != nil {
 		return nil, opErr("new: "+cfg.Dialect.Name(), err)
 	}
 	q.names = n
@@ -419,6 +422,8 @@ type Delivery struct {
 	settled bool
 	lost    bool      // settled by a verdict of ErrLeaseLost
 	tx      *sql.Tx   // row lock: the held transaction
+	endTx   func()    // row lock: lets the held transaction's context go
+	sp      int       // row lock: the handler's savepoint (spNone, spTaken, spFailed)
 	conn    *sql.Conn // advisory: the pinned connection holding the lock
 	keeper  *keeper
 }
@@ -467,10 +472,6 @@ func (d *Delivery) recordedError() bool {
 
 // Key returns the advisory key the delivery holds (advisory form).
 func (d *Delivery) Key() string { return d.key }
-
-// Tx returns the claim's transaction (row-lock form; nil otherwise). Writes
-// through it commit with the settlement or roll back with Release.
-func (d *Delivery) Tx() *sql.Tx { return d.tx }
 
 // Scan copies the data columns into dest, in the order of Table.Data,
 // converting as sql.Rows.Scan does for these destinations: *any, *string,
@@ -637,12 +638,19 @@ func (d *Delivery) tokenValues() values {
 	return values{id: d.id, attempt: d.attempt, expiry: d.expiry, errText: d.errText}
 }
 
-// Ack settles the job as done: its row is deleted.
+// Ack settles the job as done: its row is deleted. Under the row lock the
+// handler's writes through [Delivery.Tx] commit with it.
 func (d *Delivery) Ack(ctx context.Context) error { return d.settle(ctx, nil, outAck, 0) }
 
 // Retry settles the job for a later attempt, not before after has passed.
 // The attempt stays spent. Under the row lock and advisory forms a delay
-// needs Table.NotBefore ([ErrNoNotBefore]).
+// needs Table.NotBefore ([ErrNoNotBefore]). Under the row lock the
+// handler's writes through [Delivery.Tx] are undone, and the attempt and
+// the error are recorded even after a statement of the handler failed;
+// should the held transaction be lost (a deadlock, a cut session), they
+// are recorded in a new one, or not at all with [ErrLeaseLost] when
+// another claim took the job meanwhile. An error text the database refuses
+// is dropped rather than the Retry.
 func (d *Delivery) Retry(ctx context.Context, after time.Duration) error {
 	return d.settle(ctx, nil, outRetry, after)
 }
@@ -654,7 +662,8 @@ func (d *Delivery) Release(ctx context.Context) error {
 
 // Dead moves the job to Table.DeadTable, in one transaction, with the
 // attempt it was delivered with. Without a dead table it returns
-// [ErrNoDeadTable].
+// [ErrNoDeadTable]. Under the row lock the handler's writes through
+// [Delivery.Tx] are undone, as by [Delivery.Retry].
 func (d *Delivery) Dead(ctx context.Context) error { return d.settle(ctx, nil, outDead, 0) }
 
 // AckTx is Ack inside the caller's transaction, so that the handler's writes

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -41,12 +42,12 @@ func (q *Queue) claimRowLock(ctx context.Context, max int) ([]*Delivery, error) 
 // is claimable.
 func (q *Queue) claimOneRowLock(ctx context.Context, now time.Time) (*Delivery, error) {
 	for {
-		// The transaction outlives Claim's context: database/sql rolls a
-		// transaction back when the context it began with ends.
-		tx, err := q.db.BeginTx(context.WithoutCancel(ctx), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		tx, end, err := q.beginHeld(ctx)
 		if err != nil {
 			return nil, err
 		}
+		// A transaction that ends here leaves its context uncancelled:
+		// derived from no cancellable parent, it holds nothing.
 		d, err := q.claimOne(ctx, q.own(tx), &values{limit: 1, now: now})
 		if err != nil || d == nil {
 			_ = tx.Rollback()
@@ -63,10 +64,36 @@ func (q *Queue) claimOneRowLock(ctx context.Context, now time.Time) (*Delivery, 
 				continue
 			}
 		}
-		d.tx = tx
+		d.tx, d.endTx = tx, end
 		q.track(d)
 		return d, nil
 	}
+}
+
+// beginHeld begins a held transaction. The transaction outlives Claim's
+// context, as database/sql rolls a transaction back when the context it
+// began with ends; but the wait for a pool connection is Claim's and ends
+// with ctx, so the transaction's context is one that ctx cancels only
+// until BeginTx has returned. end lets that context go once the
+// transaction is over.
+func (q *Queue) beginHeld(ctx context.Context) (tx *sql.Tx, end func(), err error) {
+	txCtx, end := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, end)
+	tx, err = q.db.BeginTx(txCtx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if !stop() {
+		// ctx ended while BeginTx waited or just after: the transaction,
+		// if any, is rolled back.
+		if err == nil {
+			_ = tx.Rollback()
+		}
+		end()
+		return nil, nil, ctx.Err()
+	}
+	if err != nil {
+		end()
+		return nil, nil, err
+	}
+	return tx, end, nil
 }
 
 // countClaim counts the delivery d in the claims table, from a second
@@ -144,58 +171,230 @@ func (q *Queue) claimOne(ctx context.Context, ex Executor, v *values) (*Delivery
 	return ds[0], nil
 }
 
-// settleRowLock ends the held transaction: commit for Ack, Retry and Dead,
-// rollback for Release. The delivery is finished either way: a transaction
-// whose commit failed is gone, and its job is back in the queue.
+// The handler's savepoint under the row lock ([Delivery.Tx]).
+//
+// It is taken lazily, when the handler first asks for the transaction,
+// rather than by every claim: a handler can write through the held
+// transaction only once Tx has returned it, so a savepoint taken before
+// that return precedes every write of the handler, and handlers that never
+// write pay no round trip (a claim stays BEGIN and one SELECT). Rejected:
+// a savepoint in every claim, a statement more for every job to spare one
+// for the jobs whose handlers write and then fail.
+const (
+	spNone   = iota // Tx not called: the handler wrote nothing
+	spTaken         // Tx took the savepoint before it returned
+	spFailed        // Tx was called but the savepoint failed: nothing can be undone apart
+)
+
+// Tx returns the claim's transaction under the row lock, nil under the
+// other forms. The handler's writes through it commit with [Delivery.Ack]
+// alone: [Delivery.Release], [Delivery.Retry] and [Delivery.Dead] undo
+// them, the latter two rolling back to a savepoint that Tx takes before it
+// first returns (one round trip, once per delivery), then recording the
+// attempt and the error. A statement that failed in the handler
+// (PostgreSQL then refuses every other statement of the transaction) or a
+// transaction the handler ended itself does not keep the attempt from
+// being recorded. Tx may be called from several goroutines; a call during
+// a settlement waits for it.
+func (d *Delivery) Tx() *sql.Tx {
+	if d.tx == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.sp == spNone && !d.settled {
+		d.sp = spTaken
+		// No context to end it: the statement is the transaction's own,
+		// on the connection it holds.
+		if _, err := d.q.exec(context.Background(), d.q.own(d.tx), d.q.st.Savepoint, &values{}); err != nil {
+			// The transaction is broken: Retry and Dead record the
+			// attempt in a transaction of their own.
+			d.sp = spFailed
+		}
+	}
+	return d.tx
+}
+
+// checkRowLock refuses a row-lock dialect that cannot undo a failed
+// attempt's writes.
+func checkRowLock(n *Names, st *Statements) error {
+	if n.Form == RowLock && (st.Savepoint.SQL == "" || st.RollbackToSavepoint.SQL == "" || st.Relock.SQL == "") {
+		return fmt.Errorf("the row lock needs Statements.Savepoint, RollbackToSavepoint and Relock")
+	}
+	return nil
+}
+
+// settleRowLock ends the held transaction: Ack deletes the row and commits
+// the handler's writes with it; Retry and Dead record the attempt without
+// them (recordRowLock); Release rolls back. The delivery is finished
+// either way: a transaction whose commit failed is gone, and its job is
+// back in the queue.
 func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Duration) error {
 	q := d.q
 	tx := d.tx
-	ex := q.own(tx)
 	v := values{id: d.id, attempt: d.attempt, micros: after.Microseconds(), errText: d.errText}
-	var err error
+	defer d.finishRowLock()
 	switch o {
-	case outAck:
-		var n int64
-		if n, err = q.exec(ctx, ex, q.st.Ack, &v); err == nil && n != 1 {
-			err = fmt.Errorf("deleted %d rows for id %v", n, d.id)
-		}
-	case outRetry:
-		// The claim wrote nothing: the Retry counts the attempt spent.
-		if err = q.fillTimes(ctx, ex, q.st.Retry, &v, after); err == nil {
-			_, err = q.exec(ctx, ex, q.st.Retry, &v)
-		}
-	case outDead:
-		_, err = q.moveDead(ctx, ex, &v)
+	case outRetry, outDead:
+		return d.recordRowLock(ctx, o, &v, after)
 	case outRelease:
-		if q.st.ClaimsGiveBack.SQL != "" {
-			// Release is not a crash: its count is taken back while the
-			// row is still held, before anyone else can count it. Should
-			// that fail, the count runs ahead by one.
-			_, _ = q.exec(context.WithoutCancel(ctx), q.db, q.st.ClaimsGiveBack, &v)
-		}
-		err = tx.Rollback()
-		d.finishRowLock()
-		return err
+		return d.releaseRowLock(ctx, &v)
+	}
+	ex := q.own(tx)
+	n, err := q.exec(ctx, ex, q.st.Ack, &v)
+	if err == nil && n != 1 {
+		err = fmt.Errorf("deleted %d rows for id %v", n, d.id)
 	}
 	if err == nil && q.st.ClaimsClear.SQL != "" {
-		// A settled delivery leaves no count behind: Ack and Dead remove
-		// the job, and a Retry is a verdict, so it starts the count anew.
+		// A settled delivery leaves no count behind.
 		_, err = q.exec(ctx, ex, q.st.ClaimsClear, &v)
 	}
 	if err != nil {
 		// Nothing of a failed settlement may commit: the statements before
 		// the failure roll back with the transaction.
 		_ = tx.Rollback()
-		d.finishRowLock()
 		return err
 	}
-	err = tx.Commit()
-	d.finishRowLock()
+	return tx.Commit()
+}
+
+// recordRowLock records a Retry or Dead: the attempt spent, the error, the
+// row moved to the dead table, and nothing the handler wrote. In the held
+// transaction when it can be restored: rolled back to the handler's
+// savepoint when Tx took one. A text the database refuses (a last_error
+// narrower than it) is sent again without it. Otherwise (a deadlock rolled
+// the transaction back, its session was cut, the handler ended it, or on
+// PostgreSQL a refused text aborted it with no savepoint to return to) the
+// held transaction is rolled back and the verdict recorded in a new one
+// (recordAnew): a job can always be retried and always die.
+func (d *Delivery) recordRowLock(ctx context.Context, o outcome, v *values, after time.Duration) error {
+	q := d.q
+	ex := q.own(d.tx)
+	undo := func() error {
+		switch d.sp {
+		case spTaken:
+			_, err := q.exec(ctx, ex, q.st.RollbackToSavepoint, &values{})
+			return err
+		case spFailed:
+			return errors.New("the handler's savepoint could not be taken")
+		}
+		return nil
+	}
+	err := undo()
+	if err == nil {
+		err = d.verdict(ctx, ex, o, v, after)
+		if err != nil && v.errText != nil && textRejected(err) {
+			// On MySQL the refused statement alone rolled back; on
+			// PostgreSQL the savepoint, when there is one, recovers
+			// the aborted transaction.
+			v.errText = nil
+			if err = undo(); err == nil {
+				err = d.verdict(ctx, ex, o, v, after)
+			}
+		}
+	}
+	if err == nil {
+		return d.tx.Commit()
+	}
+	_ = d.tx.Rollback()
+	if err2 := d.recordAnew(ctx, o, v, after); err2 != nil {
+		return fmt.Errorf("%w (in the held transaction: %w)", err2, err)
+	}
+	return nil
+}
+
+// recordAnew records a Retry or Dead in a transaction of its own, once the
+// held one is gone: it locks the row again if it still has the delivered
+// attempt and no other transaction holds it, so that a job another claim
+// took meanwhile, or that was settled, is left alone ([ErrLeaseLost]). A
+// text the database refuses is sent again without it.
+func (d *Delivery) recordAnew(ctx context.Context, o outcome, v *values, after time.Duration) error {
+	q := d.q
+	for {
+		tx, err := q.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			return err
+		}
+		ex := q.own(tx)
+		var id any
+		err = q.queryRow(ctx, ex, q.st.Relock, v).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			_ = tx.Rollback()
+			d.lost = true
+			return fmt.Errorf("%w: its transaction ended, and the job is held by another claim or was settled", ErrLeaseLost)
+		}
+		if err == nil {
+			err = d.verdict(ctx, ex, o, v, after)
+		}
+		if err == nil {
+			return tx.Commit()
+		}
+		_ = tx.Rollback()
+		if v.errText == nil || !textRejected(err) {
+			return err
+		}
+		v.errText = nil
+	}
+}
+
+// verdict runs the statements of a Retry or Dead through ex.
+func (d *Delivery) verdict(ctx context.Context, ex Executor, o outcome, v *values, after time.Duration) error {
+	q := d.q
+	var err error
+	if o == outRetry {
+		// The claim wrote nothing: the Retry counts the attempt spent.
+		if err = q.fillTimes(ctx, ex, q.st.Retry, v, after); err == nil {
+			_, err = q.exec(ctx, ex, q.st.Retry, v)
+		}
+	} else {
+		_, err = q.moveDead(ctx, ex, v)
+	}
+	if err == nil && q.st.ClaimsClear.SQL != "" {
+		// A settled delivery leaves no count behind: Dead removes the
+		// job, and a Retry is a verdict, so it starts the count anew.
+		_, err = q.exec(ctx, ex, q.st.ClaimsClear, v)
+	}
 	return err
+}
+
+// releaseRowLock rolls the held transaction back. With a claims table the
+// delivery's count is given back, in a transaction of a second session
+// that commits only once the rollback succeeded: a holder whose session
+// was cut (its rollback fails) ended without settling, as a crash does,
+// and its count must stand. The give-back is sent while the row is still
+// held, and its lock on the count keeps the next claim's count of the job
+// waiting until it commits, so no claim reads a count that still includes
+// this delivery. Should the give-back fail, the count runs ahead by one.
+func (d *Delivery) releaseRowLock(ctx context.Context, v *values) error {
+	q := d.q
+	if q.st.ClaimsGiveBack.SQL == "" {
+		return d.tx.Rollback()
+	}
+	bctx := context.WithoutCancel(ctx)
+	back, err := q.db.BeginTx(bctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err == nil {
+		if _, err = q.exec(bctx, q.own(back), q.st.ClaimsGiveBack, v); err != nil {
+			_ = back.Rollback()
+		}
+	}
+	rerr := d.tx.Rollback()
+	if err == nil {
+		// A transaction the handler ended itself (ErrTxDone) was no
+		// crash either.
+		if rerr == nil || errors.Is(rerr, sql.ErrTxDone) {
+			_ = back.Commit()
+		} else {
+			_ = back.Rollback()
+		}
+	}
+	return rerr
 }
 
 func (d *Delivery) finishRowLock() {
 	d.settled = true
+	if d.endTx != nil {
+		d.endTx()
+	}
 	d.q.holds.unreserve(1)
 	d.q.untrack(d)
 }

@@ -76,6 +76,17 @@ func rowLockRetry(t *sqlTemplate, n *Names) Stmt {
 	return t.exec("UPDATE {table} SET {attempt} = {attempt} + 1" + delay + "{, set error} WHERE " + rowLockToken)
 }
 
+// rowLockUndo sets the row lock's savepoint statements and Relock. The
+// savepoint's name is the package's: a handler's own savepoints live
+// inside it. Relock is fenced by the attempt, which only a committed Retry
+// changes under the row lock: a job retried meanwhile is another
+// delivery's.
+func rowLockUndo(t *sqlTemplate, st *Statements) {
+	st.Savepoint = t.exec("SAVEPOINT inbox_attempt")
+	st.RollbackToSavepoint = t.exec("ROLLBACK TO SAVEPOINT inbox_attempt")
+	st.Relock = t.query("SELECT {id} FROM {table} WHERE {id} = $id AND {attempt} = $delivered FOR UPDATE SKIP LOCKED")
+}
+
 // retryLater is the advisory form's Retry: it writes the
 // not-before time and, with Table.LastError, the error; empty when there is
 // neither column, as a Retry then only commits or lets go.

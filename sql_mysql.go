@@ -249,6 +249,7 @@ func myRowLock(t *sqlTemplate, n *Names) *Statements {
 	st.Probe = t.query(rowLockProbe)
 	st.Ack = t.exec("DELETE FROM {table} WHERE " + rowLockToken)
 	st.Retry = rowLockRetry(t, n)
+	rowLockUndo(t, st)
 	if n.ClaimsTable != "" {
 		// Written by a second session while the held transaction has the
 		// row, so only its holder counts it; without RETURNING the count is

@@ -577,11 +577,13 @@ func TestMySQLClaimsCounterInjectedClock(t *testing.T) {
 	d := claim(t, q, 1, 7)[0]
 	held := m.since(t, 0, "begin", "query "+myRowLockPickInjected, "query "+myRowLockPickLockInjected, "exec "+myClaimsCount, "query "+myClaimsRead)[0]
 	n := m.sent()
+	m.ExpectBegin()
 	m.ExpectExec(myClaimsGiveBack).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectRollback()
+	m.ExpectCommit()
 	ok(t, "Release", d.Release(context.Background()))
-	if on := m.since(t, n, "exec "+myClaimsGiveBack, "rollback"); on[0] == held || on[1] != held {
-		t.Errorf("give-back on connection %d, rollback on %d; want the give-back apart from the held transaction's %d", on[0], on[1], held)
+	if on := m.since(t, n, "begin", "exec "+myClaimsGiveBack, "rollback", "commit"); on[1] == held || on[2] != held || on[3] != on[1] {
+		t.Errorf("give-back on connection %d (committed on %d), rollback on %d; want the give-back apart from the held transaction's %d", on[1], on[3], on[2], held)
 	}
 
 	errDown := errors.New("invalid connection")

@@ -121,6 +121,7 @@ func pgRowLock(t *sqlTemplate, n *Names) *Statements {
 	st.Probe = t.query(rowLockProbe)
 	st.Ack = t.exec("DELETE FROM {table} WHERE " + rowLockToken)
 	st.Retry = rowLockRetry(t, n)
+	rowLockUndo(t, st)
 	if n.ClaimsTable != "" {
 		// Written by a second session once the held transaction has the
 		// row, so only the row's holder counts it; an upsert committed on

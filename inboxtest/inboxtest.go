@@ -273,6 +273,29 @@ func (m *Mock) ExpectRetryWithError(id any, after time.Duration) {
 	m.expect(id, c, false)
 }
 
+// ExpectTx expects the first [inbox.Delivery.Tx] of the row-lock job id: it
+// takes the savepoint that the job's Retry or Dead rolls back to, undoing
+// the handler's writes, before they record the attempt; the Retry or Dead
+// expected after it include that rollback. Expect it before the handler's
+// own statements through the transaction. It panics under another form.
+func (m *Mock) ExpectTx(id any) {
+	key, err := normID(id)
+	if err != nil {
+		panic(fmt.Sprintf("inboxtest: expect Tx: %v", err))
+	}
+	d := m.held[key]
+	switch {
+	case m.q.Form() != inbox.RowLock:
+		panic(fmt.Sprintf("inboxtest: expect Tx: the %s form has no claim transaction", m.q.Form()))
+	case d == nil:
+		panic(fmt.Sprintf("inboxtest: expect Tx: job %v is not held: expect its claim first", id))
+	}
+	m.db.begin(opSettle, nil)
+	d.Tx()
+	calls, _ := m.db.end()
+	m.replay(calls)
+}
+
 // ExpectRelease expects Release of the job id.
 func (m *Mock) ExpectRelease(id any) { m.expect(id, Release, false) }
 

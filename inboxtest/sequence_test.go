@@ -163,8 +163,18 @@ func TestSequenceRowLock(t *testing.T) {
 		"commit")
 	m.ExpectClaim(1, job7)
 	want(t, "release", record(m, func() { m.ExpectRelease(7) }),
+		"begin",
 		"exec "+st.ClaimsGiveBack.SQL+" [7]",
-		"rollback")
+		"rollback",
+		"commit")
+	m.ExpectClaim(1, job7)
+	want(t, "tx", record(m, func() { m.ExpectTx(7) }),
+		"exec "+st.Savepoint.SQL)
+	want(t, "retry after tx", record(m, func() { m.ExpectRetry(7, 0) }),
+		"exec "+st.RollbackToSavepoint.SQL,
+		"exec "+st.Retry.SQL+" [0 7]",
+		"exec "+st.ClaimsClear.SQL+" [7]",
+		"commit")
 	m.ExpectClaim(1, job7)
 	want(t, "ack, session lost", record(m, func() { m.ExpectLeaseLost(7, Ack) }),
 		"exec "+st.Ack.SQL+" [7] ! "+ErrSessionLost.Error(),

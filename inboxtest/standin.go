@@ -90,6 +90,10 @@ type standIn struct {
 	next  int  // row lock: the next job a claim statement returns
 	hit   bool // a statement answered as the lost hold
 	log   []call
+	// expects counts the expectations recorded: a transaction begun
+	// during the current one is not the held transaction whose session is
+	// lost (a row-lock settlement's give-back, or its new transaction).
+	expects int
 	// loose are the times from time.Now a write stored where they became a
 	// token's expiry (an extension's, a mark's): the queue under test
 	// stores its own, which later tokens carry.
@@ -229,6 +233,7 @@ func (s *standIn) begin(o op, jobs []job) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.op, s.jobs, s.next, s.hit, s.log = o, jobs, 0, false, nil
+	s.expects++
 }
 
 // end stops recording and returns the calls recorded, and whether one was
@@ -247,10 +252,11 @@ func (s *standIn) add(c call) {
 	}
 }
 
-// sessionGone answers a call on a held transaction while its session is to
-// be lost: the first such call fails.
-func (s *standIn) sessionGone(c *call) bool {
-	if s.op != opSessionLost || !c.inTx || s.hit {
+// sessionGone answers a call on a held transaction, one begun before the
+// current expectation, while its session is to be lost: the first such
+// call fails.
+func (s *standIn) sessionGone(c *call, conn *sconn) bool {
+	if s.op != opSessionLost || !c.inTx || conn.began == s.expects || s.hit {
 		return false
 	}
 	s.hit = true
@@ -277,7 +283,7 @@ func (s *standIn) respond(conn *sconn, kind, query string, nv []driver.NamedValu
 	case k != nil:
 		c.stmt, c.names = &k.stmt, k.names
 	}
-	if s.sessionGone(&c) {
+	if s.sessionGone(&c, conn) {
 		return c
 	}
 	switch c.dialect {
@@ -400,6 +406,13 @@ func (s *standIn) answerQuery(c *call) {
 		c.cols, c.rows = []string{"count"}, [][]driver.Value{{n}}
 	case c.is("ClaimsCount", "ClaimsRead"):
 		c.cols, c.rows = []string{"claims"}, [][]driver.Value{{int64(1)}}
+	case c.is("Relock"):
+		// A settlement whose held session was lost locks the row again
+		// in a transaction of its own: another claim has the job.
+		c.cols = []string{s.table.ID}
+		if s.op != opSessionLost {
+			c.rows = [][]driver.Value{{c.arg(inbox.ArgID)}}
+		}
 	default:
 		c.err = fmt.Errorf("inboxtest: the helper has no answer for %v", c.names)
 	}
@@ -426,6 +439,7 @@ func (s *standIn) answerExec(c *call) {
 		}
 	case c.is("ClaimsCount", "ClaimsGiveBack", "ClaimsClear"):
 		c.affected = 1
+	case c.is("Savepoint", "RollbackToSavepoint"):
 	default:
 		c.err = fmt.Errorf("inboxtest: the helper has no answer for %v", c.names)
 	}
@@ -570,8 +584,9 @@ func (noOpen) Open(string) (driver.Conn, error) {
 }
 
 type sconn struct {
-	s    *standIn
-	inTx bool
+	s     *standIn
+	inTx  bool
+	began int // the expectation during which its transaction began
 }
 
 func (c *sconn) Prepare(string) (driver.Stmt, error) {
@@ -586,7 +601,7 @@ func (c *sconn) BeginTx(context.Context, driver.TxOptions) (driver.Tx, error) {
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
 	c.s.add(call{op: "begin"})
-	c.inTx = true
+	c.inTx, c.began = true, c.s.expects
 	return stx{c}, nil
 }
 
@@ -616,7 +631,7 @@ func (t stx) end(kind string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := call{op: kind, inTx: true}
-	s.sessionGone(&c)
+	s.sessionGone(&c, t.c)
 	s.add(c)
 	t.c.inTx = false
 	return c.err

@@ -470,28 +470,41 @@ func TestWorkerFollowsChangedSQL(t *testing.T) {
 }
 
 // The row lock's handler writes through the claim's transaction; its
-// statements are the test's own, between the claim and the settlement.
+// statements are the test's own, between the claim and the settlement,
+// after the savepoint Tx takes (ExpectTx), which a Retry rolls back to.
 func TestWorkerRowLockTx(t *testing.T) {
 	for _, e := range engines[:2] {
-		t.Run(e.name, func(t *testing.T) {
-			cfg := inbox.Config{Dialect: e.dialect, Table: rowLockTable}
-			q, m, mock := setup(t, cfg)
-			ctx := context.Background()
-			m.ExpectClaim(1, inboxtest.Job{ID: 7, Data: []any{[]byte("p")}})
-			mock.ExpectExec("INSERT INTO reports (job) VALUES (7)").WillReturnResult(sqlmock.NewResult(0, 1))
-			m.ExpectAck(7)
-			ds, err := q.Claim(ctx, 1)
-			if err != nil || len(ds) != 1 {
-				t.Fatalf("Claim: %d, %v", len(ds), err)
-			}
-			if _, err := ds[0].Tx().ExecContext(ctx, "INSERT INTO reports (job) VALUES (7)"); err != nil {
-				t.Fatal(err)
-			}
-			if err := ds[0].Ack(ctx); err != nil {
-				t.Fatal(err)
-			}
-			met(t, mock)
-		})
+		for _, fail := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fail=%v", e.name, fail), func(t *testing.T) {
+				cfg := inbox.Config{Dialect: e.dialect, Table: rowLockTable}
+				q, m, mock := setup(t, cfg)
+				ctx := context.Background()
+				m.ExpectClaim(1, inboxtest.Job{ID: 7, Data: []any{[]byte("p")}})
+				m.ExpectTx(7)
+				mock.ExpectExec("INSERT INTO reports (job) VALUES (7)").WillReturnResult(sqlmock.NewResult(0, 1))
+				if fail {
+					m.ExpectRetry(7, 0)
+				} else {
+					m.ExpectAck(7)
+				}
+				ds, err := q.Claim(ctx, 1)
+				if err != nil || len(ds) != 1 {
+					t.Fatalf("Claim: %d, %v", len(ds), err)
+				}
+				if _, err := ds[0].Tx().ExecContext(ctx, "INSERT INTO reports (job) VALUES (7)"); err != nil {
+					t.Fatal(err)
+				}
+				if fail {
+					err = ds[0].Retry(ctx, 0)
+				} else {
+					err = ds[0].Ack(ctx)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				met(t, mock)
+			})
+		}
 	}
 }
 

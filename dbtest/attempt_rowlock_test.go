@@ -1,0 +1,696 @@
+package dbtest
+
+// The edge of a row-lock attempt (issue 21, items 1, 2, 3 and 9): what a
+// failed attempt leaves behind, what a failed statement in the handler does
+// to the settlement, what an error text the column cannot hold does, and
+// the claims counter and the claim's deadline when the session or the pool
+// gets in the way.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/worker"
+)
+
+// attXLoops is how many worker.Run loops the loop tests run: four per pool.
+const attXLoops = 8
+
+// attXSetup makes a row-lock table (with not_before) whose table and dead
+// table have last_error of type errType, and an effects table whose job_id
+// is its primary key, as an orders service's shipments are one per order.
+// It returns two pools on the database and the table's two spellings, plain
+// and qualified, with the effects table.
+func attXSetup(t *testing.T, e Engine, what, errType string) (db1, db2 *sql.DB, plain, qualified, effects string) {
+	t.Helper()
+	db1, db2 = confOpenTwo(t, e, attXLoops/2+2)
+	plain = concTable(t, e, db1, what)
+	for _, name := range []string{plain, plain + "_dead"} {
+		confExec(t, e, db1, "ALTER TABLE "+name+" ADD COLUMN last_error "+errType)
+	}
+	effects = plain + "_fx"
+	confExec(t, e, db1, "DROP TABLE IF EXISTS "+effects)
+	confExec(t, e, db1, "CREATE TABLE "+effects+" (job_id bigint PRIMARY KEY, note varchar(200) NOT NULL)")
+	confDropAtEnd(t, e, db1, effects)
+	return db1, db2, plain, concQualified(t, e, db1, plain), effects
+}
+
+// attXTable describes table under the row lock with last_error.
+func attXTable(table string) inbox.Table {
+	tb := Table(table, "rowlock")
+	tb.LastError = "last_error"
+	return tb
+}
+
+// attXDead returns the dead table's rows: per id, attempt and last_error
+// (NULL as "<nil>").
+func attXDead(t testing.TB, e Engine, db *sql.DB, table string) map[string]string {
+	t.Helper()
+	rows, err := db.Query("SELECT id, attempt, last_error FROM " + table + "_dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id any
+		var attempt int
+		var last sql.NullString
+		if err := rows.Scan(&id, &attempt, &last); err != nil {
+			t.Fatal(err)
+		}
+		text := "<nil>"
+		if last.Valid {
+			text = last.String
+		}
+		out[concKey(id)] = fmt.Sprintf("attempt=%d last_error=%s", attempt, text)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// attXLastError returns row id's last_error, "<nil>" for NULL.
+func attXLastError(t testing.TB, e Engine, db *sql.DB, table string, id any) string {
+	t.Helper()
+	var last sql.NullString
+	if err := db.QueryRow(confQuery(e, "SELECT last_error FROM "+table+" WHERE id = ?"), id).Scan(&last); err != nil {
+		t.Fatalf("last_error of %v: %v", id, err)
+	}
+	if !last.Valid {
+		return "<nil>"
+	}
+	return last.String
+}
+
+// attXStorable is text as the package stores it (inbox.Delivery.SetError):
+// NUL and invalid bytes become U+FFFD, cut to inbox.MaxErrorText bytes.
+func attXStorable(s string) string {
+	var b strings.Builder
+	for len(s) > 0 {
+		r, size := utf8.DecodeRuneInString(s) // RuneError for each bad byte
+		if r == 0 {
+			r = utf8.RuneError
+		}
+		if b.Len()+utf8.RuneLen(r) > inbox.MaxErrorText {
+			break
+		}
+		b.WriteRune(r)
+		s = s[size:]
+	}
+	return b.String()
+}
+
+// attXLoopRun runs attXLoops worker.Run loops, half on each pool and spelling,
+// with MaxAttempts 3 and a constant backoff, until every job of table is in
+// the dead table or the deadline passes, and returns what the handler saw:
+// per job, the start of each run and the last error it returned.
+type attXLoopRun struct {
+	mu     sync.Mutex
+	starts map[string][]time.Time
+	last   map[string]string
+}
+
+func (r *attXLoopRun) runs() (total, most int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.starts {
+		total += len(s)
+		most = max(most, len(s))
+	}
+	return total, most
+}
+
+func attXLoop(t *testing.T, e Engine, db1, db2 *sql.DB, plain, qualified string, jobs int, backoff time.Duration,
+	handle func(ctx context.Context, d *inbox.Delivery) error) *attXLoopRun {
+	t.Helper()
+	q1 := confNew(t, db1, confConfig(e, attXTable(plain), nil))
+	q2 := confNew(t, db2, confConfig(e, attXTable(qualified), nil))
+	for i := range jobs {
+		confEnqueue(t, q1, db1, fmt.Sprintf("order-%d", i))
+	}
+	r := &attXLoopRun{starts: map[string][]time.Time{}, last: map[string]string{}}
+	var failures []error
+	cfg := worker.Config{Poll: workXPoll, MaxAttempts: 3, Backoff: func(int) time.Duration { return backoff },
+		OnError: func(err error) {
+			r.mu.Lock()
+			failures = append(failures, err)
+			r.mu.Unlock()
+		}}
+	h := func(ctx context.Context, d *inbox.Delivery) error {
+		id := concKey(d.ID())
+		r.mu.Lock()
+		r.starts[id] = append(r.starts[id], time.Now())
+		r.mu.Unlock()
+		err := handle(ctx, d)
+		if err != nil {
+			r.mu.Lock()
+			r.last[id] = err.Error()
+			r.mu.Unlock()
+		}
+		return err
+	}
+	start := time.Now()
+	run1 := workXStart(t, q1, attXLoops/2, cfg, h)
+	run2 := workXStart(t, q2, attXLoops/2, cfg, h)
+	deadline := time.Now().Add(60 * time.Second)
+	for confCount(t, db1, plain+"_dead") < jobs {
+		if time.Now().After(deadline) {
+			total, most := r.runs()
+			t.Fatalf("FIGURE: %s: %d of %d jobs dead after %v: %d handler runs, up to %d for one job (MaxAttempts 3); attempts in the table: %v",
+				e.Name, confCount(t, db1, plain+"_dead"), jobs, time.Since(start).Round(time.Millisecond), total, most, concIDs(t, db1, plain))
+		}
+		time.Sleep(20 * time.Millisecond) // polling the dead table, with a deadline
+	}
+	run1.stop(t)
+	run2.stop(t)
+	total, most := r.runs()
+	t.Logf("FIGURE: %s: %d jobs dead after %v: %d handler runs, up to %d for one job (MaxAttempts 3)",
+		e.Name, jobs, time.Since(start).Round(time.Millisecond), total, most)
+	r.mu.Lock()
+	for _, err := range failures {
+		t.Errorf("a claim or settlement failed: %v", err)
+	}
+	r.mu.Unlock()
+	confIdle(t, db1, q1)
+	confIdle(t, db2, q2)
+	return r
+}
+
+// attXCheckDead checks that each of the jobs ran three times, at least
+// backoff apart, and lies in the dead table with attempt 3 and the last
+// error its handler returned.
+func attXCheckDead(t *testing.T, e Engine, db *sql.DB, table string, r *attXLoopRun, jobs int, backoff time.Duration) {
+	t.Helper()
+	dead := attXDead(t, e, db, table)
+	if len(dead) != jobs {
+		t.Errorf("%d jobs in the dead table, want %d", len(dead), jobs)
+	}
+	if n := confCount(t, db, table); n != 0 {
+		t.Errorf("%d jobs left in the table", n)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, row := range dead {
+		if want := "attempt=3 last_error=" + attXStorable(r.last[id]); row != want {
+			t.Errorf("dead job %s: %s, want %s", id, row, want)
+		}
+		starts := r.starts[id]
+		if len(starts) != 3 {
+			t.Errorf("job %s ran %d times, want 3", id, len(starts))
+		}
+		for i := 1; i < len(starts); i++ {
+			// The retry's not-before is the engine's clock when it
+			// settled, after the run started, plus the backoff; a
+			// millisecond for the clocks' rounding.
+			if gap := starts[i].Sub(starts[i-1]); gap < backoff-time.Millisecond {
+				t.Errorf("job %s: run %d started %v after run %d, before the backoff of %v", id, i+1, gap, i, backoff)
+			}
+		}
+	}
+}
+
+// TestRowLockFailedAttemptWrites (issue 21, item 1): worker.Run loops whose
+// handler writes a shipment through Delivery.Tx, then fails. Nothing of a
+// failed attempt stays: no shipment row survives, every attempt's write
+// succeeds (the first attempt's row would make the second fail on the
+// duplicate key), and the error recorded is the handler's own.
+func TestRowLockFailedAttemptWrites(t *testing.T) {
+	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+		const (
+			jobs    = 16
+			backoff = 50 * time.Millisecond
+		)
+		db1, db2, plain, qualified, effects := attXSetup(t, e, "att_writes", "TEXT")
+		insert := confQuery(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, ?)")
+		r := attXLoop(t, e, db1, db2, plain, qualified, jobs, backoff, func(ctx context.Context, d *inbox.Delivery) error {
+			if _, err := d.Tx().ExecContext(ctx, insert, d.ID(), fmt.Sprintf("shipment of attempt %d", d.Attempt())); err != nil {
+				return err
+			}
+			return fmt.Errorf("carrier down on attempt %d", d.Attempt())
+		})
+		attXCheckDead(t, e, db1, plain, r, jobs, backoff)
+		if rows := confDump(t, db1, effects); len(rows) != 0 {
+			t.Errorf("failed attempts left %d shipments: %q", len(rows), rows)
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for id, last := range r.last {
+			if last != "carrier down on attempt 3" {
+				t.Errorf("job %s: the handler's last error was %q: an attempt's own write failed", id, last)
+			}
+		}
+	})
+}
+
+// TestRowLockFailedStatement (issue 21, item 2): worker.Run loops whose handler
+// runs a statement that fails through Delivery.Tx (a duplicate key, which
+// on PostgreSQL aborts the held transaction) and returns its error. Every
+// attempt is spent, the backoff applies between them, and after
+// MaxAttempts the job is in the dead table with the handler's error.
+func TestRowLockFailedStatement(t *testing.T) {
+	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+		const (
+			jobs    = 12
+			backoff = 200 * time.Millisecond
+		)
+		db1, db2, plain, qualified, effects := attXSetup(t, e, "att_stmt", "TEXT")
+		confExec(t, e, db1, "INSERT INTO "+effects+" (job_id, note) VALUES (0, 'taken')")
+		insert := confQuery(e, "INSERT INTO "+effects+" (job_id, note) VALUES (0, ?)")
+		r := attXLoop(t, e, db1, db2, plain, qualified, jobs, backoff, func(ctx context.Context, d *inbox.Delivery) error {
+			_, err := d.Tx().ExecContext(ctx, insert, fmt.Sprint(d.ID()))
+			if err == nil {
+				return errors.New("the duplicate key was accepted")
+			}
+			return err
+		})
+		attXCheckDead(t, e, db1, plain, r, jobs, backoff)
+		if n := confCount(t, db1, effects); n != 1 {
+			t.Errorf("%d effects, want the one row made before", n)
+		}
+	})
+}
+
+// attXHand drives one job by the hand-written API through MaxAttempts 3:
+// each attempt claims it (alternating the two queues), runs write on the
+// delivery when not nil, records text with SetError, and settles with
+// Retry, or Dead at the third; it returns each settlement's error.
+func attXHand(t *testing.T, qs [2]*inbox.Queue, text string, write func(d *inbox.Delivery) error) {
+	t.Helper()
+	ctx := context.Background()
+	for attempt := 1; attempt <= 3; attempt++ {
+		d := confClaimOne(t, qs[attempt%2])
+		if d.Attempt() != attempt {
+			t.Fatalf("delivered attempt %d, want %d", d.Attempt(), attempt)
+		}
+		if write != nil {
+			if err := write(d); err != nil {
+				_ = d.Release(ctx)
+				t.Fatalf("attempt %d: the handler's write: %v", attempt, err)
+			}
+		}
+		d.SetError(errors.New(text))
+		var err error
+		if attempt < 3 {
+			err = d.Retry(ctx, 0)
+		} else {
+			err = d.Dead(ctx)
+		}
+		if err != nil {
+			t.Fatalf("attempt %d: settlement with a %d-byte error text: %v", attempt, len(text), err)
+		}
+	}
+}
+
+// TestRowLockErrorTexts (issue 21, item 3): error texts with a NUL byte,
+// invalid UTF-8 and 5,000 bytes reach last_error, made storable, on every
+// Retry, and the job dies at its third attempt with the text in the dead
+// table; with the handler writing through Tx (a savepoint) and without.
+func TestRowLockErrorTexts(t *testing.T) {
+	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+		db1, db2, plain, qualified, effects := attXSetup(t, e, "att_texts", "TEXT")
+		qs := [2]*inbox.Queue{
+			confNew(t, db1, confConfig(e, attXTable(plain), nil)),
+			confNew(t, db2, confConfig(e, attXTable(qualified), nil)),
+		}
+		insert := confQuery(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, 'x')")
+		for _, text := range []string{"parse error near \x00 in input", "panic: bad \xff\xfe bytes", strings.Repeat("long error ", 455)[:5000]} {
+			for _, viaTx := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%q, tx %v", text[:8], viaTx), func(t *testing.T) {
+					confReset(t, db1, plain)
+					confExec(t, e, db1, "DELETE FROM "+effects)
+					id := confEnqueue(t, qs[0], db1, "text")
+					var write func(d *inbox.Delivery) error
+					if viaTx {
+						write = func(d *inbox.Delivery) error {
+							_, err := d.Tx().Exec(insert, d.ID())
+							return err
+						}
+					}
+					attXHand(t, qs, text, write)
+					dead := attXDead(t, e, db1, plain)
+					if got, want := dead[concKey(id)], "attempt=3 last_error="+attXStorable(text); got != want {
+						t.Errorf("dead job %v: %.80q…, want %.80q…", id, got, want)
+					}
+					if n := confCount(t, db1, effects); n != 0 {
+						t.Errorf("%d effects of failed attempts", n)
+					}
+				})
+			}
+		}
+		confIdle(t, db1, qs[0])
+		confIdle(t, db2, qs[1])
+	})
+}
+
+// TestRowLockNarrowLastError (issue 21, item 3): last_error is varchar(100)
+// in the table and the dead table. A Retry or Dead whose text the column
+// cannot hold is sent again without it: the job is retried and dies at its
+// third attempt, its last_error left NULL; a short text is still kept.
+func TestRowLockNarrowLastError(t *testing.T) {
+	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+		db1, db2, plain, qualified, effects := attXSetup(t, e, "att_narrow", "varchar(100)")
+		qs := [2]*inbox.Queue{
+			confNew(t, db1, confConfig(e, attXTable(plain), nil)),
+			confNew(t, db2, confConfig(e, attXTable(qualified), nil)),
+		}
+		insert := confQuery(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, 'x')")
+		long := strings.Repeat("a long error text, ", 30)
+		for _, viaTx := range []bool{false, true} {
+			t.Run(fmt.Sprintf("tx %v", viaTx), func(t *testing.T) {
+				confReset(t, db1, plain)
+				confExec(t, e, db1, "DELETE FROM "+effects)
+				id := confEnqueue(t, qs[0], db1, "narrow")
+				var write func(d *inbox.Delivery) error
+				if viaTx {
+					write = func(d *inbox.Delivery) error {
+						_, err := d.Tx().Exec(insert, d.ID())
+						return err
+					}
+				}
+				attXHand(t, qs, long, write)
+				if got, want := attXDead(t, e, db1, plain)[concKey(id)], "attempt=3 last_error=<nil>"; got != want {
+					t.Errorf("dead job %v: %s, want %s", id, got, want)
+				}
+				if n := confCount(t, db1, effects); n != 0 {
+					t.Errorf("%d effects of failed attempts", n)
+				}
+			})
+		}
+		// A text that fits is kept.
+		confReset(t, db1, plain)
+		id := confEnqueue(t, qs[0], db1, "short")
+		d := confClaimOne(t, qs[1])
+		d.SetError(errors.New("short"))
+		if err := d.Retry(context.Background(), 0); err != nil {
+			t.Fatal(err)
+		}
+		if got := attXLastError(t, e, db1, plain, id); got != "short" {
+			t.Errorf("last_error %q, want \"short\"", got)
+		}
+		confIdle(t, db1, qs[0])
+		confIdle(t, db2, qs[1])
+	})
+}
+
+// TestRowLockTxSettlements: with the hand-written API, the claim
+// transaction's writes through Delivery.Tx commit with Ack alone; Retry and
+// Dead record the attempt without them, even after a statement that failed
+// (on PostgreSQL, an aborted transaction), and even after the handler
+// rolled the transaction back itself, when they settle in a transaction of
+// their own, unless another claim took the job meanwhile (ErrLeaseLost,
+// nothing changed).
+func TestRowLockTxSettlements(t *testing.T) {
+	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+		db1, db2, plain, qualified, effects := attXSetup(t, e, "att_tx", "TEXT")
+		q := confNew(t, db1, confConfig(e, attXTable(plain), nil))
+		other := confNew(t, db2, confConfig(e, attXTable(qualified), nil))
+		ctx := context.Background()
+		insert := confQuery(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, ?)")
+		write := func(d *inbox.Delivery, note string) error {
+			_, err := d.Tx().ExecContext(ctx, insert, d.ID(), note)
+			return err
+		}
+		notes := func() []string {
+			var out []string
+			for _, r := range confDump(t, db1, effects) {
+				out = append(out, confFields(r)["note"])
+			}
+			return out
+		}
+		id := confEnqueue(t, q, db1, "tx")
+		step := func(name string, attempt int, do func(d *inbox.Delivery) error) {
+			t.Helper()
+			d := confClaimOne(t, q)
+			if d.Attempt() != attempt {
+				t.Fatalf("%s: delivered attempt %d, want %d", name, d.Attempt(), attempt)
+			}
+			if err := do(d); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+		step("write, Retry", 1, func(d *inbox.Delivery) error {
+			if err := write(d, "retried"); err != nil {
+				return err
+			}
+			d.SetError(errors.New("first failure"))
+			return d.Retry(ctx, 0)
+		})
+		if a, fx, last := confAttempt(t, e, db1, plain, id), notes(), attXLastError(t, e, db1, plain, id); a != 2 || len(fx) != 0 || last != "first failure" {
+			t.Fatalf("after write and Retry: attempt %d, effects %q, last_error %q; want 2, none, the handler's", a, fx, last)
+		}
+		step("write, Release", 2, func(d *inbox.Delivery) error {
+			if err := write(d, "released"); err != nil {
+				return err
+			}
+			return d.Release(ctx)
+		})
+		if a, fx := confAttempt(t, e, db1, plain, id), notes(); a != 2 || len(fx) != 0 {
+			t.Fatalf("after write and Release: attempt %d, effects %q; want 2, none", a, fx)
+		}
+		step("failed statement, Retry", 2, func(d *inbox.Delivery) error {
+			if err := write(d, "before"); err != nil {
+				return err
+			}
+			if _, err := d.Tx().ExecContext(ctx, "SELECT no_such_column FROM "+effects); err == nil {
+				return errors.New("a bad statement succeeded")
+			}
+			d.SetError(errors.New("bad statement"))
+			return d.Retry(ctx, 0)
+		})
+		if a, fx, last := confAttempt(t, e, db1, plain, id), notes(), attXLastError(t, e, db1, plain, id); a != 3 || len(fx) != 0 || last != "bad statement" {
+			t.Fatalf("after a failed statement and Retry: attempt %d, effects %q, last_error %q; want 3, none, the handler's", a, fx, last)
+		}
+		step("handler's rollback, Retry", 3, func(d *inbox.Delivery) error {
+			if err := write(d, "rolled back"); err != nil {
+				return err
+			}
+			if err := d.Tx().Rollback(); err != nil {
+				return err
+			}
+			d.SetError(errors.New("after a rollback"))
+			return d.Retry(ctx, 0)
+		})
+		if a, fx, last := confAttempt(t, e, db1, plain, id), notes(), attXLastError(t, e, db1, plain, id); a != 4 || len(fx) != 0 || last != "after a rollback" {
+			t.Fatalf("after the handler's rollback and Retry: attempt %d, effects %q, last_error %q; want 4, none, the handler's", a, fx, last)
+		}
+		// Rolled back, the job is free: another claim takes it before the
+		// Retry, which then changes nothing.
+		d := confClaimOne(t, q)
+		if err := d.Tx().Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		taken := confClaimOne(t, other)
+		before := confDump(t, db1, plain)
+		if err := d.Retry(ctx, 0); !errors.Is(err, inbox.ErrLeaseLost) {
+			t.Fatalf("Retry of a job another claim holds: %v, want ErrLeaseLost", err)
+		}
+		if err := d.Retry(ctx, 0); !errors.Is(err, inbox.ErrSettled) {
+			t.Fatalf("second Retry: %v, want ErrSettled", err)
+		}
+		if err := taken.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		confSameDump(t, "a Retry that lost the job", before, confDump(t, db1, plain))
+		step("failed statement, Dead", 4, func(d *inbox.Delivery) error {
+			if err := write(d, "dead"); err != nil {
+				return err
+			}
+			if _, err := d.Tx().ExecContext(ctx, insert, d.ID(), "duplicate"); err == nil {
+				return errors.New("a duplicate key was accepted")
+			}
+			d.SetError(errors.New("buried"))
+			return d.Dead(ctx)
+		})
+		if dead, fx := attXDead(t, e, db1, plain), notes(); dead[concKey(id)] != "attempt=4 last_error=buried" || len(fx) != 0 {
+			t.Fatalf("after a failed statement and Dead: dead %q, effects %q; want attempt 4 with the handler's error, none", dead, fx)
+		}
+		id = confEnqueue(t, q, db1, "acked")
+		step("write, Ack", 1, func(d *inbox.Delivery) error {
+			if err := write(d, "acked"); err != nil {
+				return err
+			}
+			return d.Ack(ctx)
+		})
+		if fx := notes(); len(fx) != 1 || fx[0] != `"acked"` && fx[0] != "acked" {
+			t.Fatalf("after write and Ack: effects %q, want the acked write", fx)
+		}
+		confIdle(t, db1, q)
+		confIdle(t, db2, other)
+	})
+}
+
+// TestRowLockDeadlockedHandlers: two handlers write through their
+// transactions into each other's rows and deadlock. The victim's statement
+// fails (MySQL and MariaDB roll its whole transaction back, savepoint and
+// row lock included; PostgreSQL aborts it); both jobs' Retry still counts
+// their attempt and neither keeps a write.
+func TestRowLockDeadlockedHandlers(t *testing.T) {
+	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+		db1, db2, plain, _, effects := attXSetup(t, e, "att_deadlock", "TEXT")
+		q1 := confNew(t, db1, confConfig(e, attXTable(plain), nil))
+		q2 := confNew(t, db2, confConfig(e, attXTable(plain), nil))
+		ctx := context.Background()
+		confExec(t, e, db1, "INSERT INTO "+effects+" (job_id, note) VALUES (1, 'a'), (2, 'b')")
+		ids := []any{confEnqueue(t, q1, db1, "x"), confEnqueue(t, q1, db1, "y")}
+		var ds []*inbox.Delivery
+		for _, q := range []*inbox.Queue{q1, q2} {
+			got, err := q.Claim(ctx, 1)
+			if err != nil || len(got) != 1 {
+				t.Fatalf("claim: %d, %v", len(got), err)
+			}
+			ds = append(ds, got...)
+		}
+		update := confQuery(e, "UPDATE "+effects+" SET note = ? WHERE job_id = ?")
+		for i, d := range ds {
+			if _, err := d.Tx().ExecContext(ctx, update, "mine", i+1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		errs := make(chan error, 2)
+		for i, d := range ds {
+			go func() {
+				_, err := d.Tx().ExecContext(ctx, update, "yours", 2-i)
+				errs <- err
+			}()
+		}
+		var failed int
+		for range ds {
+			if err := workXRecv(t, errs, "the crossed writes"); err != nil {
+				failed++
+				t.Logf("FIGURE: %s: the deadlock's victim: %v", e.Name, err)
+			}
+		}
+		if failed == 0 {
+			t.Fatal("the crossed writes did not deadlock")
+		}
+		for _, d := range ds {
+			d.SetError(errors.New("deadlocked"))
+			if err := d.Retry(ctx, 0); err != nil {
+				t.Fatalf("Retry of job %v: %v", d.ID(), err)
+			}
+		}
+		for _, id := range ids {
+			if a := confAttempt(t, e, db1, plain, id); a != 2 {
+				t.Errorf("job %v: attempt %d after Retry, want 2", id, a)
+			}
+		}
+		if rows := confDump(t, db1, effects); len(rows) != 2 || strings.Contains(strings.Join(rows, " "), "mine") || strings.Contains(strings.Join(rows, " "), "yours") {
+			t.Errorf("effects %q: a failed attempt's write stayed", rows)
+		}
+		confIdle(t, db1, q1)
+		confIdle(t, db2, q2)
+	})
+}
+
+// TestRowLockClaimDeadline (issue 21, item 9): a row-lock Claim whose
+// context ends while it waits for a pool connection returns then, with the
+// context's error, however long the pool stays busy.
+func TestRowLockClaimDeadline(t *testing.T) {
+	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+		const conns = 3
+		db := e.Open(t, conns)
+		table := concTable(t, e, db, "att_deadline")
+		q := confNew(t, db, confConfig(e, Table(table, "rowlock"), nil))
+		confEnqueue(t, q, db, "d")
+		ctx := context.Background()
+		// The caller's own work takes every connection: the pool rule
+		// counts jobs in work, which are none, so the claim must wait.
+		var busy []*sql.Conn
+		for range conns {
+			c, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			busy = append(busy, c)
+		}
+		const patience = 5 * time.Second
+		freed := make(chan time.Time, 1)
+		timer := time.AfterFunc(patience, func() {
+			freed <- time.Now()
+			for _, c := range busy {
+				_ = c.Close()
+			}
+		})
+		claimCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		ds, err := q.Claim(claimCtx, 1)
+		took := time.Since(start)
+		returned := time.Now()
+		t.Logf("FIGURE: %s: a Claim with a 300ms deadline on a busy pool returned after %v: %d jobs, %v", e.Name, took.Round(time.Millisecond), len(ds), err)
+		if timer.Stop() {
+			for _, c := range busy {
+				_ = c.Close()
+			}
+		} else if at := <-freed; !returned.Before(at) {
+			t.Errorf("Claim returned only once the pool's connections were freed, %v after its start", at.Sub(start).Round(time.Millisecond))
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || len(ds) != 0 {
+			t.Errorf("Claim: %d jobs, %v; want none and the deadline", len(ds), err)
+		}
+		if d := confClaimOne(t, q); d.Attempt() != 1 {
+			t.Errorf("attempt %d after the failed claim, want 1", d.Attempt())
+		} else if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		confIdle(t, db, q)
+	})
+}
+
+// TestCutRowLockClaimsRelease (issue 21, item 9): a holder whose session is
+// cut ended without settling, whatever it calls after: its Release fails
+// and the claims table keeps its count, so that a job whose holders keep
+// being cut reaches MaxClaims and the dead table.
+func TestCutRowLockClaimsRelease(t *testing.T) {
+	for _, e := range cutXServerEngines() {
+		t.Run(e.Name, func(t *testing.T) {
+			ctx := context.Background()
+			db := e.Open(t, 4)
+			admin := e.Open(t, 2)
+			table := fmt.Sprintf("cut_%s_claims_%d", e.Name, os.Getpid())
+			crashXRegister(e, table, 0)
+			e.CreateTable(t, admin, table)
+			t.Cleanup(func() { crashXDrop(t, admin, table, table+"_dead", table+"_claims") })
+			q := confNew(t, db, crashXConfig(e, table, "rowlock-claims", 0))
+			id := confEnqueue(t, q, db, "cut")
+			for cut := 1; cut <= ClaimsLimit+1; cut++ {
+				ds, err := q.Claim(ctx, 1)
+				if err != nil || len(ds) != 1 {
+					t.Fatalf("cut %d: claim: %d, %v (dead: %q)", cut, len(ds), err, confDump(t, admin, table+"_dead"))
+				}
+				sid, err := crashXSessionID(ctx, e, ds[0].Tx())
+				if err != nil {
+					t.Fatal(err)
+				}
+				cutXTerminate(t, e, admin, sid)
+				err = ds[0].Release(ctx)
+				claims := confClaimsOf(t, e, admin, table, id)
+				t.Logf("FIGURE: %s: cut %d: Release: %v; claims counted %d", e.Name, cut, err, claims)
+				if err == nil {
+					t.Errorf("cut %d: the cut holder's Release succeeded", cut)
+				}
+				if claims != cut {
+					t.Fatalf("cut %d: claims %d, want %d: a cut holder's delivery must count", cut, claims, cut)
+				}
+			}
+			ds, err := q.Claim(ctx, 1)
+			if err != nil || len(ds) != 0 {
+				t.Fatalf("claim past MaxClaims: %d, %v; want nothing", len(ds), err)
+			}
+			if dead := confDump(t, admin, table+"_dead"); len(dead) != 1 {
+				t.Fatalf("dead table %q, want the job", dead)
+			}
+		})
+	}
+}
