@@ -396,3 +396,22 @@ func TestNew(t *testing.T) {
 		}
 	}
 }
+
+// TestSampleOnRequest (issue 23): without Run, a page load takes a sample
+// when the last is older than SampleEvery, and none otherwise.
+func TestSampleOnRequest(t *testing.T) {
+	now := t0
+	h := newHandler(t, Config{Queues: []QueueConfig{{Name: "mail", Queue: newFake()}}, SampleEvery: 10 * time.Second,
+		Now: func() time.Time { return now }})
+	c := newClient(t, h)
+	for _, step := range []struct {
+		advance time.Duration
+		want    int
+	}{{0, 1}, {0, 1}, {9 * time.Second, 1}, {time.Second, 2}, {time.Minute, 3}} {
+		now = now.Add(step.advance)
+		c.get("/")
+		if n := len(h.hist.get("mail")); n != step.want {
+			t.Errorf("after %v more: %d samples, want %d", step.advance, n, step.want)
+		}
+	}
+}

@@ -81,8 +81,17 @@ func (h *history) last() time.Time {
 // last sample is older than Config.SampleEvery; [Handler.Run] calls it on a
 // ticker.
 func (h *Handler) Sample(ctx context.Context) {
+	h.sample(ctx, false)
+}
+
+// sample samples every queue; ifDue only when the last sample is older than
+// the interval, checked under the lock so that concurrent requests take one.
+func (h *Handler) sample(ctx context.Context, ifDue bool) {
 	h.sampleMu.Lock()
 	defer h.sampleMu.Unlock()
+	if ifDue && h.now().Sub(h.hist.last()) < h.every {
+		return
+	}
 	for _, q := range h.queues {
 		st, err := q.Queue.Stats(ctx)
 		if err != nil {
@@ -99,9 +108,7 @@ func (h *Handler) Sample(ctx context.Context) {
 // sampleIfDue samples when the last sample is older than the interval:
 // without a Run loop, the charts fill while someone looks.
 func (h *Handler) sampleIfDue(ctx context.Context) {
-	if h.now().Sub(h.hist.last()) >= h.every {
-		h.Sample(ctx)
-	}
+	h.sample(ctx, true)
 }
 
 // Run samples every Config.SampleEvery, in the caller's goroutine, until ctx
