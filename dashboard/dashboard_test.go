@@ -415,3 +415,36 @@ func TestSampleOnRequest(t *testing.T) {
 		}
 	}
 }
+
+// brokenQueue fails its reads as a queue without Table.EnqueuedAt or
+// Table.DeadTable does.
+type brokenQueue struct{ *fakeQueue }
+
+func (brokenQueue) Stats(context.Context) (inbox.Stats, error) {
+	return inbox.Stats{}, fmt.Errorf("inbox: stats: %w", inbox.ErrNoEnqueuedAt)
+}
+
+func (brokenQueue) ListDead(context.Context, int, *inbox.DeadJob) ([]inbox.DeadJob, error) {
+	return nil, fmt.Errorf("inbox: list dead: %w", inbox.ErrNoDeadTable)
+}
+
+// TestReadErrors (issue 23): a queue whose reads fail shows the errors in
+// its row and in place of the dead jobs, its counts as dashes (null in
+// JSON), and the other queues as usual.
+func TestReadErrors(t *testing.T) {
+	h := newHandler(t, Config{Queues: []QueueConfig{{Name: "broken", Queue: brokenQueue{newFake()}}, {Name: "mail", Queue: newFake()}}})
+	c := newClient(t, h)
+	status, body := c.get("/?queue=broken")
+	for _, want := range []string{
+		"needs Table.EnqueuedAt", `id="dead-error">inbox: list dead: inbox: no dead table`,
+		`<td class="n ready-count">—</td>`, `<td class="n ready-count">12</td>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("page (%d) lacks %s", status, want)
+		}
+	}
+	_, body = c.get("/api/queues")
+	if !strings.Contains(body, `"ready": null`) || !strings.Contains(body, `"error": "inbox: stats: inbox: the age of the oldest ready job needs Table.EnqueuedAt"`) {
+		t.Errorf("api/queues = %s", body)
+	}
+}
