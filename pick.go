@@ -29,8 +29,14 @@ func (q *Queue) pick(ctx context.Context, ex Executor, want int, now time.Time, 
 	if q.st.PickMore.SQL != "" {
 		srcs = append(srcs, &pickSource{first: q.st.PickMore, after: q.st.PickMoreAfter})
 	}
+	// The first page passes the rows this queue's jobs in work hold (row
+	// lock), which are at the head of the queue, in one read.
+	first := 2*want + 8
+	if q.names.Form == RowLock {
+		first += q.InWork()
+	}
 	for _, s := range srcs {
-		s.limit = 2*want + 8
+		s.limit = first
 	}
 	per := 0 // candidates one PickLock names
 	for _, a := range q.st.PickLock.Args {

@@ -376,12 +376,12 @@ func TestMySQLRowLock(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: rowLockTable})
 	cols := "id,attempt,payload"
 	m.ExpectBegin()
-	myRowLockPicks(m, "", []int64{7, 8}, rows(cols, row(int64(7), int64(1), []byte("p7"))))
+	myRowLockPicks(m, "", 10, []int64{7, 8}, rows(cols, row(int64(7), int64(1), []byte("p7"))))
 	m.ExpectBegin()
-	myRowLockPicks(m, "", []int64{8}, rows(cols, row(int64(8), int64(2), []byte("p8"))))
+	myRowLockPicks(m, "", 11, []int64{8}, rows(cols, row(int64(8), int64(2), []byte("p8"))))
 	m.ExpectBegin()
 	// A candidate another claim took meanwhile: the lock finds none.
-	myRowLockPicks(m, "", []int64{9}, rows(cols))
+	myRowLockPicks(m, "", 12, []int64{9}, rows(cols))
 	m.ExpectRollback()
 	ctx, cancel := context.WithCancel(context.Background())
 	ds, err := q.Claim(ctx, 5)
@@ -403,7 +403,7 @@ func TestMySQLRowLock(t *testing.T) {
 
 	for id := int64(9); id <= 11; id++ {
 		m.ExpectBegin()
-		myRowLockPicks(m, "", []int64{id, id + 1}, rows(cols, row(id, int64(4), []byte("p"))))
+		myRowLockPicks(m, "", int(id)+1, []int64{id, id + 1}, rows(cols, row(id, int64(4), []byte("p"))))
 	}
 	ds = claim(t, q, 3, 9, 10, 11)
 	// The claim wrote nothing: Retry without a delay counts the attempt.
@@ -490,7 +490,7 @@ func TestMySQLRowLockInjectedClock(t *testing.T) {
 	clk := newClock(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: rowLockTable, Now: clk.Now})
 	m.ExpectBegin()
-	myRowLockPicks(m, "2024-03-01 12:00:00.123456", []int64{7}, rows("id,attempt,payload", row(int64(7), int64(1), nil)))
+	myRowLockPicks(m, "2024-03-01 12:00:00.123456", 10, []int64{7}, rows("id,attempt,payload", row(int64(7), int64(1), nil)))
 	d := claim(t, q, 1, 7)[0]
 	clk.Advance(time.Second)
 	m.ExpectExec(myRowLockRetry).WithArgs("2024-03-01 12:00:31.123456", int64(7)).WillReturnResult(affected(1))
@@ -519,19 +519,19 @@ func TestMySQLClaimsCounter(t *testing.T) {
 		m.ExpectQuery(myClaimsRead).WithArgs(id).WillReturnRows(rows("claims", row(claims)))
 	}
 	m.ExpectBegin()
-	myRowLockPicks(m, "", []int64{7, 8}, rows(cols, row(int64(7), int64(1), []byte("p7"))))
+	myRowLockPicks(m, "", 10, []int64{7, 8}, rows(cols, row(int64(7), int64(1), []byte("p7"))))
 	count(7, 1)
 	// Job 8's fifth delivery: four before it ended unsettled, more than
 	// MaxClaims 3.
 	m.ExpectBegin()
-	myRowLockPicks(m, "", []int64{8}, rows(cols, row(int64(8), int64(5), []byte("p8"))))
+	myRowLockPicks(m, "", 11, []int64{8}, rows(cols, row(int64(8), int64(5), []byte("p8"))))
 	count(8, 5)
 	m.ExpectExec(myRowLockDeadInsert).WithArgs(int64(5), int64(8)).WillReturnResult(affected(1))
 	m.ExpectExec(myRowLockAck).WithArgs(int64(8)).WillReturnResult(affected(1))
 	m.ExpectExec(myClaimsClear).WithArgs(int64(8)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	m.ExpectBegin()
-	myRowLockPicks(m, "", nil, nil)
+	myRowLockPicks(m, "", 11, nil, nil)
 	m.ExpectRollback()
 	ds := claim(t, q, 2, 7)
 	for i, l := range m.isolations() {
@@ -571,7 +571,7 @@ func TestMySQLClaimsCounterInjectedClock(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: claimsTable, Now: newClock(t0).Now})
 	const now = "2024-03-01 12:00:00.123456"
 	m.ExpectBegin()
-	myRowLockPicks(m, now, []int64{7}, rows("id,attempt,payload", row(int64(7), int64(1), nil)))
+	myRowLockPicks(m, now, 10, []int64{7}, rows("id,attempt,payload", row(int64(7), int64(1), nil)))
 	m.ExpectExec(myClaimsCount).WithArgs(int64(7)).WillReturnResult(affected(2))
 	m.ExpectQuery(myClaimsRead).WithArgs(int64(7)).WillReturnRows(rows("claims", row(int64(2))))
 	d := claim(t, q, 1, 7)[0]
@@ -588,7 +588,7 @@ func TestMySQLClaimsCounterInjectedClock(t *testing.T) {
 
 	errDown := errors.New("invalid connection")
 	m.ExpectBegin()
-	myRowLockPicks(m, now, []int64{7}, rows("id,attempt,payload", row(int64(7), int64(1), nil)))
+	myRowLockPicks(m, now, 10, []int64{7}, rows("id,attempt,payload", row(int64(7), int64(1), nil)))
 	m.ExpectExec(myClaimsCount).WithArgs(int64(7)).WillReturnResult(affected(2))
 	m.ExpectQuery(myClaimsRead).WithArgs(int64(7)).WillReturnError(errDown)
 	m.ExpectExec(myClaimsGiveBack).WithArgs(int64(7)).WillReturnResult(affected(1))
@@ -800,10 +800,11 @@ func TestMySQLEnqueue(t *testing.T) {
 }
 
 // myRowLockPicks expects a row-lock claim's pick: the candidates ids, read
-// without locks (a page of 10 for a claim of one), then, when there are
-// any, the lock of the first free one among them, which returns got. now is
-// the caller's clock, or "" for the engine's.
-func myRowLockPicks(m *mock, now string, ids []int64, got *sqlmock.Rows) {
+// without locks (a page of 10 for a claim of one, and one more for each
+// job the queue holds), then, when there are any, the lock of the first
+// free one among them, which returns got. now is the caller's clock, or ""
+// for the engine's.
+func myRowLockPicks(m *mock, now string, page int, ids []int64, got *sqlmock.Rows) {
 	pick, lock := myRowLockPick, myRowLockPickLock
 	var pickArgs, lockArgs []driver.Value
 	if now != "" {
@@ -814,7 +815,7 @@ func myRowLockPicks(m *mock, now string, ids []int64, got *sqlmock.Rows) {
 	for _, id := range ids {
 		cands.AddRow(id)
 	}
-	m.ExpectQuery(pick).WithArgs(append(pickArgs, 10)...).WillReturnRows(cands)
+	m.ExpectQuery(pick).WithArgs(append(pickArgs, page)...).WillReturnRows(cands)
 	if len(ids) == 0 {
 		return
 	}
