@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -162,6 +163,16 @@ func (q *Queue) lockOne(ctx context.Context, ident string, c candidate, now time
 	}
 	// Re-read under the lock: the row may have been settled meanwhile.
 	d, err = q.claimOne(ctx, ex, &values{id: c.id, attempt: c.attempt, limit: 1, now: now})
+	var unread *claimReadError
+	if err != nil && q.st.Claim.SQL != "" && errors.As(err, &unread) {
+		// Claim counted the attempt in the statement that returned the row
+		// it could not read: the attempt is given back, under the lock, so
+		// that an error means nothing was claimed. (ClaimSelect wrote
+		// nothing yet.)
+		for _, u := range unread.rows {
+			_, _ = q.exec(context.WithoutCancel(ctx), ex, q.st.Release, &values{id: u.id, attempt: u.attempt})
+		}
+	}
 	if err != nil || d == nil {
 		if conn != nil {
 			q.letGo(ctx, conn, ident, c.key)
@@ -185,10 +196,14 @@ func (q *Queue) letGo(ctx context.Context, conn *sql.Conn, ident, key string) {
 	_ = conn.Close()
 }
 
-// settleAdvisory runs the settlement fenced by the attempt (on the pinned
-// connection, or in the caller's transaction), then lets the lock go. The
-// verdict is the statement's: trouble letting the lock go discards the
-// connection, which ends the lock with the session.
+// settleAdvisory runs the settlement fenced by the attempt, on the pinned
+// connection (then lets the lock go) or in the caller's transaction. In tx
+// it is a settlement only once tx is known to have committed
+// ([Delivery.Committed], or a later touch that finds the row so): until
+// then the delivery keeps its lock and may be settled again. Outside a
+// transaction the verdict is the statement's, or the row's as read back
+// when the statement's outcome is unknown; trouble letting the lock go
+// discards the connection, which ends the lock with the session.
 func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, after time.Duration) error {
 	q := d.q
 	var ex Executor = q.db
@@ -199,39 +214,82 @@ func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, af
 		ex = tx
 	}
 	v := values{id: d.id, attempt: d.attempt, micros: after.Microseconds(), errText: d.errText}
-	var n int64 = 1
-	var err error
-	switch o {
-	case outAck:
-		n, err = q.exec(ctx, ex, q.st.Ack, &v)
-	case outRelease:
-		n, err = q.exec(ctx, ex, q.st.Release, &v)
-	case outRetry:
-		// A delay needs the not-before column, an error the last-error
-		// column: either is written by Retry, when there is one.
-		if q.st.Retry.SQL != "" && (after > 0 || d.errText != nil) {
-			if err = q.fillTimes(ctx, ex, q.st.Retry, &v, after); err == nil {
-				n, err = q.exec(ctx, ex, q.st.Retry, &v)
-			}
-			if err == nil && n == 0 && q.st.Exists.SQL != "" {
-				// MySQL: the time written may be the one the row holds.
-				err = q.queryRow(ctx, ex, q.st.Exists, &v).Scan(&n)
+	// A context that has ended already sends nothing: no outcome to learn.
+	ended := ctx.Err() != nil
+	n, sent, err := d.sendAdvisory(ctx, ex, o, after, &v)
+	if err != nil && v.errText != nil && (o == outRetry || o == outDead) && textRejected(err) {
+		// The database refused the error text: the settlement goes again
+		// without it, so that no text can keep a job from settling.
+		v.errText = nil
+		n, sent, err = d.sendAdvisory(ctx, ex, o, after, &v)
+	}
+	if tx != nil {
+		switch {
+		case err != nil:
+			// What the statement did is the transaction's, which the
+			// caller ends: the delivery keeps its lock.
+			return err
+		case n == 0:
+			err = d.learn(ctx, ex)
+		case sent:
+			d.setPending(o, tx, time.Time{})
+			return nil
+		}
+		// A verdict, or nothing written (a Retry without delay or error
+		// text): the transaction cannot change it.
+		d.unlock(ctx)
+		return err
+	}
+	switch {
+	case err != nil && ended:
+	case err != nil:
+		var again func(ctx context.Context) (int64, error)
+		if o == outRetry {
+			again = func(ctx context.Context) (int64, error) {
+				n, _, err := d.sendAdvisory(ctx, q.db, o, after, &v)
+				return n, err
 			}
 		}
-	case outDead:
-		n, err = q.moveDead(ctx, ex, &v)
+		// Read before the lock goes, while no one else can claim the row.
+		err = d.readBack(ctx, o, v.until, err, again)
+	case n == 0:
+		err = d.learn(ctx, ex)
+	default:
+		d.pending = nil
 	}
 	// The lock is let go whatever happened: a job whose settlement failed is
 	// given back rather than held by a worker that has moved on.
 	d.unlock(ctx)
-	if err != nil {
-		return err
+	return err
+}
+
+// sendAdvisory sends the statements of outcome o with v through ex and
+// returns the rows it settled, and whether it sent any (a Retry writes only
+// a delay or an error text, where the table has their columns).
+func (d *Delivery) sendAdvisory(ctx context.Context, ex Executor, o outcome, after time.Duration, v *values) (int64, bool, error) {
+	q := d.q
+	var n int64
+	var err error
+	switch o {
+	case outAck:
+		n, err = q.exec(ctx, ex, q.st.Ack, v)
+	case outRelease:
+		n, err = q.exec(ctx, ex, q.st.Release, v)
+	case outDead:
+		n, err = q.moveDead(ctx, ex, v)
+	case outRetry:
+		if q.st.Retry.SQL == "" || (after <= 0 && v.errText == nil) {
+			return 1, false, nil
+		}
+		if err = q.fillTimes(ctx, ex, q.st.Retry, v, after); err == nil {
+			n, err = q.exec(ctx, ex, q.st.Retry, v)
+		}
+		if err == nil && n == 0 && q.st.Exists.SQL != "" {
+			// MySQL: the time written may be the one the row holds.
+			err = q.queryRow(ctx, ex, q.st.Exists, v).Scan(&n)
+		}
 	}
-	if n == 0 {
-		d.lost = true
-		return ErrLeaseLost
-	}
-	return nil
+	return n, true, err
 }
 
 // unlock finishes the delivery: its key is let go and its connection

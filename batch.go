@@ -76,6 +76,7 @@ type batchItem struct {
 	o           outcome
 	after       time.Duration
 	cancellable bool  // its caller's context can end
+	sent        bool  // a flight took it: its statement may have run
 	err         error // the verdict, written by the flight that took it
 	// Guarded by Batcher.mu:
 	fl        *flight // the flight that took it; nil while pending
@@ -153,9 +154,12 @@ func (q *Queue) NewBatcher(cfg BatchConfig) (*Batcher, error) {
 // an error matching [ErrSettled] (and ErrLeaseLost after a lost lease) when
 // d was settled before, or a driver error, which fails the whole batch and
 // leaves d to be settled again. After Close it returns [ErrBatcherClosed].
-// When ctx ends it returns ctx's error at once; if d's batch was in flight,
-// the outcome is unknown and settling d again tells (ErrLeaseLost if the
-// row went).
+// When ctx ends before d's batch is sent, it returns ctx's error at once.
+// When ctx ends while d's batch is in flight, or the batch fails, the
+// outcome is read back as for [Delivery.Ack], on a short context of its
+// own: nil or ErrLeaseLost when the row tells, the error when d still holds
+// the lease (d may be settled again), an error matching
+// [ErrOutcomeUnknown] when the read fails too.
 func (b *Batcher) Ack(ctx context.Context, d *Delivery) error {
 	return b.settle(ctx, d, outAck, 0)
 }
@@ -235,7 +239,7 @@ func (b *Batcher) settleAll(ctx context.Context, ds []*Delivery, o outcome) []er
 	}
 	for i, it := range items {
 		if it != nil {
-			errs[i] = finish(ds[i], it)
+			errs[i] = finish(ctx, ds[i], it)
 		}
 	}
 	return errs
@@ -296,7 +300,7 @@ func (b *Batcher) settle(ctx context.Context, d *Delivery, o outcome, after time
 	if err := b.run(ctx, own[:]); err != nil {
 		return opErr(o.String(), err)
 	}
-	return finish(d, own[0])
+	return finish(ctx, d, own[0])
 }
 
 // precheck refuses a settlement before the keeper is paused, so that a
@@ -346,9 +350,16 @@ func itemOf(d *Delivery, o outcome, after time.Duration) batchItem {
 }
 
 // finish records the verdict of it on d, as Delivery.settle does; d.mu is
-// held.
-func finish(d *Delivery, it *batchItem) error {
+// held. An item sent without a verdict (its caller's context ended while
+// its batch was in flight, or the batch failed) reads its outcome back as
+// a settlement of the delivery does: the lease extended by its token,
+// which also fences the batch's statement should it still run, and the row
+// read when the token is gone.
+func finish(ctx context.Context, d *Delivery, it *batchItem) error {
 	err := it.out
+	if !verdict(err) && it.sent {
+		err = d.readBack(ctx, it.o, time.Time{}, err, nil)
+	}
 	if verdict(err) {
 		d.settled, d.lost = true, err != nil
 		d.endKeeper()
@@ -433,6 +444,7 @@ func (b *Batcher) run(ctx context.Context, own []*batchItem) error {
 // error of the batch's own cancellation is the caller's).
 func answerLocked(ctx context.Context, own []*batchItem) {
 	for _, it := range own {
+		it.sent = it.fl != nil
 		if !it.done || it.abandoned && !verdict(it.err) {
 			it.out = ctx.Err()
 		} else {

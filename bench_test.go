@@ -25,8 +25,9 @@ import (
 // btFake is a database/sql connector whose connections answer the lease
 // statements of the Postgres dialect from memory: a claim returns as many
 // rows as its limit, a batch Ack returns the ids it was given, a plain
-// settlement affects one row. When block is set, a query signals on it and
-// waits for its context to end. seen, when set, sees each query first.
+// settlement affects one row. When block is set, a query (but an UPDATE: a
+// lease extension) signals on it and waits for its context to end; an
+// UPDATE query is refused. seen, when set, sees each query first.
 type btFake struct {
 	payload []byte
 	expiry  time.Time
@@ -77,7 +78,7 @@ func (c *btConn) QueryContext(ctx context.Context, query string, args []driver.N
 	if c.f.seen != nil {
 		c.f.seen(query, args)
 	}
-	if c.f.block != nil {
+	if c.f.block != nil && !strings.HasPrefix(query, "UPDATE") {
 		c.f.block <- struct{}{}
 		<-ctx.Done()
 		return nil, ctx.Err()

@@ -328,6 +328,16 @@ type Statements struct {
 	// row already holds is confirmed with it instead of read as a lost lease.
 	Exists Stmt
 
+	// Verdict (lease and advisory forms) reads the row ArgID as it stands:
+	// its stored attempt and (lease form) its expiry; no row when it is
+	// gone. It waits for a write in flight on the row to end (a locking
+	// read where the engine has one), so that a settlement whose outcome is
+	// unknown (its context ended, its connection broke mid-statement)
+	// learns what the database holds. Sent only then, and when a settlement
+	// in the caller's transaction is not yet known to have committed. Empty:
+	// such a settlement returns [ErrOutcomeUnknown].
+	Verdict Stmt
+
 	// Settlements. Ack deletes; Retry delays (lease form: always, the
 	// expiry; other forms: the not-before column, only for a delay; empty
 	// when there is none); Release gives the attempt back (lease: clears the

@@ -419,7 +419,12 @@ func (q *Queue) moveDead(ctx context.Context, ex Executor, v *values) (int64, er
 	if ex == Executor(q.db) {
 		q.warm(ctx, q.st.DeadInsert, q.st.DeadDelete)
 	}
-	tx, err := b.BeginTx(ctx, nil)
+	// The transaction ends where this function ends it, never behind its
+	// back: one begun with ctx would be rolled back by database/sql, from a
+	// goroutine of its own, when ctx ends, and a settlement that then reads
+	// back its outcome on the same session (an advisory delivery's pinned
+	// connection) could read inside it. The statements still take ctx.
+	tx, err := b.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		return 0, err
 	}

@@ -420,11 +420,12 @@ type Delivery struct {
 	sentAt  time.Time // lease: when the statement that set expiry was sent (monoNow)
 	errText any       // what SetError recorded: a string, or nil
 	settled bool
-	lost    bool      // settled by a verdict of ErrLeaseLost
-	tx      *sql.Tx   // row lock: the held transaction
-	endTx   func()    // row lock: lets the held transaction's context go
-	sp      int       // row lock: the handler's savepoint (spNone, spTaken, spFailed)
-	conn    *sql.Conn // advisory: the pinned connection holding the lock
+	lost    bool               // settled by a verdict of ErrLeaseLost
+	pending *pendingSettlement // lease, advisory: sent, not known to have taken effect
+	tx      *sql.Tx            // row lock: the held transaction
+	endTx   func()             // row lock: lets the held transaction's context go
+	sp      int                // row lock: the handler's savepoint (spNone, spTaken, spFailed)
+	conn    *sql.Conn          // advisory: the pinned connection holding the lock
 	keeper  *keeper
 }
 
@@ -589,28 +590,101 @@ func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery, m
 		if clock != nil {
 			dest = append(dest, &sc.clock)
 		}
-		if err := rows.Scan(dest...); err != nil {
-			return into, err
-		}
-		d.id, d.lastError = normID(sc.id), sc.lastErr.String
-		if clock != nil && clock.IsZero() {
-			// Read now: the driver may reuse the value's bytes at the next row.
-			t, err := q.dialect.ScanTime(sc.clock.v)
-			if err != nil {
-				return into, err
-			}
-			*clock = micro(t)
-		}
-		if withExpiry {
-			t, err := q.dialect.ScanTime(sc.exp.v)
-			if err != nil {
-				return into, err
-			}
-			d.expiry = micro(t)
+		if err := q.scanClaimedRow(rows, d, dest, sc, withExpiry, clock); err != nil {
+			return into, q.unreadClaimed(rows, len(dest), withExpiry, err)
 		}
 		into = append(into, d)
 	}
 	return into, rows.Err()
+}
+
+// scanClaimedRow reads the current row of a claim into d.
+func (q *Queue) scanClaimedRow(rows *sql.Rows, d *Delivery, dest []any, sc *claimScan, withExpiry bool, clock *time.Time) error {
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	d.id, d.lastError = normID(sc.id), sc.lastErr.String
+	if clock != nil && clock.IsZero() {
+		// Read now: the driver may reuse the value's bytes at the next row.
+		t, err := q.dialect.ScanTime(sc.clock.v)
+		if err != nil {
+			return err
+		}
+		*clock = micro(t)
+	}
+	if withExpiry {
+		t, err := q.dialect.ScanTime(sc.exp.v)
+		if err != nil {
+			return err
+		}
+		d.expiry = micro(t)
+	}
+	return nil
+}
+
+// claimReadError is a claim's failure to read a row it claimed (a value
+// its destination cannot hold: a NULL priority, text in an integer
+// column). rows are the deliveries of the rows not delivered, the failed
+// one and those after it, holding their tokens alone, so that a claim that
+// wrote them gives them back.
+type claimReadError struct {
+	err  error
+	rows []*Delivery
+}
+
+func (e *claimReadError) Error() string { return e.err.Error() }
+func (e *claimReadError) Unwrap() error { return e.err }
+
+// unreadClaimed reads the tokens (id, delivered attempt and, withExpiry,
+// expiry) of the current row, which failed with err, and of the rows after
+// it, each column taken as the driver gives it, and returns err with them
+// as a *claimReadError. Rows it cannot read either are left out.
+func (q *Queue) unreadClaimed(rows *sql.Rows, ncols int, withExpiry bool, err error) error {
+	raw := make([]rawValue, ncols)
+	dest := make([]any, ncols)
+	for i := range raw {
+		dest[i] = &raw[i]
+	}
+	e := &claimReadError{err: err}
+	for more := true; more; more = rows.Next() {
+		// The current row may be scanned again, into other destinations.
+		if rows.Scan(dest...) != nil {
+			continue
+		}
+		attempt, aerr := int64Of(raw[1].v)
+		if aerr != nil || raw[0].v == nil {
+			continue
+		}
+		d := &Delivery{q: q, id: normID(raw[0].v), attempt: attempt}
+		if withExpiry {
+			t, terr := q.dialect.ScanTime(raw[2].v)
+			if terr != nil {
+				continue
+			}
+			d.expiry = micro(t)
+		}
+		e.rows = append(e.rows, d)
+	}
+	return e
+}
+
+// int64Of reads an integer as a driver returns it.
+func int64Of(v any) (int64, error) {
+	switch x := v.(type) {
+	case int64:
+		return x, nil
+	case int32:
+		return int64(x), nil
+	case int:
+		return int64(x), nil
+	case uint64:
+		return int64(x), nil
+	case []byte:
+		return strconv.ParseInt(string(x), 10, 64)
+	case string:
+		return strconv.ParseInt(x, 10, 64)
+	}
+	return 0, fmt.Errorf("an attempt of type %T", v)
 }
 
 // claimScan is where a claim scans what it does not keep as read.
@@ -640,6 +714,15 @@ func (d *Delivery) tokenValues() values {
 
 // Ack settles the job as done: its row is deleted. Under the row lock the
 // handler's writes through [Delivery.Tx] commit with it.
+//
+// Under the lease and advisory forms, a settlement whose statement fails
+// (its context ends or its connection breaks mid-statement, so that its
+// outcome is unknown) reads the row back, on a short context of its own,
+// and reports what the database holds: nil when it took effect,
+// [ErrLeaseLost] when the job is another's, its own error when the row
+// still carries the delivery's token (a lease delivery may then be settled
+// again), and an error matching [ErrOutcomeUnknown] when the read fails
+// too.
 func (d *Delivery) Ack(ctx context.Context) error { return d.settle(ctx, nil, outAck, 0) }
 
 // Retry settles the job for a later attempt, not before after has passed.
@@ -650,12 +733,16 @@ func (d *Delivery) Ack(ctx context.Context) error { return d.settle(ctx, nil, ou
 // should the held transaction be lost (a deadlock, a cut session), they
 // are recorded in a new one, or not at all with [ErrLeaseLost] when
 // another claim took the job meanwhile. An error text the database refuses
-// is dropped rather than the Retry.
+// is dropped rather than the Retry. Under the lease and advisory forms, an
+// error text ([Delivery.SetError]) the database refuses (a Table.LastError
+// column narrower than [MaxErrorText]) is dropped and the Retry sent again
+// without it; an unknown outcome is read back as for [Delivery.Ack].
 func (d *Delivery) Retry(ctx context.Context, after time.Duration) error {
 	return d.settle(ctx, nil, outRetry, after)
 }
 
-// Release gives the job back at once without spending its attempt.
+// Release gives the job back at once without spending its attempt. An
+// unknown outcome is read back as for [Delivery.Ack].
 func (d *Delivery) Release(ctx context.Context) error {
 	return d.settle(ctx, nil, outRelease, 0)
 }
@@ -664,27 +751,49 @@ func (d *Delivery) Release(ctx context.Context) error {
 // attempt it was delivered with. Without a dead table it returns
 // [ErrNoDeadTable]. Under the row lock the handler's writes through
 // [Delivery.Tx] are undone, as by [Delivery.Retry].
+// A refused error text and an unknown outcome are handled as for
+// [Delivery.Retry].
 func (d *Delivery) Dead(ctx context.Context) error { return d.settle(ctx, nil, outDead, 0) }
 
 // AckTx is Ack inside the caller's transaction, so that the handler's writes
 // and the acknowledgement commit together; the token check fences a stale
-// holder. If tx rolls back, the job comes back (lease form: when its lease
-// runs out). Row-lock deliveries return [ErrOwnTx]: write through Tx instead.
+// holder. Row-lock deliveries return [ErrOwnTx]: write through Tx instead.
+//
+// The settlement is one only once tx is known to have committed: call
+// [Delivery.Committed] after a successful tx.Commit. Until then the
+// delivery is not settled: its keeper extends no more but its deadline
+// stays armed (the handler is cancelled with [ErrLeaseLost] by the last
+// expiry it knows of, less [Config.KeepMargin]), an advisory delivery keeps
+// its lock, and a settlement may be sent again, after tx has ended: if tx
+// rolled back or its COMMIT failed, the job is still this delivery's and
+// the new settlement takes effect; if tx committed, the new one finds the
+// row settled and returns an error matching [ErrSettled] (the package
+// learns the outcome from the row). A nil error means the statement ran
+// in tx; [ErrLeaseLost] means the row no longer carries the delivery's
+// token, a verdict that ends the delivery whatever becomes of tx; any other
+// error leaves the delivery as it was.
 func (d *Delivery) AckTx(ctx context.Context, tx *sql.Tx) error {
 	return d.settle(ctx, tx, outAck, 0)
 }
 
-// RetryTx is Retry inside the caller's transaction; see [Delivery.AckTx].
+// RetryTx is Retry inside the caller's transaction. It is a settlement
+// only once tx is known to have committed: see [Delivery.AckTx] and
+// [Delivery.Committed]. An advisory RetryTx that writes nothing (no delay
+// and no error text recorded) settles at once.
 func (d *Delivery) RetryTx(ctx context.Context, tx *sql.Tx, after time.Duration) error {
 	return d.settle(ctx, tx, outRetry, after)
 }
 
-// ReleaseTx is Release inside the caller's transaction; see [Delivery.AckTx].
+// ReleaseTx is Release inside the caller's transaction. It is a settlement
+// only once tx is known to have committed: see [Delivery.AckTx] and
+// [Delivery.Committed].
 func (d *Delivery) ReleaseTx(ctx context.Context, tx *sql.Tx) error {
 	return d.settle(ctx, tx, outRelease, 0)
 }
 
-// DeadTx is Dead inside the caller's transaction; see [Delivery.AckTx].
+// DeadTx is Dead inside the caller's transaction. It is a settlement only
+// once tx is known to have committed: see [Delivery.AckTx] and
+// [Delivery.Committed].
 func (d *Delivery) DeadTx(ctx context.Context, tx *sql.Tx) error {
 	return d.settle(ctx, tx, outDead, 0)
 }
@@ -730,7 +839,8 @@ func (d *Delivery) refuse(tx *sql.Tx, o outcome, after time.Duration) error {
 // settle runs outcome o, inside tx when not nil. A settlement that reached a
 // verdict (done, or the lease lost) finishes the delivery; one that failed on
 // the way (a cut connection) leaves it to be settled again where the form
-// allows.
+// allows, once the row read back says it did not take effect; one in tx
+// leaves it pending until tx is known to have committed.
 func (d *Delivery) settle(ctx context.Context, tx *sql.Tx, o outcome, after time.Duration) error {
 	// A settlement refused before it starts leaves the keeper extending.
 	if err := d.refuse(tx, o, after); err != nil {

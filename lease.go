@@ -28,7 +28,13 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 	}
 	ds, err := q.scanClaimed(rows, true, nil, max, nil)
 	if err != nil {
-		return nil, err
+		// The statement claimed every row it returned: Claim gives back
+		// those read and those it could not read.
+		var unread *claimReadError
+		if errors.As(err, &unread) {
+			ds = append(ds, unread.rows...)
+		}
+		return ds, err
 	}
 	if q.names.Priority != "" {
 		// The statement returns its rows in the order it updated them.
@@ -232,8 +238,7 @@ func (d *Delivery) extendLocked(ctx context.Context) error {
 		var raw any
 		err := q.queryRow(ctx, q.db, s, &v).Scan(&raw)
 		if errors.Is(err, sql.ErrNoRows) {
-			d.settled, d.lost = true, true
-			return ErrLeaseLost
+			return d.learn(ctx, q.db)
 		}
 		if err != nil {
 			return err
@@ -242,7 +247,8 @@ func (d *Delivery) extendLocked(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		d.expiry, d.sentAt = micro(t), sent
+		// The token was in place: a settlement pending did not take effect.
+		d.expiry, d.sentAt, d.pending = micro(t), sent, nil
 		return nil
 	}
 	n, err := q.exec(ctx, q.db, s, &v)
@@ -252,13 +258,12 @@ func (d *Delivery) extendLocked(ctx context.Context) error {
 	if n == 0 {
 		if held, err := q.unchanged(ctx, q.db, &v); err != nil || !held {
 			if err == nil {
-				d.settled, d.lost = true, true
-				err = ErrLeaseLost
+				err = d.learn(ctx, q.db)
 			}
 			return err
 		}
 	}
-	d.expiry, d.sentAt = v.until, sent
+	d.expiry, d.sentAt, d.pending = v.until, sent, nil
 	return nil
 }
 
@@ -275,46 +280,68 @@ func (q *Queue) unchanged(ctx context.Context, ex Executor, v *values) (bool, er
 	return n > 0, err
 }
 
-// settleLease runs a settlement as a compare-and-set on the token.
+// settleLease runs a settlement as a compare-and-set on the token, through
+// the pool or inside the caller's tx. In tx it is a settlement only once tx
+// is known to have committed ([Delivery.Committed], or a later touch that
+// finds the row so): until then the delivery stays unsettled, its keeper
+// paused with its deadline armed.
 func (d *Delivery) settleLease(ctx context.Context, tx *sql.Tx, o outcome, after time.Duration) error {
-	q := d.q
-	var ex Executor = q.db
+	var ex Executor = d.q.db
 	if tx != nil {
 		ex = tx
 	}
 	v := d.tokenValues()
-	var n int64
-	var err error
+	// A context that has ended already sends nothing: no outcome to learn.
+	ended := ctx.Err() != nil
+	n, err := d.sendLease(ctx, ex, o, after, &v)
+	if err != nil && v.errText != nil && (o == outRetry || o == outDead) && textRejected(err) {
+		// The database refused the error text (a last_error narrower than
+		// MaxErrorText): the settlement goes again without it, so that no
+		// text can keep a job from settling.
+		v.errText = nil
+		n, err = d.sendLease(ctx, ex, o, after, &v)
+	}
+	switch {
+	case err != nil && (tx != nil || ended):
+		// What the statement did is the transaction's, which the caller
+		// ends: the delivery stays as it was.
+		return err
+	case err != nil:
+		return d.readBack(ctx, o, v.until, err, nil)
+	case n == 0:
+		return d.learn(ctx, ex)
+	case tx != nil:
+		d.setPending(o, tx, v.until)
+		return nil
+	}
+	d.settled, d.pending = true, nil
+	return nil
+}
+
+// sendLease sends the statements of outcome o with v through ex and returns
+// the rows it settled.
+func (d *Delivery) sendLease(ctx context.Context, ex Executor, o outcome, after time.Duration, v *values) (int64, error) {
+	q := d.q
 	switch o {
 	case outAck:
-		n, err = q.exec(ctx, ex, q.st.Ack, &v)
+		return q.exec(ctx, ex, q.st.Ack, v)
 	case outRelease:
-		n, err = q.exec(ctx, ex, q.st.Release, &v)
-	case outRetry:
-		v.micros = after.Microseconds()
-		if err := q.fillTimes(ctx, ex, q.st.Retry, &v, after); err != nil {
-			return err
-		}
-		n, err = q.exec(ctx, ex, q.st.Retry, &v)
-		if err == nil && n == 0 {
-			var held bool
-			held, err = q.unchanged(ctx, ex, &v)
-			if held {
-				n = 1
-			}
-		}
+		return q.exec(ctx, ex, q.st.Release, v)
 	case outDead:
-		n, err = q.moveDead(ctx, ex, &v)
+		return q.moveDead(ctx, ex, v)
 	}
-	if err != nil {
-		return err
+	v.micros = after.Microseconds()
+	if err := q.fillTimes(ctx, ex, q.st.Retry, v, after); err != nil {
+		return 0, err
 	}
-	d.settled = true
-	if n == 0 {
-		d.lost = true
-		return ErrLeaseLost
+	n, err := q.exec(ctx, ex, q.st.Retry, v)
+	if err == nil && n == 0 {
+		var held bool
+		if held, err = q.unchanged(ctx, ex, v); held {
+			n = 1
+		}
 	}
-	return nil
+	return n, err
 }
 
 // keeper extends one delivery's lease while its handler runs, and stops the

@@ -207,3 +207,17 @@ func statsOldest(n *Names, now string) (free, due string) {
 	return "(SELECT MIN({enqueuedAt}) FROM {table} WHERE " + col + " IS NULL)",
 		"(SELECT MIN({enqueuedAt}) FROM {table} WHERE " + col + " <= " + now + ")"
 }
+
+// verdictRead is the lease and advisory forms' Verdict: the row's attempt
+// and (lease) expiry, read with lock, the engine's clause that makes the
+// read wait for a write in flight on the row ("" where none is needed).
+// Empty under the row lock, whose settlement ends in its own transaction.
+func verdictRead(t *sqlTemplate, n *Names, lock string) Stmt {
+	switch n.Form {
+	case Lease:
+		return t.query("SELECT {attempt}, {lease} FROM {table} WHERE {id} = $id" + lock)
+	case Advisory:
+		return t.query("SELECT {attempt} FROM {table} WHERE {id} = $id" + lock)
+	}
+	return Stmt{}
+}

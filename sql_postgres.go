@@ -58,6 +58,8 @@ func (postgres) Statements(n *Names) (*Statements, error) {
 	enqueue(st, n, dollar, true, clock)
 	st.Stats = pgStats(t, n)
 	deadJobs(t, n, st, true)
+	// FOR SHARE waits for a settlement's DELETE or UPDATE still in flight.
+	st.Verdict = verdictRead(t, n, " FOR SHARE")
 	return st, nil
 }
 

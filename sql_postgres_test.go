@@ -712,8 +712,8 @@ func TestPostgresAdvisorySharedKey(t *testing.T) {
 	m.met(t)
 }
 
-// Advisory Tx settlements write in the caller's transaction, then let the
-// lock go on the pinned connection.
+// Advisory Tx settlements write in the caller's transaction, and let the
+// lock go on the pinned connection once Committed confirms the commit.
 func TestPostgresAdvisoryTx(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
@@ -745,10 +745,12 @@ func TestPostgresAdvisoryTx(t *testing.T) {
 		tx, err := m.DB.Begin()
 		ok(t, "Begin", err)
 		expect[i]()
-		pgUnlocked(m, fmt.Sprint(i+1))
 		ok(t, "settle in tx", settle[i](d, tx))
 		m.ExpectCommit()
 		ok(t, "commit", tx.Commit())
+		// The lock is let go once the commit is confirmed.
+		pgUnlocked(m, fmt.Sprint(i+1))
+		ok(t, "Committed", d.Committed(tx))
 	}
 	m.met(t)
 }
