@@ -28,8 +28,8 @@ func TestVerdictStatements(t *testing.T) {
 		{d: inbox.MySQL, tb: rowLockTable, empty: true},
 		{d: inbox.MariaDB, tb: leaseTable, want: "SELECT `attempt`, `locked_until` FROM `jobs` WHERE `id` = ? LOCK IN SHARE MODE"},
 		{d: inbox.MariaDB, tb: advisoryTable, want: "SELECT `attempt` FROM `jobs` WHERE `id` = ? LOCK IN SHARE MODE"},
-		{d: inbox.SQLite, tb: leaseTable, want: `SELECT "attempt", "locked_until" FROM "jobs" WHERE "id" = ?`},
-		{d: inbox.SQLite, tb: advisoryTable, want: `SELECT "attempt" FROM "jobs" WHERE "id" = ?`},
+		{d: inbox.SQLite, tb: leaseTable, want: "SELECT `attempt`, `locked_until` FROM `jobs` WHERE `id` = ?"},
+		{d: inbox.SQLite, tb: advisoryTable, want: "SELECT `attempt` FROM `jobs` WHERE `id` = ?"},
 	} {
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: c.d, Table: c.tb})
