@@ -110,20 +110,40 @@ func deadCopy(t *sqlTemplate, token string) (insert, del Stmt) {
 
 // enqueue builds the four inserts: plain, with an id, with a not-before
 // time, with both. returning is false for engines without INSERT …
-// RETURNING (MySQL), which read LastInsertId instead. The column lists vary
-// with the description, so these are written column by column. With a
-// notification channel (PostgreSQL) the insert notifies in the same
-// statement: the notification is delivered when the job commits. clock is
-// the engine's clock for the enqueue time, empty for the caller's.
+// RETURNING (MySQL), which read LastInsertId instead. With a notification
+// channel (PostgreSQL) the insert notifies in the same statement: the
+// notification is delivered when the job commits. clock is the engine's
+// clock for the enqueue time, empty for the caller's.
 func enqueue(st *Statements, n *Names, mark func(int) string, returning bool, clock string) {
-	at := n.NotBefore
-	if n.Form == Lease {
-		// A lease form delays a job the way it delays a retry: an expiry.
-		at = n.LockedUntil
+	st.Enqueue = enqueueRows(n, mark, returning, clock, 1, false, false)
+	st.EnqueueID = enqueueRows(n, mark, returning, clock, 1, true, false)
+	if enqueueAtColumn(n) != "" {
+		st.EnqueueAt = enqueueRows(n, mark, returning, clock, 1, false, true)
+		st.EnqueueIDAt = enqueueRows(n, mark, returning, clock, 1, true, true)
 	}
-	build := func(withID, withAt bool) Stmt {
-		s := &sqlBuilder{mark: mark}
-		var cols, vals []string
+}
+
+// enqueueAtColumn is the column a not-before time goes into: the lease
+// column under the lease form, which delays a job the way it delays a
+// retry, with an expiry; Table.NotBefore otherwise (empty: none).
+func enqueueAtColumn(n *Names) string {
+	if n.Form == Lease {
+		return n.LockedUntil
+	}
+	return n.NotBefore
+}
+
+// enqueueRows is the insert of rows jobs in one statement, as enqueue
+// describes it, each row's parameters in the same order, row after row
+// ([BulkEnqueuer]). The column lists vary with the description, so it is
+// written column by column.
+func enqueueRows(n *Names, mark func(int) string, returning bool, clock string, rows int, withID, withAt bool) Stmt {
+	s := &sqlBuilder{mark: mark}
+	var cols []string
+	tuples := make([]string, 0, rows)
+	for r := 0; r < rows; r++ {
+		cols = cols[:0]
+		var vals []string
 		if withID {
 			cols, vals = append(cols, n.ID), append(vals, s.param(ArgID))
 		}
@@ -131,7 +151,7 @@ func enqueue(st *Statements, n *Names, mark func(int) string, returning bool, cl
 			cols, vals = append(cols, c), append(vals, s.param(ArgData+Arg(i)))
 		}
 		if withAt {
-			cols, vals = append(cols, at), append(vals, s.param(ArgNotBefore))
+			cols, vals = append(cols, enqueueAtColumn(n)), append(vals, s.param(ArgNotBefore))
 		}
 		if n.Priority != "" {
 			cols, vals = append(cols, n.Priority), append(vals, s.param(ArgPriority))
@@ -143,27 +163,25 @@ func enqueue(st *Statements, n *Names, mark func(int) string, returning bool, cl
 			}
 			cols, vals = append(cols, n.EnqueuedAt), append(vals, now)
 		}
-		if len(cols) == 0 {
-			s.write("INSERT INTO ", n.Table, " DEFAULT VALUES")
-		} else {
-			s.write("INSERT INTO ", n.Table, " (", strings.Join(cols, ", "), ") VALUES (", strings.Join(vals, ", "), ")")
-		}
-		if returning {
-			s.write(" RETURNING ", n.ID)
-		}
-		if n.NotifyChannel != "" {
-			insert := s.b.String()
-			s.b.Reset()
-			s.write("WITH j AS (", insert, ") SELECT j.", n.ID, " FROM j CROSS JOIN pg_notify('", n.NotifyChannel, "', '') AS n")
-		}
-		return s.stmt(returning)
+		tuples = append(tuples, "("+strings.Join(vals, ", ")+")")
 	}
-	st.Enqueue = build(false, false)
-	st.EnqueueID = build(true, false)
-	if at != "" {
-		st.EnqueueAt = build(false, true)
-		st.EnqueueIDAt = build(true, true)
+	if len(cols) == 0 {
+		// Nothing to name: one row of defaults (the core sends a statement
+		// per job for such a table, as SQLite takes no DEFAULT in VALUES).
+		s.write("INSERT INTO ", n.Table, " DEFAULT VALUES")
+	} else {
+		s.write("INSERT INTO ", n.Table, " (", strings.Join(cols, ", "), ") VALUES ", strings.Join(tuples, ", "))
 	}
+	if returning {
+		s.write(" RETURNING ", n.ID)
+	}
+	if n.NotifyChannel != "" {
+		// pg_notify in FROM runs once per statement, whatever the rows.
+		insert := s.b.String()
+		s.b.Reset()
+		s.write("WITH j AS (", insert, ") SELECT j.", n.ID, " FROM j CROSS JOIN pg_notify('", n.NotifyChannel, "', '') AS n")
+	}
+	return s.stmt(returning)
 }
 
 // statsDead counts the dead table, -1 without one.

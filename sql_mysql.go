@@ -83,11 +83,7 @@ func (mysql) Statements(n *Names) (*Statements, error) {
 	if n.DBClock {
 		st.Now = t.query("SELECT UTC_TIMESTAMP(6)")
 	}
-	clock := ""
-	if n.DBClock {
-		clock = "UTC_TIMESTAMP(6)"
-	}
-	enqueue(st, n, question, false, clock)
+	enqueue(st, n, question, false, myEnqueueClock(n))
 	// MySQL has no DELETE … RETURNING (MariaDB has, but shares these).
 	deadJobs(t, n, st, false)
 	// In work is counted in this statement under the lease form alone; the
@@ -604,4 +600,28 @@ func myClaimsKey(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
 		return nil, err
 	}
 	return []string{claimsKeyProblem(n)}, nil
+}
+
+// EnqueueMany is Enqueue's insert with a row per job. LastInsertId is the
+// first row's id; InnoDB reserves the ids of a multi-row INSERT … VALUES (a
+// "simple insert") at once, so that the rows' ids follow each other
+// @@auto_increment_increment apart (more than 1 on a Galera node) in every
+// innodb_autoinc_lock_mode. The server takes up to 65,535 placeholders in a
+// prepared statement.
+func (mysql) EnqueueMany(n *Names, rows int, withID, withAt bool) ManyStatements {
+	return ManyStatements{
+		Insert: enqueueRows(n, question, false, myEnqueueClock(n), rows, withID, withAt),
+		Step:   Stmt{SQL: "SELECT @@auto_increment_increment", Rows: true},
+	}
+}
+
+func (mysql) MaxEnqueueParams() int { return 65535 }
+
+// myEnqueueClock is the enqueue time's SQL: the engine's clock, or empty
+// for the caller's, passed as a parameter.
+func myEnqueueClock(n *Names) string {
+	if n.DBClock {
+		return "UTC_TIMESTAMP(6)"
+	}
+	return ""
 }

@@ -51,11 +51,7 @@ func (postgres) Statements(n *Names) (*Statements, error) {
 	case Advisory:
 		st = pgAdvisory(t, n)
 	}
-	clock := ""
-	if n.DBClock {
-		clock = "statement_timestamp()"
-	}
-	enqueue(st, n, dollar, true, clock)
+	enqueue(st, n, dollar, true, pgEnqueueClock(n))
 	st.Stats = pgStats(t, n)
 	deadJobs(t, n, st, true)
 	// FOR SHARE waits for a settlement's DELETE or UPDATE still in flight.
@@ -363,4 +359,21 @@ func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string
 		found = append(found, claimsKeyProblem(n))
 	}
 	return append(problems, found...), err
+}
+
+// EnqueueMany is Enqueue's insert with a row per job. PostgreSQL's protocol
+// counts a statement's parameters in 16 bits.
+func (postgres) EnqueueMany(n *Names, rows int, withID, withAt bool) ManyStatements {
+	return ManyStatements{Insert: enqueueRows(n, dollar, true, pgEnqueueClock(n), rows, withID, withAt)}
+}
+
+func (postgres) MaxEnqueueParams() int { return 65535 }
+
+// pgEnqueueClock is the enqueue time's SQL: the engine's clock, or empty
+// for the caller's, passed as a parameter.
+func pgEnqueueClock(n *Names) string {
+	if n.DBClock {
+		return "statement_timestamp()"
+	}
+	return ""
 }

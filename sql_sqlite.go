@@ -281,3 +281,14 @@ func (sqlite) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, 
 	}
 	return path + "\x00" + strings.ToLower(n.TableName), nil
 }
+
+// EnqueueMany is Enqueue's insert with a row per job; RETURNING lists the
+// rows in no set order, and the core sorts the integer ids SQLite assigns
+// (each one larger than the table's largest). SQLite takes 32,766
+// parameters since 3.32 (mattn/go-sqlite3 and modernc.org/sqlite bundle
+// later ones); an older library linked in takes 999.
+func (sqlite) EnqueueMany(n *Names, rows int, withID, withAt bool) ManyStatements {
+	return ManyStatements{Insert: enqueueRows(n, question, true, "", rows, withID, withAt)}
+}
+
+func (sqlite) MaxEnqueueParams() int { return 32766 }

@@ -1,0 +1,318 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// BulkEnqueuer is implemented by a [Dialect] that inserts many jobs in one
+// statement; [Queue.EnqueueMany] uses it. Without it EnqueueMany sends
+// Enqueue's statement once per job, in one transaction all the same.
+// Postgres, MySQL, MariaDB and SQLite implement it.
+type BulkEnqueuer interface {
+	// EnqueueMany returns the statements inserting rows jobs at once, each
+	// with an id given (withID) and a not-before time (withAt) or not.
+	// Called per EnqueueMany statement, for sizes up to MaxEnqueueParams.
+	EnqueueMany(n *Names, rows int, withID, withAt bool) ManyStatements
+	// MaxEnqueueParams is the most parameters one statement may take.
+	MaxEnqueueParams() int
+}
+
+// ManyStatements insert many jobs at once ([BulkEnqueuer]).
+type ManyStatements struct {
+	// Insert inserts the jobs: the parameters of Enqueue's statement, job
+	// after job. With Rows it returns the new ids, one column; integer ids
+	// may come in any order, as the core sorts them (an id the engine
+	// assigns grows within a statement), other ids must come in job order.
+	// Without Rows the ids the engine assigns are LastInsertId, the first
+	// job's, and the next ones Step apart.
+	Insert Stmt
+	// Step (with an Insert without Rows) returns one integer: the
+	// difference between the ids one statement assigns to consecutive rows.
+	// Empty: 1.
+	Step Stmt
+}
+
+var (
+	_ BulkEnqueuer = postgres{}
+	_ BulkEnqueuer = mysql{}
+	_ BulkEnqueuer = mariadb{}
+	_ BulkEnqueuer = sqlite{}
+)
+
+// manyRows is the most jobs one EnqueueMany statement inserts, below the
+// engine's parameter limit: a statement of more rows inserts no faster
+// (measured on PostgreSQL, MariaDB and SQLite: bench/README.md) and costs
+// the server a parse of a longer text.
+const manyRows = 1000
+
+// EnqueueMany inserts jobs through ex (a *sql.DB, *sql.Tx or *sql.Conn) in
+// multi-row statements and returns their ids in the order of jobs, each an
+// int64 or a string. Either every job is inserted or none is: through a
+// *sql.DB or *sql.Conn the statements run in a transaction of their own
+// when there are several (more than a thousand jobs, or jobs that differ in
+// having an id or a not-before time); through a *sql.Tx they commit with
+// the caller's transaction. Through another Executor each statement
+// commits by itself.
+//
+// Each job is checked as [Queue.Enqueue] checks one; an error names the
+// first bad job by its index, and then nothing is sent. Loops of this
+// process waiting on [Queue.NextWake] are woken once, after the jobs are
+// committed (through a *sql.Tx, call [Queue.Wake] after the commit); with
+// [Config.NotifyChannel] each statement sends one notification.
+//
+// Ids the database assigns come back in job order on every engine: on
+// PostgreSQL and SQLite from RETURNING; on MySQL and MariaDB from
+// LastInsertId, the id of a statement's first row, and
+// @@auto_increment_increment: InnoDB reserves the ids of a multi-row
+// INSERT … VALUES at once, consecutive in every innodb_autoinc_lock_mode.
+// A job given an id keeps it.
+func (q *Queue) EnqueueMany(ctx context.Context, ex Executor, jobs []Job) ([]any, error) {
+	for i, job := range jobs {
+		if len(job.Data) != len(q.names.Data) {
+			return nil, fmt.Errorf("inbox: enqueue many: job %d: %d data values for the %d data columns %v", i, len(job.Data), len(q.names.Data), q.names.Raw.Data)
+		}
+		if !job.NotBefore.IsZero() && q.st.EnqueueAt.SQL == "" {
+			return nil, fmt.Errorf("inbox: enqueue many: job %d: a not-before time needs Table.NotBefore under the %s form", i, q.names.Form)
+		}
+	}
+	if len(jobs) == 0 {
+		return []any{}, nil
+	}
+	ids := make([]any, len(jobs))
+	chunks := q.manyChunks(jobs)
+	err := q.inOneTx(ctx, ex, len(chunks) > 1, func(ex Executor) error {
+		for _, c := range chunks {
+			if err := q.insertMany(ctx, ex, jobs[c.from:c.to], ids[c.from:c.to]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, inTx := ex.(*sql.Tx); !inTx {
+		q.bell.ring()
+	}
+	return ids, nil
+}
+
+// chunk is jobs[from:to], inserted by one statement.
+type chunk struct{ from, to int }
+
+// manyChunks cuts jobs into runs that one statement inserts: jobs alike in
+// having an id and a not-before time (one column list), at most manyRows
+// of them and within the engine's parameter limit. Without a bulk insert
+// (the dialect has none, or a table with no column to name) each job is a
+// run of its own.
+func (q *Queue) manyChunks(jobs []Job) []chunk {
+	limit := 1
+	if b, ok := capability[BulkEnqueuer](q.dialect); ok && q.hasManyColumns() {
+		// The parameters of one row: the most a job can take.
+		perRow := len(q.names.Data) + 4
+		limit = max(1, min(manyRows, b.MaxEnqueueParams()/perRow))
+	}
+	var out []chunk
+	for i := 0; i < len(jobs); {
+		j := i + 1
+		for j < len(jobs) && j-i < limit && alike(jobs[i], jobs[j]) {
+			j++
+		}
+		out = append(out, chunk{i, j})
+		i = j
+	}
+	return out
+}
+
+// hasManyColumns reports whether an insert names a column whatever the
+// job, so that rows can be listed after VALUES.
+func (q *Queue) hasManyColumns() bool {
+	return len(q.names.Data) > 0 || q.names.Priority != "" || q.names.EnqueuedAt != ""
+}
+
+func alike(a, b Job) bool {
+	return (a.ID == nil) == (b.ID == nil) && a.NotBefore.IsZero() == b.NotBefore.IsZero()
+}
+
+// inOneTx runs f through ex, in a transaction of its own when ex is a
+// *sql.DB or *sql.Conn and atomic asks for one.
+func (q *Queue) inOneTx(ctx context.Context, ex Executor, atomic bool, f func(Executor) error) error {
+	var tx *sql.Tx
+	var err error
+	switch e := ex.(type) {
+	case *sql.DB:
+		if atomic {
+			tx, err = e.BeginTx(ctx, nil)
+		}
+	case *sql.Conn:
+		if atomic {
+			tx, err = e.BeginTx(ctx, nil)
+		}
+	}
+	if err != nil {
+		return opErr("enqueue many", err)
+	}
+	if tx == nil {
+		return f(ex)
+	}
+	if err := f(tx); err != nil {
+		return errors.Join(err, ignoreDone(tx.Rollback()))
+	}
+	if err := tx.Commit(); err != nil {
+		return opErr("enqueue many: commit", err)
+	}
+	return nil
+}
+
+// ignoreDone drops the error of a rollback that found its transaction
+// gone already (its context ended): the rollback happened.
+func ignoreDone(err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return err
+}
+
+// insertMany inserts jobs, alike, in one statement, and writes their ids
+// into ids.
+func (q *Queue) insertMany(ctx context.Context, ex Executor, jobs []Job, ids []any) error {
+	withID, withAt := jobs[0].ID != nil, !jobs[0].NotBefore.IsZero()
+	b, ok := capability[BulkEnqueuer](q.dialect)
+	if !ok || len(jobs) == 1 || !q.hasManyColumns() {
+		for i, j := range jobs {
+			id, err := q.insert(ctx, ex, q.enqueueStmt(withID, withAt), j)
+			if err != nil {
+				return err
+			}
+			ids[i] = id
+		}
+		return nil
+	}
+	ms := b.EnqueueMany(&q.names, len(jobs), withID, withAt)
+	args, err := q.manyArgs(ctx, ex, ms.Insert, jobs)
+	if err != nil {
+		return opErr("enqueue many", err)
+	}
+	if ms.Insert.Rows {
+		return q.readMany(ctx, ex, ms.Insert, args, jobs, ids)
+	}
+	res, err := ex.ExecContext(ctx, ms.Insert.SQL, args...)
+	if err != nil {
+		return opErr("enqueue many", err)
+	}
+	if withID {
+		for i, j := range jobs {
+			ids[i] = j.ID
+		}
+		return nil
+	}
+	first, err := res.LastInsertId()
+	if err != nil {
+		return opErr("enqueue many: reading the new ids", err)
+	}
+	step := int64(1)
+	if ms.Step.SQL != "" {
+		if err := ex.QueryRowContext(ctx, ms.Step.SQL).Scan(&step); err != nil {
+			return opErr("enqueue many: reading the id step", err)
+		}
+	}
+	for i := range jobs {
+		ids[i] = first + int64(i)*step
+	}
+	return nil
+}
+
+// readMany runs an insert that returns the new ids and puts them in job
+// order: integers sorted, as each row an insert adds takes a larger id than
+// the row before it, other ids in the order they came.
+func (q *Queue) readMany(ctx context.Context, ex Executor, s Stmt, args []any, jobs []Job, ids []any) error {
+	rows, err := ex.QueryContext(ctx, s.SQL, args...)
+	if err != nil {
+		return opErr("enqueue many", err)
+	}
+	defer rows.Close()
+	got := ids[:0]
+	for rows.Next() {
+		var id any
+		if err := rows.Scan(&id); err != nil {
+			return opErr("enqueue many", err)
+		}
+		got = append(got, normID(id))
+	}
+	if err := rows.Err(); err != nil {
+		return opErr("enqueue many", err)
+	}
+	if len(got) != len(jobs) {
+		return fmt.Errorf("inbox: enqueue many: %d ids returned for %d jobs", len(got), len(jobs))
+	}
+	if jobs[0].ID != nil {
+		for i, j := range jobs {
+			ids[i] = j.ID
+		}
+		return nil
+	}
+	if ints, ok := allInts(got); ok {
+		slices.Sort(ints)
+		for i, v := range ints {
+			ids[i] = v
+		}
+	}
+	return nil
+}
+
+func allInts(ids []any) ([]int64, bool) {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		v, ok := id.(int64)
+		if !ok {
+			return nil, false
+		}
+		out[i] = v
+	}
+	return out, true
+}
+
+// enqueueStmt is Enqueue's statement for a job with an id and a not-before
+// time or not.
+func (q *Queue) enqueueStmt(withID, withAt bool) Stmt {
+	switch {
+	case withID && withAt:
+		return q.st.EnqueueIDAt
+	case withID:
+		return q.st.EnqueueID
+	case withAt:
+		return q.st.EnqueueAt
+	}
+	return q.st.Enqueue
+}
+
+// manyArgs fills the parameters of s, the insert of jobs, row after row:
+// each row takes the same number of parameters.
+func (q *Queue) manyArgs(ctx context.Context, ex Executor, s Stmt, jobs []Job) ([]any, error) {
+	var v values
+	if err := q.fillTimes(ctx, ex, s, &v, 0); err != nil {
+		return nil, err
+	}
+	perRow := len(s.Args) / len(jobs)
+	out := make([]any, len(s.Args))
+	for i, a := range s.Args {
+		j := &jobs[i/perRow]
+		switch a {
+		case ArgID:
+			out[i] = j.ID
+		case ArgNotBefore:
+			out[i] = q.dialect.TimeArg(micro(j.NotBefore))
+		case ArgPriority:
+			out[i] = int64(j.Priority)
+		case ArgNow:
+			out[i] = q.dialect.TimeArg(v.now)
+		default:
+			out[i] = j.Data[a-ArgData]
+		}
+	}
+	return out, nil
+}
