@@ -1,0 +1,705 @@
+package inboxtest
+
+// docs/sql.md, the reference of every statement a queue sends, per engine
+// and form, laid out for reading: generated from the queues' Statements, the
+// Batcher's statements, the advisory form's lock calls and the schema
+// check's first statement, and kept true by TestDocSQL.
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// TestDocSQL checks that docs/sql.md shows the statements the queues send;
+// -update rewrites its generated part.
+func TestDocSQL(t *testing.T) {
+	checkGenerated(t, "../docs/sql.md", "TestDocSQL", generateSQLDoc(t))
+}
+
+// The descriptions of the schema files (schema/<engine>-<form>.sql), as
+// examples/quickstart/forms.go gives them, so that each statement below
+// runs on the tables those files create.
+var sqlDocForms = []struct {
+	file  string // the schema file's form part
+	table inbox.Table
+}{
+	{"lease", inbox.Table{Name: "jobs", LockedUntil: "locked_until", DeadTable: "jobs_dead"}},
+	{"rowlock", inbox.Table{Name: "jobs", NotBefore: "not_before", ClaimsTable: "jobs_claims", MaxClaims: 5, DeadTable: "jobs_dead"}},
+	{"advisory", inbox.Table{Name: "jobs", AdvisoryKey: "id", NotBefore: "not_before", DeadTable: "jobs_dead"}},
+}
+
+var sqlDocEngines = []struct {
+	name, file string // the heading; the schema file's engine part
+	d          inbox.Dialect
+	like       string // the engine whose statements this one shares, shown once
+}{
+	{"PostgreSQL", "postgres", inbox.Postgres, ""},
+	{"MySQL", "mysql", inbox.MySQL, ""},
+	{"MariaDB", "mysql", inbox.MariaDB, "MySQL"},
+	{"SQLite", "sqlite", inbox.SQLite, ""},
+}
+
+// sqlDocBatch is the batch size shown: a batch of n tokens repeats the
+// token's places n times.
+const sqlDocBatch = 2
+
+// stmtDoc says what a statement does and when it runs.
+type stmtDoc struct{ what, when string }
+
+// stmtDocs describe every field of inbox.Statements; a field missing here
+// fails the test, so that a new statement gets its description.
+var stmtDocs = map[string]stmtDoc{
+	"Now": {"Reads the engine's clock, for the statements after it that send times the engine cannot return itself.",
+		"before a claim, a settlement, an enqueue with a time, a dead move or `Stats` that needs the time, when `Config.Now` is not set."},
+	"Claim": {"Claims jobs in one statement: marks them taken (the attempt counted, under the lease the expiry written) and returns id, the attempt delivered, the expiry (lease) and the data columns.",
+		"`Queue.Claim`, and so each claim of `worker.Run`. Lease: up to max jobs, outside any transaction. Row lock: one job, inside the transaction that then holds it, once per job claimed. Advisory: the candidate whose lock was just taken, if no one claimed it meanwhile."},
+	"ClaimSelect": {"Reads and locks claimable jobs in the claim's transaction, returning id, the attempt delivered and the data columns.",
+		"`Queue.Claim` on an engine without `UPDATE … RETURNING`, first statement of the claim's transaction (advisory: the candidate under its lock)."},
+	"ClaimMark": {"Marks the jobs the claim read: counts their attempt and, under the lease, writes their expiry; a row marked only if it still carries the attempt read and is still claimable.",
+		"`Queue.Claim`, after `ClaimSelect` (or `PickLock`), in the same transaction; a lease claim marks up to 16 jobs per statement."},
+	"ClaimMarked": {"Returns which of the named jobs carry the expiry just written.",
+		"`Queue.Claim`, when a lease `ClaimMark` changed fewer rows than it named: the claim delivers those alone."},
+	"ClaimSelectMore": {"Reads more claimable jobs, as `ClaimSelect` does, for the places it left.",
+		"`Queue.Claim` of a lease, when the first read returned fewer jobs than max."},
+	"Pick": {"Reads up to a page of claimable jobs' ids (and priorities) in claim order, without locking them: InnoDB keeps the lock of every row a locking read passed, so the claim locks only the rows it takes, by id (`PickLock`).",
+		"`Queue.Claim`, first page of candidates."},
+	"PickAfter": {"Reads the next page of candidates, past the last one read, in claim order.",
+		"`Queue.Claim`, when every candidate of the page before was held by others."},
+	"PickMore": {"Reads a second set of candidates (the free jobs, where `Pick` reads the expired leases); the claim merges both in claim order.",
+		"`Queue.Claim` of a lease, beside `Pick`."},
+	"PickMoreAfter": {"The next page of `PickMore`'s candidates.",
+		"`Queue.Claim` of a lease, when the candidates before were held by others."},
+	"PickLock": {"Locks, among the candidates named, the jobs still claimable and not held by another transaction, in id order, and returns them as `ClaimSelect` does.",
+		"`Queue.Claim`, after `Pick`, in the claim's transaction."},
+	"Candidates": {"Reads up to a page of claimable jobs (id, key, attempt) in id order, without locking them.",
+		"`Queue.Claim` of the advisory form, before it tries each candidate's lock."},
+	"CandidatesAfter": {"Reads the next page of candidates, past the last id read.",
+		"`Queue.Claim` of the advisory form, when the page before gave fewer jobs than max."},
+	"Extend": {"Moves a lease's expiry forward, if the row still carries the delivery's token (id, attempt, expiry).",
+		"the keeper (`Delivery.Keep`, `KeepGroup`, and so `worker.Run`), every half lease while the handler runs."},
+	"Exists": {"Counts the rows carrying a token, on an engine that reports only changed rows as affected.",
+		"after an `Extend` or a `Retry` that affected no row: a write of the value the row already held is not a lost lease."},
+	"Verdict": {"Reads the job's row as it stands (its attempt and, under the lease, its expiry), waiting for a write in flight on it to end: what the database holds after a settlement whose outcome is unknown.",
+		"a settlement whose context ended or whose connection broke mid-statement, and a settlement in the caller's transaction not yet known to have committed."},
+	"Ack": {"Deletes the job, if its row still carries the delivery's token (lease: id, attempt, expiry; advisory: id, attempt; row lock: the held transaction's row).",
+		"`Delivery.Ack`, `AckTx` (in the caller's transaction), and `worker.Run` when the handler returns nil."},
+	"Retry": {"Gives the job back for a later attempt: under the lease, an expiry at the retry time; otherwise the not-before time (and, row lock, the attempt counted).",
+		"`Delivery.Retry`, `RetryTx`, and `worker.Run` when the handler returns an error."},
+	"Release": {"Gives the job back at once without spending its attempt.",
+		"`Delivery.Release`, `ReleaseTx`, and `worker.Run` for a job claimed after its shutdown began."},
+	"DeadInsert": {"Copies the job into the dead table with the attempt delivered (where the engine can, deleting it in the same statement).",
+		"`Delivery.Dead`, `DeadTx`, `worker.Run` past `MaxAttempts`; row lock: a claim past `Table.MaxClaims`."},
+	"DeadDelete": {"Deletes the job the dead move copied, in the same transaction.",
+		"after `DeadInsert`, on an engine that cannot do both in one statement."},
+	"ClaimsCount": {"Counts one more delivery of the job in the claims table (returning the count where the engine can).",
+		"`Queue.Claim` of the row lock, from the pool, once the claim's transaction holds the row."},
+	"ClaimsRead": {"Reads the job's delivery count.",
+		"after `ClaimsCount`, on an engine whose upsert cannot return it."},
+	"ClaimsGiveBack": {"Takes one delivery back from the count.",
+		"`Delivery.Release` of the row lock, from the pool, before the held transaction rolls back."},
+	"ClaimsClear": {"Removes the job's count.",
+		"every other row-lock settlement (`Ack`, `Retry`, `Dead`), in the held transaction."},
+	"Savepoint": {"Marks the held transaction before the handler writes to it.",
+		"the first `Delivery.Tx()` of a row-lock delivery."},
+	"RollbackToSavepoint": {"Undoes what the handler wrote in the held transaction.",
+		"a row-lock `Retry` or `Dead` after `Delivery.Tx()`, before it records the attempt."},
+	"Relock": {"Locks the job again, without waiting, if it still carries the attempt delivered.",
+		"a row-lock `Retry` or `Dead` whose held transaction cannot be used any more (a failed statement, a deadlock, a cut session), first statement of a transaction of its own."},
+	"Enqueue": {"Inserts a job with the data given; the id comes from the table.",
+		"`Queue.Enqueue` without `Job.ID` or `Job.NotBefore`."},
+	"EnqueueID": {"Inserts a job with the id given.",
+		"`Queue.Enqueue` with `Job.ID`."},
+	"EnqueueAt": {"Inserts a job not claimable before the time given.",
+		"`Queue.Enqueue` with `Job.NotBefore`."},
+	"EnqueueIDAt": {"Inserts a job with the id and the not-before time given.",
+		"`Queue.Enqueue` with both."},
+	"Probe": {"Returns a row when a claim may find a job, in one statement where the claim is a transaction of several.",
+		"`Queue.Probe`: `worker.Run`, idle, when its fallback interval runs out; it claims only after a row."},
+	"DeadList": {"Lists up to a page of dead jobs, the most recent death first.",
+		"`Queue.ListDead` (the dashboard's dead list)."},
+	"DeadListAfter": {"Lists the next page of dead jobs, past the last one listed.",
+		"`Queue.ListDead` with a cursor."},
+	"DeadTake": {"Takes a dead job's data out of the dead table (deleting it, or locking it where the engine cannot return a deleted row).",
+		"`Queue.RequeueDead`, in its transaction, before it enqueues the job again."},
+	"DeadTakeDelete": {"Deletes the dead job `DeadTake` locked.",
+		"`Queue.RequeueDead`, after `DeadTake`, on an engine without `DELETE … RETURNING`."},
+	"DeadPurge": {"Deletes every dead job.",
+		"`Queue.PurgeDead` with a zero time."},
+	"DeadPurgeBefore": {"Deletes the dead jobs that died before the time given.",
+		"`Queue.PurgeDead(ctx, t)`."},
+	"RequeueError": {"Writes a requeued job's last error text back.",
+		"`Queue.RequeueDead`, after the insert, when the dead job had an error text."},
+	"Cancel": {"Deletes a job that waits (under the lease, whatever its lease: the holder learns by its keeper).",
+		"`Queue.Cancel`."},
+	"CancelLock": {"Locks the job without waiting, returning it when no claim holds it.",
+		"`Queue.Cancel` of the row lock, before `Cancel`, in one transaction."},
+	"JobExists": {"Tells a job in work from a missing one.",
+		"`Queue.Cancel`, when nothing was deleted."},
+	"Stats": {"Counts the jobs ready, waiting, in work and dead, and the age of the oldest ready one, in one row.",
+		"`Queue.Stats`: the dashboard and the metrics handler, on each scrape or page load."},
+	"InWork": {"Counts the jobs held, from the server's lock view, where `Stats` cannot tell them apart.",
+		"`Queue.Stats`, after `Stats`; its error leaves the count at -1."},
+}
+
+// formDocs say it for one form, where the statement of that name differs
+// by form: "Field/form", the form as in the schema file's name.
+var formDocs = map[string]stmtDoc{
+	"Claim/lease": {"Claims up to max free or expired jobs in one statement: counts their attempt, writes their expiry, and returns id, the attempt delivered, the expiry and the data columns.",
+		"`Queue.Claim` (each claim of `worker.Run`), outside any transaction."},
+	"Claim/rowlock": {"Locks one claimable job in the claim's transaction, which holds it until the settlement, and returns id, the attempt delivered and the data columns. It writes nothing: a crash rolls it back.",
+		"`Queue.Claim`, once per job, each in a transaction of its own; a claim of fewer jobs than max ends with one that finds none."},
+	"Claim/advisory": {"Counts the attempt of the candidate whose lock was just taken, if it still has the attempt read and is claimable, and returns id, the attempt delivered and the data columns.",
+		"`Queue.Claim` of the advisory form, after `TryLock`, for each candidate locked."},
+	"ClaimSelect/advisory": {"Reads the candidate whose lock was just taken, if it still has the attempt read and is claimable.",
+		"`Queue.Claim` of the advisory form, after `TryLock`, for each candidate locked; no transaction."},
+	"ClaimMark/advisory": {"Counts the attempt of the candidate read, if it still has the attempt read and is claimable.",
+		"`Queue.Claim` of the advisory form, after `ClaimSelect`."},
+	"Ack/lease": {"Deletes the job if its row still carries the delivery's token (id, attempt, expiry): none deleted is a lost lease.",
+		"`Delivery.Ack`, `AckTx` (in the caller's transaction), and `worker.Run` when the handler returns nil."},
+	"Ack/rowlock": {"Deletes the job in the held transaction; the settlement then commits it, with what the handler wrote through `Delivery.Tx()`.",
+		"`Delivery.Ack`, and `worker.Run` when the handler returns nil."},
+	"Ack/advisory": {"Deletes the job if its row still has the attempt delivered: none deleted means the lock was lost and the job claimed again.",
+		"`Delivery.Ack`, `AckTx` (in the caller's transaction), and `worker.Run` when the handler returns nil; `Unlock` follows."},
+	"Retry/lease": {"Sets the lease to expire at the retry time, when the job is claimable again, if the row still carries the delivery's token.",
+		"`Delivery.Retry`, `RetryTx`, and `worker.Run` when the handler returns an error."},
+	"Retry/rowlock": {"Counts the spent attempt and sets the not-before time, in the held transaction, which the settlement then commits.",
+		"`Delivery.Retry`, and `worker.Run` when the handler returns an error."},
+	"Retry/advisory": {"Sets the not-before time, if the row still has the attempt delivered.",
+		"`Delivery.Retry` with a delay, `RetryTx`, and `worker.Run` when the handler returns an error; `Unlock` follows."},
+	"Release/lease": {"Clears the lease and gives the attempt back, if the row still carries the delivery's token.",
+		"`Delivery.Release`, `ReleaseTx`, and `worker.Run` for a job claimed after its shutdown began."},
+	"Release/advisory": {"Gives the attempt back, if the row still has the attempt delivered.",
+		"`Delivery.Release`, `ReleaseTx`, and `worker.Run` for a job claimed after its shutdown began; `Unlock` follows."},
+}
+
+// batchDocs describe the fields of inbox.BatchStatements.
+var batchDocs = map[string]stmtDoc{
+	"Ack":     {"Deletes the rows of several lease deliveries, each only while it carries its own token, returning the ids deleted where the engine can.", "`Batcher.AckAll`, and `Batcher.Ack` grouping the calls that arrive together (`worker.Run` with batches)."},
+	"Release": {"Gives several leased jobs back without spending their attempts, each only while it carries its token.", "`Batcher.ReleaseAll`, `Batcher.Release`."},
+	"Retry":   {"Sets several leases to expire at the retry time, each only while it carries its token.", "`Batcher.Retry`."},
+	"Lock":    {"Returns the ids of the rows still carrying their tokens and locks them until the transaction ends.", "a batch whose statement affected fewer rows than it had tokens, on an engine that cannot return the rows it changed: the batch rolls back and runs `Lock`, then the statement, in a new transaction."},
+}
+
+// sqlDocNamed is a statement with its heading.
+type sqlDocNamed struct {
+	name, sql string
+	doc       stmtDoc
+}
+
+// captureDialect records the Names the queue hands its dialect, for the
+// Batcher's statements.
+type captureDialect struct {
+	inbox.Dialect
+	names *inbox.Names
+}
+
+func (c *captureDialect) Statements(n *inbox.Names) (*inbox.Statements, error) {
+	c.names = n
+	return c.Dialect.Statements(n)
+}
+
+func (c *captureDialect) Unwrap() inbox.Dialect { return c.Dialect }
+
+// sqlDocStatements returns every statement a queue of this engine and form
+// sends, in the order of inbox.Statements, then the batch, lock and schema
+// check statements.
+func sqlDocStatements(t *testing.T, d inbox.Dialect, form string, table inbox.Table) []sqlDocNamed {
+	t.Helper()
+	rec := &sqlRecorder{}
+	db := sql.OpenDB(rec)
+	t.Cleanup(func() { db.Close() })
+	cd := &captureDialect{Dialect: d}
+	q, err := inbox.New(db, inbox.Config{Dialect: cd, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []sqlDocNamed
+	add := func(docs map[string]stmtDoc, v reflect.Value, prefix string) {
+		for i := 0; i < v.NumField(); i++ {
+			f := v.Type().Field(i)
+			st, ok := v.Field(i).Interface().(inbox.Stmt)
+			if !ok {
+				continue
+			}
+			doc, ok := formDocs[f.Name+"/"+form]
+			if !ok || prefix != "" {
+				doc, ok = docs[f.Name]
+			}
+			if !ok {
+				t.Errorf("%s%s has no description in sqldoc_test.go: say what it does and when it runs", prefix, f.Name)
+			}
+			if st.SQL != "" {
+				out = append(out, sqlDocNamed{prefix + f.Name, st.SQL, doc})
+			}
+		}
+	}
+	add(stmtDocs, reflect.ValueOf(*q.Statements()), "")
+	if q.Form() == inbox.Lease {
+		bs, err := d.(inbox.BatchDialect).BatchStatements(cd.names, sqlDocBatch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(batchDocs, reflect.ValueOf(*bs), "Batch ")
+	}
+	ctx := context.Background()
+	if ti, ok := d.(inbox.TableIdentifier); ok && q.Form() == inbox.Advisory {
+		_, _ = ti.TableIdentity(ctx, db, cd.names)
+		out = append(out, rec.take(t, "TableIdentity", stmtDoc{
+			"Reads the table's identity, the same for every spelling of its name: the advisory keys and lock names are made from it.",
+			"The first `Queue.Claim` of each advisory queue."})...)
+	}
+	if l, ok := d.(inbox.Locker); ok && q.Form() == inbox.Advisory {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = l.TryLock(ctx, conn, "public.jobs", "7")
+		out = append(out, rec.take(t, "TryLock", stmtDoc{
+			"Takes the session lock of one job's key without waiting; true (1) when taken.",
+			"`Queue.Claim` of the advisory form, for each candidate in turn, on the connection the job keeps while in work."})...)
+		_ = l.Unlock(ctx, conn, "public.jobs", "7")
+		out = append(out, rec.take(t, "Unlock", stmtDoc{
+			"Lets the job's lock go.",
+			"after each advisory settlement, and `Queue.Shutdown` for the jobs still held."})...)
+		conn.Close()
+	}
+	_ = q.CheckSchema(ctx)
+	if first := rec.take(t, "CheckSchema", stmtDoc{
+		"The schema check's first statement: which engine and version answers, and what only a look-alike has (CockroachDB, YugabyteDB, TiDB, Vitess), in a `SELECT` every server engine parses. The check's further reads of the catalog depend on what this one found.",
+		"`Queue.CheckSchema`, at startup."}); len(first) > 0 {
+		out = append(out, first[0])
+	}
+	return out
+}
+
+// generateSQLDoc writes docs/sql.md's generated part: per engine, the
+// statements every form shares, then each form's own.
+func generateSQLDoc(t *testing.T) string {
+	var b strings.Builder
+	byEngine := map[string]map[string][]sqlDocNamed{}
+	for _, e := range sqlDocEngines {
+		fmt.Fprintf(&b, "- [%s](#%s):", e.name, slugDoc(e.name))
+		byEngine[e.name] = map[string][]sqlDocNamed{}
+		sep := " "
+		for _, f := range sqlDocForms {
+			if e.d == inbox.SQLite && f.file == "rowlock" {
+				continue
+			}
+			byEngine[e.name][f.file] = sqlDocStatements(t, e.d, f.file, f.table)
+			title := formTitle(f.file)
+			fmt.Fprintf(&b, "%s[%s](#%s)", sep, title, slugDoc(e.name+", "+title))
+			sep = ", "
+		}
+		b.WriteString("\n")
+	}
+	for _, e := range sqlDocEngines {
+		fmt.Fprintf(&b, "\n## %s\n", e.name)
+		forms := byEngine[e.name]
+		var like map[string][]sqlDocNamed
+		if e.like != "" {
+			like = byEngine[e.like]
+			fmt.Fprintf(&b, "\n`inbox.%s` sends the statements of [`inbox.%s`](#%s), except those shown here.\n", e.name, e.like, slugDoc(e.like))
+		}
+		// A statement every form sends alike is shown once, first.
+		var order []string
+		for _, f := range sqlDocForms {
+			if forms[f.file] != nil {
+				order = append(order, f.file)
+			}
+		}
+		shared := map[string]bool{}
+		for _, s := range forms[order[0]] {
+			all := true
+			for _, f := range order[1:] {
+				all = all && hasStmt(forms[f], s)
+			}
+			if all && !(like != nil && hasStmtAll(like, order, s)) {
+				shared[s.name] = true
+			}
+		}
+		if len(shared) > 0 {
+			fmt.Fprintf(&b, "\n### %s, every form\n", e.name)
+			for _, s := range forms[order[0]] {
+				if shared[s.name] {
+					writeStmt(t, &b, s)
+				}
+			}
+		}
+		for _, f := range order {
+			title := formTitle(f)
+			fmt.Fprintf(&b, "\n### %s, %s\n\n", e.name, title)
+			fmt.Fprintf(&b, "On [schema/%s-%s.sql](../schema/%s-%s.sql).\n", e.file, f, e.file, f)
+			n := 0
+			for _, s := range forms[f] {
+				if shared[s.name] && hasStmt(forms[order[0]], s) {
+					continue
+				}
+				if like != nil && hasStmt(like[f], s) {
+					continue
+				}
+				writeStmt(t, &b, s)
+				n++
+			}
+			if n == 0 {
+				fmt.Fprintf(&b, "\nNo statement of its own: %s's.\n", e.like)
+			}
+		}
+	}
+	return b.String()
+}
+
+func formTitle(file string) string {
+	return map[string]string{"lease": "lease", "rowlock": "row lock", "advisory": "advisory lock"}[file]
+}
+
+// slugDoc is a heading's anchor, as GitHub makes it for these headings.
+func slugDoc(heading string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(strings.ToLower(heading), ",", ""), " ", "-")
+}
+
+func hasStmt(list []sqlDocNamed, s sqlDocNamed) bool {
+	for _, x := range list {
+		if x.name == s.name && x.sql == s.sql {
+			return true
+		}
+	}
+	return false
+}
+
+func hasStmtAll(forms map[string][]sqlDocNamed, order []string, s sqlDocNamed) bool {
+	for _, f := range order {
+		if !hasStmt(forms[f], s) {
+			return false
+		}
+	}
+	return true
+}
+
+func writeStmt(t *testing.T, b *strings.Builder, s sqlDocNamed) {
+	t.Helper()
+	text := formatSQL(s.sql)
+	if squeeze(text) != squeeze(s.sql) {
+		t.Errorf("%s: the layout changed the statement:\n%s\nlaid out as\n%s", s.name, s.sql, text)
+	}
+	fmt.Fprintf(b, "\n#### %s\n\n%s *Runs:* %s\n\n```sql\n%s\n```\n", s.name, s.doc.what, s.doc.when, text)
+}
+
+// squeeze drops every space and line break: a layout may change those
+// alone.
+func squeeze(s string) string {
+	return strings.Join(strings.Fields(s), "")
+}
+
+// sqlRecorder is a database/sql driver that records each statement's text and
+// fails it: the dialect's own calls are reached for their SQL alone.
+type sqlRecorder struct{ sqls []string }
+
+var errRecorded = errors.New("recorded")
+
+func (r *sqlRecorder) Connect(context.Context) (driver.Conn, error) { return recConn{r}, nil }
+func (r *sqlRecorder) Driver() driver.Driver                        { return nil }
+
+// take returns the statements recorded since the last take, named name.
+func (r *sqlRecorder) take(t *testing.T, name string, doc stmtDoc) []sqlDocNamed {
+	t.Helper()
+	if len(r.sqls) == 0 {
+		t.Errorf("%s sent no statement", name)
+	}
+	var out []sqlDocNamed
+	for _, s := range r.sqls {
+		out = append(out, sqlDocNamed{name, s, doc})
+	}
+	r.sqls = nil
+	return out
+}
+
+type recConn struct{ r *sqlRecorder }
+
+func (c recConn) Prepare(query string) (driver.Stmt, error) { return nil, errRecorded }
+func (c recConn) Close() error                              { return nil }
+func (c recConn) Begin() (driver.Tx, error)                 { return nil, errRecorded }
+func (c recConn) QueryContext(_ context.Context, query string, _ []driver.NamedValue) (driver.Rows, error) {
+	c.r.sqls = append(c.r.sqls, query)
+	return nil, errRecorded
+}
+func (c recConn) ExecContext(_ context.Context, query string, _ []driver.NamedValue) (driver.Result, error) {
+	c.r.sqls = append(c.r.sqls, query)
+	return nil, errRecorded
+}
+
+// formatSQL lays a statement out for reading: each clause on a line of its
+// own, a subquery longer than a short line indented in its parentheses, a
+// line still too long broken after its commas or before its ANDs.
+func formatSQL(sql string) string {
+	var lines []string
+	formatBlock(tokenize(sql), "", &lines)
+	var out []string
+	for _, l := range lines {
+		out = append(out, wrapLine(l)...)
+	}
+	return strings.Join(out, "\n")
+}
+
+// token is a word, a quoted string or identifier, or one character of
+// SQL, with whether a space went before it in the statement.
+type token struct {
+	text  string
+	space bool
+}
+
+// tokenize splits SQL into tokens, keeping the statement's own spacing.
+func tokenize(sql string) []token {
+	var toks []token
+	space := false
+	for i := 0; i < len(sql); {
+		c := sql[i]
+		j := i + 1
+		switch {
+		case c == ' ' || c == '\n' || c == '\t':
+			space = true
+			i++
+			continue
+		case c == '\'' || c == '"' || c == '`':
+			for j < len(sql) && (sql[j] != c || j+1 < len(sql) && sql[j+1] == c) {
+				if sql[j] == c {
+					j++ // a doubled quote
+				}
+				j++
+			}
+			j++
+		case isWordByte(c):
+			for j < len(sql) && isWordByte(sql[j]) {
+				j++
+			}
+		case i+1 < len(sql) && isOp2(sql[i:i+2]):
+			j = i + 2
+		}
+		toks = append(toks, token{sql[i:j], space && len(toks) > 0})
+		space = false
+		i = j
+	}
+	return toks
+}
+
+func isOp2(s string) bool {
+	switch s {
+	case "<=", ">=", "!=", "<>", "||", "::":
+		return true
+	}
+	return false
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c == '$' || c == '.' || c == '?' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
+}
+
+// clauses are the keywords that begin a line, longest first where one
+// begins another; noBreak are phrases whose keyword continues the line.
+var (
+	clauses = [][]string{
+		{"ON", "DUPLICATE", "KEY", "UPDATE"}, {"ON", "CONFLICT"}, {"FOR", "UPDATE"}, {"UNION", "ALL"},
+		{"GROUP", "BY"}, {"ORDER", "BY"}, {"DELETE", "FROM"}, {"INSERT", "INTO"}, {"LEFT", "JOIN"},
+		{"WITH"}, {"SELECT"}, {"FROM"}, {"WHERE"}, {"HAVING"}, {"LIMIT"}, {"UNION"}, {"UPDATE"},
+		{"SET"}, {"VALUES"}, {"RETURNING"}, {"JOIN"}, {"DELETE"},
+	}
+	noBreak = [][]string{{"DO", "UPDATE", "SET"}, {"DO", "NOTHING"}}
+	// A parenthesis whose first word is one of these holds a statement.
+	subqueries = map[string]bool{"SELECT": true, "WITH": true, "DELETE": true, "UPDATE": true, "INSERT": true}
+)
+
+// inlineMax is the longest subquery kept on its parent's line.
+const inlineMax = 60
+
+func matchAt(toks []token, i int, phrase []string) bool {
+	if i+len(phrase) > len(toks) {
+		return false
+	}
+	for k, w := range phrase {
+		if toks[i+k].text != w {
+			return false
+		}
+	}
+	return true
+}
+
+// closing returns the index of the parenthesis closing the one at i.
+func closing(toks []token, i int) int {
+	depth := 0
+	for j := i; j < len(toks); j++ {
+		switch toks[j].text {
+		case "(":
+			depth++
+		case ")":
+			depth--
+			if depth == 0 {
+				return j
+			}
+		}
+	}
+	return len(toks) - 1
+}
+
+// joinTokens writes tokens on one line, spaced as the statement spaced them.
+func joinTokens(toks []token) string {
+	var b strings.Builder
+	for i, tok := range toks {
+		if i > 0 && tok.space {
+			b.WriteByte(' ')
+		}
+		b.WriteString(tok.text)
+	}
+	return b.String()
+}
+
+// formatBlock writes one statement's clauses as lines at indent, expanding
+// long subqueries into blocks of their own.
+func formatBlock(toks []token, indent string, lines *[]string) {
+	var line strings.Builder
+	flush := func() {
+		if line.Len() > 0 {
+			*lines = append(*lines, indent+line.String())
+			line.Reset()
+		}
+	}
+	write := func(tok token) {
+		if line.Len() > 0 && tok.space {
+			line.WriteByte(' ')
+		}
+		line.WriteString(tok.text)
+	}
+	depth := 0
+	// After a subquery laid out as a block, the items of its list that
+	// follow begin lines of their own, until the next clause.
+	list := false
+	for i := 0; i < len(toks); i++ {
+		if n := phraseAt(toks, i, noBreak); n > 0 {
+			for _, tok := range toks[i : i+n] {
+				write(tok)
+			}
+			i += n - 1
+			continue
+		}
+		if n := phraseAt(toks, i, clauses); n > 0 && depth == 0 {
+			list = false
+			flush()
+			for _, tok := range toks[i : i+n] {
+				write(tok)
+			}
+			i += n - 1
+			continue
+		}
+		tok := toks[i]
+		if tok.text == "(" && i+1 < len(toks) && subqueries[toks[i+1].text] {
+			j := closing(toks, i)
+			if text := joinTokens(toks[i : j+1]); len(text) <= inlineMax+2 {
+				write(token{text, tok.space})
+				i = j
+				continue
+			}
+			write(tok)
+			flush()
+			formatBlock(toks[i+1:j], indent+"  ", lines)
+			// The closing parenthesis begins the next line, at this indent.
+			line.WriteString(")")
+			i = j
+			list = depth == 0
+			continue
+		}
+		if list && depth == 0 && tok.text == "," {
+			line.WriteString(",")
+			flush()
+			continue
+		}
+		switch tok.text {
+		case "(":
+			depth++
+		case ")":
+			depth--
+		}
+		write(tok)
+	}
+	flush()
+}
+
+// phraseAt returns the length of the phrase of phrases at toks[i], 0 for none.
+func phraseAt(toks []token, i int, phrases [][]string) int {
+	for _, p := range phrases {
+		if matchAt(toks, i, p) {
+			return len(p)
+		}
+	}
+	return 0
+}
+
+// wrapMax is the longest line left whole.
+const wrapMax = 100
+
+// wrapLine breaks a line longer than wrapMax after its commas, or else
+// before its ANDs and ORs, outside parentheses and quotes; the pieces after
+// the first are indented by four more.
+func wrapLine(l string) []string {
+	if len(l) <= wrapMax {
+		return []string{l}
+	}
+	indent := l[:len(l)-len(strings.TrimLeft(l, " "))]
+	for _, sep := range []string{", ", " AND ", " OR "} {
+		parts := splitTop(l, sep)
+		if len(parts) < 2 {
+			continue
+		}
+		pieces := []string{parts[0]}
+		for _, p := range parts[1:] {
+			if sep == ", " {
+				pieces[len(pieces)-1] += ","
+				pieces = append(pieces, indent+"    "+p)
+			} else {
+				pieces = append(pieces, indent+"    "+strings.TrimSpace(sep)+" "+p)
+			}
+		}
+		var out []string
+		for i, p := range pieces {
+			if i == 0 || len(p) <= wrapMax || p == l {
+				out = append(out, p)
+				continue
+			}
+			out = append(out, wrapLine(p)...)
+		}
+		return out
+	}
+	return []string{l}
+}
+
+// splitTop splits l at sep where it is outside parentheses and quotes.
+func splitTop(l, sep string) []string {
+	var parts []string
+	depth, start := 0, 0
+	var quote byte
+	for i := 0; i < len(l); i++ {
+		c := l[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"' || c == '`':
+			quote = c
+		case c == '(':
+			depth++
+		case c == ')':
+			depth--
+		case depth == 0 && strings.HasPrefix(l[i:], sep):
+			parts = append(parts, l[start:i])
+			start = i + len(sep)
+			i += len(sep) - 1
+		}
+	}
+	return append(parts, l[start:])
+}
