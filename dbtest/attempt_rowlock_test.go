@@ -11,6 +11,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -693,4 +694,102 @@ func TestCutRowLockClaimsRelease(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRowLockFailedAttemptsCut: eight worker.Run loops over two pools, one
+// naming the table plainly and the other by its qualified name, each
+// loop's context ended at a random point and the loop run again. The
+// handler writes a shipment through Delivery.Tx and fails its first two
+// attempts. Whatever the cuts (a job whose loop stops is released, its
+// writes rolled back), each job ends acknowledged with the one shipment of
+// the attempt that succeeded: none of a failed or released attempt's.
+func TestRowLockFailedAttemptsCut(t *testing.T) {
+	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+		const jobs = 40
+		db1, db2, plain, qualified, effects := attXSetup(t, e, "att_cut", "TEXT")
+		q1 := confNew(t, db1, confConfig(e, attXTable(plain), nil))
+		q2 := confNew(t, db2, confConfig(e, attXTable(qualified), nil))
+		for i := range jobs {
+			confEnqueue(t, q1, db1, fmt.Sprintf("order-%d", i))
+		}
+		insert := confQuery(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, ?)")
+		var mu sync.Mutex
+		var failures []error
+		runs := 0
+		cfg := worker.Config{Poll: workXPoll, Backoff: func(int) time.Duration { return 0 }, OnError: func(err error) {
+			mu.Lock()
+			failures = append(failures, err)
+			mu.Unlock()
+		}}
+		handle := func(ctx context.Context, d *inbox.Delivery) error {
+			mu.Lock()
+			runs++
+			mu.Unlock()
+			if _, err := d.Tx().ExecContext(ctx, insert, d.ID(), fmt.Sprintf("attempt %d", d.Attempt())); err != nil {
+				return err
+			}
+			if d.Attempt() < 3 {
+				return fmt.Errorf("carrier down on attempt %d", d.Attempt())
+			}
+			return nil
+		}
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		for i := range attXLoops {
+			q := []*inbox.Queue{q1, q2}[i%2]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(i), 21))
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(20_000))*time.Microsecond)
+					if err := worker.Run(ctx, q, cfg, handle); err != nil {
+						t.Errorf("worker.Run: %v", err)
+					}
+					cancel()
+				}
+			}()
+		}
+		start := time.Now()
+		workXUntil(t, "the drain", func() error {
+			if n := confCount(t, db1, plain) + confCount(t, db1, plain+"_dead"); n != 0 {
+				return fmt.Errorf("%d jobs left", n)
+			}
+			return nil
+		})
+		close(stop)
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		// A cut that lands on a handler's statement through the held
+		// transaction breaks its connection (lib/pq and go-sql-driver/mysql
+		// close it, pgx too): the job's Release or Ack then fails, and the
+		// job comes back with its writes rolled back, which the shipments
+		// below show.
+		t.Logf("FIGURE: %s: %d jobs acknowledged after %v: %d handler runs, %d settlements failed on a connection the cut broke, loops cut at random",
+			e.Name, jobs, time.Since(start).Round(time.Millisecond), runs, len(failures))
+		for _, err := range failures {
+			// A failed attempt's verdict never fails: its loop was not
+			// cut, or it would have released the job.
+			if msg := err.Error(); strings.HasPrefix(msg, "inbox: retry") || strings.HasPrefix(msg, "inbox: dead") {
+				t.Errorf("a failed attempt's settlement failed: %v", err)
+			}
+		}
+		rows := confDump(t, db1, effects)
+		if len(rows) != jobs {
+			t.Errorf("%d shipments for %d jobs", len(rows), jobs)
+		}
+		for _, r := range rows {
+			if note := confFields(r)["note"]; !strings.Contains(note, "attempt 3") {
+				t.Errorf("shipment %s: written by a failed attempt", r)
+			}
+		}
+		confIdleSoon(t, db1, q1)
+		confIdleSoon(t, db2, q2)
+	})
 }
