@@ -768,10 +768,12 @@ func (d *Delivery) Dead(ctx context.Context) error { return d.settle(ctx, nil, o
 // rolled back or its COMMIT failed, the job is still this delivery's and
 // the new settlement takes effect; if tx committed, the new one finds the
 // row settled and returns an error matching [ErrSettled] (the package
-// learns the outcome from the row). A nil error means the statement ran
-// in tx; [ErrLeaseLost] means the row no longer carries the delivery's
-// token, a verdict that ends the delivery whatever becomes of tx; any other
-// error leaves the delivery as it was.
+// learns the outcome from the row). An advisory delivery holds its lock and
+// its pinned connection until one of these, or [Queue.Shutdown], happens:
+// a delivery left unconfirmed keeps a connection out of the pool. A nil
+// error means the statement ran in tx; [ErrLeaseLost] means the row no
+// longer carries the delivery's token, a verdict that ends the delivery
+// whatever becomes of tx; any other error leaves the delivery as it was.
 func (d *Delivery) AckTx(ctx context.Context, tx *sql.Tx) error {
 	return d.settle(ctx, tx, outAck, 0)
 }

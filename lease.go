@@ -389,7 +389,9 @@ const (
 // That deadline holds in every path where nobody extends the lease any more
 // and no verdict is known: extensions failing, [Queue.Shutdown], or a
 // settlement that failed without one (a cancelled context, a broken
-// connection). A settlement with a verdict ends the keeper. The stop
+// connection), or a settlement in the caller's transaction not yet known to
+// have committed ([Delivery.AckTx]). A settlement with a verdict, or
+// [Delivery.Committed], ends the keeper. The stop
 // function ends the keeper, waits for it, and cancels the context, as a
 // deferred call should once the handler returns. No goroutine runs until
 // the first extension is due (with [Config.After] set, at once); under the
