@@ -3,6 +3,7 @@ package dbtest
 import (
 	"context"
 	"database/sql"
+	"math/rand"
 	"strings"
 	"sync"
 	"testing"
@@ -127,4 +128,46 @@ func mariaLockInfo(t *testing.T, db *sql.DB) {
 		t.Fatalf("MariaDB's metadata_lock_info plugin is not active and cannot be installed (%v): "+
 			"run INSTALL SONAME 'metadata_lock_info' as a user with INSERT on mysql.plugin", err)
 	}
+}
+
+// TestStatsCancelled (issue 23): Stats under contexts cancelled at random
+// points, with jobs held, either returns the table's figures or fails; a
+// cancelled lock read is Stats' error, never an in-work count of -1 blamed
+// on the server (InWorkErr).
+func TestStatsCancelled(t *testing.T) {
+	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+		db := e.Open(t, 6)
+		if e.Dialect == inbox.MariaDB && strings.HasPrefix(form, "rowlock") {
+			mariaLockInfo(t, db)
+		}
+		table := opsTable(t, e, db, form)
+		q := confNew(t, db, confConfig(e, opsDescription(table, form), nil))
+		for i := 0; i < 6; i++ {
+			confEnqueue(t, q, db, "job")
+		}
+		held := opsClaimOne(t, q)
+		defer held.Release(context.Background())
+		want, err := q.Stats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewSource(int64(len(table))))
+		failed := 0
+		for i := 0; i < 150; i++ {
+			ctx, cancel := context.WithCancel(context.Background())
+			stop := time.AfterFunc(time.Duration(rng.Intn(3000))*time.Microsecond, cancel)
+			st, err := q.Stats(ctx)
+			stop.Stop()
+			cancel()
+			if err != nil {
+				failed++
+				continue
+			}
+			if st.Ready != want.Ready || st.Waiting != want.Waiting || st.InWork != want.InWork || st.Dead != want.Dead ||
+				(st.InWorkErr == nil) != (want.InWorkErr == nil) {
+				t.Errorf("Stats under a cancelled context = %+v, want %+v or an error", st, want)
+			}
+		}
+		t.Logf("%d of 150 reads cancelled", failed)
+	})
 }
