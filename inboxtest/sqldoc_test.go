@@ -58,7 +58,7 @@ type stmtDoc struct{ what, when string }
 // fails the test, so that a new statement gets its description.
 var stmtDocs = map[string]stmtDoc{
 	"Now": {"Reads the engine's clock, for the statements after it that send times the engine cannot return itself.",
-		"before a claim, a settlement, an enqueue with a time, a dead move or `Stats` that needs the time, when `Config.Now` is not set."},
+		"before a statement that sends a time computed from now (a `Retry`, an `Extend`, `Stats`), when `Config.Now` is not set; a lease claim reads the clock with its rows instead."},
 	"Claim": {"Claims jobs in one statement: marks them taken (the attempt counted, under the lease the expiry written) and returns id, the attempt delivered, the expiry (lease) and the data columns.",
 		"`Queue.Claim`, and so each claim of `worker.Run`. Lease: up to max jobs, outside any transaction. Row lock: one job, inside the transaction that then holds it, once per job claimed. Advisory: the candidate whose lock was just taken, if no one claimed it meanwhile."},
 	"ClaimSelect": {"Reads and locks claimable jobs in the claim's transaction, returning id, the attempt delivered and the data columns.",
@@ -275,6 +275,9 @@ func sqlDocStatements(t *testing.T, d inbox.Dialect, form string, table inbox.Ta
 	if first := rec.take(t, "CheckSchema", stmtDoc{
 		"The schema check's first statement: which engine and version answers, and what only a look-alike has (CockroachDB, YugabyteDB, TiDB, Vitess), in a `SELECT` every server engine parses. The check's further reads of the catalog depend on what this one found.",
 		"`Queue.CheckSchema`, at startup."}); len(first) > 0 {
+		if d == inbox.SQLite {
+			first[0].doc.what = "The schema check's first statement: the SQLite version. On a server it fails, and the check then sends the servers' first statement to name the engine found."
+		}
 		out = append(out, first[0])
 	}
 	return out
