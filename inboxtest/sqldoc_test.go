@@ -177,13 +177,13 @@ var formDocs = map[string]stmtDoc{
 	"Release/lease": {"Clears the lease and gives the attempt back, if the row still carries the delivery's token.",
 		"`Delivery.Release`, `ReleaseTx`, and `worker.Run` for a job claimed after its shutdown began."},
 	"Release/advisory": {"Gives the attempt back, if the row still has the attempt delivered.",
-		"`Delivery.Release`, `ReleaseTx`, and `worker.Run` for a job claimed after its shutdown began; `Unlock` follows."},
+		"`Delivery.Release`, `ReleaseTx`, and `worker.Run` for a job claimed after its shutdown began or whose handler failed as it began; `Unlock` follows."},
 }
 
 // batchDocs describe the fields of inbox.BatchStatements.
 var batchDocs = map[string]stmtDoc{
 	"Ack":     {"Deletes the rows of several lease deliveries, each only while it carries its own token, returning the ids deleted where the engine can.", "`Batcher.AckAll`, and `Batcher.Ack` grouping the calls that arrive together (`worker.Run` with batches)."},
-	"Release": {"Gives several leased jobs back without spending their attempts, each only while it carries its token.", "`Batcher.ReleaseAll`, `Batcher.Release`."},
+	"Release": {"Gives several leased jobs back without spending their attempts, each only while it carries its token.", "`Batcher.ReleaseAll`, `Batcher.Release`: `worker.Run` gives back so the jobs of a claim answered after its shutdown began."},
 	"Retry":   {"Sets several leases to expire at the retry time, each only while it carries its token.", "`Batcher.Retry`."},
 	"Lock":    {"Returns the ids of the rows still carrying their tokens and locks them until the transaction ends.", "a batch whose statement affected fewer rows than it had tokens, on an engine that cannot return the rows it changed: the batch rolls back and runs `Lock`, then the statement, in a new transaction."},
 }
