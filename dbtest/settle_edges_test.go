@@ -140,7 +140,7 @@ func TestSettleTxUnconfirmed(t *testing.T) {
 						if kctx.Err() != nil && errors.Is(context.Cause(kctx), inbox.ErrLeaseLost) {
 							t.Fatalf("the keeper cancelled the handler of a settled delivery: %v", context.Cause(kctx))
 						}
-						confIdle(t, db1, q)
+						confIdleSoon(t, db1, q)
 						return
 					case "commit-learned":
 						// Nobody confirmed: the next settlement reads the row.
@@ -154,7 +154,7 @@ func TestSettleTxUnconfirmed(t *testing.T) {
 						} else if !errors.Is(err, inbox.ErrSettled) {
 							t.Fatalf("Ack after %s committed: %v, want ErrSettled", name, err)
 						}
-						confIdle(t, db1, q)
+						confIdleSoon(t, db1, q)
 						return
 					}
 					// Not settled: the job is still this delivery's.
@@ -182,7 +182,9 @@ func TestSettleTxUnconfirmed(t *testing.T) {
 							t.Fatalf("cause %v, want ErrLeaseLost", cause)
 						}
 					}
-					// And it can be settled again.
+					// And it can be settled again. (A failed COMMIT's
+					// rollback runs in database/sql's own goroutine: the
+					// pool gets its connection back soon after.)
 					if err := d.Ack(ctx); err != nil {
 						t.Fatalf("Ack after %s and %s: %v, want it to take effect", name, end, err)
 					}
@@ -190,7 +192,7 @@ func TestSettleTxUnconfirmed(t *testing.T) {
 						t.Fatalf("after the Ack the row is %+v, want it gone", r)
 					}
 					stop()
-					confIdle(t, db1, q)
+					confIdleSoon(t, db1, q)
 					if !lease && !e.IsSQLite() {
 						confNoLocks(t, e, db1, table, []string{concKey(id)})
 					}
