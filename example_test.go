@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -175,4 +176,53 @@ func ExampleQueue_Enqueue() {
 	fmt.Println("enqueued", id)
 	// Output:
 	// enqueued 42
+}
+
+// A handler's writes and the acknowledgement commit together in the
+// caller's transaction; the delivery counts as settled once the commit is
+// confirmed with Committed. Had the transaction rolled back, the job would
+// still be the delivery's, to be acknowledged again.
+func ExampleDelivery_AckTx() {
+	db, mock, _ := sqlmock.New()
+	defer db.Close()
+	mock.ExpectQuery("UPDATE").WillReturnRows(sqlmock.NewRows([]string{"id", "attempt", "locked_until", "payload"}).
+		AddRow(7, 1, "2024-03-01T12:00:30.000000Z", "invoice 7"))
+	mock.ExpectBegin()
+	mock.ExpectExec("INSERT").WillReturnResult(sqlmock.NewResult(0, 1))
+	mock.ExpectExec("DELETE").WillReturnResult(sqlmock.NewResult(0, 1))
+	mock.ExpectCommit()
+
+	q, err := inbox.New(db, inbox.Config{
+		Dialect: inbox.SQLite,
+		Table:   inbox.Table{Name: "jobs", LockedUntil: "locked_until"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	jobs, err := q.Claim(ctx, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	d := jobs[0]
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "INSERT INTO invoices_sent (job) VALUES (?)", d.ID()); err != nil {
+		log.Fatal(err)
+	}
+	if err := d.AckTx(ctx, tx); err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		log.Fatal(err) // not settled: d may be settled again
+	}
+	if err := d.Committed(tx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(errors.Is(d.Ack(ctx), inbox.ErrSettled))
+	// Output:
+	// true
 }
