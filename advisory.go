@@ -21,6 +21,7 @@ import (
 // waits ahead of it, in a number of reads that grows with the logarithm of
 // the rows ahead, and one lock call per key not yet known to be busy.
 func (q *Queue) claimAdvisory(ctx context.Context, max int) ([]*Delivery, error) {
+	q.sweepUnconfirmed(ctx)
 	got := max
 	if q.locker != nil {
 		var err error

@@ -330,12 +330,13 @@ type Statements struct {
 
 	// Verdict (lease and advisory forms) reads the row ArgID as it stands:
 	// its stored attempt and (lease form) its expiry; no row when it is
-	// gone. It waits for a write in flight on the row to end (a locking
-	// read where the engine has one), so that a settlement whose outcome is
-	// unknown (its context ended, its connection broke mid-statement)
-	// learns what the database holds. Sent only then, and when a settlement
-	// in the caller's transaction is not yet known to have committed. Empty:
-	// such a settlement returns [ErrOutcomeUnknown].
+	// gone. A plain read, which must not wait for a transaction still open
+	// on the row: the package sends it once no statement of a settlement
+	// can still be running, so that a settlement whose outcome is unknown
+	// (its context ended, its connection broke mid-statement), or one in
+	// the caller's transaction not yet known to have committed, learns what
+	// the database holds. Empty: such a settlement returns
+	// [ErrOutcomeUnknown].
 	Verdict Stmt
 
 	// Settlements. Ack deletes; Retry delays (lease form: always, the

@@ -221,6 +221,9 @@ type Queue struct {
 
 	mu   sync.Mutex
 	live map[*Delivery]struct{} // held jobs (row lock, advisory), for Shutdown
+	// unconfirmed are advisory deliveries settled in a caller's
+	// transaction not yet known to have committed: the next claim looks.
+	unconfirmed map[*Delivery]struct{}
 }
 
 // New returns a queue on db for the table cfg describes. It validates the
@@ -769,8 +772,9 @@ func (d *Delivery) Dead(ctx context.Context) error { return d.settle(ctx, nil, o
 // the new settlement takes effect; if tx committed, the new one finds the
 // row settled and returns an error matching [ErrSettled] (the package
 // learns the outcome from the row). An advisory delivery holds its lock and
-// its pinned connection until one of these, or [Queue.Shutdown], happens:
-// a delivery left unconfirmed keeps a connection out of the pool. A nil
+// its pinned connection until one of these happens, or the queue's next
+// Claim reads the row and finds the settlement committed (not for RetryTx,
+// which leaves the row looking the same), or [Queue.Shutdown]. A nil
 // error means the statement ran in tx; [ErrLeaseLost] means the row no
 // longer carries the delivery's token, a verdict that ends the delivery
 // whatever becomes of tx; any other error leaves the delivery as it was.

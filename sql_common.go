@@ -227,15 +227,17 @@ func statsOldest(n *Names, now string) (free, due string) {
 }
 
 // verdictRead is the lease and advisory forms' Verdict: the row's attempt
-// and (lease) expiry, read with lock, the engine's clause that makes the
-// read wait for a write in flight on the row ("" where none is needed).
-// Empty under the row lock, whose settlement ends in its own transaction.
-func verdictRead(t *sqlTemplate, n *Names, lock string) Stmt {
+// and (lease) expiry, a plain read. The package sends it only once no
+// statement of the settlement can still be running (after an extension by
+// the token found none, on the advisory session, under the advisory lock),
+// and must pass a caller's transaction still open, not wait for it. Empty
+// under the row lock, whose settlement ends in its own transaction.
+func verdictRead(t *sqlTemplate, n *Names) Stmt {
 	switch n.Form {
 	case Lease:
-		return t.query("SELECT {attempt}, {lease} FROM {table} WHERE {id} = $id" + lock)
+		return t.query("SELECT {attempt}, {lease} FROM {table} WHERE {id} = $id")
 	case Advisory:
-		return t.query("SELECT {attempt} FROM {table} WHERE {id} = $id" + lock)
+		return t.query("SELECT {attempt} FROM {table} WHERE {id} = $id")
 	}
 	return Stmt{}
 }

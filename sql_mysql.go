@@ -105,9 +105,7 @@ func (mysql) Statements(n *Names) (*Statements, error) {
 			"FROM performance_schema.data_locks WHERE OBJECT_SCHEMA = " + mySchemaLiteral(n) + " AND OBJECT_NAME = '" + n.TableName +
 			"' AND LOCK_TYPE = 'TABLE' AND LOCK_MODE = 'IX' AND LOCK_STATUS = 'GRANTED') ELSE -1 END")
 	}
-	// A locking read waits for a settlement still in flight; LOCK IN SHARE
-	// MODE is read by MySQL 8 and MariaDB alike.
-	st.Verdict = verdictRead(t, n, " LOCK IN SHARE MODE")
+	st.Verdict = verdictRead(t, n)
 	return st, nil
 }
 

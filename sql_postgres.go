@@ -54,8 +54,7 @@ func (postgres) Statements(n *Names) (*Statements, error) {
 	enqueue(st, n, dollar, true, pgEnqueueClock(n))
 	st.Stats = pgStats(t, n)
 	deadJobs(t, n, st, true)
-	// FOR SHARE waits for a settlement's DELETE or UPDATE still in flight.
-	st.Verdict = verdictRead(t, n, " FOR SHARE")
+	st.Verdict = verdictRead(t, n)
 	return st, nil
 }
 

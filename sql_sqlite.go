@@ -79,9 +79,7 @@ func (sqlite) Statements(n *Names) (*Statements, error) {
 	free, due := statsOldest(n, "$now")
 	st.Stats = t.query("SELECT " + statsCounts(n, "$now", "$until", "-1") +
 		", CAST((julianday($now) - julianday(COALESCE(MIN(" + free + ", " + due + "), " + free + ", " + due + "))) * 86400000000 AS INTEGER)")
-	// The drivers return from a statement only once SQLite has finished
-	// it: a plain read sees its outcome.
-	st.Verdict = verdictRead(t, n, "")
+	st.Verdict = verdictRead(t, n)
 	return st, nil
 }
 

@@ -135,6 +135,58 @@ func (d *Delivery) judge(o outcome, r rowState, until time.Time) verdictKind {
 // is held.
 func (d *Delivery) setPending(o outcome, tx *sql.Tx, until time.Time) {
 	d.pending = &pendingSettlement{o: o, tx: tx, until: until}
+	if tx != nil && d.q.names.Form == Advisory {
+		q := d.q
+		q.mu.Lock()
+		if q.unconfirmed == nil {
+			q.unconfirmed = map[*Delivery]struct{}{}
+		}
+		q.unconfirmed[d] = struct{}{}
+		q.mu.Unlock()
+	}
+}
+
+// sweepUnconfirmed finishes the advisory deliveries whose settlement in a
+// caller's transaction has committed without [Delivery.Committed] being
+// called: each holds a lock and a pooled connection until something tells
+// it. It reads their rows (a plain read: a transaction still open is
+// passed, not waited for); a delivery busy in another call is left for the
+// next claim, as is one whose row tells nothing yet (still held, or an
+// advisory Retry, which leaves the row looking the same).
+func (q *Queue) sweepUnconfirmed(ctx context.Context) {
+	q.mu.Lock()
+	if len(q.unconfirmed) == 0 {
+		q.mu.Unlock()
+		return
+	}
+	ds := make([]*Delivery, 0, len(q.unconfirmed))
+	for d := range q.unconfirmed {
+		ds = append(ds, d)
+	}
+	q.mu.Unlock()
+	for _, d := range ds {
+		if !d.mu.TryLock() {
+			continue
+		}
+		p := d.pending
+		switch {
+		case d.settled || p == nil || p.tx == nil:
+			q.forgetUnconfirmed(d)
+		default:
+			if r, err := d.readRow(ctx, q.db); err == nil && d.judge(p.o, r, p.until) == applied {
+				d.pending = nil
+				d.finish(ctx)
+				q.forgetUnconfirmed(d)
+			}
+		}
+		d.mu.Unlock()
+	}
+}
+
+func (q *Queue) forgetUnconfirmed(d *Delivery) {
+	q.mu.Lock()
+	delete(q.unconfirmed, d)
+	q.mu.Unlock()
 }
 
 // learn is called, d.mu held, when a token statement of d found no row:

@@ -11,8 +11,7 @@ import (
 )
 
 // TestVerdictStatements pins the read a settlement whose outcome is
-// unknown sends, per engine and form: a locking read where the engine has
-// one, so that it waits for a settlement still in flight on the row.
+// unknown sends, per engine and form: a plain read by id.
 func TestVerdictStatements(t *testing.T) {
 	for _, c := range []struct {
 		d     inbox.Dialect
@@ -20,14 +19,14 @@ func TestVerdictStatements(t *testing.T) {
 		want  string
 		empty bool
 	}{
-		{d: inbox.Postgres, tb: leaseTable, want: `SELECT "attempt", "locked_until" FROM "jobs" WHERE "id" = $1 FOR SHARE`},
-		{d: inbox.Postgres, tb: advisoryTable, want: `SELECT "attempt" FROM "jobs" WHERE "id" = $1 FOR SHARE`},
+		{d: inbox.Postgres, tb: leaseTable, want: `SELECT "attempt", "locked_until" FROM "jobs" WHERE "id" = $1`},
+		{d: inbox.Postgres, tb: advisoryTable, want: `SELECT "attempt" FROM "jobs" WHERE "id" = $1`},
 		{d: inbox.Postgres, tb: rowLockTable, empty: true},
-		{d: inbox.MySQL, tb: leaseTable, want: "SELECT `attempt`, `locked_until` FROM `jobs` WHERE `id` = ? LOCK IN SHARE MODE"},
-		{d: inbox.MySQL, tb: advisoryTable, want: "SELECT `attempt` FROM `jobs` WHERE `id` = ? LOCK IN SHARE MODE"},
+		{d: inbox.MySQL, tb: leaseTable, want: "SELECT `attempt`, `locked_until` FROM `jobs` WHERE `id` = ?"},
+		{d: inbox.MySQL, tb: advisoryTable, want: "SELECT `attempt` FROM `jobs` WHERE `id` = ?"},
 		{d: inbox.MySQL, tb: rowLockTable, empty: true},
-		{d: inbox.MariaDB, tb: leaseTable, want: "SELECT `attempt`, `locked_until` FROM `jobs` WHERE `id` = ? LOCK IN SHARE MODE"},
-		{d: inbox.MariaDB, tb: advisoryTable, want: "SELECT `attempt` FROM `jobs` WHERE `id` = ? LOCK IN SHARE MODE"},
+		{d: inbox.MariaDB, tb: leaseTable, want: "SELECT `attempt`, `locked_until` FROM `jobs` WHERE `id` = ?"},
+		{d: inbox.MariaDB, tb: advisoryTable, want: "SELECT `attempt` FROM `jobs` WHERE `id` = ?"},
 		{d: inbox.SQLite, tb: leaseTable, want: "SELECT `attempt`, `locked_until` FROM `jobs` WHERE `id` = ?"},
 		{d: inbox.SQLite, tb: advisoryTable, want: "SELECT `attempt` FROM `jobs` WHERE `id` = ?"},
 	} {
@@ -47,8 +46,8 @@ func TestVerdictStatements(t *testing.T) {
 }
 
 const (
-	pgLeaseVerdict = `SELECT "attempt", "locked_until" FROM "jobs" WHERE "id" = $1 FOR SHARE`
-	pgAdvVerdict   = `SELECT "attempt" FROM "jobs" WHERE "id" = $1 FOR SHARE`
+	pgLeaseVerdict = `SELECT "attempt", "locked_until" FROM "jobs" WHERE "id" = $1`
+	pgAdvVerdict   = `SELECT "attempt" FROM "jobs" WHERE "id" = $1`
 )
 
 // TestLeaseReadBack: a lease settlement whose statement fails learns what
@@ -198,4 +197,37 @@ func TestAdvisoryReadBack(t *testing.T) {
 			m.met(t)
 		})
 	}
+}
+
+// TestAdvisorySweep: an advisory AckTx committed but never confirmed is
+// found by the queue's next claim, which reads the row and lets the lock
+// and the connection go.
+func TestAdvisorySweep(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
+	pgIdent(m, `"jobs"`)
+	m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(1))))
+	pgLocked(m, "1", true)
+	m.ExpectQuery(pgAdvClaim).WithArgs(int64(1), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(1), int64(1), []byte("p"))))
+	d := claim(t, q, 1, 1)[0]
+	ctx := context.Background()
+	m.ExpectBegin()
+	tx, err := m.DB.Begin()
+	ok(t, "Begin", err)
+	m.ExpectExec(pgAdvAck).WithArgs(int64(1), int64(2)).WillReturnResult(affected(1))
+	ok(t, "AckTx", d.AckTx(ctx, tx))
+	m.ExpectCommit()
+	ok(t, "commit", tx.Commit())
+	if n := q.InWork(); n != 1 {
+		t.Fatalf("InWork %d before the next claim, want 1: the delivery holds its lock", n)
+	}
+	// The next claim reads the row: gone, the Ack committed.
+	m.ExpectQuery(pgAdvVerdict).WithArgs(int64(1)).WillReturnRows(rows("attempt"))
+	pgUnlocked(m, "1")
+	m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt"))
+	claim(t, q, 1)
+	if n := q.InWork(); n != 0 {
+		t.Fatalf("InWork %d after the claim, want 0", n)
+	}
+	m.met(t)
 }

@@ -93,7 +93,13 @@ func TestSettleTxUnconfirmed(t *testing.T) {
 		}
 		for _, name := range []string{"AckTx", "RetryTx", "ReleaseTx", "DeadTx"} {
 			op := ops[name]
-			for _, end := range []string{"rollback", "commit-fails", "commit-confirmed", "commit-learned"} {
+			for _, end := range []string{"rollback", "commit-fails", "commit-confirmed", "commit-learned", "commit-swept"} {
+				if end == "commit-swept" && (lease || name == "RetryTx") {
+					// Only an advisory delivery holds a connection until it
+					// learns; an advisory Retry leaves the row looking the
+					// same committed or not.
+					continue
+				}
 				t.Run(name+"/"+end, func(t *testing.T) {
 					confReset(t, db1, table)
 					id := confEnqueue(t, q, db1, name)
@@ -141,6 +147,27 @@ func TestSettleTxUnconfirmed(t *testing.T) {
 							t.Fatalf("the keeper cancelled the handler of a settled delivery: %v", context.Cause(kctx))
 						}
 						confIdleSoon(t, db1, q)
+						return
+					case "commit-swept":
+						// Nobody confirmed and the delivery is not touched
+						// again: the queue's next claim finds it committed
+						// and lets its lock and connection go.
+						ds, err := q.Claim(ctx, 5)
+						if err != nil {
+							t.Fatal(err)
+						}
+						for _, x := range ds {
+							if err := x.Ack(ctx); err != nil {
+								t.Fatal(err)
+							}
+						}
+						confIdleSoon(t, db1, q)
+						if !e.IsSQLite() {
+							confNoLocks(t, e, db1, table, []string{concKey(id)})
+						}
+						if err := d.Ack(ctx); !errors.Is(err, inbox.ErrSettled) {
+							t.Fatalf("Ack after the claim found %s committed: %v, want ErrSettled", name, err)
+						}
 						return
 					case "commit-learned":
 						// Nobody confirmed: the next settlement reads the row.
