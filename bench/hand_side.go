@@ -24,6 +24,9 @@ import (
 func newHandSide(e engine, db *sql.DB, table, form string, batch int) (side, error) {
 	switch form {
 	case "lease", "lease-async":
+		if baseline == "minimal" {
+			return newMinimalLease(e, db, table, batch), nil
+		}
 		return newLeaseHand(e, db, table, batch), nil
 	case "rowlock":
 		if e.family == "sqlite" {

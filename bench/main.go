@@ -9,6 +9,7 @@
 //	go run ./bench -run work            # worker.Run against the hand-written loop
 //	go run ./bench -run peers           # inbox against River and graphile-worker (pgx), goqite (SQLite)
 //	go run ./bench -run sustained -engines pgx -forms lease   # ten minutes at 80 % load, with vacuum; every engine and form
+//	go run ./bench -run enqueue         # EnqueueMany against a loop of Enqueue in a tx, and River's InsertMany (pgx)
 //	go run ./bench -run breakdown       # per job: driver calls, time per statement, CPU, allocations, server writes
 //
 // The throughput table has, for each claim form on each engine and driver,
@@ -40,7 +41,7 @@ func main() {
 		os.Exit(latencyChildMain()) // the worker process of -run latency
 	}
 	var o options
-	flag.StringVar(&o.run, "run", "table", "what to run: table, depth, prepared, latency, idle, work, scale, peers, sustained, breakdown (comma-separated)")
+	flag.StringVar(&o.run, "run", "table", "what to run: table, depth, prepared, latency, idle, work, scale, peers, sustained, enqueue, breakdown (comma-separated)")
 	flag.StringVar(&o.engines, "engines", "pq,pgx,mysql,mattn,modernc", "engines and drivers")
 	flag.StringVar(&o.forms, "forms", "lease,lease-async,rowlock,advisory", "claim forms (lease-async: lease, each job acknowledged from a goroutine of its own through the Batcher)")
 	flag.StringVar(&o.workers, "workers", "1,4,16", "worker counts")
@@ -58,6 +59,8 @@ func main() {
 	flag.BoolVar(&sustainHold, "sustain-hold", false, "sustained: hold a transaction with a snapshot open for the whole run")
 	flag.DurationVar(&riverFetchCooldown, "river-cooldown", riverFetchCooldown, "peers: River's Config.FetchCooldown (River's default, 100ms, allows about 10 jobs/s a worker)")
 	flag.BoolVar(&prepareInbox, "prepare", false, "table, work: inbox's side runs with Config.Prepare (its statements prepared once per connection); the hand-written side sends text")
+	flag.IntVar(&enqueueJobs, "enqueue-jobs", enqueueJobs, "enqueue: jobs of one call")
+	flag.StringVar(&baseline, "baseline", baseline, "table, breakdown, work: the lease baseline: minimal (issue 25's: client's clock, one token per claim, primary key only; SQLite's lease an integer) or tokens (each row's id, attempt and expiry checked, the engine's clock)")
 	flag.BoolVar(&handIndexes, "hand-indexes", false, "table, work: give the hand-written side's lease table inbox's recommended lease indexes too (by default it has its primary key only, as a minimal queue would)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
@@ -157,6 +160,10 @@ func run(ctx context.Context, out, log io.Writer, o options) error {
 			if err := runSustained(ctx, out, log, es, dir); err != nil {
 				return err
 			}
+		case "enqueue": // bench/enqueue.go: EnqueueMany against a loop of Enqueue and River's InsertMany
+			if err := runEnqueue(ctx, out, log, es, o.duration, o.segments, dir); err != nil {
+				return err
+			}
 		case "breakdown": // bench/breakdown.go: where the time of a job goes, both sides
 			if runBreakdownMode == nil {
 				return fmt.Errorf("-run breakdown reads getrusage: not built on %s", runtime.GOOS)
@@ -165,7 +172,7 @@ func run(ctx context.Context, out, log io.Writer, o options) error {
 				return err
 			}
 		default:
-			return fmt.Errorf("-run %q: want table, depth, prepared, latency, idle, work, scale, peers, sustained or breakdown", what)
+			return fmt.Errorf("-run %q: want table, depth, prepared, latency, idle, work, scale, peers, sustained, enqueue or breakdown", what)
 		}
 	}
 	return nil
@@ -245,6 +252,16 @@ func prefill(best map[string]float64, c cell, duration time.Duration) int {
 	return int(rate*duration.Seconds()) + 500
 }
 
+// baselineName names the other side of the table: the minimal queue of
+// issue 25 (its lease; the other forms' hand-written sides are minimal as
+// they are), or the hand-written lease with per-row tokens.
+func baselineName() string {
+	if baseline == "minimal" {
+		return "minimal"
+	}
+	return "hand-written"
+}
+
 // handIndexes gives the hand-written side's lease table the recommended
 // lease indexes too (-hand-indexes), to compare like with like. inbox's
 // lease table always has them: its documented schema does.
@@ -277,7 +294,12 @@ func createTables(ctx context.Context, c cell, db *sql.DB) (tables [2]string, dr
 		}
 	}
 	for k, table := range tables {
-		if err = c.e.createTable(ctx, db, table); err != nil {
+		if k == 1 && baseline == "minimal" && strings.HasPrefix(c.form, "lease") && c.e.family == "sqlite" {
+			err = minimalTable(ctx, db, table)
+		} else {
+			err = c.e.createTable(ctx, db, table)
+		}
+		if err != nil {
 			return tables, drop, err
 		}
 		made = append(made, table)
@@ -328,8 +350,8 @@ func runTable(ctx context.Context, out, log io.Writer, es []engine, forms []stri
 		}
 	}
 	header(out, versions)
-	fmt.Fprintf(out, "Each side of a line measured for %v in %d alternating segments, inbox on its table (lease: its recommended indexes), hand-written on its own (%s); ratio = inbox / hand-written.\n\n", duration, segments, handTableKind())
-	fmt.Fprintln(out, "| engine | driver | form | workers | batch | inbox jobs/s | hand-written jobs/s | ratio |")
+	fmt.Fprintf(out, "Each side of a line measured for %v in %d alternating segments; jobs/s is the median of the segments' rates. inbox on its table (lease: its recommended indexes), %s on its own (%s); ratio = inbox / %s.\n\n", duration, segments, baselineName(), handTableKind(), baselineName())
+	fmt.Fprintf(out, "| engine | driver | form | workers | batch | inbox jobs/s | %s jobs/s | ratio |\n", baselineName())
 	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|---:|")
 	best := map[string]float64{}
 	for _, e := range es {
@@ -348,7 +370,7 @@ func runTable(ctx context.Context, out, log io.Writer, es []engine, forms []stri
 					key := fmt.Sprintf("%s/%s/%d", e.name, form, b)
 					best[key] = max(best[key], inboxR.rate(), handR.rate())
 					fmt.Fprintf(out, "| %s | %s | %s | %d | %d | %.0f | %.0f | %.2f |\n",
-						e.family, e.label, form, w, b, inboxR.rate(), handR.rate(), inboxR.rate()/handR.rate())
+						e.family, e.label, form, w, b, inboxR.median(), handR.median(), inboxR.median()/handR.median())
 					fmt.Fprintf(log, "%v: inbox %d jobs in %v, hand %d jobs in %v", c, inboxR.jobs, inboxR.elapsed.Round(time.Millisecond), handR.jobs, handR.elapsed.Round(time.Millisecond))
 					if e.family == "postgres" {
 						fmt.Fprintf(log, "; WAL per job: inbox %.0f B, hand %.0f B", inboxR.walPerJob(), handR.walPerJob())

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,7 +45,23 @@ type result struct {
 	jobs    int
 	elapsed time.Duration
 	err     error
-	wal     int64 // PostgreSQL: bytes of WAL the server wrote while the side ran
+	wal     int64     // PostgreSQL: bytes of WAL the server wrote while the side ran
+	segs    []float64 // the rate of each interleaved segment
+}
+
+// median is the median of the segments' rates (the mean of the middle two
+// of an even number), or the rate over all of them when there are none.
+func (r result) median() float64 {
+	if len(r.segs) == 0 {
+		return r.rate()
+	}
+	rates := append([]float64(nil), r.segs...)
+	sort.Float64s(rates)
+	n := len(rates)
+	if n%2 == 0 {
+		return (rates[n/2-1] + rates[n/2]) / 2
+	}
+	return rates[n/2]
 }
 
 // walPerJob is the WAL written per job acknowledged, zero where unmeasured.
@@ -193,6 +210,7 @@ func interleave(ctx context.Context, c cell, db *sql.DB, tables [2]string, sides
 			out[which].jobs += r.jobs
 			out[which].elapsed += r.elapsed
 			out[which].wal += after - before
+			out[which].segs = append(out[which].segs, r.rate())
 		}
 	}
 	return out, nil
