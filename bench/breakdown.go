@@ -86,6 +86,7 @@ type breakdownLine struct {
 }
 
 func runBreakdown(ctx context.Context, out, log io.Writer, es []engine, forms []string, workers, batches []int, jobs int, dir string) error {
+	sideNames[1] = baselineName()
 	pgss := false
 	pgssNote := ""
 	var drops []func()
