@@ -973,7 +973,7 @@ func breakdownRows(l breakdownLine) (names []string, vals [][2]float64) {
 func printBreakdown(out io.Writer, l breakdownLine) {
 	c := l.c
 	fmt.Fprintf(out, "#### %s, %s, %s, batch %d, %d workers, %d jobs a side\n\n", familyName(c.e), c.e.label, c.form, c.batch, c.workers, l.sides[0].jobs)
-	fmt.Fprintln(out, "| per job | inbox | hand-written | inbox − hand |")
+	fmt.Fprintf(out, "| per job | inbox | %s | inbox − %s |\n", sideNames[1], sideNames[1])
 	fmt.Fprintln(out, "|---|--:|--:|--:|")
 	names, vals := breakdownRows(l)
 	for i, n := range names {
@@ -1007,7 +1007,7 @@ func printBreakdownSummary(out io.Writer, lines []breakdownLine) {
 	if len(lines) == 0 {
 		return
 	}
-	fmt.Fprintln(out, "#### Summary, per job, inbox / hand-written")
+	fmt.Fprintln(out, "#### Summary, per job, inbox / "+sideNames[1])
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "| engine | driver | form | batch | workers | wall µs | driver µs | CPU µs | allocations | driver calls | statements | server writes |")
 	fmt.Fprintln(out, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")

@@ -26,6 +26,9 @@ import (
 // enqueueJobs is the jobs of one call (-enqueue-jobs).
 var enqueueJobs = 1000
 
+// enqueuePrefix starts the names of the mode's tables.
+var enqueuePrefix = "bench_enq_"
+
 // producer is one side of -run enqueue: call inserts n jobs at once; empty
 // deletes every job, untimed.
 type producer struct {
@@ -110,7 +113,7 @@ func enqueueProducers(ctx context.Context, e engine, dir string, log io.Writer) 
 	}
 	undo = append(undo, func() { db.Close() })
 	for _, name := range []string{"loop", "many"} {
-		table := "bench_enq_" + name + "_" + e.name
+		table := enqueuePrefix + name + "_" + e.name
 		if err := e.createTable(ctx, db, table); err != nil {
 			return nil, done, err
 		}
