@@ -41,7 +41,7 @@ func main() {
 		os.Exit(latencyChildMain()) // the worker process of -run latency
 	}
 	var o options
-	flag.StringVar(&o.run, "run", "table", "what to run: table, depth, prepared, latency, idle, work, scale, peers, sustained, enqueue, breakdown (comma-separated)")
+	flag.StringVar(&o.run, "run", "table,peers,enqueue", "what to run: table, depth, prepared, latency, idle, work, scale, peers, sustained, enqueue, breakdown (comma-separated)")
 	flag.StringVar(&o.engines, "engines", "pq,pgx,mysql,mattn,modernc", "engines and drivers")
 	flag.StringVar(&o.forms, "forms", "lease,lease-async,rowlock,advisory", "claim forms (lease-async: lease, each job acknowledged from a goroutine of its own through the Batcher)")
 	flag.StringVar(&o.workers, "workers", "1,4,16", "worker counts")
@@ -354,6 +354,7 @@ func runTable(ctx context.Context, out, log io.Writer, es []engine, forms []stri
 	fmt.Fprintf(out, "| engine | driver | form | workers | batch | inbox jobs/s | %s jobs/s | ratio |\n", baselineName())
 	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|---:|")
 	best := map[string]float64{}
+	sum := newRatioSummary()
 	for _, e := range es {
 		for _, form := range forms {
 			form = strings.TrimSpace(form)
@@ -369,6 +370,7 @@ func runTable(ctx context.Context, out, log io.Writer, es []engine, forms []stri
 					}
 					key := fmt.Sprintf("%s/%s/%d", e.name, form, b)
 					best[key] = max(best[key], inboxR.rate(), handR.rate())
+					sum.add(fmt.Sprintf("%s, %d per claim", form, b), e.family+" ("+e.label+")", inboxR.median()/handR.median())
 					fmt.Fprintf(out, "| %s | %s | %s | %d | %d | %.0f | %.0f | %.2f |\n",
 						e.family, e.label, form, w, b, inboxR.median(), handR.median(), inboxR.median()/handR.median())
 					fmt.Fprintf(log, "%v: inbox %d jobs in %v, hand %d jobs in %v", c, inboxR.jobs, inboxR.elapsed.Round(time.Millisecond), handR.jobs, handR.elapsed.Round(time.Millisecond))
@@ -380,6 +382,7 @@ func runTable(ctx context.Context, out, log io.Writer, es []engine, forms []stri
 			}
 		}
 	}
+	sum.print(out, "inbox / "+baselineName(), workers)
 	return nil
 }
 
@@ -417,4 +420,44 @@ func runCell(ctx context.Context, c cell, dir string, want int, duration time.Du
 	}
 	rs, err := interleave(ctx, c, db, tables, sides, segments, duration/time.Duration(segments), want, 0)
 	return rs[0], rs[1], err
+}
+
+// ratioSummary gathers a run's ratios into the shape of issue 25's table:
+// a row per form and batch, a column per engine and driver, the ratios of
+// each worker count in one cell.
+type ratioSummary struct {
+	rows, cols []string
+	cells      map[[2]string][]string
+}
+
+func newRatioSummary() *ratioSummary { return &ratioSummary{cells: map[[2]string][]string{}} }
+
+func (s *ratioSummary) add(row, col string, ratio float64) {
+	if !contains(s.rows, row) {
+		s.rows = append(s.rows, row)
+	}
+	if !contains(s.cols, col) {
+		s.cols = append(s.cols, col)
+	}
+	k := [2]string{row, col}
+	s.cells[k] = append(s.cells[k], fmt.Sprintf("%.2f", ratio))
+}
+
+func (s *ratioSummary) print(out io.Writer, what string, workers []int) {
+	if len(s.rows) == 0 {
+		return
+	}
+	ws := make([]string, len(workers))
+	for i, w := range workers {
+		ws[i] = strconv.Itoa(w)
+	}
+	fmt.Fprintf(out, "\n%s, %s workers:\n\n| %s | %s |\n|---|%s\n", what, strings.Join(ws, " / "), what, strings.Join(s.cols, " | "), strings.Repeat("--:|", len(s.cols)))
+	for _, r := range s.rows {
+		line := "| " + r + " |"
+		for _, c := range s.cols {
+			line += " " + strings.Join(s.cells[[2]string{r, c}], " / ") + " |"
+		}
+		fmt.Fprintln(out, line)
+	}
+	fmt.Fprintln(out)
 }
