@@ -58,6 +58,11 @@ const manyRows = 1000
 // the caller's transaction. Through another Executor each statement
 // commits by itself.
 //
+// An error leaves none of the jobs inserted, but for an error of the
+// COMMIT of its own transaction (its context ended during it, the
+// connection broke), whose outcome the driver cannot tell: the jobs are
+// then all inserted or none.
+//
 // Each job is checked as [Queue.Enqueue] checks one; an error names the
 // first bad job by its index, and then nothing is sent. Loops of this
 // process waiting on [Queue.NextWake] are woken once, after the jobs are
