@@ -10,14 +10,18 @@ import (
 	"github.com/sqlinbox/inbox/worker"
 )
 
-// The loop returns nothing but at shutdown, so what it cannot return goes to
-// Config.OnError: here a claim the driver fails. The loop then claims
-// again after its fallback interval, until its context ends.
+// What the loop meets and does not return goes to Config.OnError: here a
+// claim the driver fails, which may heal. The loop then checks the schema
+// (which cannot run either) and claims again after a backoff, until its
+// context ends.
 func TestWorkOnError(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable})
 	errDown := errors.New("connection refused")
 	m.ExpectQuery(pgLeaseClaim).WillReturnError(errDown)
+	// The failure has the loop check the schema, which fails too: the
+	// server may come back, so the loop claims again.
+	m.ExpectQuery("SELECT current_setting('server_version_num')::int, version()").WillReturnError(errDown)
 	m.ExpectQuery(pgLeaseClaim).WillReturnError(errDown)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -92,6 +92,7 @@ func TestWorkRefuses(t *testing.T) {
 		{worker.Config{Batch: inbox.MaxClaim + 1}, h, "Config.Batch 1001"},
 		{worker.Config{Poll: -time.Second}, h, "Config.Poll -1s"},
 		{worker.Config{MaxAttempts: -1}, h, "Config.MaxAttempts -1"},
+		{worker.Config{Poll: time.Microsecond}, h, "Config.Poll 1µs is under 1ms"},
 	} {
 		m.quiet(t, c.want, func() {
 			err := worker.Run(context.Background(), q, c.cfg, c.h)
@@ -273,8 +274,49 @@ func TestWorkPostgresRowLock(t *testing.T) {
 	}
 }
 
-// Row-lock form without a not-before column: a failed job cannot be
-// delayed, so the retry counts the attempt alone.
+// What Run cannot honour it refuses at start, before any I/O, naming the
+// fix: a row-lock or advisory table without a not-before column (a failed
+// job would run again at once: 3,119 runs in 3 s), a table without a dead
+// table (a failing job retried forever), a pool of one connection under the
+// row lock (nothing could ever be claimed).
+func TestWorkRefusesWhatItCannotHonour(t *testing.T) {
+	h := func(context.Context, *inbox.Delivery) error { return nil }
+	for _, c := range []struct {
+		tb   inbox.Table
+		cfg  worker.Config
+		want string
+	}{
+		{inbox.Table{Name: "jobs", DeadTable: "dead_jobs"}, worker.Config{}, "name inbox.Table.NotBefore (or set Config.NoDelay"},
+		{inbox.Table{Name: "jobs", AdvisoryKey: "id", DeadTable: "dead_jobs"}, worker.Config{}, "name inbox.Table.NotBefore (or set Config.NoDelay"},
+		{inbox.Table{Name: "jobs", LockedUntil: "locked_until"}, worker.Config{}, "name inbox.Table.DeadTable (or set Config.RetryForever)"},
+		{inbox.Table{Name: "jobs", NotBefore: "not_before"}, worker.Config{}, "name inbox.Table.DeadTable (or set Config.RetryForever)"},
+	} {
+		m := newMock(t)
+		q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: c.tb})
+		m.quiet(t, c.want, func() {
+			err := worker.Run(context.Background(), q, c.cfg, h)
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "worker: run: table jobs") {
+				t.Errorf("Run(%+v) = %v, want an error naming %q", c.tb, err, c.want)
+			}
+		})
+	}
+	m := newMock(t)
+	m.DB.SetMaxOpenConns(1)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: rowLockTable})
+	done := make(chan error, 1)
+	go func() { done <- worker.Run(context.Background(), q, worker.Config{}, h) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, inbox.ErrPoolTooSmall) {
+			t.Errorf("Run on a pool of one = %v, want ErrPoolTooSmall", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run on a pool of one under the row lock did not return: it cannot claim anything")
+	}
+}
+
+// Row-lock form without a not-before column, with Config.NoDelay: a failed
+// job cannot be delayed, so the retry counts the attempt alone.
 func TestWorkPostgresRowLockNoDelay(t *testing.T) {
 	const claimSQL = `SELECT "id", "attempt", "payload" FROM "jobs" ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED`
 	const retrySQL = `UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1`
@@ -290,7 +332,7 @@ func TestWorkPostgresRowLockNoDelay(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var log workLog
-	done := workRun(ctx, q, worker.Config{Backoff: log.backoff}, func(_ context.Context, d *inbox.Delivery) error {
+	done := workRun(ctx, q, worker.Config{Backoff: log.backoff, NoDelay: true}, func(_ context.Context, d *inbox.Delivery) error {
 		log.handle(d)
 		m.after("query "+claimSQL, cancel)
 		return errors.New("failed")
@@ -647,7 +689,7 @@ func TestWorkGivesBackLateClaim(t *testing.T) {
 // An idle loop whose claim is a transaction (MySQL's lease) asks the probe,
 // one statement, when its fallback interval runs out, and claims only once
 // the probe finds a row; a probe that fails is reported and waited out
-// like one that found nothing.
+// like one that found nothing, after a schema check that could not run.
 func TestWorkProbes(t *testing.T) {
 	const probe = "SELECT 1 FROM `jobs` WHERE `locked_until` IS NULL OR `locked_until` <= UTC_TIMESTAMP(6) LIMIT 1"
 	const cols = "id,attempt,payload,UTC_TIMESTAMP(6)"
@@ -659,6 +701,9 @@ func TestWorkProbes(t *testing.T) {
 	m.ExpectCommit()
 	m.ExpectQuery(probe).WithoutArgs().WillReturnRows(rows("1"))
 	m.ExpectQuery(probe).WithoutArgs().WillReturnError(errors.New("server gone"))
+	// The failure has the loop check the schema, which fails too: the
+	// server is away, which may heal, and the loop goes on.
+	m.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnError(errors.New("server gone"))
 	m.ExpectQuery(probe).WithoutArgs().WillReturnRows(rows("1", row(int64(1))))
 	m.ExpectBegin()
 	m.ExpectQuery(myLeaseDueClock).WithArgs(1).WillReturnRows(rows(cols))
@@ -685,7 +730,7 @@ func TestWorkProbes(t *testing.T) {
 	workDone(t, done)
 	m.since(t, 0,
 		"begin", "query "+myLeaseDueClock, "query "+myLeaseFreeClock, "commit",
-		"query "+probe, "query "+probe, "query "+probe,
+		"query "+probe, "query "+probe, "query SELECT VERSION()", "query "+probe,
 		"begin", "query "+myLeaseDueClock, "query "+myLeaseFreeClock, "exec "+myLeaseMark, "commit",
 		"exec "+myLeaseAck)
 	m.met(t)

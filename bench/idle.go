@@ -103,7 +103,7 @@ func runIdle(ctx context.Context, out, log io.Writer, es []engine, dir string) e
 					if cfg.hand {
 						err = idleHandLoop(wctx, q)
 					} else {
-						err = worker.Run(wctx, q, worker.Config{}, func(_ context.Context, d *inbox.Delivery) error { return handle(d) })
+						err = worker.Run(wctx, q, worker.Config{NoDelay: true, RetryForever: true}, func(_ context.Context, d *inbox.Delivery) error { return handle(d) })
 					}
 					if err != nil && wctx.Err() == nil {
 						r.err = err

@@ -174,7 +174,7 @@ func latencyInProcess(ctx context.Context, db *sql.DB, cfg inbox.Config, wake bo
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- worker.Run(ctx, q, worker.Config{Poll: poll}, func(_ context.Context, d *inbox.Delivery) error {
+		done <- worker.Run(ctx, q, worker.Config{Poll: poll, NoDelay: true, RetryForever: true}, func(_ context.Context, d *inbox.Delivery) error {
 			started <- latencyStart{id: d.ID(), at: time.Now()}
 			return handle(d)
 		})
@@ -481,7 +481,7 @@ func latencyChildMain() int {
 			once.Do(func() { say("ready") })
 		})
 	}()
-	err = worker.Run(ctx, q, worker.Config{Poll: time.Minute}, func(_ context.Context, d *inbox.Delivery) error {
+	err = worker.Run(ctx, q, worker.Config{Poll: time.Minute, NoDelay: true, RetryForever: true}, func(_ context.Context, d *inbox.Delivery) error {
 		at := time.Now()
 		say(fmt.Sprintf("%v %d", d.ID(), at.UnixNano()))
 		return handle(d)

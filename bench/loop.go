@@ -160,7 +160,7 @@ func measureWork(ctx context.Context, q *inbox.Queue, c cell, total int, duratio
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- worker.Run(ctx, q, worker.Config{Batch: c.batch}, func(_ context.Context, d *inbox.Delivery) error {
+			errs <- worker.Run(ctx, q, worker.Config{Batch: c.batch, NoDelay: true, RetryForever: true}, func(_ context.Context, d *inbox.Delivery) error {
 				if handled.Add(1) >= int64(total) {
 					once.Do(cancel)
 				}

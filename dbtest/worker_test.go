@@ -333,7 +333,7 @@ func TestWorkPanics(t *testing.T) {
 
 // TestWorkDead: a job whose handler fails MaxAttempts times goes to the dead
 // table with the attempt it failed at and its error; without a dead table
-// it is retried past MaxAttempts.
+// (and with Config.RetryForever) it is retried past MaxAttempts.
 func TestWorkDead(t *testing.T) {
 	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, workXLoops+2)
@@ -366,12 +366,13 @@ func TestWorkDead(t *testing.T) {
 		rec.check(t, id, []int{1, 2, 3}, []int{1, 2})
 		rec.checkErrors(t, id, "", "attempt 1 failed", "attempt 2 failed")
 
-		// Without a dead table, MaxAttempts does not stop the retries.
+		// Without a dead table, and with Config.RetryForever (Run refuses
+		// the table without it), MaxAttempts does not stop the retries.
 		tb.DeadTable = ""
 		q = confNew(t, db, confConfig(e, tb, nil))
 		rec = newWorkXRecorder()
 		id = confEnqueue(t, q, db, "no dead table")
-		cfg.MaxAttempts = 1
+		cfg.MaxAttempts, cfg.RetryForever = 1, true
 		acked := make(chan struct{}, 1)
 		r = workXStart(t, q, workXLoops, cfg, func(ctx context.Context, d *inbox.Delivery) error {
 			rec.delivered(d)
@@ -1244,6 +1245,187 @@ func TestWorkBatchLongHandlers(t *testing.T) {
 			if n != 1 {
 				t.Errorf("job %s handled %d times", id, n)
 			}
+		}
+	})
+}
+
+// workXReturned waits for n loops of r to return on their own, before any
+// stop, and returns their errors.
+func workXReturned(t *testing.T, r *workXRun, n int) []error {
+	t.Helper()
+	var errs []error
+	deadline := time.NewTimer(workXDeadline)
+	defer deadline.Stop()
+	for len(errs) < n {
+		select {
+		case err := <-r.returned:
+			r.mu.Lock()
+			r.seen++
+			r.mu.Unlock()
+			errs = append(errs, err)
+		case <-deadline.C:
+			t.Fatalf("%d of %d loops still running after %v: the loop did not end on an error that cannot heal", n-len(errs), n, workXDeadline)
+		}
+	}
+	return errs
+}
+
+// TestWorkUnhealable (issue 22, item 1): errors that cannot heal end the
+// loops, which return them, on every engine and form, eight loops on two
+// pools: a data column the table lacks (every claim fails; the schema check
+// names the column), a dead table that does not exist (the burial fails;
+// the schema check names it, and the job is still there), and a pool of one
+// connection under the forms that hold one per job (nothing could ever be
+// claimed). Before, each loop reported through OnError, when set, and ran
+// until its context ended.
+func TestWorkUnhealable(t *testing.T) {
+	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+		h := func(context.Context, *inbox.Delivery) error { return errors.New("failed") }
+		t.Run("missing column", func(t *testing.T) {
+			db1, db2 := confOpenTwo(t, e, workXLoops)
+			table := confTable(t, e, db1, "work_unheal_col_"+form)
+			// A job to claim: the advisory form's candidates read no data
+			// column, so only its claim of a row fails.
+			confEnqueue(t, confNew(t, db1, confConfig(e, Table(table, form), nil)), db1, "never")
+			tb := Table(table, form)
+			tb.Data = []string{"payload", "no_such_column"}
+			r1 := workXStart(t, confNew(t, db1, confConfig(e, tb, nil)), workXLoops/2, worker.Config{Poll: workXPoll}, h)
+			r2 := workXStart(t, confNew(t, db2, confConfig(e, tb, nil)), workXLoops/2, worker.Config{Poll: workXPoll}, h)
+			for _, err := range append(workXReturned(t, r1, workXLoops/2), workXReturned(t, r2, workXLoops/2)...) {
+				var se *inbox.SchemaError
+				if !errors.As(err, &se) || !strings.Contains(err.Error(), "no_such_column") {
+					t.Errorf("Run returned %v, want a *inbox.SchemaError naming no_such_column", err)
+				}
+			}
+		})
+		t.Run("missing dead table", func(t *testing.T) {
+			db1, db2 := confOpenTwo(t, e, workXLoops)
+			table := confTable(t, e, db1, "work_unheal_dead_"+form)
+			tb := Table(table, form)
+			tb.DeadTable = table + "_nodead"
+			q1, q2 := confNew(t, db1, confConfig(e, tb, nil)), confNew(t, db2, confConfig(e, tb, nil))
+			id := confEnqueue(t, q1, db1, "buried")
+			ran := make(chan struct{}, 1)
+			once := func(context.Context, *inbox.Delivery) error {
+				select {
+				case ran <- struct{}{}:
+				default:
+				}
+				return errors.New("failed")
+			}
+			cfg := worker.Config{Poll: workXPoll, MaxAttempts: 1}
+			r1 := workXStart(t, q1, workXLoops/2, cfg, once)
+			r2 := workXStart(t, q2, workXLoops/2, cfg, once)
+			workXRecv(t, ran, "the handler")
+			// The loop that tried to bury the job returns; under the row
+			// lock the job comes back at once, and the loops that claim it
+			// next may return too. The rest run on until stopped.
+			var errs []error
+			var which *workXRun
+			select {
+			case err := <-r1.returned:
+				errs, which = append(errs, err), r1
+			case err := <-r2.returned:
+				errs, which = append(errs, err), r2
+			case <-time.After(workXDeadline):
+				t.Fatalf("no loop returned within %v of a burial into a missing dead table", workXDeadline)
+			}
+			which.mu.Lock()
+			which.seen++
+			which.mu.Unlock()
+			errs = append(append(errs, workXDrain(t, r1)...), workXDrain(t, r2)...)
+			var se *inbox.SchemaError
+			if !errors.As(errs[0], &se) || !strings.Contains(errs[0].Error(), tb.DeadTable) {
+				t.Errorf("Run returned %v, want a *inbox.SchemaError naming %s", errs[0], tb.DeadTable)
+			}
+			for _, err := range errs[1:] {
+				if err != nil && !errors.As(err, &se) {
+					t.Errorf("a loop returned %v, want nil or the schema error", err)
+				}
+			}
+			if n := confCount(t, db1, table); n != 1 {
+				t.Errorf("%d rows left, want job %v still there", n, id)
+			}
+		})
+		if form == "lease" || e.IsSQLite() {
+			return
+		}
+		t.Run("pool of one", func(t *testing.T) {
+			db := e.Open(t, 1)
+			table := confTable(t, e, db, "work_unheal_pool_"+form)
+			q := confNew(t, db, confConfig(e, Table(table, form), nil))
+			confEnqueue(t, q, db, "never")
+			r := workXStart(t, q, workXLoops, worker.Config{Poll: workXPoll}, h)
+			for _, err := range workXReturned(t, r, workXLoops) {
+				if !errors.Is(err, inbox.ErrPoolTooSmall) {
+					t.Errorf("Run returned %v, want ErrPoolTooSmall", err)
+				}
+			}
+			if n := confAttempt(t, e, db, table, confFirstID(t, db, table)); n != 1 {
+				t.Errorf("attempt %d, want 1: nothing may have changed", n)
+			}
+		})
+	})
+}
+
+// workXDrain stops r's loops and returns what those still running return.
+func workXDrain(t *testing.T, r *workXRun) []error {
+	t.Helper()
+	r.cancel()
+	r.mu.Lock()
+	left := r.n - r.seen
+	r.mu.Unlock()
+	return workXReturned(t, r, left)
+}
+
+// confFirstID returns the smallest id of table.
+func confFirstID(t testing.TB, db *sql.DB, table string) any {
+	t.Helper()
+	var id int64
+	if err := db.QueryRow("SELECT MIN(id) FROM " + table).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestWorkRefuses (issue 22, item 2): what the loop cannot honour is refused
+// at start, before any I/O, on every engine: the row lock and advisory
+// forms without a not-before column (a failing job ran 3,119 times in 3 s),
+// a table without a dead table (a failing job retried forever), a fallback
+// interval under a millisecond. The job enqueued before is untouched.
+func TestWorkRefuses(t *testing.T) {
+	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+		db := e.Open(t, workXLoops)
+		table := confTable(t, e, db, "work_refuses_"+form)
+		id := confEnqueue(t, confNew(t, db, confConfig(e, Table(table, form), nil)), db, "kept")
+		h := func(context.Context, *inbox.Delivery) error {
+			t.Error("a handler ran under a configuration that was refused")
+			return nil
+		}
+		type refusal struct {
+			tb   inbox.Table
+			cfg  worker.Config
+			want string
+		}
+		noDead := Table(table, form)
+		noDead.DeadTable = ""
+		cases := []refusal{
+			{noDead, worker.Config{}, "name inbox.Table.DeadTable"},
+			{Table(table, form), worker.Config{Poll: time.Microsecond}, "Config.Poll 1µs"},
+		}
+		if form != "lease" {
+			noDelay := Table(table, form)
+			noDelay.NotBefore = ""
+			cases = append(cases, refusal{noDelay, worker.Config{}, "name inbox.Table.NotBefore"})
+		}
+		for _, c := range cases {
+			err := worker.Run(context.Background(), confNew(t, db, confConfig(e, c.tb, nil)), c.cfg, h)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Run(%+v) = %v, want an error naming %q", c.cfg, err, c.want)
+			}
+		}
+		if n := confAttempt(t, e, db, table, id); n != 1 || confCount(t, db, table) != 1 {
+			t.Errorf("attempt %d, %d rows: the refused loops changed the table", n, confCount(t, db, table))
 		}
 	})
 }

@@ -48,7 +48,7 @@ func TestExpectProbe(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			var handled []any
-			err = worker.Run(ctx, q, worker.Config{Poll: time.Millisecond, OnError: func(err error) { t.Errorf("OnError: %v", err) }},
+			err = worker.Run(ctx, q, worker.Config{Poll: time.Millisecond, NoDelay: true, RetryForever: true, OnError: func(err error) { t.Errorf("OnError: %v", err) }},
 				func(_ context.Context, d *inbox.Delivery) error {
 					handled = append(handled, d.ID())
 					cancel() // the loop returns once the job is acknowledged

@@ -180,7 +180,7 @@ func TestWorkBatchSharesStatements(t *testing.T) {
 			acks = append(acks, ids)
 			mu.Unlock()
 		}
-		w, err := newLoop(context.Background(), q, Config{Batch: 3}, func(_ context.Context, d *inbox.Delivery) error { return handle(d.ID(), seen) })
+		w, err := newLoop(context.Background(), q, Config{Batch: 3, RetryForever: true}, func(_ context.Context, d *inbox.Delivery) error { return handle(d.ID(), seen) })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,7 +285,7 @@ func BenchmarkWork16(b *testing.B) {
 	n := int64(b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
-	err := Run(ctx, q, Config{Batch: 16}, func(context.Context, *inbox.Delivery) error {
+	err := Run(ctx, q, Config{Batch: 16, RetryForever: true}, func(context.Context, *inbox.Delivery) error {
 		if handled.Add(1) >= n {
 			cancel()
 		}

@@ -43,29 +43,54 @@ type Config struct {
 	// table, where one is named; without one it is retried on. Zero means
 	// 25.
 	MaxAttempts int
-	// Backoff is the delay before the next attempt after attempt n failed.
-	// Nil means [DefaultBackoff]. The row lock and advisory forms delay
-	// only with a not-before column ([inbox.Table.NotBefore]); without one
-	// a failed job is claimable again at once.
+	// Backoff is the delay before the next attempt after attempt n failed;
+	// a negative one counts as zero. Nil means [DefaultBackoff]. The row
+	// lock and advisory forms delay only with a not-before column
+	// ([inbox.Table.NotBefore]): without one Run refuses to start unless
+	// NoDelay is set.
 	Backoff func(attempt int) time.Duration
-	// OnError, when set, is told what the loop meets and cannot return: a
-	// claim that failed (the loop waits its fallback interval and claims
-	// again) and a settlement that failed (the job comes back as its form
-	// says). This is where to log. It runs in the loop's goroutine, or a
+	// NoDelay lets Run start on a row-lock or advisory table without a
+	// not-before column, where a failed job is claimable again at once,
+	// whatever Backoff says: a failing job then runs MaxAttempts times in
+	// a row. Leave it unset unless handlers do not fail.
+	NoDelay bool
+	// RetryForever lets Run start on a table without a dead table
+	// ([inbox.Table.DeadTable]), where a job whose attempts ran out is
+	// retried on after its backoff instead of moved there. Without it Run
+	// refuses such a table.
+	RetryForever bool
+	// OnError, when set, is told what the loop meets and does not return:
+	// a claim or probe that failed (the loop claims again after a backoff)
+	// and a settlement that failed (the job comes back as its form says).
+	// This is where to log. It runs in the loop's goroutine, or a
 	// batch handler's.
 	OnError func(error)
 }
 
-// Defaults of [Config].
+// Defaults and bounds of [Config].
 const (
 	DefaultPoll        = time.Second
 	DefaultMaxAttempts = 25
+	// MinPoll is the shortest Config.Poll: a shorter one would make an
+	// idle loop a hot one.
+	MinPoll = time.Millisecond
 )
 
 // Run claims jobs of q and runs handle on each, in the caller's goroutine,
-// until ctx ends; then it returns nil once its handlers have returned. It
-// returns an error at once, before any I/O, for a nil handler or a Config
-// out of range. The jobs of a batch run side by side, a goroutine each,
+// until ctx ends; then it returns nil once its handlers have returned.
+//
+// It returns an error at once, before any I/O, for a nil queue or handler, a
+// Config out of range, and what it could not honour: a row-lock or advisory
+// table without a not-before column (unless [Config.NoDelay]), a table
+// without a dead table (unless [Config.RetryForever]). It returns an error
+// that cannot heal once its handlers have returned: [inbox.ErrPoolTooSmall]
+// (the pool cannot hold a job and settle it), and the [*inbox.SchemaError]
+// of the schema check it runs after errors (a missing column or dead
+// table). Other errors (a cut connection, a deadlock, a server restarting)
+// go to [Config.OnError]; a failed claim is retried after a backoff from
+// 10 ms doubled to 10 s.
+//
+// The jobs of a batch run side by side, a goroutine each,
 // except for lease batches that settle together (dialects with batched
 // statements, [inbox.BatchDialect]): those run one after the other in the
 // caller's goroutine for the batch's first millisecond and side by side
@@ -105,7 +130,11 @@ func Run(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) error 
 		}
 	}()
 	probe := false // the last wait ended with the fallback interval, no wake-up
+	failed := 0    // claims failed in a row
 	for ctx.Err() == nil {
+		if err := w.unhealable(ctx); err != nil {
+			return err
+		}
 		// The wake-up is read before the claim, so that one during the
 		// claim is not lost.
 		rang := q.NextWake()
@@ -115,8 +144,18 @@ func Run(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) error 
 		}
 		ds, err := w.claim(ctx)
 		if err != nil && ctx.Err() == nil {
+			if errors.Is(err, inbox.ErrPoolTooSmall) {
+				return fmt.Errorf("worker: run: %w", err)
+			}
 			w.report(err)
+			// A transient failure (a cut connection, a server restarting)
+			// is retried after a backoff that wake-ups do not shorten.
+			failed++
+			probe = false
+			sleep(ctx, claimBackoff(failed))
+			continue
 		}
+		failed = 0
 		if err == nil && len(ds) > 0 {
 			if len(ds) == w.batch {
 				// There may be more: idle loops lend a hand.
@@ -127,6 +166,46 @@ func Run(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) error 
 			continue
 		}
 		probe = w.idle(ctx, rang)
+	}
+	return nil
+}
+
+// claimBackoff is the wait after the nth claim failed in a row: 10 ms
+// doubled each time, up to 10 s.
+func claimBackoff(n int) time.Duration {
+	if n > 10 {
+		return 10 * time.Second
+	}
+	return min(10*time.Millisecond<<(n-1), 10*time.Second)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// unhealable returns the error that ends the loop when the errors it met
+// (claims, probes or settlements that failed) come from a table that cannot
+// work as described: the schema check ([inbox.Queue.CheckSchema]) then
+// reports what is wrong, such as a missing column or dead table. A check
+// that fails itself (the server is away) leaves the loop retrying, as such
+// failures may heal. The check runs after the 1st, 2nd, 4th, 8th … error,
+// so that a loop meeting errors for long spends few statements on it.
+func (w *loop) unhealable(ctx context.Context) error {
+	if w.failures.Load() < w.nextCheck {
+		return nil
+	}
+	w.nextCheck = 2 * w.failures.Load()
+	cctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	defer cancel()
+	var se *inbox.SchemaError
+	if err := w.q.CheckSchema(cctx); errors.As(err, &se) {
+		return fmt.Errorf("worker: run: the table cannot serve the loop: %w", se)
 	}
 	return nil
 }
@@ -197,10 +276,20 @@ type loop struct {
 	// every settlement run under it.
 	detached context.Context
 	duty     *pollDuty // shared with the other loops of the queue and interval
+	// failures counts the errors reported; at nextCheck of them the loop
+	// checks the schema (unhealable).
+	failures  atomic.Int64
+	nextCheck int64
 }
 
 func (w *loop) report(err error) {
-	if err != nil && w.onError != nil {
+	if err == nil {
+		return
+	}
+	if !errors.Is(err, inbox.ErrLeaseLost) && !errors.Is(err, inbox.ErrSettled) {
+		w.failures.Add(1)
+	}
+	if w.onError != nil {
 		w.onError(err)
 	}
 }
@@ -211,6 +300,8 @@ func newLoop(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) (*
 		return nil, fmt.Errorf("worker: run: Config.Batch %d must be from 1 to %d (0 for 1)", cfg.Batch, inbox.MaxClaim)
 	case cfg.Poll < 0:
 		return nil, fmt.Errorf("worker: run: Config.Poll %v is negative", cfg.Poll)
+	case cfg.Poll > 0 && cfg.Poll < MinPoll:
+		return nil, fmt.Errorf("worker: run: Config.Poll %v is under %v (MinPoll): an idle loop would claim without rest", cfg.Poll, MinPoll)
 	case cfg.MaxAttempts < 0:
 		return nil, fmt.Errorf("worker: run: Config.MaxAttempts %d is negative", cfg.MaxAttempts)
 	}
@@ -219,6 +310,13 @@ func newLoop(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) (*
 		handle: handle, batch: cfg.Batch, poll: cfg.Poll, attempts: cfg.MaxAttempts, backoff: cfg.Backoff, onError: cfg.OnError,
 		detached: context.WithoutCancel(ctx)}
 	w.delays = w.lease || tb.NotBefore != ""
+	w.nextCheck = 1
+	switch {
+	case !w.delays && !cfg.NoDelay:
+		return nil, fmt.Errorf("worker: run: table %s: the %s form delays a failed job's retry only with a not-before column, and it names none: name inbox.Table.NotBefore (or set Config.NoDelay to retry failed jobs at once)", tb.Name, q.Form())
+	case !w.dead && !cfg.RetryForever:
+		return nil, fmt.Errorf("worker: run: table %s names no dead table, so a job that keeps failing would be retried forever: name inbox.Table.DeadTable (or set Config.RetryForever)", tb.Name)
+	}
 	if w.batch == 0 {
 		w.batch = 1
 	}

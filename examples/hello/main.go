@@ -19,12 +19,21 @@ import (
 	_ "modernc.org/sqlite"
 )
 
-const schema = `CREATE TABLE IF NOT EXISTS jobs (
+// schema is the queue table and its dead table, where a job that failed
+// its last attempt goes.
+var schema = []string{
+	`CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     attempt INTEGER NOT NULL DEFAULT 1,
     locked_until TEXT,
     payload BLOB NOT NULL
-)`
+)`,
+	`CREATE TABLE IF NOT EXISTS jobs_dead (
+    id INTEGER PRIMARY KEY,
+    attempt INTEGER NOT NULL,
+    payload BLOB NOT NULL
+)`,
+}
 
 func main() {
 	dir, err := os.MkdirTemp("", "hello-inbox-")
@@ -43,13 +52,15 @@ func run(ctx context.Context, path string) error {
 		return err
 	}
 	defer db.Close()
-	if _, err := db.ExecContext(ctx, schema); err != nil {
-		return err
+	for _, s := range schema {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			return err
+		}
 	}
 	// Naming the lease column selects the lease form, SQLite's.
 	q, err := inbox.New(db, inbox.Config{
 		Dialect: inbox.SQLite,
-		Table:   inbox.Table{Name: "jobs", LockedUntil: "locked_until"},
+		Table:   inbox.Table{Name: "jobs", LockedUntil: "locked_until", DeadTable: "jobs_dead"},
 	})
 	if err != nil {
 		return err
@@ -64,8 +75,9 @@ func run(ctx context.Context, path string) error {
 	defer stop()
 	var handled atomic.Int32
 	// The loop claims, runs the handler and settles by its result: nil
-	// acks, an error retries after a backoff. An idle loop waits for the
-	// next Enqueue. It returns when ctx ends.
+	// acks, an error retries after a backoff, and after the last attempt
+	// moves the job to jobs_dead. An idle loop waits for the next Enqueue.
+	// It returns when ctx ends.
 	return worker.Run(ctx, q, worker.Config{}, func(ctx context.Context, d *inbox.Delivery) error {
 		var name []byte
 		if err := d.Scan(&name); err != nil {
