@@ -21,7 +21,8 @@ func TestWorkOnError(t *testing.T) {
 	m.ExpectQuery(pgLeaseClaim).WillReturnError(errDown)
 	// The failure has the loop check the schema, which fails too: the
 	// server may come back, so the loop claims again.
-	m.ExpectQuery("SELECT current_setting('server_version_num')::int, version()").WillReturnError(errDown)
+	m.ExpectQuery(inbox.ServerProbe).WillReturnError(errDown)
+	m.ExpectQuery(inbox.SQLiteProbe).WillReturnError(errDown)
 	m.ExpectQuery(pgLeaseClaim).WillReturnError(errDown)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -1273,7 +1273,8 @@ func workXReturned(t *testing.T, r *workXRun, n int) []error {
 // TestWorkUnhealable (issue 22, item 1): errors that cannot heal end the
 // loops, which return them, on every engine and form, eight loops on two
 // pools: a data column the table lacks (every claim fails; the schema check
-// names the column), a dead table that does not exist (the burial fails;
+// names the column), the wrong dialect (the check names the one to use), a
+// dead table that does not exist (the burial fails;
 // the schema check names it, and the job is still there), and a pool of one
 // connection under the forms that hold one per job (nothing could ever be
 // claimed). Before, each loop reported through OnError, when set, and ran
@@ -1347,7 +1348,28 @@ func TestWorkUnhealable(t *testing.T) {
 				t.Errorf("%d rows left, want job %v still there", n, id)
 			}
 		})
-		if form == "lease" || e.IsSQLite() {
+		if e.IsSQLite() {
+			return
+		}
+		t.Run("wrong dialect", func(t *testing.T) {
+			db1, db2 := confOpenTwo(t, e, workXLoops)
+			table := confTable(t, e, db1, "work_unheal_dialect_"+form)
+			confEnqueue(t, confNew(t, db1, confConfig(e, Table(table, form), nil)), db1, "never")
+			cfg := confConfig(e, Table(table, form), nil)
+			cfg.Dialect = inbox.MySQL
+			if e.IsMySQL() {
+				cfg.Dialect = inbox.Postgres
+			}
+			r1 := workXStart(t, confNew(t, db1, cfg), workXLoops/2, worker.Config{Poll: workXPoll}, h)
+			r2 := workXStart(t, confNew(t, db2, cfg), workXLoops/2, worker.Config{Poll: workXPoll}, h)
+			for _, err := range append(workXReturned(t, r1, workXLoops/2), workXReturned(t, r2, workXLoops/2)...) {
+				var se *inbox.SchemaError
+				if !errors.As(err, &se) {
+					t.Errorf("Run with %s on %s returned %v, want a *inbox.SchemaError naming the dialect to use", cfg.Dialect.Name(), e.Name, err)
+				}
+			}
+		})
+		if form == "lease" {
 			return
 		}
 		t.Run("pool of one", func(t *testing.T) {
