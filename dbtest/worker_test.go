@@ -1451,3 +1451,42 @@ func TestWorkRefuses(t *testing.T) {
 		}
 	})
 }
+
+// TestWorkRetryOnTime (issue 22, item 3): a retry's backoff starts the next
+// attempt when it is due, not at the loops' next fallback poll: eight loops
+// on two pools whose poll cannot fire during the test (workXNever) run the
+// second attempt of a job that failed with a 300 ms backoff within
+// workXDeadline, on every engine and form. Before, the job waited for the
+// ten-minute poll.
+func TestWorkRetryOnTime(t *testing.T) {
+	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+		db1, db2 := confOpenTwo(t, e, workXLoops)
+		table := confTable(t, e, db1, "work_ontime_"+form)
+		tb := Table(table, form)
+		q1, q2 := confNew(t, db1, confConfig(e, tb, nil)), confNew(t, db2, confConfig(e, tb, nil))
+		attempts := make(chan int, 4)
+		h := func(_ context.Context, d *inbox.Delivery) error {
+			attempts <- d.Attempt()
+			if d.Attempt() == 1 {
+				return errors.New("failed")
+			}
+			return nil
+		}
+		cfg := worker.Config{Poll: workXNever, Backoff: func(int) time.Duration { return 300 * time.Millisecond }}
+		workXStart(t, q1, workXLoops/2, cfg, h)
+		workXStart(t, q2, workXLoops/2, cfg, h)
+		confEnqueue(t, q1, db1, "delayed")
+		if a := workXRecv(t, attempts, "the first attempt"); a != 1 {
+			t.Fatalf("attempt %d first, want 1", a)
+		}
+		if a := workXRecv(t, attempts, "the second attempt, due 300 ms after the first"); a != 2 {
+			t.Fatalf("attempt %d second, want 2", a)
+		}
+		workXUntil(t, "the ack", func() error {
+			if n := confCount(t, db1, table); n != 0 {
+				return fmt.Errorf("%d rows left", n)
+			}
+			return nil
+		})
+	})
+}

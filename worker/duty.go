@@ -18,6 +18,7 @@ import (
 type pollDuty struct {
 	key   dutyKey
 	loops int // loops holding it (guarded by dutiesMu)
+	due   *dueWaker
 
 	mu      sync.Mutex
 	polling bool          // an idle loop holds the fallback interval
@@ -44,7 +45,7 @@ func acquireDuty(q *inbox.Queue, poll time.Duration) *pollDuty {
 	defer dutiesMu.Unlock()
 	d := duties[key]
 	if d == nil {
-		d = &pollDuty{key: key}
+		d = &pollDuty{key: key, due: &dueWaker{q: q}}
 		duties[key] = d
 	}
 	d.loops++
@@ -56,6 +57,7 @@ func (d *pollDuty) release() {
 	defer dutiesMu.Unlock()
 	if d.loops--; d.loops == 0 {
 		delete(duties, d.key)
+		d.due.stop()
 	}
 }
 

@@ -253,6 +253,10 @@ func (w *loop) giveBack(ctx context.Context, ds []*inbox.Delivery) {
 	}
 }
 
+// dueMargin is how long after a delayed job is due by this process's clock
+// its wake-up comes: the database's clock decides when it is claimable.
+const dueMargin = 5 * time.Millisecond
+
 // claimTimeout bounds a claim that outlives its loop's context.
 const claimTimeout = 30 * time.Second
 
@@ -662,10 +666,18 @@ func (w *loop) settle(ctx context.Context, d *inbox.Delivery, b *inbox.Batcher, 
 		if !w.delays {
 			after = 0
 		}
+		after = max(after, 0)
+		var err error
 		if b != nil {
-			w.report(b.Retry(settle, d, max(after, 0)))
+			err = b.Retry(settle, d, after)
 		} else {
-			w.report(d.Retry(settle, max(after, 0)))
+			err = d.Retry(settle, after)
+		}
+		w.report(err)
+		if err == nil && after > 0 && w.duty != nil {
+			// The loops wake when the job is due, not at their next poll;
+			// a few milliseconds late, for the database's clock.
+			w.duty.due.add(time.Now().Add(after + dueMargin))
 		}
 	}
 }
