@@ -1490,3 +1490,32 @@ func TestWorkRetryOnTime(t *testing.T) {
 		})
 	})
 }
+
+// TestWorkPollsPerInterval (issue 21, item 9): loops of one queue and pool
+// with different fallback intervals each poll at their own. Seven loops
+// whose poll cannot fire during the test start first and take the polling;
+// one loop on a 100 ms poll, on the same pool, starts after them; a job
+// enqueued without a wake-up (as another process would) is handled within
+// workXDeadline. Before, the loops shared one polling turn whatever their
+// intervals, and the job waited for the ten-minute poll.
+func TestWorkPollsPerInterval(t *testing.T) {
+	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
+		db, count := workXOpenCounting(t, e, workXLoops+2)
+		table := confTable(t, e, db, "work_perinterval")
+		q := confNew(t, db, confConfig(e, Table(table, form), nil))
+		count.watch(q)
+		handled := make(chan any, 1)
+		h := func(_ context.Context, d *inbox.Delivery) error {
+			handled <- d.ID()
+			return nil
+		}
+		workXStart(t, q, workXLoops-1, worker.Config{Poll: workXNever}, h)
+		count.waitClaims(t, workXLoops-1)
+		workXStart(t, q, 1, worker.Config{Poll: workXPoll}, h)
+		count.waitClaims(t, workXLoops)
+		id := workXEnqueueQuiet(t, q, db, "quiet")
+		if got := workXRecv(t, handled, "the quietly enqueued job, found by the 100 ms loop's poll"); got != id {
+			t.Errorf("handled %v, want %v", got, id)
+		}
+	})
+}
