@@ -126,7 +126,14 @@ func (m *minimalLease) round(ctx context.Context) (int, error) {
 		for _, id := range ids {
 			args = append(args, id)
 		}
-		res, err = m.db.ExecContext(ctx, m.ack[len(ids)], append(args, tok)...)
+		args = append(args, tok)
+		// InnoDB picks deadlock victims among acks too: sent again.
+		for try := 0; ; try++ {
+			res, err = m.db.ExecContext(ctx, m.ack[len(ids)], args...)
+			if err == nil || try == 10 || !strings.Contains(err.Error(), "Error 1213") {
+				break
+			}
+		}
 	}
 	if err != nil {
 		return 0, err
