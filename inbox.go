@@ -28,7 +28,9 @@ var (
 	// lease, the row no longer carries the delivery's token (id, attempt,
 	// expiry), because the lease ran out and another claim took the job or the
 	// job was settled elsewhere; under an advisory lock, the row changed
-	// attempt or went away. Nothing was changed. A keeper cancels its
+	// attempt or went away; under the row lock, Ack found the row gone
+	// (only where locks are not shared, as across Galera nodes). Nothing
+	// was changed. A keeper cancels its
 	// handler's context with this cause.
 	ErrLeaseLost = errors.New("inbox: lease lost")
 	// ErrSettled is returned by a settlement or an extension of a delivery

@@ -418,7 +418,7 @@ func TestRowLockFailedSettlement(t *testing.T) {
 	ds := claim(t, q, 2, 1, 2)
 	m.ExpectExec(pgRowLockAck).WithArgs(int64(1)).WillReturnResult(affected(0))
 	m.ExpectRollback()
-	if err := ds[0].Ack(context.Background()); err == nil || !strings.Contains(err.Error(), "deleted 0 rows") {
+	if err := ds[0].Ack(context.Background()); !errors.Is(err, inbox.ErrLeaseLost) || !strings.Contains(err.Error(), "deleted 0 rows") {
 		t.Fatalf("Ack deleting nothing = %v", err)
 	}
 	errDown := errors.New("connection reset by peer")

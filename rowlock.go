@@ -243,7 +243,9 @@ func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Dura
 	ex := q.own(tx)
 	n, err := q.exec(ctx, ex, q.st.Ack, &v)
 	if err == nil && n != 1 {
-		err = fmt.Errorf("deleted %d rows for id %v", n, d.id)
+		// The lock held the row, so only a server that does not share
+		// locks (a Galera node) can have let another claim settle it.
+		err = fmt.Errorf("%w: deleted %d rows for id %v", ErrLeaseLost, n, d.id)
 	}
 	if err == nil && q.st.ClaimsClear.SQL != "" {
 		// A settled delivery leaves no count behind.

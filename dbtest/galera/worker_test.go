@@ -187,7 +187,9 @@ func (w *worker) close() {
 func (w *worker) end(id int64, attempt int, err error) (string, error) {
 	op := ""
 	switch {
-	case isConflict(err):
+	// A row-lock Ack that found its row gone lost to another node's
+	// commit applied here first: a conflict by another name.
+	case isConflict(err), w.cfg.Form == "rowlock" && errors.Is(err, inbox.ErrLeaseLost):
 		op = opConflict
 		w.conflicts.Add(1)
 	case errors.Is(err, inbox.ErrLeaseLost):
