@@ -430,6 +430,7 @@ type Delivery struct {
 	tx      *sql.Tx            // row lock: the held transaction
 	endTx   func()             // row lock: lets the held transaction's context go
 	sp      int                // row lock: the handler's savepoint (spNone, spTaken, spFailed)
+	spErr   error              // row lock: why the savepoint failed
 	conn    *sql.Conn          // advisory: the pinned connection holding the lock
 	keeper  *keeper
 }

@@ -194,8 +194,11 @@ const (
 // attempt and the error. A statement that failed in the handler
 // (PostgreSQL then refuses every other statement of the transaction) or a
 // transaction the handler ended itself does not keep the attempt from
-// being recorded. Tx may be called from several goroutines; a call during
-// a settlement waits for it.
+// being recorded. When the savepoint cannot be taken, the transaction is
+// gone (MySQL rolls it back on a deadlock, and would then commit each
+// statement on its own): Tx ends it, statements through it fail with
+// [sql.ErrTxDone], and Ack returns the savepoint's error. Tx may be called
+// from several goroutines; a call during a settlement waits for it.
 func (d *Delivery) Tx() *sql.Tx {
 	if d.tx == nil {
 		return nil
@@ -207,9 +210,14 @@ func (d *Delivery) Tx() *sql.Tx {
 		// No context to end it: the statement is the transaction's own,
 		// on the connection it holds.
 		if _, err := d.q.exec(context.Background(), d.q.own(d.tx), d.q.st.Savepoint, &values{}); err != nil {
-			// The transaction is broken: Retry and Dead record the
-			// attempt in a transaction of their own.
-			d.sp = spFailed
+			// The transaction is gone: on MySQL a deadlock (a Galera
+			// brute-force abort) rolled it back, and the handler's
+			// statements would each commit on their own. Ending it here
+			// makes them fail (sql.ErrTxDone); Ack reports this error,
+			// and Retry and Dead record the attempt in a transaction of
+			// their own.
+			d.sp, d.spErr = spFailed, err
+			_ = d.tx.Rollback()
 		}
 	}
 	return d.tx
@@ -239,6 +247,10 @@ func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Dura
 		return d.recordRowLock(ctx, o, &v, after)
 	case outRelease:
 		return d.releaseRowLock(ctx, &v)
+	}
+	if d.sp == spFailed {
+		_ = tx.Rollback()
+		return fmt.Errorf("the claim's transaction failed before the handler wrote: %w", d.spErr)
 	}
 	ex := q.own(tx)
 	n, err := q.exec(ctx, ex, q.st.Ack, &v)
@@ -278,7 +290,7 @@ func (d *Delivery) recordRowLock(ctx context.Context, o outcome, v *values, afte
 			_, err := q.exec(ctx, ex, q.st.RollbackToSavepoint, &values{})
 			return err
 		case spFailed:
-			return errors.New("the handler's savepoint could not be taken")
+			return fmt.Errorf("the handler's savepoint could not be taken: %w", d.spErr)
 		}
 		return nil
 	}

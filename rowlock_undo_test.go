@@ -7,6 +7,7 @@ package inbox_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -151,13 +152,27 @@ func TestPostgresRowLockUndo(t *testing.T) {
 	// so the verdict goes to a transaction of its own at once.
 	d = undoClaim(t, m, q, pgUndoClaim, 12, 1)
 	m.ExpectExec(rowLockSavepoint).WithoutArgs().WillReturnError(errors.New("driver: bad connection"))
-	d.Tx()
+	// The transaction is ended at once: on MySQL the handler's statements
+	// would otherwise each commit on their own.
 	m.ExpectRollback()
+	if _, err := d.Tx().ExecContext(ctx, "INSERT INTO effects VALUES (1)"); !errors.Is(err, sql.ErrTxDone) {
+		t.Fatalf("a statement through Tx after its savepoint failed: %v, want sql.ErrTxDone", err)
+	}
 	m.ExpectBegin()
 	m.ExpectQuery(pgUndoRelock).WithArgs(int64(12), int64(1)).WillReturnRows(rows("id", row(int64(12))))
 	m.ExpectExec(pgUndoDead).WithArgs(int64(12), int64(1), nil).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Dead without a savepoint", d.Dead(ctx))
+
+	// Ack after a failed savepoint sends nothing and says why.
+	d = undoClaim(t, m, q, pgUndoClaim, 14, 1)
+	errDeadlock := errors.New("Error 1213 (40001): Deadlock found when trying to get lock")
+	m.ExpectExec(rowLockSavepoint).WithoutArgs().WillReturnError(errDeadlock)
+	m.ExpectRollback()
+	d.Tx()
+	if err := d.Ack(ctx); !errors.Is(err, errDeadlock) {
+		t.Fatalf("Ack after a failed savepoint: %v, want the savepoint's error", err)
+	}
 
 	// Ack keeps the writes, and Tx after a settlement takes no savepoint.
 	d = undoClaim(t, m, q, pgUndoClaim, 13, 1)

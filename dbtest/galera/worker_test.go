@@ -189,17 +189,17 @@ func (w *worker) end(id int64, attempt int, err error) (string, error) {
 	switch {
 	// A row-lock Ack that found its row gone lost to another node's
 	// commit applied here first: a conflict by another name.
-	case isConflict(err), w.cfg.Form == "rowlock" && errors.Is(err, inbox.ErrLeaseLost):
+	case isConflict(err), w.cfg.Form == "rowlock" && !w.cfg.Victim && errors.Is(err, inbox.ErrLeaseLost):
 		op = opConflict
 		w.conflicts.Add(1)
+	case w.cfg.Victim && !errors.Is(err, inbox.ErrLeaseLost):
+		op = opNodeFail
+		w.nodeFails.Add(1)
+		w.note("nodefail", err)
 	case errors.Is(err, inbox.ErrLeaseLost):
 		op = opLost
 		w.losts.Add(1)
 		w.note("lost", err)
-	case w.cfg.Victim:
-		op = opNodeFail
-		w.nodeFails.Add(1)
-		w.note("nodefail", err)
 	default:
 		return "", fmt.Errorf("job %d attempt %d: %w", id, attempt, err)
 	}
@@ -235,6 +235,12 @@ func (w *worker) handle(d *inbox.Delivery, claimed time.Time, beforeWork func())
 	}
 	if tx := d.Tx(); tx != nil {
 		if _, err := tx.ExecContext(ctx, w.insert, id, att, w.cfg.Node, until); err != nil {
+			if errors.Is(err, sql.ErrTxDone) {
+				// Tx ended the transaction when its savepoint failed (a
+				// brute-force abort, the node gone); Ack, sending nothing,
+				// returns why.
+				return w.end(id, att, d.Ack(ctx))
+			}
 			_ = d.Release(ctx)
 			return w.end(id, att, err)
 		}
