@@ -2,8 +2,8 @@ package inbox
 
 // Unit tests of the Batcher: sqlmock (exact SQL) pins the batch statements
 // of every engine and the way each caller gets its own verdict; the fake
-// driver of bench_test.go blocks a statement for the cancellation test and
-// serves the concurrency and cancellation stress tests. The tests live
+// driver's lease answers (fakedb.Lease) block a statement for the
+// cancellation test and serve the concurrency and cancellation stress tests. The tests live
 // inside the package so that they can wait for a settlement to be pending
 // (Batcher.pending) instead of sleeping; everything they check is public
 // behaviour.
@@ -22,6 +22,9 @@ import (
 	"time"
 
 	"github.com/DATA-DOG/go-sqlmock"
+
+	"github.com/sqlinbox/inbox/internal/fakeclock"
+	"github.com/sqlinbox/inbox/internal/fakedb"
 )
 
 // btNow is the injected clock; btExp a lease expiry after it.
@@ -32,16 +35,11 @@ var (
 
 var btLease = Table{Name: "jobs", LockedUntil: "locked_until"}
 
+// btMock returns a database on the fake driver and its sqlmock.
 func btMock(t *testing.T) (*sql.DB, sqlmock.Sqlmock) {
 	t.Helper()
-	db, sm, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		db.Close()
-	})
-	return db, sm
+	m := fakedb.New(t)
+	return m.DB, m.Sqlmock
 }
 
 // btNew returns a lease queue on db; callerClock injects btNow as Config.Now.
@@ -397,8 +395,8 @@ func TestBatchCancelPending(t *testing.T) {
 // tell fails: the outcome is unknown, the delivery not settled); when every
 // caller of the batch has given up, the statement is cancelled.
 func TestBatchCancelInFlight(t *testing.T) {
-	f := newBTFake()
-	f.block = make(chan struct{})
+	f := fakedb.NewLease()
+	f.Block = make(chan struct{})
 	q := btQueue(t, f)
 	b, err := q.NewBatcher(BatchConfig{})
 	if err != nil {
@@ -409,7 +407,7 @@ func TestBatchCancelInFlight(t *testing.T) {
 	res := make(chan error, 1)
 	go func() { res <- b.Ack(ctx, d) }()
 	select {
-	case <-f.block: // the statement is in flight
+	case <-f.Block: // the statement is in flight
 	case <-time.After(20 * time.Second):
 		t.Fatal("the batch was never sent")
 	}
@@ -538,10 +536,10 @@ func TestBatchAckAll(t *testing.T) {
 // Many callers and two flushers: every job gets its result, in fewer
 // statements than jobs; run under -race, this is the concurrency check.
 func TestBatchConcurrent(t *testing.T) {
-	f := newBTFake()
+	f := fakedb.NewLease()
 	q := btQueue(t, f)
 	for _, cfg := range []BatchConfig{{MaxBatch: 16, Flushers: 2}, {MaxBatch: 16, Flushers: 1}, {MaxBatch: 5, MaxWait: time.Millisecond}} {
-		before := f.queries.Load()
+		before := f.Queries()
 		b := btBatcher(t, q, cfg)
 		const jobs = 200
 		errs := make(chan error, jobs+70)
@@ -581,7 +579,7 @@ func TestBatchConcurrent(t *testing.T) {
 			t.Fatalf("%d results for %d jobs", n, jobs+70)
 		}
 		b.Close()
-		sent := f.queries.Load() - before
+		sent := f.Queries() - before
 		if sent < int64((jobs+70+cfg.MaxBatch-1)/cfg.MaxBatch) || sent > jobs+70 {
 			t.Fatalf("%+v: %d statements for %d jobs", cfg, sent, jobs+70)
 		}
@@ -596,7 +594,7 @@ func TestBatchConcurrent(t *testing.T) {
 // settlement each hit a lost slot soonest. dbtest/batch_cancel_test.go runs
 // the same on every real database.
 func TestBatchCancelStress(t *testing.T) {
-	f := newBTFake()
+	f := fakedb.NewLease()
 	q := btQueue(t, f)
 	var next int64
 	for _, cfg := range []BatchConfig{{Flushers: 1}, {}, {Flushers: 1, MaxBatch: 4}} {
@@ -735,7 +733,7 @@ func TestBatchSettledAsDelivery(t *testing.T) {
 // cancels nothing.
 func TestBatchKeeper(t *testing.T) {
 	db, sm := btMock(t)
-	clk := &btClock{now: btNow, registered: make(chan struct{}, 1)}
+	clk := fakeclock.New(btNow)
 	q, err := New(db, Config{Dialect: Postgres, Table: btLease, Lease: time.Minute, Now: clk.Now, After: clk.After})
 	if err != nil {
 		t.Fatal(err)
@@ -749,10 +747,10 @@ func TestBatchKeeper(t *testing.T) {
 	d.sentAt = btNow
 	handler, stop := d.Keep(ctx)
 	defer stop()
-	clk.waitFor(t, 1) // the first extension, due at half the lease
+	clk.WaitAfters(t, 1) // the first extension, due at half the lease
 	sm.ExpectQuery(one).WithArgs(int64(1), int64(2), btExp).WillReturnError(boom)
 	btWant(t, "ack failing", b.Ack(ctx, d), boom)
-	clk.waitFor(t, 2) // paused: the deadline alone
+	clk.WaitAfters(t, 2) // paused: the deadline alone
 	clk.Advance(time.Minute)
 	select {
 	case <-handler.Done():
@@ -772,7 +770,7 @@ func TestBatchKeeper(t *testing.T) {
 	d2.sentAt = clk.Now()
 	handler2, stop2 := d2.Keep(ctx)
 	defer stop2()
-	clk.waitFor(t, 3)
+	clk.WaitAfters(t, 3)
 	sm.ExpectQuery(one).WithArgs(int64(2), int64(2), btExp.Add(time.Minute)).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(2)))
 	btWant(t, "ack", b.Ack(ctx, d2), nil)
 	if n := q.InWork(); n != 0 {
@@ -783,72 +781,4 @@ func TestBatchKeeper(t *testing.T) {
 		t.Fatalf("handler of an acknowledged job cancelled: %v", context.Cause(handler2))
 	}
 	btMet(t, sm)
-}
-
-// btClock is a Config.Now and Config.After whose time moves only on
-// Advance.
-type btClock struct {
-	mu         sync.Mutex
-	now        time.Time
-	waits      []btClockWait
-	total      int           // waits ever registered
-	registered chan struct{} // signalled on each registration
-}
-
-type btClockWait struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func (c *btClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *btClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	c.waits = append(c.waits, btClockWait{at: c.now.Add(d), ch: ch})
-	c.total++
-	select {
-	case c.registered <- struct{}{}:
-	default:
-	}
-	return ch
-}
-
-func (c *btClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waits[:0]
-	for _, w := range c.waits {
-		if w.at.After(c.now) {
-			kept = append(kept, w)
-		} else {
-			w.ch <- c.now
-		}
-	}
-	c.waits = kept
-}
-
-// waitFor waits until n waits have been registered in all.
-func (c *btClock) waitFor(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		c.mu.Lock()
-		total := c.total
-		c.mu.Unlock()
-		if total >= n {
-			return
-		}
-		select {
-		case <-c.registered:
-		case <-deadline:
-			t.Fatalf("%d waits on the clock within 10s, want %d", total, n)
-		}
-	}
 }

@@ -1,8 +1,8 @@
 package inbox
 
 // Allocation benchmarks of the hot path: a Claim, a plain settlement and a
-// batched one, against a tiny in-memory driver (btFake) that answers the
-// Postgres lease statements with canned rows, so what is counted is the
+// batched one, against the fake driver answering the Postgres lease statements
+// from memory (fakedb.Lease), so what is counted is the
 // package, database/sql and little else. The Raw benchmarks run the same
 // statements through database/sql by hand: the floor under the package.
 //
@@ -10,141 +10,17 @@ package inbox
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
-	"errors"
-	"io"
 	"runtime"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sqlinbox/inbox/internal/fakedb"
 )
 
-// btFake is a database/sql connector whose connections answer the lease
-// statements of the Postgres dialect from memory: a claim returns as many
-// rows as its limit, a batch Ack returns the ids it was given, a plain
-// settlement affects one row. When block is set, a query (but an UPDATE: a
-// lease extension) signals on it and waits for its context to end; an
-// UPDATE query is refused. seen, when set, sees each query first.
-type btFake struct {
-	payload []byte
-	expiry  time.Time
-	nextID  atomic.Int64
-	block   chan struct{}
-	queries atomic.Int64
-	// seen, when set, is called with each query before it is answered,
-	// and may hold it.
-	seen func(query string, args []driver.NamedValue)
-}
-
-func newBTFake() *btFake {
-	return &btFake{payload: make([]byte, 128), expiry: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (f *btFake) db(tb testing.TB) *sql.DB {
-	db := sql.OpenDB(f)
-	db.SetMaxIdleConns(64)
-	tb.Cleanup(func() { db.Close() })
-	return db
-}
-
-func (f *btFake) Connect(context.Context) (driver.Conn, error) { return &btConn{f: f}, nil }
-func (f *btFake) Driver() driver.Driver                        { return btDriver{f} }
-
-type btDriver struct{ f *btFake }
-
-func (d btDriver) Open(string) (driver.Conn, error) { return &btConn{f: d.f}, nil }
-
-type btConn struct {
-	f    *btFake
-	rows btRows
-}
-
-func (c *btConn) Prepare(string) (driver.Stmt, error) {
-	return nil, errors.New("btFake: no prepared statements")
-}
-func (c *btConn) Close() error              { return nil }
-func (c *btConn) Begin() (driver.Tx, error) { return nil, errors.New("btFake: no transactions") }
-
-func (c *btConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	c.f.queries.Add(1)
-	return driver.RowsAffected(1), nil
-}
-
-func (c *btConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	c.f.queries.Add(1)
-	if c.f.seen != nil {
-		c.f.seen(query, args)
-	}
-	if c.f.block != nil && !strings.HasPrefix(query, "UPDATE") {
-		c.f.block <- struct{}{}
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	r := &c.rows
-	r.f, r.i, r.vals = c.f, 0, r.vals[:0]
-	switch {
-	case strings.HasPrefix(query, "WITH picked"):
-		// The limit is the first integer parameter under either clock
-		// (the claim passes it once per branch and once for the union).
-		n := 1
-		for _, a := range args {
-			if v, ok := a.Value.(int64); ok {
-				n = int(v)
-				break
-			}
-		}
-		r.cols = btClaimCols
-		for i := 0; i < n; i++ {
-			r.vals = append(r.vals, c.f.nextID.Add(1))
-		}
-	case strings.HasPrefix(query, "DELETE"):
-		// A batch Ack: every token matches; its ids are every third
-		// parameter.
-		r.cols = btIDCols
-		for i := 0; i < len(args); i += 3 {
-			r.vals = append(r.vals, args[i].Value)
-		}
-	default:
-		return nil, errors.New("btFake: unexpected query " + query)
-	}
-	return r, nil
-}
-
-var (
-	btClaimCols = []string{"id", "attempt", "locked_until", "payload"}
-	btIDCols    = []string{"id"}
-)
-
-// btRows is reused by its connection: database/sql closes rows before the
-// connection serves another statement.
-type btRows struct {
-	f    *btFake
-	cols []string
-	vals []driver.Value
-	i    int
-}
-
-func (r *btRows) Columns() []string { return r.cols }
-func (r *btRows) Close() error      { return nil }
-
-func (r *btRows) Next(dest []driver.Value) error {
-	if r.i == len(r.vals) {
-		return io.EOF
-	}
-	dest[0] = r.vals[r.i]
-	if len(dest) == 4 {
-		dest[1], dest[2], dest[3] = int64(1), r.f.expiry, r.f.payload
-	}
-	r.i++
-	return nil
-}
-
-// btQueue is a lease queue on the fake, with the engine's clock.
-func btQueue(tb testing.TB, f *btFake) *Queue {
-	q, err := New(f.db(tb), Config{Dialect: Postgres, Table: Table{Name: "jobs", LockedUntil: "locked_until"}})
+// btQueue is a lease queue on f, with the engine's clock.
+func btQueue(tb testing.TB, f *fakedb.Lease) *Queue {
+	q, err := New(f.DB(tb).DB, Config{Dialect: Postgres, Table: Table{Name: "jobs", LockedUntil: "locked_until"}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -162,7 +38,7 @@ func allocsPerJob(b *testing.B, jobs int, run func()) {
 }
 
 func benchClaim(b *testing.B, n int) {
-	f := newBTFake()
+	f := fakedb.NewLease()
 	q := btQueue(b, f)
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -184,7 +60,7 @@ func BenchmarkClaim16(b *testing.B) { benchClaim(b, 16) }
 
 // BenchmarkAck counts a plain lease Ack (one statement).
 func BenchmarkAck(b *testing.B) {
-	f := newBTFake()
+	f := fakedb.NewLease()
 	q := btQueue(b, f)
 	ctx := context.Background()
 	ds := make([]*Delivery, 0, b.N)
@@ -211,7 +87,7 @@ func BenchmarkAck(b *testing.B) {
 // Batcher, flushed as one statement (MaxBatch 16, a MaxWait long enough to
 // fill it): allocs/op is per 16 jobs, allocs/job per job.
 func BenchmarkBatcherAck16(b *testing.B) {
-	f := newBTFake()
+	f := fakedb.NewLease()
 	q := btQueue(b, f)
 	bt, err := q.NewBatcher(BatchConfig{MaxBatch: 16, MaxWait: time.Hour})
 	if err != nil {
@@ -263,7 +139,7 @@ func BenchmarkBatcherAck16(b *testing.B) {
 // btQueueBatcher16 returns a lease queue on the fake and a Batcher of 16 on
 // it, closed with the benchmark.
 func btQueueBatcher16(b *testing.B) (*Queue, *Batcher) {
-	q := btQueue(b, newBTFake())
+	q := btQueue(b, fakedb.NewLease())
 	bt, err := q.NewBatcher(BatchConfig{MaxBatch: 16})
 	if err != nil {
 		b.Fatal(err)
@@ -301,7 +177,7 @@ func BenchmarkBatcherAckAll16(b *testing.B) {
 // BenchmarkRawAck16 is one statement acknowledging 16 tokens by hand, the
 // floor under BenchmarkBatcherAckAll16.
 func BenchmarkRawAck16(b *testing.B) {
-	f := newBTFake()
+	f := fakedb.NewLease()
 	q := btQueue(b, f)
 	st, err := Postgres.(BatchDialect).BatchStatements(&q.names, 16)
 	if err != nil {
@@ -315,7 +191,7 @@ func BenchmarkRawAck16(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			args = args[:0]
 			for k := 0; k < 16; k++ {
-				args = append(args, int64(16*i+k), int64(2), f.expiry)
+				args = append(args, int64(16*i+k), int64(2), f.Expiry)
 			}
 			rows, err := q.db.QueryContext(ctx, st.Ack.SQL, args...)
 			if err != nil {
@@ -339,7 +215,7 @@ func BenchmarkRawClaim1(b *testing.B)  { benchRawClaim(b, 1) }
 func BenchmarkRawClaim16(b *testing.B) { benchRawClaim(b, 16) }
 
 func benchRawClaim(b *testing.B, n int) {
-	f := newBTFake()
+	f := fakedb.NewLease()
 	q := btQueue(b, f)
 	s := q.st.Claim.SQL
 	ctx := context.Background()
@@ -365,7 +241,7 @@ func benchRawClaim(b *testing.B, n int) {
 }
 
 func BenchmarkRawAck(b *testing.B) {
-	f := newBTFake()
+	f := fakedb.NewLease()
 	q := btQueue(b, f)
 	s := q.st.Ack.SQL
 	ctx := context.Background()
@@ -373,7 +249,7 @@ func BenchmarkRawAck(b *testing.B) {
 	b.ResetTimer()
 	allocsPerJob(b, b.N, func() {
 		for i := 0; i < b.N; i++ {
-			if _, err := q.db.ExecContext(ctx, s, int64(i), int64(2), f.expiry); err != nil {
+			if _, err := q.db.ExecContext(ctx, s, int64(i), int64(2), f.Expiry); err != nil {
 				b.Fatal(err)
 			}
 		}

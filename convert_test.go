@@ -15,11 +15,7 @@ import (
 // sql.Rows.Scan (a sqlmock row holding the same value), and requires the
 // same outcome: both fail, or both store the same value.
 func TestConvertAsRowsScan(t *testing.T) {
-	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db, mock := btMock(t)
 	when := time.Date(2024, 3, 1, 12, 0, 0, 123456000, time.UTC)
 	sources := []any{nil, int64(0), int64(1), int64(-7), int64(300), int64(math.MaxInt64), float64(1.5), float64(2),
 		true, false, "42", "-1", "1.25", "true", "hello", "", []byte("17"), []byte("bytes"), []byte{}, when}

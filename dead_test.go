@@ -163,7 +163,7 @@ func TestRequeueDeadPostgres(t *testing.T) {
 	if _, err := q.RequeueDead(context.Background(), int64(7)); !errors.Is(err, inbox.ErrNotDead) {
 		t.Fatalf("second RequeueDead = %v, want ErrNotDead", err)
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // Bad input is refused before anything is sent.
@@ -202,7 +202,7 @@ func TestDeadJobsRefuse(t *testing.T) {
 	if _, err := inbox.New(m.DB, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until", DeadAt: "dead_at"}}); err == nil {
 		t.Error("DeadAt without DeadTable: New gave no error")
 	}
-	if n := m.sent(); n != 0 {
-		t.Errorf("%d calls reached the driver, want 0: %v", n, m.log(0))
+	if n := m.Sent(); n != 0 {
+		t.Errorf("%d calls reached the driver, want 0: %v", n, m.Log(0))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/DATA-DOG/go-sqlmock"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
 // enqueueMany calls EnqueueMany and fails the test unless it returns want.
@@ -31,11 +32,11 @@ func TestEnqueueManyPostgres(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable})
 	a, b, c := []byte("a"), []byte("b"), []byte("c")
-	n := m.sent()
+	n := m.Sent()
 	m.ExpectQuery(`INSERT INTO "jobs" ("payload") VALUES ($1), ($2), ($3) RETURNING "id"`).WithArgs(a, b, c).
 		WillReturnRows(rows("id", row(int64(43)), row(int64(41)), row(int64(42))))
 	enqueueMany(t, q, m.DB, []inbox.Job{{Data: []any{a}}, {Data: []any{b}}, {Data: []any{c}}}, int64(41), int64(42), int64(43))
-	m.since(t, n, `query INSERT INTO "jobs" ("payload") VALUES ($1), ($2), ($3) RETURNING "id"`)
+	m.Since(t, n, `query INSERT INTO "jobs" ("payload") VALUES ($1), ($2), ($3) RETURNING "id"`)
 
 	later := t0.Add(time.Hour)
 	m.ExpectBegin()
@@ -49,7 +50,7 @@ func TestEnqueueManyPostgres(t *testing.T) {
 	enqueueMany(t, q, m.DB, []inbox.Job{{ID: "x", Data: []any{a}}, {ID: "y", Data: []any{b}},
 		{Data: []any{a}, NotBefore: later}, {Data: []any{c}, NotBefore: later}, {Data: []any{b}}},
 		"x", "y", int64(7), int64(8), int64(9))
-	m.met(t)
+	m.Met(t)
 }
 
 // With a notification channel each statement notifies once, whatever its
@@ -61,7 +62,7 @@ func TestEnqueueManyPostgresNotify(t *testing.T) {
 	m.ExpectQuery(`WITH j AS (INSERT INTO "jobs" ("payload") VALUES ($1), ($2) RETURNING "id") SELECT j."id" FROM j CROSS JOIN pg_notify('jobs_ready', '') AS n`).
 		WithArgs(a, b).WillReturnRows(rows("id", row(int64(1)), row(int64(2))))
 	enqueueMany(t, q, m.DB, []inbox.Job{{Data: []any{a}}, {Data: []any{b}}}, int64(1), int64(2))
-	m.met(t)
+	m.Met(t)
 }
 
 // MySQL: the first id is LastInsertId, the next ones @@auto_increment_increment
@@ -84,14 +85,14 @@ func TestEnqueueManyMySQL(t *testing.T) {
 		int64(41), int64(43), int64(45), int64(100), int64(101))
 	m.ExpectCommit()
 	ok(t, "Commit", tx.Commit())
-	m.met(t)
+	m.Met(t)
 }
 
 // SQLite returns the ids; a priority and the caller's clock for the enqueue
 // time are parameters of each row.
 func TestEnqueueManySQLite(t *testing.T) {
 	m := newMock(t)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	tbl := leaseTable
 	tbl.Priority, tbl.EnqueuedAt = "priority", "enqueued_at"
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: tbl, Now: clk.Now})
@@ -100,7 +101,7 @@ func TestEnqueueManySQLite(t *testing.T) {
 	m.ExpectQuery("INSERT INTO `jobs` (`payload`, `priority`, `enqueued_at`) VALUES (?, ?, ?), (?, ?, ?) RETURNING `id`").
 		WithArgs(a, int64(5), now, b, int64(0), now).WillReturnRows(rows("id", row(int64(2)), row(int64(1))))
 	enqueueMany(t, q, m.DB, []inbox.Job{{Data: []any{a}, Priority: 5}, {Data: []any{b}}}, int64(1), int64(2))
-	m.met(t)
+	m.Met(t)
 }
 
 // More jobs than one statement takes are inserted by several, in one
@@ -125,7 +126,7 @@ func TestEnqueueManyChunks(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "disk full") || got != nil {
 		t.Fatalf("EnqueueMany = %v, %v; want the insert's error and no ids", got, err)
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // A bad job is named by its index, and nothing is sent.
@@ -143,14 +144,14 @@ func TestEnqueueManyRefuses(t *testing.T) {
 		{leaseQ, []inbox.Job{{}}, "inbox: enqueue many: job 0: 0 data values for the 1 data columns [payload]"},
 		{plain, []inbox.Job{good, {Data: []any{1}, NotBefore: t0}}, "inbox: enqueue many: job 1: a not-before time needs Table.NotBefore under the advisory lock form"},
 	} {
-		m.quiet(t, "a refused EnqueueMany", func() {
+		m.Quiet(t, "a refused EnqueueMany", func() {
 			ids, err := tc.q.EnqueueMany(context.Background(), m.DB, tc.jobs)
 			if err == nil || err.Error() != tc.want || ids != nil {
 				t.Errorf("EnqueueMany = %v, %v; want %q", ids, err, tc.want)
 			}
 		})
 	}
-	m.quiet(t, "EnqueueMany of no jobs", func() {
+	m.Quiet(t, "EnqueueMany of no jobs", func() {
 		ids, err := leaseQ.EnqueueMany(context.Background(), m.DB, nil)
 		if err != nil || len(ids) != 0 {
 			t.Errorf("EnqueueMany(nil) = %v, %v; want no ids", ids, err)
@@ -186,5 +187,5 @@ func TestEnqueueManyWakes(t *testing.T) {
 	default:
 		t.Fatal("not woken after EnqueueMany through the pool")
 	}
-	m.met(t)
+	m.Met(t)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
 var dialects = []inbox.Dialect{inbox.Postgres, inbox.MySQL, inbox.SQLite}
@@ -34,10 +35,10 @@ func TestNewDoesNoIO(t *testing.T) {
 			}
 		}
 	}
-	if n := m.sent(); n != 0 {
-		t.Errorf("New sent %d calls: %q", n, m.log(0))
+	if n := m.Sent(); n != 0 {
+		t.Errorf("New sent %d calls: %q", n, m.Log(0))
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // Every bad description or configuration is refused with an error naming
@@ -147,10 +148,10 @@ func TestNewRefuses(t *testing.T) {
 	if q, err := inbox.New(nil, lease); err == nil || q != nil || !strings.Contains(err.Error(), "db is nil") {
 		t.Errorf("New(nil db) = %v, %v", q, err)
 	}
-	if n := m.sent(); n != 0 {
+	if n := m.Sent(); n != 0 {
 		t.Errorf("refused constructions sent %d calls", n)
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // Claim refuses a count outside 1 to MaxClaim and an ended context, before
@@ -166,7 +167,7 @@ func TestClaimRefuses(t *testing.T) {
 				continue
 			}
 			q := newQueue(t, m, inbox.Config{Dialect: d, Table: tb})
-			m.quiet(t, "refused claims", func() {
+			m.Quiet(t, "refused claims", func() {
 				for _, max := range []int{0, -1, inbox.MaxClaim + 1, math.MaxInt, math.MinInt} {
 					ds, err := q.Claim(context.Background(), max)
 					if err == nil || ds != nil || !strings.Contains(err.Error(), fmt.Sprintf("max %d must be from 1 to %d", max, inbox.MaxClaim)) {
@@ -181,18 +182,18 @@ func TestClaimRefuses(t *testing.T) {
 		}
 	}
 	// MaxClaim itself is a claim like any other.
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Now: newClock(t0).Now})
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Now: fakeclock.New(t0).Now})
 	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(inbox.MaxClaim, at(utc0), inbox.MaxClaim, inbox.MaxClaim, at(utc0.Add(time.Minute))).
 		WillReturnRows(rows("id,attempt,locked_until,payload"))
 	claim(t, q, inbox.MaxClaim)
-	m.met(t)
+	m.Met(t)
 }
 
 // leaseFive claims jobs 1 to 5 (attempt 1) on a Postgres lease queue with
 // the injected clock, each with expiry utc0 + 1m.
 func leaseFive(t *testing.T, m *mock, tb inbox.Table) (*inbox.Queue, []*inbox.Delivery) {
 	t.Helper()
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: tb, Lease: time.Minute, Now: newClock(t0).Now})
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: tb, Lease: time.Minute, Now: fakeclock.New(t0).Now})
 	r := rows("id,attempt,locked_until,payload")
 	for id := int64(1); id <= 5; id++ {
 		r.AddRow(id, int64(1), utc0.Add(time.Minute), nil)
@@ -209,7 +210,7 @@ func settleAll(t *testing.T, m *mock, d *inbox.Delivery, want error) {
 	m.ExpectBegin()
 	tx, err := m.DB.Begin()
 	ok(t, "Begin", err)
-	m.quiet(t, "settling a finished delivery", func() {
+	m.Quiet(t, "settling a finished delivery", func() {
 		for name, err := range map[string]error{
 			"Ack": d.Ack(ctx), "Retry": d.Retry(ctx, time.Second), "Retry(0)": d.Retry(ctx, 0),
 			"Release": d.Release(ctx), "Dead": d.Dead(ctx), "Extend": d.Extend(ctx),
@@ -261,7 +262,7 @@ func TestLeaseLost(t *testing.T) {
 		// A late settlement of a lost delivery still reads as a lost lease.
 		settleAll(t, m, ds[i], inbox.ErrLeaseLost)
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // The same holds for Extend under the engine's clock (RETURNING finds no
@@ -279,11 +280,11 @@ func TestLeaseLostOtherPaths(t *testing.T) {
 			t.Fatalf("Extend = %v, want ErrLeaseLost", err)
 		}
 		settleAll(t, m, d, inbox.ErrSettled)
-		m.met(t)
+		m.Met(t)
 	})
 	t.Run("mysql dead", func(t *testing.T) {
 		m := newMock(t)
-		q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: newClock(t0).Now})
+		q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: fakeclock.New(t0).Now})
 		const exp = "2024-03-01 12:01:00.123456"
 		m.ExpectBegin()
 		m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 1).WillReturnRows(rows("id,attempt,payload"))
@@ -299,7 +300,7 @@ func TestLeaseLostOtherPaths(t *testing.T) {
 			t.Fatalf("Dead = %v, want ErrLeaseLost", err)
 		}
 		settleAll(t, m, d, inbox.ErrSettled)
-		m.met(t)
+		m.Met(t)
 	})
 	t.Run("AckTx", func(t *testing.T) {
 		m := newMock(t)
@@ -314,7 +315,7 @@ func TestLeaseLostOtherPaths(t *testing.T) {
 		m.ExpectRollback()
 		ok(t, "Rollback", tx.Rollback())
 		settleAll(t, m, ds[0], inbox.ErrSettled)
-		m.met(t)
+		m.Met(t)
 	})
 	t.Run("advisory", func(t *testing.T) {
 		m := newMock(t)
@@ -332,7 +333,7 @@ func TestLeaseLostOtherPaths(t *testing.T) {
 			t.Fatalf("Ack = %v, want ErrLeaseLost", err)
 		}
 		settleAll(t, m, d, inbox.ErrSettled)
-		m.met(t)
+		m.Met(t)
 	})
 }
 
@@ -345,7 +346,7 @@ func TestSettleTwice(t *testing.T) {
 		m.ExpectExec(pgLeaseAck).WithArgs(int64(1), int64(2), at(utc0.Add(time.Minute))).WillReturnResult(affected(1))
 		ok(t, "Ack", ds[0].Ack(context.Background()))
 		settleAll(t, m, ds[0], inbox.ErrSettled)
-		m.met(t)
+		m.Met(t)
 	})
 	t.Run("row lock", func(t *testing.T) {
 		m := newMock(t)
@@ -361,7 +362,7 @@ func TestSettleTwice(t *testing.T) {
 		m.ExpectCommit()
 		ok(t, "Ack", ds[1].Ack(context.Background()))
 		for _, d := range ds {
-			m.quiet(t, "settling again", func() {
+			m.Quiet(t, "settling again", func() {
 				for name, err := range map[string]error{
 					"Ack": d.Ack(context.Background()), "Release": d.Release(context.Background()),
 					"Retry": d.Retry(context.Background(), 0), "Extend": d.Extend(context.Background()),
@@ -372,7 +373,7 @@ func TestSettleTwice(t *testing.T) {
 				}
 			})
 		}
-		m.met(t)
+		m.Met(t)
 	})
 	t.Run("advisory", func(t *testing.T) {
 		m := newMock(t)
@@ -385,7 +386,7 @@ func TestSettleTwice(t *testing.T) {
 		m.ExpectQuery(pgUnlock).WithArgs(pgKey["3"]).WillReturnRows(rows("ok", row(true)))
 		ok(t, "Retry(0)", d.Retry(context.Background(), 0))
 		settleAll(t, m, d, inbox.ErrSettled)
-		m.met(t)
+		m.Met(t)
 	})
 }
 
@@ -403,7 +404,7 @@ func TestDriverErrorLeavesLeaseHeld(t *testing.T) {
 	}
 	m.ExpectExec(pgLeaseAck).WithArgs(int64(1), int64(2), exp).WillReturnResult(affected(1))
 	ok(t, "Ack again", ds[0].Ack(context.Background()))
-	m.met(t)
+	m.Met(t)
 }
 
 // A row-lock settlement that fails ends its transaction: the job is back in
@@ -428,7 +429,7 @@ func TestRowLockFailedSettlement(t *testing.T) {
 		t.Fatalf("Ack = %v, want the driver's error", err)
 	}
 	for _, d := range ds {
-		m.quiet(t, "Ack after a failed one", func() {
+		m.Quiet(t, "Ack after a failed one", func() {
 			if err := d.Ack(context.Background()); !errors.Is(err, inbox.ErrSettled) {
 				t.Errorf("Ack = %v, want ErrSettled", err)
 			}
@@ -437,7 +438,7 @@ func TestRowLockFailedSettlement(t *testing.T) {
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d", q.InWork())
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // Refusals that leave the delivery held: Dead without a dead table, a delay
@@ -451,7 +452,7 @@ func TestSettleRefusals(t *testing.T) {
 		m.ExpectBegin()
 		tx, err := m.DB.Begin()
 		ok(t, "Begin", err)
-		m.quiet(t, "refusals", func() {
+		m.Quiet(t, "refusals", func() {
 			if err := ds[0].Dead(ctx); !errors.Is(err, inbox.ErrNoDeadTable) {
 				t.Errorf("Dead = %v, want ErrNoDeadTable", err)
 			}
@@ -466,7 +467,7 @@ func TestSettleRefusals(t *testing.T) {
 		ok(t, "Rollback", tx.Rollback())
 		m.ExpectExec(pgLeaseAck).WithArgs(int64(1), int64(2), at(utc0.Add(time.Minute))).WillReturnResult(affected(1))
 		ok(t, "Ack after the refusals", ds[0].Ack(ctx))
-		m.met(t)
+		m.Met(t)
 	})
 	t.Run("row lock", func(t *testing.T) {
 		m := newMock(t)
@@ -478,7 +479,7 @@ func TestSettleRefusals(t *testing.T) {
 		m.ExpectBegin()
 		tx, err := m.DB.Begin()
 		ok(t, "Begin", err)
-		m.quiet(t, "refusals", func() {
+		m.Quiet(t, "refusals", func() {
 			if err := d.Dead(ctx); !errors.Is(err, inbox.ErrNoDeadTable) {
 				t.Errorf("Dead = %v, want ErrNoDeadTable", err)
 			}
@@ -498,7 +499,7 @@ func TestSettleRefusals(t *testing.T) {
 		m.ExpectExec(`UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1`).WithArgs(int64(1)).WillReturnResult(affected(1))
 		m.ExpectCommit()
 		ok(t, "Retry(0) after the refusals", d.Retry(ctx, 0))
-		m.met(t)
+		m.Met(t)
 	})
 	t.Run("advisory", func(t *testing.T) {
 		m := newMock(t)
@@ -509,7 +510,7 @@ func TestSettleRefusals(t *testing.T) {
 		m.ExpectQuery(myPlainSelect).WithArgs(int64(3), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
 		m.ExpectExec(myPlainMark).WithArgs(int64(3), int64(1)).WillReturnResult(affected(1))
 		d := claim(t, q, 1, 3)[0]
-		m.quiet(t, "refusals", func() {
+		m.Quiet(t, "refusals", func() {
 			if err := d.Dead(ctx); !errors.Is(err, inbox.ErrNoDeadTable) {
 				t.Errorf("Dead = %v, want ErrNoDeadTable", err)
 			}
@@ -520,7 +521,7 @@ func TestSettleRefusals(t *testing.T) {
 		m.ExpectExec(myAdvAck).WithArgs(int64(3), int64(2)).WillReturnResult(affected(1))
 		m.ExpectQuery(myReleaseLock).WithArgs(myLock["3"]).WillReturnRows(rows("released", row(int64(1))))
 		ok(t, "Ack after the refusals", d.Ack(ctx))
-		m.met(t)
+		m.Met(t)
 	})
 }
 
@@ -541,7 +542,7 @@ func TestAdvisoryUnlockFailure(t *testing.T) {
 			m.ExpectQuery(pgUnlock).WithArgs(pgKey["3"]).WillReturnError(errors.New("connection reset by peer"))
 		}},
 		{"context ends after the statement", func(m *mock, cancel context.CancelFunc) {
-			m.after("exec "+pgAdvAck, cancel)
+			m.After("exec "+pgAdvAck, cancel)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -552,19 +553,19 @@ func TestAdvisoryUnlockFailure(t *testing.T) {
 			pgLocked(m, "3", true)
 			m.ExpectQuery(pgAdvClaim).WithArgs(int64(3), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
 			d := claim(t, q, 1, 3)[0]
-			pinned := m.connsOf(pgAdvClaim)[0]
+			pinned := m.ConnsOf(pgAdvClaim)[0]
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			m.ExpectExec(pgAdvAck).WithArgs(int64(3), int64(2)).WillReturnResult(affected(1))
 			tc.unlock(m, cancel)
 			ok(t, "Ack with trouble letting the lock go", d.Ack(ctx))
-			if c := m.closedConns(); len(c) != 1 || c[0] != pinned {
+			if c := m.ClosedConns(); len(c) != 1 || c[0] != pinned {
 				t.Errorf("connections closed: %v, want the pinned one, %d, discarded", c, pinned)
 			}
 			if q.InWork() != 0 {
 				t.Errorf("InWork() = %d", q.InWork())
 			}
-			m.quiet(t, "settling again", func() {
+			m.Quiet(t, "settling again", func() {
 				if err := d.Ack(context.Background()); !errors.Is(err, inbox.ErrSettled) {
 					t.Errorf("Ack again = %v, want ErrSettled", err)
 				}
@@ -574,10 +575,10 @@ func TestAdvisoryUnlockFailure(t *testing.T) {
 			m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(1))))
 			pgLocked(m, "3", false)
 			claim(t, q, 1)
-			if c := m.connsOf(pgTryLock); len(c) != 2 || c[1] == pinned {
+			if c := m.ConnsOf(pgTryLock); len(c) != 2 || c[1] == pinned {
 				t.Errorf("lock calls on connections %v: the discarded %d came back", c, pinned)
 			}
-			m.met(t)
+			m.Met(t)
 		})
 	}
 }
@@ -595,7 +596,7 @@ func TestPoolRule(t *testing.T) {
 			m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows("id,attempt,payload", row(id, int64(1), nil)))
 		}
 		ds := claim(t, q, 10, 1, 2)
-		m.quiet(t, "claims on a full pool", func() {
+		m.Quiet(t, "claims on a full pool", func() {
 			claim(t, q, 10)
 			claim(t, other, 1) // the pool is shared by every queue on it
 		})
@@ -613,19 +614,19 @@ func TestPoolRule(t *testing.T) {
 			t.Errorf("InWork() = %d after Shutdown", q.InWork())
 		}
 		for _, d := range []*inbox.Delivery{ds[1], more[0]} {
-			m.quiet(t, "Ack after Shutdown", func() {
+			m.Quiet(t, "Ack after Shutdown", func() {
 				if err := d.Ack(ctx); !errors.Is(err, inbox.ErrSettled) {
 					t.Errorf("Ack after Shutdown = %v, want ErrSettled", err)
 				}
 			})
 		}
 		m.DB.SetMaxOpenConns(1)
-		m.quiet(t, "a claim on a pool of one", func() {
+		m.Quiet(t, "a claim on a pool of one", func() {
 			if ds, err := q.Claim(ctx, 1); !errors.Is(err, inbox.ErrPoolTooSmall) || ds != nil {
 				t.Errorf("Claim = %v, %v; want ErrPoolTooSmall", ds, err)
 			}
 		})
-		m.met(t)
+		m.Met(t)
 	})
 	t.Run("advisory", func(t *testing.T) {
 		m := newMock(t)
@@ -640,7 +641,7 @@ func TestPoolRule(t *testing.T) {
 			m.ExpectExec(myAdvMark).WithArgs(id, int64(1)).WillReturnResult(affected(1))
 		}
 		ds := claim(t, q, 10, 1, 2)
-		m.quiet(t, "a claim on a full pool", func() { claim(t, q, 10) })
+		m.Quiet(t, "a claim on a full pool", func() { claim(t, q, 10) })
 		// Settling frees a slot.
 		m.ExpectExec(myAdvAck).WithArgs(int64(2), int64(2)).WillReturnResult(affected(1))
 		m.ExpectQuery(myReleaseLock).WithArgs(myLock["2"]).WillReturnRows(rows("released", row(int64(1))))
@@ -663,12 +664,12 @@ func TestPoolRule(t *testing.T) {
 			t.Errorf("InWork() = %d after Shutdown", q.InWork())
 		}
 		m.DB.SetMaxOpenConns(1)
-		m.quiet(t, "a claim on a pool of one", func() {
+		m.Quiet(t, "a claim on a pool of one", func() {
 			if _, err := q.Claim(ctx, 1); !errors.Is(err, inbox.ErrPoolTooSmall) {
 				t.Errorf("Claim = %v, want ErrPoolTooSmall", err)
 			}
 		})
-		m.met(t)
+		m.Met(t)
 	})
 }
 
@@ -689,13 +690,13 @@ func TestClaimErrorGivesBack(t *testing.T) {
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d", q.InWork())
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // Scan converts the data columns as sql.Row.Scan would.
 func TestDeliveryScan(t *testing.T) {
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Lease: time.Minute, Now: newClock(t0).Now,
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Lease: time.Minute, Now: fakeclock.New(t0).Now,
 		Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until", Data: []string{"b", "s", "i", "t", "a", "ns", "nn", "f", "bo", "i32", "n", "sb"}}})
 	when := time.Date(2024, 2, 29, 23, 59, 59, 0, time.UTC)
 	m.ExpectQuery(`WITH picked AS MATERIALIZED (SELECT "id" FROM (`+
@@ -739,7 +740,7 @@ func TestDeliveryScan(t *testing.T) {
 	if err := d.Scan(&skip, &i, &skip, &skip, &skip, &skip, &skip, &skip, &skip, &skip, &skip, &skip); err == nil || !strings.Contains(err.Error(), "column 1") {
 		t.Errorf("Scan of text into an int64 = %v", err)
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // Enqueue refuses a wrong number of data values and a not-before time the
@@ -747,7 +748,7 @@ func TestDeliveryScan(t *testing.T) {
 func TestEnqueueRefuses(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", Data: []string{"kind", "body"}}})
-	m.quiet(t, "refused enqueues", func() {
+	m.Quiet(t, "refused enqueues", func() {
 		if _, err := q.Enqueue(context.Background(), m.DB, inbox.Job{Data: []any{"x"}}); err == nil || !strings.Contains(err.Error(), "[kind body]") {
 			t.Errorf("Enqueue of 1 value = %v", err)
 		}
@@ -755,5 +756,5 @@ func TestEnqueueRefuses(t *testing.T) {
 			t.Errorf("Enqueue not before a time = %v", err)
 		}
 	})
-	m.met(t)
+	m.Met(t)
 }

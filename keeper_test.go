@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/DATA-DOG/go-sqlmock"
+
+	"github.com/sqlinbox/inbox/internal/fakedb"
 )
 
 // With the real clock a keeper's goroutine starts only when the first
@@ -163,7 +165,7 @@ func TestKeeperHeldBeforeStart(t *testing.T) {
 // while Keep sets its keeper up: they must find the keeper whole (its start
 // timer in place) or not at all.
 func TestKeepRacesPause(t *testing.T) {
-	f := newBTFake()
+	f := fakedb.NewLease()
 	q := btQueue(t, f)
 	ctx := context.Background()
 	for i := 0; i < 2000; i++ {

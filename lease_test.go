@@ -8,120 +8,12 @@ import (
 	"errors"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
-
-// fakeClock is a Config.Now and Config.After whose time moves only on
-// Advance; a waiter fires when the clock reaches its instant.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []fakeWaiter
-	// registered signals each new waiter, so a test can wait for one
-	// without sleeping.
-	registered chan struct{}
-}
-
-type fakeWaiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func newClock(start time.Time) *fakeClock {
-	return &fakeClock{now: start, registered: make(chan struct{}, 1)}
-}
-
-// Now is Config.Now.
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// After is Config.After.
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.waiters = append(c.waiters, fakeWaiter{at: c.now.Add(d), ch: ch})
-	select {
-	case c.registered <- struct{}{}:
-	default:
-	}
-	return ch
-}
-
-// Advance moves the clock by d and fires the waiters due by then.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if w.at.After(c.now) {
-			kept = append(kept, w)
-			continue
-		}
-		w.ch <- c.now
-	}
-	c.waiters = kept
-}
-
-// waiter waits until something waits on the clock and returns the earliest
-// instant waited for.
-func (c *fakeClock) waiter(t testing.TB) time.Time {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		c.mu.Lock()
-		if len(c.waiters) > 0 {
-			first := c.waiters[0].at
-			for _, w := range c.waiters[1:] {
-				if w.at.Before(first) {
-					first = w.at
-				}
-			}
-			c.mu.Unlock()
-			return first
-		}
-		c.mu.Unlock()
-		select {
-		case <-c.registered:
-		case <-deadline:
-			t.Fatal("nothing waited on the fake clock within 10s")
-		}
-	}
-}
-
-// waitingFor waits until something waits on the clock for the instant at.
-func (c *fakeClock) waitingFor(t testing.TB, at time.Time) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		c.mu.Lock()
-		found := false
-		for _, w := range c.waiters {
-			found = found || w.at.Equal(at)
-		}
-		c.mu.Unlock()
-		if found {
-			return
-		}
-		select {
-		case <-c.registered:
-		case <-deadline:
-			t.Fatalf("nothing waited on the fake clock for %v within 10s", at)
-		}
-	}
-}
 
 // eventually polls cond until it holds, failing the test after 10s.
 func eventually(t testing.TB, what string, cond func() bool) {
@@ -192,7 +84,7 @@ func done(t testing.TB, ctx context.Context) {
 
 // keeperSetup claims job 7 (attempt 1) at utc0 on a Postgres lease queue
 // of one minute driven by clk.
-func keeperSetup(t *testing.T, clk *fakeClock, margin time.Duration) (*mock, *inbox.Queue, *inbox.Delivery) {
+func keeperSetup(t *testing.T, clk *fakeclock.Clock, margin time.Duration) (*mock, *inbox.Queue, *inbox.Delivery) {
 	t.Helper()
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute,
@@ -206,19 +98,19 @@ func keeperSetup(t *testing.T, clk *fakeClock, margin time.Duration) (*mock, *in
 // A keeper extends every half lease, each time with the expiry the last
 // extension wrote as the token: five minutes of work on a one-minute lease.
 func TestKeeperExtendsEveryHalfLease(t *testing.T) {
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	m, q, d := keeperSetup(t, clk, 0)
 	ctx, stop := d.Keep(context.Background())
 	defer stop()
 	token := utc0.Add(time.Minute)
 	for i := 1; i <= 10; i++ {
-		if w, want := clk.waiter(t), clk.Now().Add(30*time.Second); !w.Equal(want) {
+		if w, want := clk.Next(t), clk.Now().Add(30*time.Second); !w.Equal(want) {
 			t.Fatalf("extension %d: keeper waits until %v, want half a lease later, %v", i, w, want)
 		}
 		next := utc0.Add(time.Duration(i)*30*time.Second + time.Minute)
 		m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(next), int64(7), int64(2), at(token)).WillReturnResult(affected(1))
 		clk.Advance(30 * time.Second)
-		clk.waiter(t) // the extension is done once the keeper waits again
+		clk.Next(t) // the extension is done once the keeper waits again
 		if got := d.Expiry(); !got.Equal(next) {
 			t.Fatalf("extension %d: Expiry() = %v, want %v", i, got, next)
 		}
@@ -232,19 +124,19 @@ func TestKeeperExtendsEveryHalfLease(t *testing.T) {
 	}
 	m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(token)).WillReturnResult(affected(1))
 	ok(t, "Ack after five minutes", d.Ack(context.Background()))
-	m.met(t)
+	m.Met(t)
 }
 
 // An extension that finds the token gone cancels the handler's context
 // with cause ErrLeaseLost, and the delivery is finished.
 func TestKeeperLeaseLost(t *testing.T) {
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	m, q, d := keeperSetup(t, clk, 0)
 	before := keepers()
 	ctx, stop := d.Keep(context.Background())
 	defer stop()
 	id := startedKeeper(t, before)
-	clk.waiter(t)
+	clk.Next(t)
 	m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(utc0.Add(90*time.Second)), int64(7), int64(2), at(utc0.Add(time.Minute))).
 		WillReturnResult(affected(0))
 	clk.Advance(30 * time.Second)
@@ -252,7 +144,7 @@ func TestKeeperLeaseLost(t *testing.T) {
 	if cause := context.Cause(ctx); !errors.Is(cause, inbox.ErrLeaseLost) {
 		t.Fatalf("cause = %v, want ErrLeaseLost", cause)
 	}
-	m.quiet(t, "Ack after a lost lease", func() {
+	m.Quiet(t, "Ack after a lost lease", func() {
 		if err := d.Ack(context.Background()); !errors.Is(err, inbox.ErrSettled) {
 			t.Errorf("Ack after a lost lease = %v, want ErrSettled", err)
 		}
@@ -261,7 +153,7 @@ func TestKeeperLeaseLost(t *testing.T) {
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d after the keeper ended", q.InWork())
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // Extensions failing with driver errors are retried; when the clock reaches
@@ -281,7 +173,7 @@ func TestKeeperGivesUpBeforeExpiry(t *testing.T) {
 		{"margin 20s", 20 * time.Second, []time.Duration{30 * time.Second, 36 * time.Second}, 40 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := newClock(t0)
+			clk := fakeclock.New(t0)
 			m, _, d := keeperSetup(t, clk, tc.margin)
 			before := keepers()
 			ctx, stop := d.Keep(context.Background())
@@ -289,20 +181,20 @@ func TestKeeperGivesUpBeforeExpiry(t *testing.T) {
 			id := startedKeeper(t, before)
 			expiry := utc0.Add(time.Minute)
 			for _, at0 := range tc.fails {
-				w := clk.waiter(t)
+				w := clk.Next(t)
 				if want := t0.Add(at0); !w.Equal(want) {
 					t.Fatalf("keeper waits until %v, want %v", w.Sub(t0), at0)
 				}
 				m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(utc0.Add(at0+time.Minute)), int64(7), int64(2), at(expiry)).
 					WillReturnError(errDown)
 				clk.Advance(w.Sub(clk.Now()))
-				clk.waiter(t)
+				clk.Next(t)
 				if ctx.Err() != nil {
 					t.Fatalf("cancelled at %v, before the margin: %v", clk.Now().Sub(t0), context.Cause(ctx))
 				}
 			}
-			m.quiet(t, "giving up", func() {
-				w := clk.waiter(t)
+			m.Quiet(t, "giving up", func() {
+				w := clk.Next(t)
 				if want := t0.Add(tc.giveUp); !w.Equal(want) {
 					t.Fatalf("keeper waits until %v, want %v", w.Sub(t0), tc.giveUp)
 				}
@@ -319,7 +211,7 @@ func TestKeeperGivesUpBeforeExpiry(t *testing.T) {
 				t.Errorf("Expiry() = %v after failed extensions, want %v", d.Expiry(), expiry)
 			}
 			keeperGone(t, id)
-			m.met(t)
+			m.Met(t)
 		})
 	}
 }
@@ -327,38 +219,38 @@ func TestKeeperGivesUpBeforeExpiry(t *testing.T) {
 // A failed extension followed by a good one puts the keeper back on its
 // half-lease schedule from the good one.
 func TestKeeperRecovers(t *testing.T) {
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	m, _, d := keeperSetup(t, clk, 0)
 	ctx, stop := d.Keep(context.Background())
 	defer stop()
-	clk.waiter(t)
+	clk.Next(t)
 	m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(utc0.Add(90*time.Second)), int64(7), int64(2), at(utc0.Add(time.Minute))).
 		WillReturnError(errors.New("connection reset"))
 	clk.Advance(30 * time.Second)
-	if w := clk.waiter(t); !w.Equal(t0.Add(36 * time.Second)) {
+	if w := clk.Next(t); !w.Equal(t0.Add(36 * time.Second)) {
 		t.Fatalf("retry at %v, want 36s", w.Sub(t0))
 	}
 	m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(utc0.Add(96*time.Second)), int64(7), int64(2), at(utc0.Add(time.Minute))).
 		WillReturnResult(affected(1))
 	clk.Advance(6 * time.Second)
-	if w := clk.waiter(t); !w.Equal(t0.Add(66 * time.Second)) {
+	if w := clk.Next(t); !w.Equal(t0.Add(66 * time.Second)) {
 		t.Fatalf("next extension at %v, want 66s", w.Sub(t0))
 	}
 	if ctx.Err() != nil || !d.Expiry().Equal(utc0.Add(96*time.Second)) {
 		t.Fatalf("after recovery: ctx %v, expiry %v", context.Cause(ctx), d.Expiry())
 	}
 	stop()
-	m.met(t)
+	m.Met(t)
 }
 
 // stop() stops the keeper, cancels the context, and leaves no goroutine.
 func TestKeeperStop(t *testing.T) {
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	m, q, d := keeperSetup(t, clk, 0)
 	before := keepers()
 	ctx, stop := d.Keep(context.Background())
 	id := startedKeeper(t, before)
-	clk.waiter(t)
+	clk.Next(t)
 	stop()
 	if !errors.Is(context.Cause(ctx), context.Canceled) {
 		t.Errorf("after stop: cause %v, want context.Canceled", context.Cause(ctx))
@@ -367,31 +259,31 @@ func TestKeeperStop(t *testing.T) {
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d after stop, want 0", q.InWork())
 	}
-	m.quiet(t, "a stopped keeper", func() { clk.Advance(5 * time.Minute) })
+	m.Quiet(t, "a stopped keeper", func() { clk.Advance(5 * time.Minute) })
 	stop() // twice is harmless
-	m.met(t)
+	m.Met(t)
 }
 
 // A settlement with a verdict ends the keeper for good.
 func TestKeeperStoppedBySettlement(t *testing.T) {
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	m, q, d := keeperSetup(t, clk, 0)
 	before := keepers()
 	ctx, stop := d.Keep(context.Background())
 	defer stop()
 	id := startedKeeper(t, before)
-	clk.waiter(t)
+	clk.Next(t)
 	m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(utc0.Add(time.Minute))).WillReturnResult(affected(1))
 	ok(t, "Ack", d.Ack(context.Background()))
 	keeperGone(t, id)
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d after Ack, want 0", q.InWork())
 	}
-	m.quiet(t, "after Ack", func() { clk.Advance(5 * time.Minute) })
+	m.Quiet(t, "after Ack", func() { clk.Advance(5 * time.Minute) })
 	if ctx.Err() != nil {
 		t.Errorf("Ack cancelled the handler's context: %v", context.Cause(ctx))
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // When nobody extends the lease any more and no verdict is known, the
@@ -407,7 +299,7 @@ func TestKeeperFencesWithoutVerdict(t *testing.T) {
 		stop func(t *testing.T, m *mock, q *inbox.Queue, d *inbox.Delivery, expiry time.Time)
 	}{
 		{"Shutdown", func(t *testing.T, m *mock, q *inbox.Queue, _ *inbox.Delivery, _ time.Time) {
-			m.quiet(t, "Shutdown of a lease queue", func() { ok(t, "Shutdown", q.Shutdown(context.Background())) })
+			m.Quiet(t, "Shutdown of a lease queue", func() { ok(t, "Shutdown", q.Shutdown(context.Background())) })
 		}},
 		{"Ack with a driver error", func(t *testing.T, m *mock, _ *inbox.Queue, d *inbox.Delivery, expiry time.Time) {
 			errDown := errors.New("driver: bad connection")
@@ -419,7 +311,7 @@ func TestKeeperFencesWithoutVerdict(t *testing.T) {
 		{"Ack with an ended context", func(t *testing.T, m *mock, _ *inbox.Queue, d *inbox.Delivery, _ time.Time) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
-			m.quiet(t, "Ack with an ended context", func() {
+			m.Quiet(t, "Ack with an ended context", func() {
 				if err := d.Ack(ctx); !errors.Is(err, context.Canceled) {
 					t.Fatalf("Ack = %v, want context.Canceled", err)
 				}
@@ -432,13 +324,13 @@ func TestKeeperFencesWithoutVerdict(t *testing.T) {
 				name += " after an extension"
 			}
 			t.Run(name, func(t *testing.T) {
-				clk := newClock(t0)
+				clk := fakeclock.New(t0)
 				m, q, d := keeperSetup(t, clk, 0)
 				before := keepers()
 				ctx, stop := d.Keep(context.Background())
 				defer stop()
 				id := startedKeeper(t, before)
-				clk.waitingFor(t, t0.Add(30*time.Second))
+				clk.WaitingFor(t, t0.Add(30*time.Second))
 				expiry, giveUp := utc0.Add(time.Minute), t0.Add(54*time.Second)
 				if extended {
 					// Sent at 30s: the lease runs to 90s, the deadline is
@@ -446,12 +338,12 @@ func TestKeeperFencesWithoutVerdict(t *testing.T) {
 					next := utc0.Add(90 * time.Second)
 					m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(next), int64(7), int64(2), at(expiry)).WillReturnResult(affected(1))
 					clk.Advance(30 * time.Second)
-					clk.waitingFor(t, t0.Add(60*time.Second))
+					clk.WaitingFor(t, t0.Add(60*time.Second))
 					expiry, giveUp = next, t0.Add(84*time.Second)
 				}
 				tc.stop(t, m, q, d, expiry)
-				clk.waitingFor(t, giveUp)
-				m.quiet(t, "a keeper without a verdict", func() {
+				clk.WaitingFor(t, giveUp)
+				m.Quiet(t, "a keeper without a verdict", func() {
 					clk.Advance(giveUp.Add(-time.Microsecond).Sub(clk.Now()))
 				})
 				if ctx.Err() != nil {
@@ -460,7 +352,7 @@ func TestKeeperFencesWithoutVerdict(t *testing.T) {
 				if !keepers()[id] {
 					t.Fatal("the keeper ended without a verdict, its deadline disarmed")
 				}
-				m.quiet(t, "the deadline", func() {
+				m.Quiet(t, "the deadline", func() {
 					clk.Advance(time.Microsecond)
 					done(t, ctx)
 				})
@@ -475,7 +367,7 @@ func TestKeeperFencesWithoutVerdict(t *testing.T) {
 				if q.InWork() != 0 {
 					t.Errorf("InWork() = %d after Ack", q.InWork())
 				}
-				m.met(t)
+				m.Met(t)
 			})
 		}
 	}
@@ -489,7 +381,7 @@ func TestKeepWithoutLease(t *testing.T) {
 	m.ExpectBegin()
 	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), []byte("p"))))
 	d := claim(t, q, 1, 7)[0]
-	m.quiet(t, "Keep and Extend under a row lock", func() {
+	m.Quiet(t, "Keep and Extend under a row lock", func() {
 		before := keepers()
 		ctx, stop := d.Keep(context.Background())
 		for id := range keepers() {
@@ -509,12 +401,12 @@ func TestKeepWithoutLease(t *testing.T) {
 	m.ExpectExec(pgRowLockAck).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Ack", d.Ack(context.Background()))
-	m.quiet(t, "Keep after settling", func() {
+	m.Quiet(t, "Keep after settling", func() {
 		ctx, stop := d.Keep(context.Background())
 		stop()
 		if ctx.Err() == nil {
 			t.Fatal("stop did not cancel the context")
 		}
 	})
-	m.met(t)
+	m.Met(t)
 }

@@ -158,7 +158,7 @@ func TestCheckSchemaLookalikes(t *testing.T) {
 				m.ExpectQuery(myEngine).WithArgs("", "jobs").WillReturnRows(rows("engine", row("InnoDB")))
 			}
 			err := q.CheckSchema(context.Background())
-			m.met(t)
+			m.Met(t)
 			if tc.want == nil {
 				if err != nil {
 					t.Fatalf("CheckSchema = %v, want nil: the %s form holds on %s", err, tc.form, tc.engine)

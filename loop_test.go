@@ -36,8 +36,8 @@ func TestProbe(t *testing.T) {
 	if found, err := pg.Probe(ctx); !found || err != nil {
 		t.Errorf("Probe without a probe statement = %v, %v; want true, nil", found, err)
 	}
-	m.met(t)
-	if n := m.sent(); n != 3 {
+	m.Met(t)
+	if n := m.Sent(); n != 3 {
 		t.Errorf("%d statements sent, want the three probes", n)
 	}
 }
@@ -78,5 +78,5 @@ func TestReleaseAll(t *testing.T) {
 	if len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], inbox.ErrLeaseLost) {
 		t.Errorf("ReleaseAll = %v, want nil and ErrLeaseLost for the job whose token no longer matched", errs)
 	}
-	m.met(t)
+	m.Met(t)
 }

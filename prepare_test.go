@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
 // wantLog checks the calls that reached the driver from the n-th on.
 func wantLog(t *testing.T, m *mock, n int, want ...string) {
 	t.Helper()
-	if got := m.log(n); !reflect.DeepEqual(got, want) {
+	if got := m.Log(n); !reflect.DeepEqual(got, want) {
 		t.Errorf("calls sent:\n%q\nwant:\n%q", got, want)
 	}
 }
@@ -38,14 +39,14 @@ func TestPreparePostgresLease(t *testing.T) {
 	m.ExpectPrepare(pgLeaseClaim)
 	claimRows(7)
 	claimRows(8)
-	n := m.sent()
+	n := m.Sent()
 	d7 := claim(t, q, 1, 7)[0]
 	d8 := claim(t, q, 1, 8)[0]
 	wantLog(t, m, n, "prepare "+pgLeaseClaim, "stmt query "+pgLeaseClaim, "stmt query "+pgLeaseClaim)
 
 	m.ExpectPrepare(pgLeaseAck)
 	m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(exp)).WillReturnResult(affected(1))
-	n = m.sent()
+	n = m.Sent()
 	ok(t, "Ack", d7.Ack(ctx))
 	wantLog(t, m, n, "prepare "+pgLeaseAck, "stmt exec "+pgLeaseAck)
 
@@ -55,7 +56,7 @@ func TestPreparePostgresLease(t *testing.T) {
 	m.ExpectCommit()
 	tx, err := m.DB.BeginTx(ctx, nil)
 	ok(t, "Begin", err)
-	n = m.sent()
+	n = m.Sent()
 	ok(t, "AckTx", d8.AckTx(ctx, tx))
 	wantLog(t, m, n, "exec "+pgLeaseAck)
 	ok(t, "Commit", tx.Commit())
@@ -64,10 +65,10 @@ func TestPreparePostgresLease(t *testing.T) {
 	q2, err := q.WithLease(time.Minute)
 	ok(t, "WithLease", err)
 	claimRows(9)
-	n = m.sent()
+	n = m.Sent()
 	claim(t, q2, 1, 9)
 	wantLog(t, m, n, "stmt query "+pgLeaseClaim)
-	m.met(t)
+	m.Met(t)
 }
 
 // Without Prepare nothing is prepared: the same statements go as text.
@@ -76,10 +77,10 @@ func TestPrepareOffSendsText(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
 	m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
 		row(int64(7), int64(1), utc0.Add(time.Minute), []byte("p"))))
-	n := m.sent()
+	n := m.Sent()
 	claim(t, q, 1, 7)
 	wantLog(t, m, n, "query "+pgLeaseClaim)
-	m.met(t)
+	m.Met(t)
 }
 
 // The MySQL lease claim's transaction runs its statements prepared: they
@@ -88,7 +89,7 @@ func TestPrepareOffSendsText(t *testing.T) {
 func TestPrepareMySQLLeaseClaim(t *testing.T) {
 	m := newMock(t)
 	m.DB.SetMaxOpenConns(1)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now, Prepare: true})
 	const exp = "2024-03-01 12:01:00.123456"
 	claimOnce := func() {
@@ -102,7 +103,7 @@ func TestPrepareMySQLLeaseClaim(t *testing.T) {
 	m.ExpectPrepare(myLeaseFree)
 	m.ExpectPrepare(myLeaseMark)
 	claimOnce()
-	n := m.sent()
+	n := m.Sent()
 	d := claim(t, q, 1, 7)[0]
 	run := []string{"begin", "stmt query " + myLeaseDue, "stmt query " + myLeaseFree, "stmt exec " + myLeaseMark, "commit"}
 	wantLog(t, m, n, append([]string{"prepare " + myLeaseDue, "prepare " + myLeaseFree, "prepare " + myLeaseMark}, run...)...)
@@ -111,10 +112,10 @@ func TestPrepareMySQLLeaseClaim(t *testing.T) {
 	m.ExpectExec(myLeaseRelease).WithArgs(int64(7), int64(2), exp).WillReturnResult(affected(1))
 	ok(t, "Release", d.Release(context.Background()))
 	claimOnce()
-	n = m.sent()
+	n = m.Sent()
 	claim(t, q, 1, 7)
 	wantLog(t, m, n, run...)
-	m.met(t)
+	m.Met(t)
 }
 
 // The row lock's held transaction runs the claim and the settlement
@@ -129,17 +130,17 @@ func TestPrepareRowLock(t *testing.T) {
 	}
 	m.ExpectBegin()
 	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"))))
-	n := m.sent()
+	n := m.Sent()
 	d := claim(t, q, 1, 7)[0]
 	wantLog(t, m, n, "prepare "+pgRowLockClaim, "prepare "+pgRowLockAck, "prepare "+pgRowLockRetry, "prepare "+pgRowLockDead,
 		"begin", "stmt query "+pgRowLockClaim)
 
 	m.ExpectExec(pgRowLockAck).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectCommit()
-	n = m.sent()
+	n = m.Sent()
 	ok(t, "Ack", d.Ack(context.Background()))
 	wantLog(t, m, n, "stmt exec "+pgRowLockAck, "commit")
-	m.met(t)
+	m.Met(t)
 }
 
 // A prepare that fails fails the call and changes nothing; the next call
@@ -155,7 +156,7 @@ func TestPrepareFails(t *testing.T) {
 	m.ExpectPrepare(pgLeaseClaim)
 	m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows("id,attempt,locked_until,payload"))
 	claim(t, q, 1)
-	m.met(t)
+	m.Met(t)
 }
 
 // A cancelled context prepares nothing and sends nothing.
@@ -164,12 +165,12 @@ func TestPrepareCancelled(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Prepare: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	m.quiet(t, "a claim with a cancelled context", func() {
+	m.Quiet(t, "a claim with a cancelled context", func() {
 		if _, err := q.Claim(ctx, 1); !errors.Is(err, context.Canceled) {
 			t.Errorf("Claim: %v, want context.Canceled", err)
 		}
 	})
-	m.met(t)
+	m.Met(t)
 }
 
 // The statements are closed once no queue refers to them.
@@ -182,15 +183,15 @@ func TestPrepareClosedWithQueue(t *testing.T) {
 		claim(t, q, 1)
 	}()
 	deadline := time.Now().Add(30 * time.Second)
-	for len(m.closedStmts()) == 0 {
+	for len(m.ClosedStmts()) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the prepared statement was not closed once its queue was gone")
 		}
 		runtime.GC()
 		runtime.Gosched()
 	}
-	if got := m.closedStmts(); !reflect.DeepEqual(got, []string{pgLeaseClaim}) {
+	if got := m.ClosedStmts(); !reflect.DeepEqual(got, []string{pgLeaseClaim}) {
 		t.Errorf("closed %q, want the claim", got)
 	}
-	m.met(t)
+	m.Met(t)
 }

@@ -87,7 +87,7 @@ func TestPostgresRowLockUndo(t *testing.T) {
 	m.ExpectCommit()
 	d.SetError(errors.New("carrier down"))
 	ok(t, "Retry", d.Retry(ctx, 0))
-	m.sameConn(t, rowLockSavepoint, write, rowLockRollbackTo, pgUndoRetry)
+	m.SameConn(t, rowLockSavepoint, write, rowLockRollbackTo, pgUndoRetry)
 
 	// A statement of the handler aborted the transaction: the rollback
 	// to the savepoint recovers it, and Dead moves the job.
@@ -179,15 +179,15 @@ func TestPostgresRowLockUndo(t *testing.T) {
 	m.ExpectExec(`DELETE FROM "jobs" WHERE "id" = $1`).WithArgs(int64(13)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Ack", d.Ack(ctx))
-	n := m.sent()
+	n := m.Sent()
 	d.Tx()
-	if calls := m.log(n); len(calls) != 0 {
+	if calls := m.Log(n); len(calls) != 0 {
 		t.Errorf("Tx after the settlement sent %q", calls)
 	}
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d after settling all", q.InWork())
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // TestMySQLRowLockUndo pins the undo on MySQL and MariaDB, where a refused
@@ -216,7 +216,7 @@ func TestMySQLRowLockUndo(t *testing.T) {
 			m.ExpectCommit()
 			d.SetError(errors.New("carrier down"))
 			ok(t, "Retry", d.Retry(ctx, 0))
-			m.sameConn(t, rowLockSavepoint, write, rowLockRollbackTo, myUndoRetry)
+			m.SameConn(t, rowLockSavepoint, write, rowLockRollbackTo, myUndoRetry)
 
 			d = claimOne(8, 3)
 			m.ExpectExec(rowLockSavepoint).WithoutArgs().WillReturnResult(affected(0))
@@ -257,7 +257,7 @@ func TestMySQLRowLockUndo(t *testing.T) {
 			if q.InWork() != 0 {
 				t.Errorf("InWork() = %d after settling all", q.InWork())
 			}
-			m.met(t)
+			m.Met(t)
 		})
 	}
 }
@@ -285,5 +285,5 @@ func TestRowLockUndoRequired(t *testing.T) {
 	if _, err := inbox.New(m.DB, inbox.Config{Dialect: noUndo{inbox.Postgres}, Table: leaseTable}); err != nil {
 		t.Fatalf("New of a lease queue: %v", err)
 	}
-	m.met(t)
+	m.Met(t)
 }

@@ -14,7 +14,7 @@ import (
 func checkProblems(t *testing.T, m *mock, q *inbox.Queue) []string {
 	t.Helper()
 	err := q.CheckSchema(context.Background())
-	m.met(t)
+	m.Met(t)
 	var se *inbox.SchemaError
 	if !errors.As(err, &se) {
 		t.Fatalf("CheckSchema = %v, want a *SchemaError", err)
@@ -98,7 +98,7 @@ func TestCheckSchemaWrongDialect(t *testing.T) {
 	if err := q.CheckSchema(context.Background()); !errors.Is(err, cut) {
 		t.Errorf("CheckSchema = %v, want the probe's error", err)
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // A MySQL or MariaDB table whose storage engine is not InnoDB is reported
@@ -172,7 +172,7 @@ func TestCheckSchemaLastErrorLength(t *testing.T) {
 		if err := q.CheckSchema(context.Background()); err != nil {
 			t.Errorf("text and varchar(2000): CheckSchema = %v, want nil", err)
 		}
-		m.met(t)
+		m.Met(t)
 	})
 	for _, d := range []inbox.Dialect{inbox.MySQL, inbox.MariaDB} {
 		t.Run(d.Name(), func(t *testing.T) {
@@ -190,7 +190,7 @@ func TestCheckSchemaLastErrorLength(t *testing.T) {
 					if err := q.CheckSchema(context.Background()); err != nil {
 						t.Errorf("text and varchar(2000): CheckSchema = %v, want nil", err)
 					}
-					m.met(t)
+					m.Met(t)
 					continue
 				}
 				ps := checkProblems(t, m, q)

@@ -173,11 +173,7 @@ func TestCheckSchemaMariaDB(t *testing.T) {
 // MariaDB claims as MySQL does: the row lock with a not-before column and
 // the lease with a priority pick (sql_mysql_test.go pins their SQL).
 func TestMariaDBClaimsAreMySQLs(t *testing.T) {
-	db, _, err := sqlmock.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db, _ := btMock(t)
 	for _, tb := range []Table{
 		{Name: "jobs", NotBefore: "not_before", Priority: "priority"},
 		{Name: "jobs", NotBefore: "not_before"},

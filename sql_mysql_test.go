@@ -19,6 +19,7 @@ import (
 	"github.com/DATA-DOG/go-sqlmock"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
 const myNow = "SELECT UTC_TIMESTAMP(6)"
@@ -128,7 +129,7 @@ func TestMySQLLease(t *testing.T) {
 	m.ExpectCommit()
 	ds := claim(t, q, 4, 8, 7, 9, 10)
 	ds[0], ds[1] = ds[1], ds[0] // in id order for what follows
-	if iso := m.isolations(); len(iso) != 1 || iso[0] != sql.LevelReadCommitted {
+	if iso := m.Isolations(); len(iso) != 1 || iso[0] != sql.LevelReadCommitted {
 		t.Errorf("claim transaction isolation %v, want READ COMMITTED", iso)
 	}
 	if !ds[1].Expiry().Equal(utc0.Add(time.Minute)) || ds[1].Attempt() != 3 {
@@ -155,12 +156,12 @@ func TestMySQLLease(t *testing.T) {
 	m.ExpectExec(myLeaseAck).WithArgs(int64(10), int64(3), exp).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Dead", ds[3].Dead(context.Background()))
-	m.met(t)
+	m.Met(t)
 }
 
 func TestMySQLLeaseInjectedClock(t *testing.T) {
 	m := newMock(t)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
@@ -178,14 +179,14 @@ func TestMySQLLeaseInjectedClock(t *testing.T) {
 	ok(t, "Retry", ds[0].Retry(context.Background(), 2*time.Minute))
 	m.ExpectExec(myLeaseAck).WithArgs(int64(8), int64(2), exp).WillReturnResult(affected(1))
 	ok(t, "Ack", ds[1].Ack(context.Background()))
-	m.met(t)
+	m.Met(t)
 }
 
 // A claim of more rows than one ClaimMark takes writes its leases in chunks
 // of 16 ids, in claim order; the last chunk repeats its last id.
 func TestMySQLLeaseClaimMarkChunks(t *testing.T) {
 	m := newMock(t)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	const exp = "2024-03-01 12:01:00.123456"
 	r := rows("id,attempt,payload")
@@ -210,7 +211,7 @@ func TestMySQLLeaseClaimMarkChunks(t *testing.T) {
 			t.Fatalf("delivery %v: expiry %v attempt %d", d.ID(), d.Expiry(), d.Attempt())
 		}
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // A mark that changes fewer rows than it names (a Galera node's SELECT lock
@@ -219,7 +220,7 @@ func TestMySQLLeaseClaimMarkChunks(t *testing.T) {
 // a mark that changes none delivers nothing, and the claim still commits.
 func TestMySQLLeaseMarkShortfall(t *testing.T) {
 	m := newMock(t)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	const exp = "2024-03-01 12:01:00.123456"
 	markedArgs := func(ids ...int64) []driver.Value {
@@ -248,14 +249,14 @@ func TestMySQLLeaseMarkShortfall(t *testing.T) {
 	m.ExpectQuery(myLeaseMarked).WithArgs(markedArgs(7)...).WillReturnRows(rows("id"))
 	m.ExpectCommit()
 	claim(t, q, 1)
-	m.met(t)
+	m.Met(t)
 }
 
 // A dialect with a lease ClaimMark and no ClaimMarked cannot tell which rows
 // a short mark wrote: the claim rolls back and says so.
 func TestLeaseMarkShortfallWithoutClaimMarked(t *testing.T) {
 	m := newMock(t)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: noClaimMarked{inbox.MySQL}, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
@@ -268,7 +269,7 @@ func TestLeaseMarkShortfallWithoutClaimMarked(t *testing.T) {
 	if err == nil || len(ds) != 0 || !strings.Contains(err.Error(), "ClaimMarked") {
 		t.Fatalf("Claim = %d jobs, %v; want none and an error naming ClaimMarked", len(ds), err)
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // noClaimMarked is a dialect from outside the package that marks lease rows
@@ -288,7 +289,7 @@ func (d noClaimMarked) Statements(n *inbox.Names) (*inbox.Statements, error) {
 // count of zero is a lost lease.
 func TestMySQLSameExpiryIsNotLost(t *testing.T) {
 	m := newMock(t)
-	clk := newClock(t0) // frozen: every new expiry equals the old one
+	clk := fakeclock.New(t0) // frozen: every new expiry equals the old one
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
@@ -313,7 +314,7 @@ func TestMySQLSameExpiryIsNotLost(t *testing.T) {
 	if err := ds[1].Extend(ctx); !errors.Is(err, inbox.ErrLeaseLost) {
 		t.Fatalf("Extend of a gone token = %v, want ErrLeaseLost", err)
 	}
-	m.quiet(t, "Ack after a lost lease", func() {
+	m.Quiet(t, "Ack after a lost lease", func() {
 		if err := ds[1].Ack(ctx); !errors.Is(err, inbox.ErrSettled) {
 			t.Errorf("Ack after a lost lease = %v, want ErrSettled", err)
 		}
@@ -325,7 +326,7 @@ func TestMySQLSameExpiryIsNotLost(t *testing.T) {
 	if err := ds[2].Extend(ctx); !errors.Is(err, inbox.ErrLeaseLost) {
 		t.Fatalf("Extend = %v, want ErrLeaseLost", err)
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 func TestMySQLLeaseTx(t *testing.T) {
@@ -368,7 +369,7 @@ func TestMySQLLeaseTx(t *testing.T) {
 		m.ExpectExec(myLeaseDeadInsert).WithArgs(int64(1), int64(4), int64(2), exp).WillReturnResult(affected(1))
 		m.ExpectExec(myLeaseAck).WithArgs(int64(4), int64(2), exp).WillReturnResult(affected(1))
 	}, func(tx *sql.Tx) error { return ds[3].DeadTx(ctx, tx) })
-	m.met(t)
+	m.Met(t)
 }
 
 func TestMySQLRowLock(t *testing.T) {
@@ -417,7 +418,7 @@ func TestMySQLRowLock(t *testing.T) {
 	m.ExpectExec(myRowLockAck).WithArgs(int64(11)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Dead", ds[2].Dead(context.Background()))
-	m.met(t)
+	m.Met(t)
 }
 
 // A row-lock claim whose first page of candidates is all held by other
@@ -445,7 +446,7 @@ func TestMySQLRowLockPickPages(t *testing.T) {
 	}
 	m.ExpectQuery(myRowLockPickLock).WithArgs(append(lockArgs, 1)...).WillReturnRows(rows("id,attempt,payload", row(int64(11), int64(1), nil)))
 	claim(t, q, 1, 11)
-	m.met(t)
+	m.Met(t)
 }
 
 // With a priority, a MySQL lease claim picks: the due and the free
@@ -454,7 +455,7 @@ func TestMySQLRowLockPickPages(t *testing.T) {
 // the rows it returns; the deliveries come in claim order.
 func TestMySQLLeasePick(t *testing.T) {
 	m := newMock(t)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	tb := leaseTable
 	tb.Priority = "priority"
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: tb, Lease: time.Minute, Now: clk.Now})
@@ -482,12 +483,12 @@ func TestMySQLLeasePick(t *testing.T) {
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 5, 1, 3, 1, 4, 2)...).WillReturnResult(affected(3))
 	m.ExpectCommit()
 	claim(t, q, 3, 5, 3, 4)
-	m.met(t)
+	m.Met(t)
 }
 
 func TestMySQLRowLockInjectedClock(t *testing.T) {
 	m := newMock(t)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: rowLockTable, Now: clk.Now})
 	m.ExpectBegin()
 	myRowLockPicks(m, "2024-03-01 12:00:00.123456", 10, []int64{7}, rows("id,attempt,payload", row(int64(7), int64(1), nil)))
@@ -496,7 +497,7 @@ func TestMySQLRowLockInjectedClock(t *testing.T) {
 	m.ExpectExec(myRowLockRetry).WithArgs("2024-03-01 12:00:31.123456", int64(7)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Retry", d.Retry(context.Background(), 30*time.Second))
-	m.met(t)
+	m.Met(t)
 }
 
 // The claims counter: the held transaction takes the row (SELECT … FOR
@@ -534,12 +535,12 @@ func TestMySQLClaimsCounter(t *testing.T) {
 	myRowLockPicks(m, "", 11, nil, nil)
 	m.ExpectRollback()
 	ds := claim(t, q, 2, 7)
-	for i, l := range m.isolations() {
+	for i, l := range m.Isolations() {
 		if l != sql.LevelReadCommitted {
 			t.Errorf("transaction %d: isolation %v, want READ COMMITTED", i, l)
 		}
 	}
-	on := m.since(t, 0,
+	on := m.Since(t, 0,
 		"begin", "query "+myRowLockPick, "query "+myRowLockPickLock, "exec "+myClaimsCount, "query "+myClaimsRead,
 		"begin", "query "+myRowLockPick, "query "+myRowLockPickLock, "exec "+myClaimsCount, "query "+myClaimsRead,
 		"exec "+myRowLockDeadInsert, "exec "+myRowLockAck, "exec "+myClaimsClear, "commit",
@@ -560,7 +561,7 @@ func TestMySQLClaimsCounter(t *testing.T) {
 	m.ExpectExec(myClaimsClear).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Retry", ds[0].Retry(context.Background(), 0))
-	m.met(t)
+	m.Met(t)
 }
 
 // Release gives the count back from a second session before it rolls back;
@@ -568,21 +569,21 @@ func TestMySQLClaimsCounter(t *testing.T) {
 // back, and the claim fails.
 func TestMySQLClaimsCounterInjectedClock(t *testing.T) {
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: claimsTable, Now: newClock(t0).Now})
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: claimsTable, Now: fakeclock.New(t0).Now})
 	const now = "2024-03-01 12:00:00.123456"
 	m.ExpectBegin()
 	myRowLockPicks(m, now, 10, []int64{7}, rows("id,attempt,payload", row(int64(7), int64(1), nil)))
 	m.ExpectExec(myClaimsCount).WithArgs(int64(7)).WillReturnResult(affected(2))
 	m.ExpectQuery(myClaimsRead).WithArgs(int64(7)).WillReturnRows(rows("claims", row(int64(2))))
 	d := claim(t, q, 1, 7)[0]
-	held := m.since(t, 0, "begin", "query "+myRowLockPickInjected, "query "+myRowLockPickLockInjected, "exec "+myClaimsCount, "query "+myClaimsRead)[0]
-	n := m.sent()
+	held := m.Since(t, 0, "begin", "query "+myRowLockPickInjected, "query "+myRowLockPickLockInjected, "exec "+myClaimsCount, "query "+myClaimsRead)[0]
+	n := m.Sent()
 	m.ExpectBegin()
 	m.ExpectExec(myClaimsGiveBack).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectRollback()
 	m.ExpectCommit()
 	ok(t, "Release", d.Release(context.Background()))
-	if on := m.since(t, n, "begin", "exec "+myClaimsGiveBack, "rollback", "commit"); on[1] == held || on[2] != held || on[3] != on[1] {
+	if on := m.Since(t, n, "begin", "exec "+myClaimsGiveBack, "rollback", "commit"); on[1] == held || on[2] != held || on[3] != on[1] {
 		t.Errorf("give-back on connection %d (committed on %d), rollback on %d; want the give-back apart from the held transaction's %d", on[1], on[3], on[2], held)
 	}
 
@@ -599,7 +600,7 @@ func TestMySQLClaimsCounterInjectedClock(t *testing.T) {
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d", q.InWork())
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 func TestMySQLAdvisory(t *testing.T) {
@@ -649,12 +650,12 @@ func TestMySQLAdvisory(t *testing.T) {
 	m.ExpectCommit()
 	myUnlocked(m, "8")
 	ok(t, "Dead", ds[3].Dead(context.Background()))
-	m.met(t)
+	m.Met(t)
 }
 
 func TestMySQLAdvisoryInjectedClock(t *testing.T) {
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable, Now: newClock(t0).Now})
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable, Now: fakeclock.New(t0).Now})
 	const now = "2024-03-01 12:00:00.123456"
 	myIdent(m, "", "jobs")
 	m.ExpectQuery(myAdvCandidatesInjected).WithArgs(now, 10).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(1))))
@@ -665,8 +666,8 @@ func TestMySQLAdvisoryInjectedClock(t *testing.T) {
 	m.ExpectExec(myAdvRetry).WithArgs("2024-03-01 12:00:30.123456", int64(3), int64(2)).WillReturnResult(affected(1))
 	myUnlocked(m, "3")
 	ok(t, "Retry", d.Retry(context.Background(), 30*time.Second))
-	m.sameConn(t, myGetLock, myAdvSelectInjected, myAdvMarkInjected, myAdvRetry, myReleaseLock)
-	m.met(t)
+	m.SameConn(t, myGetLock, myAdvSelectInjected, myAdvMarkInjected, myAdvRetry, myReleaseLock)
+	m.Met(t)
 }
 
 // A Retry writing the not-before time the row already holds (a stopped
@@ -676,7 +677,7 @@ func TestMySQLAdvisoryInjectedClock(t *testing.T) {
 func TestMySQLAdvisoryRetrySameTime(t *testing.T) {
 	const exists = "SELECT COUNT(*) FROM `jobs` WHERE `id` = ? AND `attempt` = ?"
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable, Now: newClock(t0).Now})
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable, Now: fakeclock.New(t0).Now})
 	const now = "2024-03-01 12:00:00.123456"
 	myIdent(m, "", "jobs")
 	m.ExpectQuery(myAdvCandidatesInjected).WithArgs(now, 12).WillReturnRows(rows("id,id,attempt",
@@ -697,7 +698,7 @@ func TestMySQLAdvisoryRetrySameTime(t *testing.T) {
 	if err := ds[1].Retry(context.Background(), 30*time.Second); !errors.Is(err, inbox.ErrLeaseLost) {
 		t.Fatalf("Retry of a row gone: %v, want ErrLeaseLost", err)
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // A first page whose keys other sessions all hold does not end the claim:
@@ -706,7 +707,7 @@ func TestMySQLAdvisoryRetrySameTime(t *testing.T) {
 // locks.
 func TestMySQLAdvisoryPages(t *testing.T) {
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: inbox.Table{Name: "test.jobs", AdvisoryKey: "id", NotBefore: "not_before"}, Now: newClock(t0).Now})
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: inbox.Table{Name: "test.jobs", AdvisoryKey: "id", NotBefore: "not_before"}, Now: fakeclock.New(t0).Now})
 	const (
 		now        = "2024-03-01 12:00:00.123456"
 		candidates = "SELECT `id`, `id`, `attempt` FROM `test`.`jobs` WHERE (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?"
@@ -732,7 +733,7 @@ func TestMySQLAdvisoryPages(t *testing.T) {
 	m.ExpectExec("DELETE FROM `test`.`jobs` WHERE `id` = ? AND `attempt` = ?").WithArgs(int64(11), int64(3)).WillReturnResult(affected(1))
 	m.ExpectQuery(myReleaseLock).WithArgs(inbox.MySQLLockName("test.jobs", "11")).WillReturnRows(rows("released", row(int64(1))))
 	ok(t, "Ack", d.Ack(context.Background()))
-	m.met(t)
+	m.Met(t)
 }
 
 // Both statements of the claim under the lock require the candidate's
@@ -759,7 +760,7 @@ func TestMySQLAdvisoryAttemptCheck(t *testing.T) {
 	d := claim(t, q, 1, 3)[0]
 	myUnlocked(m, "3")
 	ok(t, "Retry(0)", d.Retry(context.Background(), 0))
-	m.met(t)
+	m.Met(t)
 }
 
 // MySQL has no INSERT … RETURNING: the id is LastInsertId, or the one given.
@@ -796,7 +797,7 @@ func TestMySQLEnqueue(t *testing.T) {
 	enqueue(rowQ, m.DB, inbox.Job{Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(45))
 	m.ExpectExec("INSERT INTO `jobs` (`id`, `payload`, `not_before`) VALUES (?, ?, ?)").WithArgs(int64(46), p, later).WillReturnResult(sqlmock.NewResult(0, 1))
 	enqueue(rowQ, m.DB, inbox.Job{ID: int64(46), Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(46))
-	m.met(t)
+	m.Met(t)
 }
 
 // myRowLockPicks expects a row-lock claim's pick: the candidates ids, read

@@ -17,6 +17,7 @@ import (
 	"github.com/DATA-DOG/go-sqlmock"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
 // Lease form.
@@ -128,12 +129,12 @@ func TestPostgresLease(t *testing.T) {
 	// Dead is one statement: no transaction around it.
 	m.ExpectExec(pgLeaseDead).WithArgs(int64(10), int64(3), at(exp), int64(2)).WillReturnResult(affected(1))
 	ok(t, "Dead", ds[3].Dead(context.Background()))
-	m.met(t)
+	m.Met(t)
 }
 
 func TestPostgresLeaseInjectedClock(t *testing.T) {
 	m := newMock(t)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	exp := utc0.Add(time.Minute)
 	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(2, at(utc0), 2, 2, at(exp)).WillReturnRows(rows("id,attempt,locked_until,payload",
@@ -151,14 +152,14 @@ func TestPostgresLeaseInjectedClock(t *testing.T) {
 	ok(t, "Retry", ds[0].Retry(context.Background(), 2*time.Minute))
 	m.ExpectExec(pgLeaseAck).WithArgs(int64(8), int64(2), at(exp)).WillReturnResult(affected(1))
 	ok(t, "Ack", ds[1].Ack(context.Background()))
-	m.met(t)
+	m.Met(t)
 }
 
 // The Tx settlements run their statement in the caller's transaction and
 // leave its commit to the caller.
 func TestPostgresLeaseTx(t *testing.T) {
 	m := newMock(t)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	exp := utc0.Add(time.Minute)
 	r := rows("id,attempt,locked_until,payload")
@@ -205,7 +206,7 @@ func TestPostgresLeaseTx(t *testing.T) {
 		ok(t, step.name, err)
 		ok(t, step.name+" commit", tx.Commit())
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 func TestPostgresRowLock(t *testing.T) {
@@ -239,7 +240,7 @@ func TestPostgresRowLock(t *testing.T) {
 	m.ExpectExec(pgRowLockAck).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Ack", ds[0].Ack(context.Background()))
-	m.sameConn(t, rowLockSavepoint, audit, pgRowLockAck)
+	m.SameConn(t, rowLockSavepoint, audit, pgRowLockAck)
 	m.ExpectExec(pgRowLockRetry).WithArgs(int64(30_000_000), int64(8)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Retry", ds[1].Retry(context.Background(), 30*time.Second))
@@ -263,7 +264,7 @@ func TestPostgresRowLock(t *testing.T) {
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d after settling all", q.InWork())
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // checkHeldTx checks the row-lock claim's transactions: READ COMMITTED, and
@@ -271,7 +272,7 @@ func TestPostgresRowLock(t *testing.T) {
 // which makes database/sql roll back a transaction begun with it.
 func checkHeldTx(t *testing.T, m *mock, ds []*inbox.Delivery, begins int) {
 	t.Helper()
-	iso := m.isolations()
+	iso := m.Isolations()
 	if len(iso) != begins {
 		t.Fatalf("%d transactions begun, want %d", len(iso), begins)
 	}
@@ -280,9 +281,7 @@ func checkHeldTx(t *testing.T, m *mock, ds []*inbox.Delivery, begins int) {
 			t.Errorf("transaction %d begun with isolation %v, want READ COMMITTED", i, l)
 		}
 	}
-	m.mu.Lock()
-	ctxs := append([]context.Context(nil), m.beginCtx...)
-	m.mu.Unlock()
+	ctxs := m.BeginContexts()
 	for i, c := range ctxs {
 		if c.Err() != nil {
 			t.Errorf("transaction %d began with a context that ended with Claim's: %v", i, c.Err())
@@ -297,7 +296,7 @@ func checkHeldTx(t *testing.T, m *mock, ds []*inbox.Delivery, begins int) {
 
 func TestPostgresRowLockInjectedClock(t *testing.T) {
 	m := newMock(t)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: rowLockTable, Now: clk.Now})
 	m.ExpectBegin()
 	m.ExpectQuery(pgRowLockClaimInjected).WithArgs(at(utc0)).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), []byte("p"))))
@@ -306,7 +305,7 @@ func TestPostgresRowLockInjectedClock(t *testing.T) {
 	m.ExpectExec(pgRowLockRetryInjected).WithArgs(at(utc0.Add(31*time.Second)), int64(7)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Retry", d.Retry(context.Background(), 30*time.Second))
-	m.met(t)
+	m.Met(t)
 }
 
 // The claims counter: the held transaction takes the row first, then the
@@ -337,7 +336,7 @@ func TestPostgresClaimsCounter(t *testing.T) {
 	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows(cols, row(int64(9), int64(4), []byte("p9"))))
 	m.ExpectQuery(pgClaimsCount).WithArgs(int64(9)).WillReturnRows(rows("claims", row(int64(4))))
 	ds := claim(t, q, 2, 7, 9)
-	on := m.since(t, 0,
+	on := m.Since(t, 0,
 		"begin", "query "+pgRowLockClaim, "query "+pgClaimsCount,
 		"begin", "query "+pgRowLockClaim, "query "+pgClaimsCount, "exec "+pgRowLockDead, "exec "+pgClaimsClear, "commit",
 		"begin", "query "+pgRowLockClaim, "query "+pgClaimsCount)
@@ -381,7 +380,7 @@ func TestPostgresClaimsCounter(t *testing.T) {
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d after settling all", q.InWork())
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // Release is not a crash: it takes its count back from a second session
@@ -394,14 +393,14 @@ func TestPostgresClaimsRelease(t *testing.T) {
 	m.ExpectQuery(pgRowLockClaim).WithoutArgs().WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(2), []byte("p7"))))
 	m.ExpectQuery(pgClaimsCount).WithArgs(int64(7)).WillReturnRows(rows("claims", row(int64(2))))
 	d := claim(t, q, 1, 7)[0]
-	held := m.since(t, 0, "begin", "query "+pgRowLockClaim, "query "+pgClaimsCount)[0]
-	n := m.sent()
+	held := m.Since(t, 0, "begin", "query "+pgRowLockClaim, "query "+pgClaimsCount)[0]
+	n := m.Sent()
 	m.ExpectBegin()
 	m.ExpectExec(pgClaimsGiveBack).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectRollback()
 	m.ExpectCommit()
 	ok(t, "Release", d.Release(context.Background()))
-	on := m.since(t, n, "begin", "exec "+pgClaimsGiveBack, "rollback", "commit")
+	on := m.Since(t, n, "begin", "exec "+pgClaimsGiveBack, "rollback", "commit")
 	if on[1] == held || on[2] != held || on[3] != on[1] {
 		t.Errorf("give-back on connection %d (committed on %d) and rollback on %d; want the give-back apart from the held transaction's %d, the rollback on it",
 			on[1], on[3], on[2], held)
@@ -435,7 +434,7 @@ func TestPostgresClaimsRelease(t *testing.T) {
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d after Release", q.InWork())
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // A count that fails may still have committed: it is given back (best
@@ -461,7 +460,7 @@ func TestPostgresClaimsCountError(t *testing.T) {
 	if !errors.Is(err, errDown) || ds != nil {
 		t.Fatalf("Claim = %v, %v; want the driver's error and nothing", ds, err)
 	}
-	on := m.since(t, 0,
+	on := m.Since(t, 0,
 		"begin", "query "+pgRowLockClaim, "query "+pgClaimsCount,
 		"begin", "query "+pgRowLockClaim, "query "+pgClaimsCount, "exec "+pgClaimsGiveBack, "rollback",
 		"begin", "exec "+pgClaimsGiveBack, "rollback", "commit")
@@ -471,12 +470,12 @@ func TestPostgresClaimsCountError(t *testing.T) {
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d after a failed claim", q.InWork())
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 func TestPostgresClaimsCounterInjectedClock(t *testing.T) {
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: claimsTable, Now: newClock(t0).Now})
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: claimsTable, Now: fakeclock.New(t0).Now})
 	m.ExpectBegin()
 	m.ExpectQuery(pgRowLockClaimInjected).WithArgs(at(utc0)).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), []byte("p"))))
 	m.ExpectQuery(pgClaimsCount).WithArgs(int64(7)).WillReturnRows(rows("claims", row(int64(1))))
@@ -485,7 +484,7 @@ func TestPostgresClaimsCounterInjectedClock(t *testing.T) {
 	m.ExpectExec(pgClaimsClear).WithArgs(int64(7)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Ack", d.Ack(context.Background()))
-	m.met(t)
+	m.Met(t)
 }
 
 func TestPostgresAdvisory(t *testing.T) {
@@ -537,12 +536,12 @@ func TestPostgresAdvisory(t *testing.T) {
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d after settling all", q.InWork())
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 func TestPostgresAdvisoryInjectedClock(t *testing.T) {
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable, Now: newClock(t0).Now})
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable, Now: fakeclock.New(t0).Now})
 	pgIdent(m, `"jobs"`)
 	m.ExpectQuery(pgAdvCandidatesInjected).WithArgs(at(utc0), 10).WillReturnRows(rows("id,id,attempt",
 		row(int64(1), int64(1), int64(1)), row(int64(2), int64(2), int64(1)), row(int64(3), int64(3), int64(1)),
@@ -563,8 +562,8 @@ func TestPostgresAdvisoryInjectedClock(t *testing.T) {
 	ok(t, "Retry", d.Retry(context.Background(), 30*time.Second))
 	// The lock, the claim, the settlement and the unlock share the pinned
 	// connection: the session that holds the lock.
-	m.sameConn(t, pgAdvClaimInjected, pgAdvRetryInjected, pgUnlock)
-	m.met(t)
+	m.SameConn(t, pgAdvClaimInjected, pgAdvRetryInjected, pgUnlock)
+	m.Met(t)
 }
 
 // Candidates are read a page at a time, each twice as long as the last,
@@ -592,7 +591,7 @@ func TestPostgresAdvisoryPages(t *testing.T) {
 	if d.Key() != "b" || d.Attempt() != 2 {
 		t.Fatalf("Key() %q Attempt() %d, want b 2", d.Key(), d.Attempt())
 	}
-	if n := len(m.connsOf(pgTryLock)); n != 2 {
+	if n := len(m.ConnsOf(pgTryLock)); n != 2 {
 		t.Errorf("%d lock calls for 31 jobs of one busy key and one free, want 2", n)
 	}
 
@@ -604,7 +603,7 @@ func TestPostgresAdvisoryPages(t *testing.T) {
 	m.ExpectExec(pgAdvAck).WithArgs(int64(32), int64(3)).WillReturnResult(affected(1))
 	pgUnlocked(m, "b")
 	ok(t, "Ack", d.Ack(context.Background()))
-	m.met(t)
+	m.Met(t)
 }
 
 // The claim under the lock requires the attempt the candidate read saw: a
@@ -626,7 +625,7 @@ func TestPostgresAdvisoryAttemptCheck(t *testing.T) {
 	m.ExpectExec(pgAdvAck).WithArgs(int64(4), int64(2)).WillReturnResult(affected(1))
 	pgUnlocked(m, "4")
 	ok(t, "Ack", d.Ack(context.Background()))
-	m.met(t)
+	m.Met(t)
 }
 
 // A job's lock depends on the table it lives in, not on how a description
@@ -667,8 +666,8 @@ func TestPostgresAdvisoryIdentity(t *testing.T) {
 	m2.ExpectExec(`DELETE FROM "public"."jobs" WHERE "id" = $1 AND "attempt" = $2`).WithArgs(int64(4), int64(2)).WillReturnResult(affected(1))
 	pgUnlocked(m2, "4")
 	ok(t, "Ack", d2.Ack(context.Background()))
-	m.met(t)
-	m2.met(t)
+	m.Met(t)
+	m2.Met(t)
 }
 
 // A table the server cannot resolve fails the claim, with nothing claimed
@@ -689,7 +688,7 @@ func TestPostgresAdvisoryIdentityUnresolved(t *testing.T) {
 	pgIdent(m, `"jobs"`)
 	m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt"))
 	claim(t, q, 1)
-	m.met(t)
+	m.Met(t)
 }
 
 // A key on another column keeps the jobs sharing a value in work one at a
@@ -709,7 +708,7 @@ func TestPostgresAdvisorySharedKey(t *testing.T) {
 	m.ExpectExec(pgAdvAck).WithArgs(int64(1), int64(2)).WillReturnResult(affected(1))
 	pgUnlocked(m, "a")
 	ok(t, "Ack", d.Ack(context.Background()))
-	m.met(t)
+	m.Met(t)
 }
 
 // Advisory Tx settlements write in the caller's transaction, and let the
@@ -752,7 +751,7 @@ func TestPostgresAdvisoryTx(t *testing.T) {
 		pgUnlocked(m, fmt.Sprint(i+1))
 		ok(t, "Committed", d.Committed(tx))
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 func TestPostgresEnqueue(t *testing.T) {
@@ -806,7 +805,7 @@ func TestPostgresEnqueue(t *testing.T) {
 	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload", "not_before") VALUES ($1, $2, $3) RETURNING "id"`).WithArgs(int64(46), p, at(later)).
 		WillReturnRows(rows("id", row(int64(46))))
 	enqueue(rowQ, m.DB, inbox.Job{ID: int64(46), Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(46))
-	m.met(t)
+	m.Met(t)
 }
 
 // deadlockErr is a driver error carrying PostgreSQL's deadlock SQLSTATE.
@@ -819,7 +818,7 @@ func (deadlockErr) SQLState() string { return "40P01" }
 // and is sent again; one inside the caller's transaction is not.
 func TestPostgresDeadlockRetried(t *testing.T) {
 	m := newMock(t)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	exp := utc0.Add(time.Minute)
 	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(2, at(utc0), 2, 2, at(exp)).WillReturnRows(rows("id,attempt,locked_until,payload",
@@ -838,5 +837,5 @@ func TestPostgresDeadlockRetried(t *testing.T) {
 	}
 	m.ExpectRollback()
 	ok(t, "Rollback", tx.Rollback())
-	m.met(t)
+	m.Met(t)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/DATA-DOG/go-sqlmock"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
 // Lease form.
@@ -108,12 +109,12 @@ func TestSQLiteLease(t *testing.T) {
 	m.ExpectExec(sqLeaseAck).WithArgs(int64(10), int64(3), exp).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Dead", ds[3].Dead(context.Background()))
-	m.met(t)
+	m.Met(t)
 }
 
 func TestSQLiteLeaseInjectedClock(t *testing.T) {
 	m := newMock(t)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	const exp = "2024-03-01T12:01:00.123456Z"
 	m.ExpectQuery(sqLeaseClaim).WithArgs(exp, "2024-03-01T12:00:00.123456Z", 2, 2, 2).WillReturnRows(rows("id,attempt,locked_until,payload",
@@ -126,12 +127,12 @@ func TestSQLiteLeaseInjectedClock(t *testing.T) {
 	ok(t, "Retry", ds[0].Retry(context.Background(), 2*time.Minute))
 	m.ExpectExec(sqLeaseAck).WithArgs(int64(8), int64(2), exp).WillReturnResult(affected(1))
 	ok(t, "Ack", ds[1].Ack(context.Background()))
-	m.met(t)
+	m.Met(t)
 }
 
 func TestSQLiteLeaseTx(t *testing.T) {
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: leaseTable, Lease: time.Minute, Now: newClock(t0).Now})
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: leaseTable, Lease: time.Minute, Now: fakeclock.New(t0).Now})
 	const exp = "2024-03-01T12:01:00.123456Z"
 	r := rows("id,attempt,locked_until,payload")
 	for id := int64(1); id <= 4; id++ {
@@ -163,7 +164,7 @@ func TestSQLiteLeaseTx(t *testing.T) {
 		m.ExpectExec(sqLeaseDeadInsert).WithArgs(int64(1), int64(4), int64(2), exp).WillReturnResult(affected(1))
 		m.ExpectExec(sqLeaseAck).WithArgs(int64(4), int64(2), exp).WillReturnResult(affected(1))
 	}, func(tx *sql.Tx) error { return ds[3].DeadTx(ctx, tx) })
-	m.met(t)
+	m.Met(t)
 }
 
 // The SQLite advisory form holds its keys in the process, shared by every
@@ -171,7 +172,7 @@ func TestSQLiteLeaseTx(t *testing.T) {
 // without a statement.
 func TestSQLiteAdvisory(t *testing.T) {
 	m := newMock(t)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: advisoryTable, Now: clk.Now})
 	other := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: advisoryTable, Now: clk.Now})
 	file := sqFile(t)
@@ -209,7 +210,7 @@ func TestSQLiteAdvisory(t *testing.T) {
 	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 10).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(3))))
 	m.ExpectQuery(sqAdvClaim).WithArgs(int64(1), int64(3), now).WillReturnRows(rows(cols))
 	claim(t, other, 1)
-	m.met(t)
+	m.Met(t)
 }
 
 // Two pools on one database file in one process share its keys in work,
@@ -218,7 +219,7 @@ func TestSQLiteAdvisory(t *testing.T) {
 // A candidate whose attempt moved on is not claimed.
 func TestSQLiteAdvisoryOneFileTwoPools(t *testing.T) {
 	m1, m2 := newMock(t), newMock(t)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	q1 := newQueue(t, m1, inbox.Config{Dialect: inbox.SQLite, Table: inbox.Table{Name: "jobs", AdvisoryKey: "id"}, Now: clk.Now})
 	q2 := newQueue(t, m2, inbox.Config{Dialect: inbox.SQLite, Table: inbox.Table{Name: "main.JOBS", AdvisoryKey: "id"}, Now: clk.Now})
 	file := sqFile(t)
@@ -263,15 +264,15 @@ func TestSQLiteAdvisoryOneFileTwoPools(t *testing.T) {
 		m2.ExpectExec(mainAck).WithArgs(d.ID(), d.Attempt()+1).WillReturnResult(affected(1))
 		ok(t, "Ack", d.Ack(context.Background()))
 	}
-	m1.met(t)
-	m2.met(t)
+	m1.Met(t)
+	m2.Met(t)
 }
 
 // A database with no file (in memory) is its pool's alone: another pool's
 // keys in work do not hold it back.
 func TestSQLiteAdvisoryInMemory(t *testing.T) {
 	m1, m2 := newMock(t), newMock(t)
-	clk := newClock(t0)
+	clk := fakeclock.New(t0)
 	q1 := newQueue(t, m1, inbox.Config{Dialect: inbox.SQLite, Table: advisoryTable, Now: clk.Now})
 	q2 := newQueue(t, m2, inbox.Config{Dialect: inbox.SQLite, Table: advisoryTable, Now: clk.Now})
 	const now = "2024-03-01T12:00:00.123456Z"
@@ -288,7 +289,7 @@ func TestSQLiteAdvisoryInMemory(t *testing.T) {
 	for i, m := range []*mock{m1, m2} {
 		m.ExpectExec(sqAdvAck).WithArgs(int64(1), int64(2)).WillReturnResult(affected(1))
 		ok(t, "Ack", ds[i].Ack(context.Background()))
-		m.met(t)
+		m.Met(t)
 	}
 }
 
@@ -317,7 +318,7 @@ func TestSQLiteAdvisoryRealClock(t *testing.T) {
 	if now1.v != now2.v || now2.v != now3.v {
 		t.Errorf("one claim read the clock more than once: %v, %v, %v", now1.v, now2.v, now3.v)
 	}
-	m.met(t)
+	m.Met(t)
 }
 
 // The schema check reports an id that is SQLite's rowid without
@@ -397,7 +398,7 @@ func TestSQLiteCheckSchemaAutoincrement(t *testing.T) {
 			case tc.want != "" && strings.Contains(tc.want, "AUTOINCREMENT") && !strings.Contains(se.Problems[0], "declare it INTEGER PRIMARY KEY AUTOINCREMENT"):
 				t.Errorf("problem %q does not say how to fix it", se.Problems[0])
 			}
-			m.met(t)
+			m.Met(t)
 		})
 	}
 }
@@ -429,5 +430,5 @@ func TestSQLiteEnqueue(t *testing.T) {
 	enqueue(advQ, inbox.Job{Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(45))
 	m.ExpectQuery("INSERT INTO `jobs` (`id`, `payload`, `not_before`) VALUES (?, ?, ?) RETURNING `id`").WithArgs(int64(46), p, later).WillReturnRows(rows("id", row(int64(46))))
 	enqueue(advQ, inbox.Job{ID: int64(46), Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(46))
-	m.met(t)
+	m.Met(t)
 }

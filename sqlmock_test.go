@@ -7,18 +7,17 @@ package inbox_test
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"fmt"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/DATA-DOG/go-sqlmock"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakedb"
 )
 
 // t0 is the injected clock's first instant: 14:00 at +02:00 with
@@ -39,323 +38,12 @@ var (
 	advisoryTable = inbox.Table{Name: "jobs", AdvisoryKey: "id", NotBefore: "not_before", DeadTable: "dead_jobs"}
 )
 
-// mock is a sqlmock database with exact SQL matching, reached through a thin
-// driver wrapper that logs every call arriving at the driver. sqlmock alone
-// cannot tell that nothing was sent (an unexpected call only fails the
-// caller, who may ignore it), nor which isolation level or context a
-// transaction began with.
-type mock struct {
-	sqlmock.Sqlmock
-	DB *sql.DB
-
-	mu     sync.Mutex
-	calls  []string
-	on     []int // the connection of each call, numbered from 1
-	nconns int
-	closed []int // the connections database/sql closed, in order
-	// stmtsClosed are the prepared statements closed, by text.
-	stmtsClosed []string
-	hooks       map[string]func()
-	begins      []driver.TxOptions
-	beginCtx    []context.Context
-}
+// mock is a database on the fake driver (internal/fakedb): sqlmock with
+// exact SQL matching, behind a driver that logs every call arriving at it.
+type mock = fakedb.DB
 
 // newMock returns a mock whose database the test closes at its end.
-func newMock(t testing.TB) *mock {
-	t.Helper()
-	mdb, sm, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// sqlmock's connection object serves every connection of the wrapped
-	// pool; sqlmock's own *sql.DB only keeps it alive.
-	conn, err := mdb.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw driver.Conn
-	if err := conn.Raw(func(dc any) error { raw = dc.(driver.Conn); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	conn.Close()
-	m := &mock{Sqlmock: sm}
-	m.DB = sql.OpenDB(connector{m: m, c: raw})
-	t.Cleanup(func() {
-		m.DB.Close()
-		mdb.Close()
-	})
-	return m
-}
-
-// sent returns how many calls reached the driver so far.
-func (m *mock) sent() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.calls)
-}
-
-// log returns the calls that reached the driver, from the n-th on.
-func (m *mock) log(n int) []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]string(nil), m.calls[n:]...)
-}
-
-// isolations returns the isolation level of every transaction begun.
-func (m *mock) isolations() []sql.IsolationLevel {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []sql.IsolationLevel
-	for _, o := range m.begins {
-		out = append(out, sql.IsolationLevel(o.Isolation))
-	}
-	return out
-}
-
-func (m *mock) add(c *conn, call string) {
-	m.mu.Lock()
-	m.calls = append(m.calls, call)
-	m.on = append(m.on, c.n)
-	m.mu.Unlock()
-}
-
-// closedConns returns the connections closed so far: while the mock's
-// database is open, database/sql closes only a connection it discards.
-func (m *mock) closedConns() []int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]int(nil), m.closed...)
-}
-
-// connsOf returns the connection of every call of the statement q (a query
-// or an exec), in order.
-func (m *mock) connsOf(q string) []int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []int
-	for i, c := range m.calls {
-		if c == "query "+q || c == "exec "+q {
-			out = append(out, m.on[i])
-		}
-	}
-	return out
-}
-
-// met fails the test if an expectation is left.
-func (m *mock) met(t testing.TB) {
-	t.Helper()
-	if err := m.ExpectationsWereMet(); err != nil {
-		t.Error(err)
-	}
-}
-
-// quiet runs f and fails the test if any call reached the driver meanwhile.
-func (m *mock) quiet(t testing.TB, what string, f func()) {
-	t.Helper()
-	n := m.sent()
-	f()
-	if got := m.log(n); len(got) > 0 {
-		t.Errorf("%s sent %q, want nothing", what, got)
-	}
-}
-
-type connector struct {
-	m *mock
-	c driver.Conn
-}
-
-func (c connector) Connect(context.Context) (driver.Conn, error) {
-	c.m.mu.Lock()
-	defer c.m.mu.Unlock()
-	c.m.nconns++
-	return &conn{m: c.m, c: c.c, n: c.m.nconns}, nil
-}
-func (c connector) Driver() driver.Driver { return wrapDriver{} }
-
-type wrapDriver struct{}
-
-func (wrapDriver) Open(string) (driver.Conn, error) {
-	return nil, fmt.Errorf("open the mock through its connector")
-}
-
-// conn passes every call on to sqlmock, logging it first. Closing it does
-// not close sqlmock's connection, which the other pooled conns share; it is
-// only noted, so that a test can tell a discarded connection from one
-// returned to the pool.
-type conn struct {
-	m *mock
-	c driver.Conn
-	n int
-}
-
-func (c *conn) Prepare(q string) (driver.Stmt, error) {
-	c.m.add(c, "prepare "+q)
-	st, err := c.c.Prepare(q)
-	if err != nil {
-		return nil, err
-	}
-	return &stmt{c: c, st: st, q: q}, nil
-}
-
-// stmt logs the runs of a prepared statement as "stmt query " or "stmt
-// exec " and its text, on its connection.
-type stmt struct {
-	c  *conn
-	st driver.Stmt
-	q  string
-}
-
-// Close notes the statement closed, after sqlmock has: a test polls for it
-// from another goroutine than the finalizer's that closes.
-func (s *stmt) Close() error {
-	err := s.st.Close()
-	s.c.m.mu.Lock()
-	s.c.m.stmtsClosed = append(s.c.m.stmtsClosed, s.q)
-	s.c.m.mu.Unlock()
-	return err
-}
-
-// closedStmts returns the texts of the prepared statements closed so far.
-func (m *mock) closedStmts() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]string(nil), m.stmtsClosed...)
-}
-
-func (s *stmt) NumInput() int { return s.st.NumInput() }
-
-func (s *stmt) Exec(args []driver.Value) (driver.Result, error) {
-	return nil, fmt.Errorf("stmt: Exec without a context")
-}
-
-func (s *stmt) Query(args []driver.Value) (driver.Rows, error) {
-	return nil, fmt.Errorf("stmt: Query without a context")
-}
-
-func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	s.c.m.add(s.c, "stmt query "+s.q)
-	return s.st.(driver.StmtQueryContext).QueryContext(ctx, args)
-}
-
-func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	s.c.m.add(s.c, "stmt exec "+s.q)
-	return s.st.(driver.StmtExecContext).ExecContext(ctx, args)
-}
-
-func (s *stmt) CheckNamedValue(nv *driver.NamedValue) error {
-	return s.c.CheckNamedValue(nv)
-}
-
-func (c *conn) Close() error {
-	c.m.mu.Lock()
-	c.m.closed = append(c.m.closed, c.n)
-	c.m.mu.Unlock()
-	return nil
-}
-
-func (c *conn) Begin() (driver.Tx, error) {
-	return c.BeginTx(context.Background(), driver.TxOptions{})
-}
-
-func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	c.m.mu.Lock()
-	c.m.calls = append(c.m.calls, "begin")
-	c.m.on = append(c.m.on, c.n)
-	c.m.begins = append(c.m.begins, opts)
-	c.m.beginCtx = append(c.m.beginCtx, ctx)
-	c.m.mu.Unlock()
-	tx, err := c.c.(driver.ConnBeginTx).BeginTx(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	return wrapTx{c: c, tx: tx}, nil
-}
-
-func (c *conn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	c.m.add(c, "query "+q)
-	r, err := c.c.(driver.QueryerContext).QueryContext(ctx, q, args)
-	c.m.hook("query "+q, err)
-	return r, err
-}
-
-func (c *conn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	c.m.add(c, "exec "+q)
-	r, err := c.c.(driver.ExecerContext).ExecContext(ctx, q, args)
-	c.m.hook("exec "+q, err)
-	return r, err
-}
-
-// after runs f once the driver has answered the next call ("query " or
-// "exec " and the statement) without an error, before database/sql hands
-// the answer to the caller: a test can end a context at that very point.
-func (m *mock) after(call string, f func()) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.hooks == nil {
-		m.hooks = map[string]func(){}
-	}
-	m.hooks[call] = f
-}
-
-func (m *mock) hook(call string, err error) {
-	if err != nil {
-		return
-	}
-	m.mu.Lock()
-	f := m.hooks[call]
-	delete(m.hooks, call)
-	m.mu.Unlock()
-	if f != nil {
-		f()
-	}
-}
-
-func (c *conn) CheckNamedValue(nv *driver.NamedValue) error {
-	return c.c.(driver.NamedValueChecker).CheckNamedValue(nv)
-}
-
-type wrapTx struct {
-	c  *conn
-	tx driver.Tx
-}
-
-func (t wrapTx) Commit() error   { t.c.m.add(t.c, "commit"); return t.tx.Commit() }
-func (t wrapTx) Rollback() error { t.c.m.add(t.c, "rollback"); return t.tx.Rollback() }
-
-// since fails the test unless the calls from the n-th on are want, in
-// order ("begin", "commit", "rollback", or "query " or "exec " and the
-// statement), and returns the connection of each.
-func (m *mock) since(t testing.TB, n int, want ...string) []int {
-	t.Helper()
-	m.mu.Lock()
-	got := append([]string(nil), m.calls[n:]...)
-	on := append([]int(nil), m.on[n:]...)
-	m.mu.Unlock()
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("calls:\n\t%s\nwant:\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
-	}
-	return on
-}
-
-// sameConn fails the test unless every call of the statements qs ran on
-// one connection.
-func (m *mock) sameConn(t testing.TB, qs ...string) {
-	t.Helper()
-	var all []int
-	for _, q := range qs {
-		c := m.connsOf(q)
-		if len(c) == 0 {
-			t.Errorf("no call of %s", q)
-		}
-		all = append(all, c...)
-	}
-	for _, c := range all {
-		if c != all[0] {
-			t.Errorf("calls of %q ran on connections %v, want one", qs, all)
-			return
-		}
-	}
-}
+func newMock(t testing.TB) *mock { t.Helper(); return fakedb.New(t) }
 
 // at matches a time.Time argument at the instant, in UTC: how the Postgres
 // dialect passes times.
@@ -479,8 +167,8 @@ func TestStatementsPlaceholders(t *testing.T) {
 	if checked < 100 {
 		t.Errorf("checked %d statements, want every statement of 3 dialects × 6 tables × 2 clocks", checked)
 	}
-	m.met(t)
-	if n := m.sent(); n != 0 {
+	m.Met(t)
+	if n := m.Sent(); n != 0 {
 		t.Errorf("New sent %d calls", n)
 	}
 }

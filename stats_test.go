@@ -95,7 +95,7 @@ func TestStatsInWorkRead(t *testing.T) {
 			if w.errSubstr == "" && st.InWorkErr != nil || w.errSubstr != "" && (st.InWorkErr == nil || !strings.Contains(st.InWorkErr.Error(), w.errSubstr)) {
 				t.Errorf("InWorkErr = %v, want one naming %q", st.InWorkErr, w.errSubstr)
 			}
-			m.met(t)
+			m.Met(t)
 		})
 	}
 	t.Run("cancelled", func(t *testing.T) {
@@ -104,11 +104,11 @@ func TestStatsInWorkRead(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		m.ExpectQuery(q.Statements().Stats.SQL).WillReturnRows(statsRow())
 		m.ExpectQuery(q.Statements().InWork.SQL).WillDelayFor(time.Minute).WillReturnRows(sqlmock.NewRows([]string{"n"}).AddRow(1))
-		before := m.sent()
+		before := m.Sent()
 		go func() {
 			// Cancel once the lock read reached the driver (the second
 			// call), where it waits.
-			for deadline := time.Now().Add(10 * time.Second); m.sent() < before+2 && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(10 * time.Second); m.Sent() < before+2 && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond)
 			}
 			cancel()
@@ -117,8 +117,8 @@ func TestStatsInWorkRead(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "inbox: stats") || st.InWorkErr != nil {
 			t.Errorf("Stats with its context cancelled during the lock read = %v (InWorkErr %v), want Stats' error", err, st.InWorkErr)
 		}
-		if m.sent() != before+2 {
-			t.Errorf("%d calls reached the driver, want the two statements", m.sent()-before)
+		if m.Sent() != before+2 {
+			t.Errorf("%d calls reached the driver, want the two statements", m.Sent()-before)
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
 // TestVerdictStatements pins the read a settlement whose outcome is
@@ -61,7 +62,7 @@ func TestLeaseReadBack(t *testing.T) {
 	exp := utc0.Add(time.Minute)
 	setup := func(t *testing.T) (*mock, *inbox.Delivery) {
 		m := newMock(t)
-		q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Now: newClock(t0).Now})
+		q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Now: fakeclock.New(t0).Now})
 		m.ExpectQuery(pgLeaseClaimInjected).WithArgs(1, at(utc0), 1, 1, at(exp)).
 			WillReturnRows(rows("id,attempt,locked_until,payload", row(int64(7), int64(1), exp, []byte("p"))))
 		return m, claim(t, q, 1, 7)[0]
@@ -77,7 +78,7 @@ func TestLeaseReadBack(t *testing.T) {
 		// Still held: it may be settled again.
 		m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(exp)).WillReturnResult(affected(1))
 		ok(t, "Ack again", d.Ack(ctx))
-		m.met(t)
+		m.Met(t)
 	})
 	t.Run("applied", func(t *testing.T) {
 		m, d := setup(t)
@@ -85,12 +86,12 @@ func TestLeaseReadBack(t *testing.T) {
 		m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(exp), int64(7), int64(2), at(exp)).WillReturnResult(affected(0))
 		m.ExpectQuery(pgLeaseVerdict).WithArgs(int64(7)).WillReturnRows(rows("attempt,locked_until"))
 		ok(t, "Ack whose statement took effect", d.Ack(ctx))
-		m.quiet(t, "a settled delivery", func() {
+		m.Quiet(t, "a settled delivery", func() {
 			if err := d.Ack(ctx); !errors.Is(err, inbox.ErrSettled) || errors.Is(err, inbox.ErrLeaseLost) {
 				t.Fatalf("Ack again = %v, want ErrSettled", err)
 			}
 		})
-		m.met(t)
+		m.Met(t)
 	})
 	t.Run("lost", func(t *testing.T) {
 		m, d := setup(t)
@@ -100,7 +101,7 @@ func TestLeaseReadBack(t *testing.T) {
 		if err := d.Ack(ctx); !errors.Is(err, inbox.ErrLeaseLost) {
 			t.Fatalf("Ack = %v, want ErrLeaseLost", err)
 		}
-		m.met(t)
+		m.Met(t)
 	})
 	t.Run("unknown", func(t *testing.T) {
 		m, d := setup(t)
@@ -117,7 +118,7 @@ func TestLeaseReadBack(t *testing.T) {
 		if err := d.Ack(ctx); !errors.Is(err, inbox.ErrSettled) || errors.Is(err, inbox.ErrLeaseLost) {
 			t.Fatalf("Ack after an unknown outcome = %v, want ErrSettled", err)
 		}
-		m.met(t)
+		m.Met(t)
 	})
 }
 
@@ -134,7 +135,7 @@ func TestSettleTextRejected(t *testing.T) {
 	tb := leaseTable
 	tb.LastError = "last_error"
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: tb, Lease: time.Minute, Now: newClock(t0).Now})
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: tb, Lease: time.Minute, Now: fakeclock.New(t0).Now})
 	m.ExpectQuery(`WITH picked AS MATERIALIZED (SELECT "id" FROM (SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED) AS free UNION ALL SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= $2 ORDER BY "locked_until" LIMIT $3 FOR UPDATE SKIP LOCKED) AS expired) AS c ORDER BY "id" LIMIT $4) UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $5 WHERE j."id" = ANY (ARRAY(SELECT "id" FROM picked)) RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload", j."last_error"`).
 		WithArgs(2, at(utc0), 2, 2, at(exp)).
 		WillReturnRows(rows("id,attempt,locked_until,payload,last_error",
@@ -152,7 +153,7 @@ func TestSettleTextRejected(t *testing.T) {
 	m.ExpectExec(dead).WithArgs(int64(8), int64(2), at(exp), int64(1), anyText{}).WillReturnError(sqlStateErr("22001"))
 	m.ExpectExec(dead).WithArgs(int64(8), int64(2), at(exp), int64(1), nil).WillReturnResult(affected(1))
 	ok(t, "Dead with a refused text", ds[1].Dead(ctx))
-	m.met(t)
+	m.Met(t)
 }
 
 // anyText matches any string argument.
@@ -193,8 +194,8 @@ func TestAdvisoryReadBack(t *testing.T) {
 			if err := d.Ack(ctx); !c.want(err) {
 				t.Fatalf("Ack = %v", err)
 			}
-			m.sameConn(t, pgAdvAck, pgAdvVerdict)
-			m.met(t)
+			m.SameConn(t, pgAdvAck, pgAdvVerdict)
+			m.Met(t)
 		})
 	}
 }
@@ -229,5 +230,5 @@ func TestAdvisorySweep(t *testing.T) {
 	if n := q.InWork(); n != 0 {
 		t.Fatalf("InWork %d after the claim, want 0", n)
 	}
-	m.met(t)
+	m.Met(t)
 }

@@ -39,5 +39,5 @@ func TestWorkOnError(t *testing.T) {
 	if len(seen) != 2 || !errors.Is(seen[0], errDown) || !errors.Is(seen[1], errDown) {
 		t.Fatalf("OnError saw %v, want the driver's error twice", seen)
 	}
-	m.met(t)
+	m.Met(t)
 }

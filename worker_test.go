@@ -94,7 +94,7 @@ func TestWorkRefuses(t *testing.T) {
 		{worker.Config{MaxAttempts: -1}, h, "Config.MaxAttempts -1"},
 		{worker.Config{Poll: time.Microsecond}, h, "Config.Poll 1µs is under 1ms"},
 	} {
-		m.quiet(t, c.want, func() {
+		m.Quiet(t, c.want, func() {
 			err := worker.Run(context.Background(), q, c.cfg, c.h)
 			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "worker: run: ") {
 				t.Errorf("Run(%+v) = %v, want an error naming %q", c.cfg, err, c.want)
@@ -156,19 +156,19 @@ func TestWorkPostgresLease(t *testing.T) {
 		case int64(7):
 			return nil
 		case int64(10):
-			m.after("query "+pgLeaseClaim, cancel) // the next claim is the last
+			m.After("query "+pgLeaseClaim, cancel) // the next claim is the last
 			panic("kaboom")
 		}
 		return errors.New("failed")
 	})
 	workDone(t, done)
-	m.since(t, 0,
+	m.Since(t, 0,
 		"query "+pgLeaseClaim, "exec "+pgLeaseAck,
 		"query "+pgLeaseClaim, "exec "+pgLeaseRetry,
 		"query "+pgLeaseClaim, "exec "+pgLeaseDead,
 		"query "+pgLeaseClaim, "exec "+pgLeaseRetry,
 		"query "+pgLeaseClaim)
-	m.met(t)
+	m.Met(t)
 	log.check(t, "7@1 8@1 9@3 10@1", 1, 1)
 }
 
@@ -205,8 +205,8 @@ func TestWorkPostgresLeaseShutdown(t *testing.T) {
 		if hctxErr != nil {
 			t.Errorf("fail %v: the handler's context ended with the loop's: %v", fail, hctxErr)
 		}
-		m.since(t, 0, "query "+pgLeaseClaim, settle)
-		m.met(t)
+		m.Since(t, 0, "query "+pgLeaseClaim, settle)
+		m.Met(t)
 		if fail {
 			log.check(t, "7@1", 1)
 		} else {
@@ -262,12 +262,12 @@ func TestWorkPostgresRowLock(t *testing.T) {
 	if !errors.Is(cause, context.Canceled) {
 		t.Errorf("the handler's context ended with %v, want context.Canceled", cause)
 	}
-	m.since(t, 0,
+	m.Since(t, 0,
 		"begin", "query "+pgRowLockClaim, "exec "+pgRowLockAck, "commit",
 		"begin", "query "+pgRowLockClaim, "exec "+pgRowLockRetry, "commit",
 		"begin", "query "+pgRowLockClaim, "exec "+pgRowLockDead, "commit",
 		"begin", "query "+pgRowLockClaim, "rollback")
-	m.met(t)
+	m.Met(t)
 	log.check(t, "7@1 8@1 9@3 10@1", 1)
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d after the shutdown", q.InWork())
@@ -293,7 +293,7 @@ func TestWorkRefusesWhatItCannotHonour(t *testing.T) {
 	} {
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: c.tb})
-		m.quiet(t, c.want, func() {
+		m.Quiet(t, c.want, func() {
 			err := worker.Run(context.Background(), q, c.cfg, h)
 			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "worker: run: table jobs") {
 				t.Errorf("Run(%+v) = %v, want an error naming %q", c.tb, err, c.want)
@@ -334,12 +334,12 @@ func TestWorkPostgresRowLockNoDelay(t *testing.T) {
 	var log workLog
 	done := workRun(ctx, q, worker.Config{Backoff: log.backoff, NoDelay: true}, func(_ context.Context, d *inbox.Delivery) error {
 		log.handle(d)
-		m.after("query "+claimSQL, cancel)
+		m.After("query "+claimSQL, cancel)
 		return errors.New("failed")
 	})
 	workDone(t, done)
-	m.since(t, 0, "begin", "query "+claimSQL, "exec "+retrySQL, "commit", "begin", "query "+claimSQL, "rollback")
-	m.met(t)
+	m.Since(t, 0, "begin", "query "+claimSQL, "exec "+retrySQL, "commit", "begin", "query "+claimSQL, "rollback")
+	m.Met(t)
 	log.check(t, "8@1", 1)
 }
 
@@ -392,8 +392,8 @@ func TestWorkPostgresAdvisory(t *testing.T) {
 	for _, settle := range []string{pgAdvAck, pgAdvRetry, pgAdvDead, pgAdvRelease} {
 		want = append(append(want, claim...), "exec "+settle, "query "+pgUnlock)
 	}
-	m.since(t, 0, want...)
-	m.met(t)
+	m.Since(t, 0, want...)
+	m.Met(t)
 	log.check(t, "1@1 2@1 3@3 4@1", 1)
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d after the shutdown", q.InWork())
@@ -433,14 +433,14 @@ func TestWorkBatch(t *testing.T) {
 	// job 2's retry is written.
 	turn := map[int64]chan struct{}{1: make(chan struct{}), 2: make(chan struct{}), 3: make(chan struct{})}
 	close(turn[1])
-	m.after("query "+batchAck, func() {
+	m.After("query "+batchAck, func() {
 		close(turn[2])
-		m.after("query "+batchRetry, func() { close(turn[3]) })
+		m.After("query "+batchRetry, func() { close(turn[3]) })
 	})
 	done := workRun(ctx, q, worker.Config{Batch: 3, Backoff: log.backoff}, func(_ context.Context, d *inbox.Delivery) error {
 		log.handle(d)
 		if d.ID() == int64(1) {
-			m.after("query "+pgLeaseClaim, cancel) // the first claim was answered
+			m.After("query "+pgLeaseClaim, cancel) // the first claim was answered
 		}
 		wg.Done()
 		<-all // all three handlers run at once
@@ -451,9 +451,9 @@ func TestWorkBatch(t *testing.T) {
 		return nil
 	})
 	workDone(t, done)
-	m.met(t)
+	m.Met(t)
 	want := []string{"query " + pgLeaseClaim, "query " + batchAck, "query " + batchRetry, "query " + batchAck, "query " + pgLeaseClaim}
-	if got := m.log(0); !slices.Equal(got, want) {
+	if got := m.Log(0); !slices.Equal(got, want) {
 		t.Errorf("calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	log.mu.Lock()
@@ -522,11 +522,11 @@ func TestWorkWakes(t *testing.T) {
 	}
 
 	first, answered := idle()
-	m.after("query "+pgLeaseClaim, answered)
+	m.After("query "+pgLeaseClaim, answered)
 	done := workRun(ctx, q, worker.Config{Poll: time.Hour}, func(_ context.Context, d *inbox.Delivery) error {
 		next := make(chan func())
 		handled <- turn{d.ID(), next}
-		m.after("query "+pgLeaseClaim, <-next)
+		m.After("query "+pgLeaseClaim, <-next)
 		return nil
 	})
 	wait(first)
@@ -579,12 +579,12 @@ func TestWorkWakes(t *testing.T) {
 		t.Errorf("Listen returned %v", err)
 	}
 	workDone(t, done)
-	m.since(t, 0,
+	m.Since(t, 0,
 		"query "+pgLeaseClaim,
 		"query "+insert, "query "+pgLeaseClaim, "exec "+pgLeaseAck, "query "+pgLeaseClaim,
 		"begin", "query "+insertNotify, "commit", "query "+pgLeaseClaim, "exec "+pgLeaseAck, "query "+pgLeaseClaim,
 		"query "+pgLeaseClaim, "exec "+pgLeaseAck, "query "+pgLeaseClaim)
-	m.met(t)
+	m.Met(t)
 
 	// Listen needs the channel; MySQL and SQLite have no notifications.
 	if err := worker.Listen(ctx, plain, l); err == nil || !strings.Contains(err.Error(), "NotifyChannel") {
@@ -647,11 +647,11 @@ func TestWorkRecordsErrors(t *testing.T) {
 		if d.Attempt() == 1 {
 			panic("kaboom")
 		}
-		m.after("query "+st.Claim.SQL, cancel)
+		m.After("query "+st.Claim.SQL, cancel)
 		return errors.New("still failing")
 	})
 	workDone(t, done)
-	m.met(t)
+	m.Met(t)
 	if want := []string{"", "inbox: handler panicked: kaboom"}; !slices.Equal(seen, want) {
 		t.Errorf("delivered with last errors %q, want %q", seen, want)
 	}
@@ -672,14 +672,14 @@ func TestWorkGivesBackLateClaim(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// The loop's context ends while the claim is on its way back.
-	m.after("query "+pgLeaseClaim, cancel)
+	m.After("query "+pgLeaseClaim, cancel)
 	var log workLog
 	done := workRun(ctx, q, worker.Config{Batch: 3}, func(_ context.Context, d *inbox.Delivery) error {
 		log.handle(d)
 		return nil
 	})
 	workDone(t, done)
-	m.met(t)
+	m.Met(t)
 	log.check(t, "")
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d after the jobs were given back", q.InWork())
@@ -725,16 +725,16 @@ func TestWorkProbes(t *testing.T) {
 	}}
 	done := workRun(ctx, q, cfg, func(_ context.Context, d *inbox.Delivery) error {
 		log.handle(d)
-		m.after("exec "+myLeaseAck, cancel)
+		m.After("exec "+myLeaseAck, cancel)
 		return nil
 	})
 	workDone(t, done)
-	m.since(t, 0,
+	m.Since(t, 0,
 		"begin", "query "+myLeaseDueClock, "query "+myLeaseFreeClock, "commit",
 		"query "+probe, "query "+probe, "query "+inbox.ServerProbe, "query "+inbox.SQLiteProbe, "query "+probe,
 		"begin", "query "+myLeaseDueClock, "query "+myLeaseFreeClock, "exec "+myLeaseMark, "commit",
 		"exec "+myLeaseAck)
-	m.met(t)
+	m.Met(t)
 	log.check(t, "7@1")
 	mu.Lock()
 	defer mu.Unlock()

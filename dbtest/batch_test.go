@@ -17,25 +17,8 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
-
-// batClock is an injected clock that moves only when told.
-type batClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *batClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *batClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // batTable creates bench_batch_<engine>, dropped again after a passing test.
 func batTable(t *testing.T, e Engine, db *sql.DB) string {
@@ -57,7 +40,7 @@ func batTable(t *testing.T, e Engine, db *sql.DB) string {
 	return table
 }
 
-func batQueue(t *testing.T, e Engine, db *sql.DB, table string, clock *batClock) *inbox.Queue {
+func batQueue(t *testing.T, e Engine, db *sql.DB, table string, clock *fakeclock.Clock) *inbox.Queue {
 	t.Helper()
 	cfg := inbox.Config{Dialect: e.Dialect, Table: Table(table, "lease"), Lease: time.Minute, Prepare: confPrepare}
 	if clock != nil {
@@ -131,7 +114,7 @@ func TestBatchMixedTokens(t *testing.T) {
 		t.Run(e.Name, func(t *testing.T) {
 			db := e.Open(t, 8)
 			table := batTable(t, e, db)
-			clock := &batClock{now: time.Date(2031, 3, 4, 5, 6, 7, 123456789, time.UTC)}
+			clock := fakeclock.New(time.Date(2031, 3, 4, 5, 6, 7, 123456789, time.UTC))
 			q := batQueue(t, e, db, table, clock)
 			batEnqueue(t, q, db, 6)
 			first := batClaim(t, q, 6)
@@ -200,9 +183,9 @@ func TestBatchReleaseRetry(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				db := e.Open(t, 8)
 				table := batTable(t, e, db)
-				var clock *batClock
+				var clock *fakeclock.Clock
 				if injected {
-					clock = &batClock{now: time.Date(2031, 3, 4, 5, 6, 7, 123456789, time.UTC)}
+					clock = fakeclock.New(time.Date(2031, 3, 4, 5, 6, 7, 123456789, time.UTC))
 				}
 				q := batQueue(t, e, db, table, clock)
 				batEnqueue(t, q, db, 3)

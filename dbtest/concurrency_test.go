@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
 // concName is the table of one test on one engine in this process.
@@ -827,7 +828,7 @@ func TestConcTxSettlements(t *testing.T) {
 	confEach(t, forms, func(t *testing.T, e Engine, form string) {
 		db1, db2 := confOpenTwo(t, e, 4)
 		table := concTable(t, e, db1, "tx_"+form)
-		clock := newFakeClock(confStart)
+		clock := fakeclock.New(confStart)
 		tb := Table(table, form)
 		q := confNew(t, db1, confConfig(e, tb, clock))
 		other := confNew(t, db2, confConfig(e, tb, clock))
@@ -1140,7 +1141,7 @@ func TestConcKeeperFencing(t *testing.T) {
 	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
 		table := concTable(t, e, db, "fence")
-		clock := newFakeClock(confStart)
+		clock := fakeclock.New(confStart)
 		tb := Table(table, form)
 		ctx := context.Background()
 		const (

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
 // confStart is where fake clocks start: far from the real clock, so a
@@ -93,7 +94,7 @@ func confDropAtEnd(t *testing.T, e Engine, db *sql.DB, tables ...string) {
 
 // confConfig is the usual configuration: the form's table description, the
 // fake clock when one is given, a one-minute lease for the lease form.
-func confConfig(e Engine, tb inbox.Table, clock *fakeClock) inbox.Config {
+func confConfig(e Engine, tb inbox.Table, clock *fakeclock.Clock) inbox.Config {
 	cfg := inbox.Config{Dialect: e.Dialect, Table: tb, Prepare: confPrepare}
 	if tb.LockedUntil != "" {
 		cfg.Lease = time.Minute
@@ -515,7 +516,7 @@ func TestOutcomes(t *testing.T) {
 	confEach(t, formsWithKey, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
 		table := confTable(t, e, db, "outcomes_"+form)
-		clock := newFakeClock(confStart)
+		clock := fakeclock.New(confStart)
 		tb := Table(table, form)
 		q := confNew(t, db, confConfig(e, tb, clock))
 		ctx := context.Background()
@@ -742,7 +743,7 @@ func TestEnqueue(t *testing.T) {
 	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
 		table := confTable(t, e, db, "enqueue_"+form)
-		clock := newFakeClock(confStart)
+		clock := fakeclock.New(confStart)
 		q := confNew(t, db, confConfig(e, Table(table, form), clock))
 		ctx := context.Background()
 		ids := map[string]any{}
@@ -872,7 +873,7 @@ func TestTextID(t *testing.T) {
 		db := e.Open(t, 6) // the advisory form holds a connection per job
 		table := confName(e, "textid_"+form)
 		confTextSchema(t, e, db, table)
-		clock := newFakeClock(confStart)
+		clock := fakeclock.New(confStart)
 		tb := Table(table, form)
 		q := confNew(t, db, confConfig(e, tb, clock))
 		if err := q.CheckSchema(context.Background()); err != nil {
@@ -1008,7 +1009,7 @@ func TestCancelledClaim(t *testing.T) {
 	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
 		table := confTable(t, e, db, "cancel_"+form)
-		clock := newFakeClock(confStart)
+		clock := fakeclock.New(confStart)
 		q := confNew(t, db, confConfig(e, Table(table, form), clock))
 		var keys []string
 		for i := range 3 {

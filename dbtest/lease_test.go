@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
 // TestLeaseStaleToken: once a lease ran out and another worker claimed the
@@ -19,7 +20,7 @@ func TestLeaseStaleToken(t *testing.T) {
 	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
 		table := confTable(t, e, db, "stale")
-		clock := newFakeClock(confStart)
+		clock := fakeclock.New(confStart)
 		tb := Table(table, form)
 		q1 := confNew(t, db, confConfig(e, tb, clock))
 		q2 := confNew(t, db, confConfig(e, tb, clock))
@@ -84,7 +85,7 @@ func TestLeaseKeeper(t *testing.T) {
 	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
 		table := confTable(t, e, db, "keeper")
-		clock := newFakeClock(confStart)
+		clock := fakeclock.New(confStart)
 		tb := Table(table, form)
 		q := confNew(t, db, confConfig(e, tb, clock))
 		other := confNew(t, db, confConfig(e, tb, clock))
@@ -134,7 +135,7 @@ func TestLeaseKeeperLost(t *testing.T) {
 		dsn := e.DSN(t, t.TempDir())
 		db := e.OpenDSN(t, dsn, 4)
 		table := confTable(t, e, db, "keeplost")
-		clock := newFakeClock(confStart)
+		clock := fakeclock.New(confStart)
 		tb := Table(table, form)
 		q := confNew(t, db, confConfig(e, tb, clock))
 		ctx := context.Background()
@@ -216,7 +217,7 @@ func TestLeaseForeignClaims(t *testing.T) {
 	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
 		table := confTable(t, e, db, "foreign")
-		clock := newFakeClock(confStart)
+		clock := fakeclock.New(confStart)
 		q := confNew(t, db, confConfig(e, Table(table, form), clock))
 		now := clock.Now().Truncate(time.Microsecond)
 		ins := "INSERT INTO " + table + " (id, attempt, locked_until, payload) VALUES (?, 2, ?, ?)"
@@ -319,7 +320,7 @@ func TestLeaseSameInstant(t *testing.T) {
 	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
 		table := confTable(t, e, db, "instant")
-		clock := newFakeClock(confStart)
+		clock := fakeclock.New(confStart)
 		q := confNew(t, db, confConfig(e, Table(table, form), clock))
 		ctx := context.Background()
 		id := confEnqueue(t, q, db, "frozen")
@@ -371,7 +372,7 @@ func TestSQLiteLeaseText(t *testing.T) {
 	lite[0].CreateTable(t, dbs[0], table)
 	// Half a second past the second: a format that dropped trailing zeros
 	// would write .5 and sort wrong against .499999.
-	clock := newFakeClock(time.Date(2031, 3, 4, 5, 6, 7, 500_000_000, time.UTC))
+	clock := fakeclock.New(time.Date(2031, 3, 4, 5, 6, 7, 500_000_000, time.UTC))
 	const layout = "2006-01-02T15:04:05.000000Z"
 	ctx := context.Background()
 	for w := range 2 {

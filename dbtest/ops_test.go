@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
 // opsTable makes a queue table for form with the optional operability
@@ -59,7 +60,7 @@ func TestLastError(t *testing.T) {
 	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
 		table := opsTable(t, e, db, form)
-		clock := newFakeClock(time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC))
+		clock := fakeclock.New(time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC))
 		q := confNew(t, db, confConfig(e, opsDescription(table, form), clock))
 		if err := q.CheckSchema(context.Background()); err != nil {
 			t.Fatal(err)
@@ -139,7 +140,7 @@ func TestStats(t *testing.T) {
 	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 6)
 		table := opsTable(t, e, db, form)
-		clock := newFakeClock(time.Now().UTC().Truncate(time.Second))
+		clock := fakeclock.New(time.Now().UTC().Truncate(time.Second))
 		q := confNew(t, db, confConfig(e, opsDescription(table, form), clock))
 		ctx := context.Background()
 		plain := confNew(t, db, confConfig(e, Table(table, form), clock))

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
 // The package's API for these edges, in one place.
@@ -80,7 +81,7 @@ func TestSettleTxUnconfirmed(t *testing.T) {
 	confEach(t, leaseAndAdvisory, func(t *testing.T, e Engine, form string) {
 		db1, db2 := confOpenTwo(t, e, 6)
 		table := concTable(t, e, db1, "txunconf_"+form)
-		clock := newFakeClock(confStart)
+		clock := fakeclock.New(confStart)
 		q := confNew(t, db1, confConfig(e, Table(table, form), clock))
 		other := confNew(t, db2, confConfig(e, Table(concQualified(t, e, db1, table), form), clock))
 		lease := form == "lease"

@@ -1,16 +1,13 @@
 package worker
 
-// The loop's batches against btFake, a tiny in-memory driver answering the
-// Postgres lease statements (a copy of the root's bench_test.go fake, which
-// a test of this package cannot import).
+// The loop's batches against the fake driver answering the Postgres lease
+// statements from memory (fakedb.Lease, as the root's benchmarks).
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
 	"runtime"
 	"sort"
 	"strings"
@@ -20,130 +17,12 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakedb"
 )
 
-// btFake is a database/sql connector whose connections answer the lease
-// statements of the Postgres dialect from memory: a claim returns as many
-// rows as its limit, a batch Ack returns the ids it was given, a plain
-// settlement affects one row. When block is set, a query signals on it and
-// waits for its context to end. seen, when set, sees each query first.
-type btFake struct {
-	payload []byte
-	expiry  time.Time
-	nextID  atomic.Int64
-	block   chan struct{}
-	queries atomic.Int64
-	// seen, when set, is called with each query before it is answered,
-	// and may hold it.
-	seen func(query string, args []driver.NamedValue)
-}
-
-func newBTFake() *btFake {
-	return &btFake{payload: make([]byte, 128), expiry: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (f *btFake) db(tb testing.TB) *sql.DB {
-	db := sql.OpenDB(f)
-	db.SetMaxIdleConns(64)
-	tb.Cleanup(func() { db.Close() })
-	return db
-}
-
-func (f *btFake) Connect(context.Context) (driver.Conn, error) { return &btConn{f: f}, nil }
-func (f *btFake) Driver() driver.Driver                        { return btDriver{f} }
-
-type btDriver struct{ f *btFake }
-
-func (d btDriver) Open(string) (driver.Conn, error) { return &btConn{f: d.f}, nil }
-
-type btConn struct {
-	f    *btFake
-	rows btRows
-}
-
-func (c *btConn) Prepare(string) (driver.Stmt, error) {
-	return nil, errors.New("btFake: no prepared statements")
-}
-func (c *btConn) Close() error              { return nil }
-func (c *btConn) Begin() (driver.Tx, error) { return nil, errors.New("btFake: no transactions") }
-
-func (c *btConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	c.f.queries.Add(1)
-	return driver.RowsAffected(1), nil
-}
-
-func (c *btConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	c.f.queries.Add(1)
-	if c.f.seen != nil {
-		c.f.seen(query, args)
-	}
-	if c.f.block != nil {
-		c.f.block <- struct{}{}
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	r := &c.rows
-	r.f, r.i, r.vals = c.f, 0, r.vals[:0]
-	switch {
-	case strings.HasPrefix(query, "WITH picked"):
-		// The limit is the first integer parameter under either clock
-		// (the claim passes it once per branch and once for the union).
-		n := 1
-		for _, a := range args {
-			if v, ok := a.Value.(int64); ok {
-				n = int(v)
-				break
-			}
-		}
-		r.cols = btClaimCols
-		for i := 0; i < n; i++ {
-			r.vals = append(r.vals, c.f.nextID.Add(1))
-		}
-	case strings.HasPrefix(query, "DELETE"):
-		// A batch Ack: every token matches; its ids are every third
-		// parameter.
-		r.cols = btIDCols
-		for i := 0; i < len(args); i += 3 {
-			r.vals = append(r.vals, args[i].Value)
-		}
-	default:
-		return nil, errors.New("btFake: unexpected query " + query)
-	}
-	return r, nil
-}
-
-var (
-	btClaimCols = []string{"id", "attempt", "locked_until", "payload"}
-	btIDCols    = []string{"id"}
-)
-
-// btRows is reused by its connection: database/sql closes rows before the
-// connection serves another statement.
-type btRows struct {
-	f    *btFake
-	cols []string
-	vals []driver.Value
-	i    int
-}
-
-func (r *btRows) Columns() []string { return r.cols }
-func (r *btRows) Close() error      { return nil }
-
-func (r *btRows) Next(dest []driver.Value) error {
-	if r.i == len(r.vals) {
-		return io.EOF
-	}
-	dest[0] = r.vals[r.i]
-	if len(dest) == 4 {
-		dest[1], dest[2], dest[3] = int64(1), r.f.expiry, r.f.payload
-	}
-	r.i++
-	return nil
-}
-
-// btQueue is a lease queue on the fake, with the engine's clock.
-func btQueue(tb testing.TB, f *btFake) *inbox.Queue {
-	q, err := inbox.New(f.db(tb), inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until"}})
+// btQueue is a lease queue on f, with the engine's clock.
+func btQueue(tb testing.TB, f *fakedb.Lease) *inbox.Queue {
+	q, err := inbox.New(f.DB(tb).DB, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until"}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -157,7 +36,7 @@ func btQueue(tb testing.TB, f *btFake) *inbox.Queue {
 // others past the wait.
 func TestWorkBatchSharesStatements(t *testing.T) {
 	run := func(t *testing.T, wait time.Duration, handle func(id any, acks func() [][]any) error) [][]any {
-		f := newBTFake()
+		f := fakedb.NewLease()
 		q := btQueue(t, f)
 		var mu sync.Mutex
 		var acks [][]any // the distinct ids of each batch Ack, in order
@@ -166,7 +45,7 @@ func TestWorkBatchSharesStatements(t *testing.T) {
 			defer mu.Unlock()
 			return append([][]any(nil), acks...)
 		}
-		f.seen = func(query string, args []driver.NamedValue) {
+		f.Seen = func(query string, args []driver.NamedValue) {
 			if !strings.HasPrefix(query, "DELETE") {
 				return
 			}
@@ -277,7 +156,7 @@ func TestWorkBatchSharesStatements(t *testing.T) {
 // handler, one job per op: the loop's own cost over the root's BenchmarkClaimAckAll16
 // (goroutines, keepers, the gathering of a batch's acks).
 func BenchmarkWork16(b *testing.B) {
-	f := newBTFake()
+	f := fakedb.NewLease()
 	q := btQueue(b, f)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
