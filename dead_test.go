@@ -66,7 +66,7 @@ func TestDeadJobStatements(t *testing.T) {
 		}},
 		{"mysql advisory", inbox.MySQL, "advisory", nil, pins{
 			list:        "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` ORDER BY `dead_at` DESC, `id` DESC LIMIT ?",
-			listAfter:   "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` WHERE (`dead_at`, `id`) < (?, ?) ORDER BY `dead_at` DESC, `id` DESC LIMIT ?",
+			listAfter:   "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` WHERE `dead_at` <= ? AND (`dead_at` < ? OR `id` < ?) ORDER BY `dead_at` DESC, `id` DESC LIMIT ?",
 			take:        "SELECT `id`, `payload`, `last_error` FROM `dead_jobs` WHERE `id` = ? FOR UPDATE",
 			takeDelete:  "DELETE FROM `dead_jobs` WHERE `id` = ?",
 			purge:       "DELETE FROM `dead_jobs`",
@@ -78,7 +78,7 @@ func TestDeadJobStatements(t *testing.T) {
 		}},
 		{"mysql row lock", inbox.MySQL, "rowlock", nil, pins{
 			list:        "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` ORDER BY `dead_at` DESC, `id` DESC LIMIT ?",
-			listAfter:   "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` WHERE (`dead_at`, `id`) < (?, ?) ORDER BY `dead_at` DESC, `id` DESC LIMIT ?",
+			listAfter:   "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` WHERE `dead_at` <= ? AND (`dead_at` < ? OR `id` < ?) ORDER BY `dead_at` DESC, `id` DESC LIMIT ?",
 			take:        "SELECT `id`, `payload`, `last_error` FROM `dead_jobs` WHERE `id` = ? FOR UPDATE",
 			takeDelete:  "DELETE FROM `dead_jobs` WHERE `id` = ?",
 			purge:       "DELETE FROM `dead_jobs`",
@@ -205,4 +205,27 @@ func TestDeadJobsRefuse(t *testing.T) {
 	if n := m.Sent(); n != 0 {
 		t.Errorf("%d calls reached the driver, want 0: %v", n, m.Log(0))
 	}
+}
+
+// The next page on MySQL and MariaDB names the last job's time of death
+// twice (the two ranges MariaDB seeks) and its id once.
+func TestListDeadAfterMySQL(t *testing.T) {
+	m := newMock(t)
+	q, err := inbox.New(m.DB, inbox.Config{Dialect: inbox.MySQL, Table: deadDesc("lease")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 3, 8, 0, 0, 123456000, time.UTC)
+	m.ExpectQuery(q.Statements().DeadListAfter.SQL).
+		WithArgs("2026-12-03 08:00:00.123456", "2026-12-03 08:00:00.123456", int64(9), 2).
+		WillReturnRows(sqlmock.NewRows([]string{"id", "attempt", "payload", "last_error", "dead_at"}).
+			AddRow(int64(8), int64(3), []byte("p"), "boom", "2026-12-03 07:59:00.000000"))
+	jobs, err := q.ListDead(context.Background(), 2, &inbox.DeadJob{ID: int64(9), DeadAt: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || jobs[0].ID != int64(8) || jobs[0].LastError != "boom" || !jobs[0].DeadAt.Equal(at.Add(-time.Minute).Truncate(time.Second)) {
+		t.Errorf("ListDead = %+v", jobs)
+	}
+	m.met(t)
 }

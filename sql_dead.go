@@ -5,8 +5,9 @@ package inbox
 // read the same on every engine but for the placeholders and the clock.
 // returning is true for engines whose DELETE returns the rows it deleted
 // (PostgreSQL, SQLite, MariaDB is left out with MySQL, whose statements it
-// shares).
-func deadJobs(t *sqlTemplate, n *Names, st *Statements, returning bool) {
+// shares); rowSeek for engines that seek an index by a row-value comparison
+// (PostgreSQL, SQLite).
+func deadJobs(t *sqlTemplate, n *Names, st *Statements, returning, rowSeek bool) {
 	st.Cancel = t.exec("DELETE FROM {table} WHERE {id} = $id")
 	st.JobExists = t.query("SELECT 1 FROM {table} WHERE {id} = $id")
 	if n.Form == RowLock {
@@ -19,11 +20,19 @@ func deadJobs(t *sqlTemplate, n *Names, st *Statements, returning bool) {
 	}
 	cols := "{id}, {attempt}{, data}{, lastError}{, deadAt}"
 	// Newest death first, on an index on (dead_at, id) or the primary key;
-	// the next page starts past the last row by a row-value comparison,
-	// which each engine reads as one index range.
+	// the next page starts past the last row listed, one index range.
+	// PostgreSQL and SQLite seek a row-value comparison to that row. MariaDB
+	// 10.11 reads it as a filter on the whole index from the newest death
+	// (10,500 rows read for a page of 20 at depth 10,000); spelled out, it
+	// is two ranges, dead_at < $at and dead_at = $at AND id < $id, which it
+	// seeks (21 rows read). PostgreSQL would seek only the first and filter
+	// the ties, so each engine gets its own spelling.
 	order, past := "{id} DESC", "{id} < $id"
 	if n.DeadAt != "" {
 		order, past = "{deadAt} DESC, {id} DESC", "({deadAt}, {id}) < ($at, $id)"
+		if !rowSeek {
+			past = "{deadAt} <= $at AND ({deadAt} < $at OR {id} < $id)"
+		}
 	}
 	st.DeadList = t.query("SELECT " + cols + " FROM {dead} ORDER BY " + order + " LIMIT $limit")
 	st.DeadListAfter = t.query("SELECT " + cols + " FROM {dead} WHERE " + past + " ORDER BY " + order + " LIMIT $limit")

@@ -85,7 +85,7 @@ func (mysql) Statements(n *Names) (*Statements, error) {
 	}
 	enqueue(st, n, question, false, myEnqueueClock(n))
 	// MySQL has no DELETE … RETURNING (MariaDB has, but shares these).
-	deadJobs(t, n, st, false)
+	deadJobs(t, n, st, false, false)
 	// In work is counted in this statement under the lease form alone; the
 	// row lock's comes from the server's lock tables apart (InWork), which
 	// may be missing or not granted. The clock is read first.

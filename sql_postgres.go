@@ -53,7 +53,7 @@ func (postgres) Statements(n *Names) (*Statements, error) {
 	}
 	enqueue(st, n, dollar, true, pgEnqueueClock(n))
 	st.Stats = pgStats(t, n)
-	deadJobs(t, n, st, true)
+	deadJobs(t, n, st, true, true)
 	st.Verdict = verdictRead(t, n)
 	return st, nil
 }

@@ -74,7 +74,7 @@ func (sqlite) Statements(n *Names) (*Statements, error) {
 		return nil, fmt.Errorf("SQLite has no row locks: name Table.LockedUntil for the lease form or Table.AdvisoryKey for the advisory form")
 	}
 	enqueue(st, n, question, true, "")
-	deadJobs(t, n, st, true)
+	deadJobs(t, n, st, true, true)
 	// In work under the advisory form is the process's own count.
 	free, due := statsOldest(n, "$now")
 	st.Stats = t.query("SELECT " + statsCounts(n, "$now", "$until", "-1") +

@@ -263,3 +263,53 @@ func describe(ds []*inbox.Delivery) string {
 	}
 	return s
 }
+
+// TestListDeadTies pages through deaths that share one time (a batch
+// buried by one statement on the engine's clock) on every engine and
+// driver: each job is listed once, ties by id descending, as the next
+// page's condition spells the last job's (dead_at, id) on each engine.
+func TestListDeadTies(t *testing.T) {
+	for _, e := range Engines {
+		t.Run(e.Name, func(t *testing.T) {
+			db := e.OpenDSN(t, e.DSN(t, t.TempDir()), 4)
+			table := "dead_ties"
+			tb := deadOpsTable(t, e, db, table, "lease")
+			confDropAtEnd(t, e, db, table, table+"_dead", table+"_claims")
+			q, err := inbox.New(db, inbox.Config{Dialect: e.Dialect, Table: tb})
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := time.Date(2026, 12, 3, 8, 0, 0, 250000000, time.UTC)
+			// Ids 1 to 7: 2 to 6 died together, 1 before them, 7 after.
+			want := []int64{7, 6, 5, 4, 3, 2, 1}
+			for id := int64(1); id <= 7; id++ {
+				died := at
+				switch id {
+				case 1:
+					died = at.Add(-time.Second)
+				case 7:
+					died = at.Add(time.Second)
+				}
+				confExec(t, e, db, "INSERT INTO "+table+"_dead (id, attempt, payload, last_error, dead_at) VALUES (?, 2, ?, 'x', ?)", id, []byte("p"), opsTime(e, died))
+			}
+			var got []int64
+			var after *inbox.DeadJob
+			for len(got) <= len(want) {
+				page, err := q.ListDead(context.Background(), 2, after)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(page) == 0 {
+					break
+				}
+				for _, j := range page {
+					got = append(got, j.ID.(int64))
+				}
+				after = &page[len(page)-1]
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("listed %v, want %v", got, want)
+			}
+		})
+	}
+}
