@@ -65,6 +65,13 @@ type Config struct {
 	// This is where to log. It runs in the loop's goroutine, or a
 	// batch handler's.
 	OnError func(error)
+	// OnEvent, when set, is told of each job's start and end and of the
+	// errors OnError gets but for the settlements' (those are in the
+	// job's end): see [Event]. It runs in the loop's goroutine or a
+	// handler's, as many at once as jobs end together, and delays the
+	// next job while it runs. [SlogEvents] logs them; package metrics
+	// counts them. Unset, the loop reads no clock for it.
+	OnEvent func(Event)
 }
 
 // Defaults and bounds of [Config].
@@ -272,6 +279,8 @@ type loop struct {
 	attempts int
 	backoff  func(int) time.Duration
 	onError  func(error)
+	onEvent  func(Event)
+	name     string // the table's name, for events
 	// batchers settle the lease jobs of a claim of n (their key) together,
 	// where the dialect has batched statements; nil otherwise.
 	batchers  map[int]*inbox.Batcher
@@ -286,7 +295,19 @@ type loop struct {
 	nextCheck int64
 }
 
+// report tells OnError and OnEvent of an error of the loop's own.
 func (w *loop) report(err error) {
+	if err == nil {
+		return
+	}
+	w.count(err)
+	if w.onEvent != nil {
+		w.onEvent(Event{Kind: EventError, Queue: w.name, Err: err})
+	}
+}
+
+// count counts err towards the schema check and tells OnError.
+func (w *loop) count(err error) {
 	if err == nil {
 		return
 	}
@@ -312,7 +333,7 @@ func newLoop(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) (*
 	tb := q.Config().Table
 	w := &loop{q: q, lease: q.Form() == inbox.Lease, dead: tb.DeadTable != "",
 		handle: handle, batch: cfg.Batch, poll: cfg.Poll, attempts: cfg.MaxAttempts, backoff: cfg.Backoff, onError: cfg.OnError,
-		detached: context.WithoutCancel(ctx)}
+		onEvent: cfg.OnEvent, name: tb.Name, detached: context.WithoutCancel(ctx)}
 	w.delays = w.lease || tb.NotBefore != ""
 	w.nextCheck = 1
 	switch {
@@ -433,6 +454,7 @@ func (w *loop) handleAll(ctx context.Context, ds []*inbox.Delivery) {
 type succeeded struct {
 	d          *inbox.Delivery
 	stopKeeper func()
+	took       time.Duration // how long its handler ran (OnEvent)
 }
 
 // runBatch runs the handlers of a lease batch and acknowledges those that
@@ -530,7 +552,7 @@ func (w *loop) ackGroup(b *inbox.Batcher, group []succeeded) {
 	}
 	for i, err := range b.AckAll(w.detached, ds) {
 		group[i].stopKeeper()
-		w.report(err)
+		w.ended(ds[i], group[i].took, nil, OutcomeAcked, 0, err)
 	}
 }
 
@@ -640,26 +662,30 @@ func (w *loop) handleOne(ctx context.Context, d *inbox.Delivery, b *inbox.Batche
 	} else {
 		hctx, stopKeeper = d.Keep(ctx)
 	}
+	start := w.began(d)
 	err := runHandler(hctx, w.handle, d)
+	took := w.since(start)
 	if err == nil && b != nil {
-		return succeeded{d: d, stopKeeper: stopKeeper}
+		return succeeded{d: d, stopKeeper: stopKeeper, took: took}
 	}
-	w.settle(ctx, d, b, err)
+	o, delay, serr := w.settle(ctx, d, b, err)
 	stopKeeper()
+	w.ended(d, took, err, o, delay, serr)
 	return succeeded{}
 }
 
-// settle settles d by its handler's result err, through b when b is not nil.
-func (w *loop) settle(ctx context.Context, d *inbox.Delivery, b *inbox.Batcher, err error) {
+// settle settles d by its handler's result err, through b when b is not
+// nil, and returns what it did, the retry's delay and the settlement's error.
+func (w *loop) settle(ctx context.Context, d *inbox.Delivery, b *inbox.Batcher, err error) (Outcome, time.Duration, error) {
 	settle := w.detached
 	switch {
 	case err == nil:
-		w.report(d.Ack(settle))
+		return OutcomeAcked, 0, d.Ack(settle)
 	case ctx.Err() != nil && !w.lease:
-		w.report(d.Release(settle))
+		return OutcomeReleased, 0, d.Release(settle)
 	case d.Attempt() >= w.attempts && w.dead:
 		d.SetError(err)
-		w.report(d.Dead(settle))
+		return OutcomeDead, 0, d.Dead(settle)
 	default:
 		d.SetError(err)
 		after := w.backoff(d.Attempt())
@@ -673,12 +699,12 @@ func (w *loop) settle(ctx context.Context, d *inbox.Delivery, b *inbox.Batcher, 
 		} else {
 			err = d.Retry(settle, after)
 		}
-		w.report(err)
 		if err == nil && after > 0 && w.duty != nil {
 			// The loops wake when the job is due, not at their next poll;
 			// a few milliseconds late, for the database's clock.
 			w.duty.due.add(time.Now().Add(after + dueMargin))
 		}
+		return OutcomeRetried, after, err
 	}
 }
 
