@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/fakedb"
 )
 
 // TestEventsFake (issue 22 item 6): on the fake, every job whose handler
@@ -23,7 +24,7 @@ import (
 // their handlers run.
 func TestEventsFake(t *testing.T) {
 	for _, batch := range []int{1, 3} {
-		f := newBTFake()
+		f := fakedb.NewLease()
 		q := btQueue(t, f)
 		ctx, cancel := context.WithCancel(context.Background())
 		var (
@@ -90,7 +91,7 @@ func TestEventsFake(t *testing.T) {
 // TestEventsNoAlloc (issue 22 item 6): a job's start and end cost no
 // allocation, with OnEvent unset and with one set.
 func TestEventsNoAlloc(t *testing.T) {
-	f := newBTFake()
+	f := fakedb.NewLease()
 	q := btQueue(t, f)
 	ds, err := q.Claim(context.Background(), 1)
 	if err != nil || len(ds) != 1 {
@@ -176,7 +177,7 @@ func BenchmarkWorkEvents(b *testing.B) {
 
 // benchWork runs Run with cfg and a no-op handler for b.N jobs.
 func benchWork(b *testing.B, cfg Config) {
-	f := newBTFake()
+	f := fakedb.NewLease()
 	q := btQueue(b, f)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
