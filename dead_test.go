@@ -227,5 +227,5 @@ func TestListDeadAfterMySQL(t *testing.T) {
 	if len(jobs) != 1 || jobs[0].ID != int64(8) || jobs[0].LastError != "boom" || !jobs[0].DeadAt.Equal(at.Add(-time.Minute).Truncate(time.Second)) {
 		t.Errorf("ListDead = %+v", jobs)
 	}
-	m.met(t)
+	m.Met(t)
 }
