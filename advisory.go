@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -307,46 +306,6 @@ func (d *Delivery) unlock(ctx context.Context) {
 	q.untrack(d)
 }
 
-// keySet is a set of advisory keys in work in this process: per pool for
-// engines with session locks (the server arbitrates between pools, the set
-// only spares a lock call), per database file for the whole process for
-// SQLite (sqliteKeys), where it is the whole mechanism.
-type keySet struct {
-	mu sync.Mutex
-	m  map[string]struct{}
-}
-
-// take marks key in work, reporting false when it already was.
-func (s *keySet) take(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, busy := s.m[key]; busy {
-		return false
-	}
-	if s.m == nil {
-		s.m = map[string]struct{}{}
-	}
-	s.m[key] = struct{}{}
-	return true
-}
-
-func (s *keySet) drop(key string) {
-	s.mu.Lock()
-	delete(s.m, key)
-	s.mu.Unlock()
-}
-
-func (s *keySet) size() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.m)
-}
-
-// processKeys holds the advisory keys in work of engines without session
-// locks (SQLite), keyed by the table's identity, which names its database
-// file: every pool and queue of the process on one file shares them.
-var processKeys keySet
-
 // identity returns the table's identity as the engine resolves it, read
 // once per queue (the first advisory claim) and kept.
 func (q *Queue) identity(ctx context.Context) (string, error) {
@@ -367,7 +326,7 @@ func (q *Queue) identity(ctx context.Context) (string, error) {
 	if q.locker == nil && strings.HasPrefix(ident, sqliteMemory+"\x00") {
 		// A database in memory is its pool's: so are its keys. (Set
 		// before ident, which every reader of q.keys waits for.)
-		q.keys = &q.holds.keys
+		q.keys = keySet{scope: q.db}
 	}
 	q.ident = ident
 	return ident, nil

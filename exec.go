@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 )
@@ -340,17 +339,25 @@ func (q *Queue) warm(ctx context.Context, ss ...Stmt) {
 
 // stmtCache holds the statements of a queue with [Config.Prepare], by their
 // text, prepared at their first use. database/sql prepares each once on
-// every connection it then runs on; the cache closes them when the queues
-// sharing it are collected.
+// every connection it then runs on, and keeps each until it is closed: the
+// last of the queues sharing the cache to close closes them.
 type stmtCache struct {
-	db *sql.DB
-	mu sync.Mutex
-	m  map[string]*sql.Stmt
+	db     *sql.DB
+	mu     sync.Mutex
+	m      map[string]*sql.Stmt
+	users  int  // queues sharing the cache and not closed
+	closed bool // the statements are closed: send text
 }
 
 func newStmtCache(db *sql.DB) *stmtCache {
-	c := &stmtCache{db: db, m: map[string]*sql.Stmt{}}
-	runtime.SetFinalizer(c, (*stmtCache).close)
+	return &stmtCache{db: db, m: map[string]*sql.Stmt{}, users: 1}
+}
+
+// share adds a queue to the cache's users.
+func (c *stmtCache) share() *stmtCache {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.users++
 	return c
 }
 
@@ -360,11 +367,14 @@ func (c *stmtCache) lookup(text string) *sql.Stmt {
 	return c.m[text]
 }
 
-// get returns text's statement, preparing it the first time. A prepare that
-// fails (a cancelled context, a broken connection) is tried again at the
-// next use.
+// get returns text's statement, preparing it the first time, or nil once
+// the cache is closed. A prepare that fails (a cancelled context, a broken
+// connection) is tried again at the next use.
 func (c *stmtCache) get(ctx context.Context, text string) (*sql.Stmt, error) {
-	if st := c.lookup(text); st != nil {
+	c.mu.Lock()
+	st, closed := c.m[text], c.closed
+	c.mu.Unlock()
+	if st != nil || closed {
 		return st, nil
 	}
 	st, err := c.db.PrepareContext(ctx, text)
@@ -373,8 +383,8 @@ func (c *stmtCache) get(ctx context.Context, text string) (*sql.Stmt, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if first := c.m[text]; first != nil {
-		// Another call prepared it meanwhile.
+	if first := c.m[text]; first != nil || c.closed {
+		// Another call prepared it meanwhile, or the cache closed.
 		_ = st.Close()
 		return first, nil
 	}
@@ -382,13 +392,22 @@ func (c *stmtCache) get(ctx context.Context, text string) (*sql.Stmt, error) {
 	return st, nil
 }
 
-func (c *stmtCache) close() {
+// release takes one user away, closing the statements with the last.
+func (c *stmtCache) release() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.users--; c.users > 0 {
+		return nil
+	}
+	c.closed = true
+	var first error
 	for text, st := range c.m {
-		_ = st.Close()
+		if err := st.Close(); err != nil && first == nil {
+			first = err
+		}
 		delete(c.m, text)
 	}
+	return first
 }
 
 // moveDead moves the row v names to the dead table and returns the rows

@@ -6,10 +6,15 @@
 // description chooses how a claimed job is held: by the claim's transaction
 // (row lock, the default), by an expiry written into the row (lease, when
 // [Table.LockedUntil] is named) or by a session lock on a key (advisory, when
-// [Table.AdvisoryKey] is named). The package starts no goroutine unless asked
-// for a lease keeper ([Delivery.Keep]), and never polls, sleeps or logs: the
-// worker loop that does is package github.com/sqlinbox/inbox/worker, written
-// on this package's exported API.
+// [Table.AdvisoryKey] is named). The package starts no goroutine unless
+// asked for a lease keeper ([Delivery.Keep]), never polls or logs, and waits
+// only where asked to: a [Batcher] holds a settlement up to its MaxWait to
+// gather others. Nothing it holds is let go by the garbage collector:
+// [Queue.Close] closes what [Config.Prepare] prepared, and its process-wide
+// state (the connections and advisory keys of jobs in work, the channels
+// of [Queue.NextWake]) lasts only while a job or a wait uses it. The worker
+// loop that polls and sleeps is package github.com/sqlinbox/inbox/worker,
+// written on this package's exported API.
 package inbox
 
 import (
@@ -20,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -192,12 +198,15 @@ type Config struct {
 	// interpolateParams (a prepare, a run and a close each); pgx caches
 	// statements itself. Not behind PgBouncer in transaction pooling before
 	// 1.21 (max_prepared_statements), which loses prepared statements
-	// between transactions. The SQL is the same text either way.
+	// between transactions. The SQL is the same text either way. The
+	// statements stay prepared until [Queue.Close].
 	Prepare bool
 }
 
-// Queue claims and settles the jobs of one table. It is immutable after [New]
-// and safe for concurrent use.
+// Queue claims and settles the jobs of one table. It is safe for concurrent
+// use. Its configuration is fixed by [New]; what it holds is the jobs in
+// work, which settle or [Queue.Shutdown] give back, and under
+// [Config.Prepare] the prepared statements, which [Queue.Close] lets go of.
 type Queue struct {
 	db      *sql.DB
 	cfg     Config
@@ -213,13 +222,14 @@ type Queue struct {
 	after       func(time.Duration) <-chan time.Time
 	margin      time.Duration
 	stmts       *stmtCache // Config.Prepare: the prepared statements; nil: text
-	holds       *poolHolds
-	keys        *keySet // advisory keys in work in this process
+	closed      atomic.Bool
+	holds       poolHolds // the connections held by jobs in work
+	keys        keySet    // advisory keys in work in this process
 
 	identMu sync.Mutex
 	ident   string // advisory: the table's identity, resolved at the first claim
 
-	bell *bell // wakes the idle loops of the table in this process (NextWake)
+	bell bell // wakes the idle loops of the table in this process (NextWake)
 
 	mu   sync.Mutex
 	live map[*Delivery]struct{} // held jobs (row lock, advisory), for Shutdown
@@ -285,12 +295,9 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if l, ok := capability[Locker](cfg.Dialect); ok && n.Form == Advisory {
 		q.locker = l
 	}
-	if n.Form != Lease {
-		q.holds = holdsOf(q, db)
-	}
-	q.keys = &processKeys
+	q.holds, q.keys = poolHolds{db}, processKeys
 	if q.locker != nil {
-		q.keys = &q.holds.keys
+		q.keys = keySet{scope: db}
 	}
 	return q, nil
 }
@@ -308,7 +315,7 @@ func (q *Queue) WithLease(d time.Duration) (*Queue, error) {
 	wl, err := New(q.db, cfg)
 	if err == nil && q.stmts != nil {
 		// The same statements: prepared once for both.
-		wl.stmts = q.stmts
+		wl.stmts = q.stmts.share()
 	}
 	return wl, err
 }
@@ -909,6 +916,23 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		}
 	}
 	return first
+}
+
+// Close lets go of the statements the queue prepared under
+// [Config.Prepare], which database/sql keeps until they are closed: those
+// shared with queues [Queue.WithLease] made are closed with the last of
+// them. A queue without Config.Prepare holds nothing Close lets go of.
+// Close neither settles nor gives back jobs in work ([Queue.Shutdown]
+// does); a queue used after it sends its statements as text. Closing twice
+// does nothing more.
+func (q *Queue) Close() error {
+	if q.stmts == nil || q.closed.Swap(true) {
+		return nil
+	}
+	if err := q.stmts.release(); err != nil {
+		return opErr("close", err)
+	}
+	return nil
 }
 
 func (q *Queue) track(d *Delivery) {

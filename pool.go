@@ -3,77 +3,108 @@ package inbox
 import (
 	"database/sql"
 	"database/sql/driver"
-	"runtime"
+	"strings"
 	"sync"
 )
 
-// poolHolds counts, per *sql.DB, the connections held by jobs in work and the
-// advisory keys in work, shared by every queue on that pool: the pool rule
-// holds across queues, so the count cannot live in one queue.
-type poolHolds struct {
-	db     *sql.DB
-	queues int // queues sharing it (guarded by holdsMu)
+// inWork is what the jobs in work of this process hold, shared by every
+// queue: per *sql.DB the connections they hold (the pool rule holds across
+// queues, so the count cannot live in one queue), and per scope the
+// advisory keys in work. An entry lives while it counts something: the
+// last unreserve or drop removes it, so a pool or a table no job holds is
+// in neither map, however many queues were made on it.
+var inWork = struct {
+	mu    sync.Mutex
+	conns map[*sql.DB]int
+	keys  map[any]map[string]struct{}
+}{conns: map[*sql.DB]int{}, keys: map[any]map[string]struct{}{}}
 
-	mu   sync.Mutex
-	n    int
-	keys keySet
-}
-
-// holdsFor finds a pool's count from a queue's New. An entry lives as long
-// as a queue on its pool does: each queue's finalizer gives its share back,
-// and the last one removes the entry, so the registry never keeps a pool
-// reachable that the caller has let go of.
-var (
-	holdsMu  sync.Mutex
-	holdsFor = map[*sql.DB]*poolHolds{}
-)
-
-// holdsOf returns db's count for q, released when q is collected.
-func holdsOf(q *Queue, db *sql.DB) *poolHolds {
-	holdsMu.Lock()
-	defer holdsMu.Unlock()
-	h := holdsFor[db]
-	if h == nil {
-		h = &poolHolds{db: db}
-		holdsFor[db] = h
-	}
-	h.queues++
-	runtime.SetFinalizer(q, func(*Queue) { h.release() })
-	return h
-}
-
-// release gives back one queue's share of h.
-func (h *poolHolds) release() {
-	holdsMu.Lock()
-	defer holdsMu.Unlock()
-	if h.queues--; h.queues == 0 && holdsFor[h.db] == h {
-		delete(holdsFor, h.db)
-	}
-}
+// poolHolds counts the connections of one pool held by jobs in work.
+type poolHolds struct{ db *sql.DB }
 
 // reserve takes up to want connections for jobs in work, leaving the pool's
 // last connection free, and returns how many it took.
-func (h *poolHolds) reserve(want int) (int, error) {
-	max := h.db.Stats().MaxOpenConnections
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if max == 1 {
+func (h poolHolds) reserve(want int) (int, error) {
+	limit := h.db.Stats().MaxOpenConnections
+	if limit == 1 {
 		return 0, ErrPoolTooSmall
 	}
-	if max > 0 && h.n+want > max-1 {
-		want = max - 1 - h.n
-		if want < 0 {
-			want = 0
-		}
+	inWork.mu.Lock()
+	defer inWork.mu.Unlock()
+	n := inWork.conns[h.db]
+	if limit > 0 && n+want > limit-1 {
+		want = max(limit-1-n, 0)
 	}
-	h.n += want
+	if want > 0 {
+		inWork.conns[h.db] = n + want
+	}
 	return want, nil
 }
 
-func (h *poolHolds) unreserve(n int) {
-	h.mu.Lock()
-	h.n -= n
-	h.mu.Unlock()
+func (h poolHolds) unreserve(n int) {
+	if n == 0 {
+		return
+	}
+	inWork.mu.Lock()
+	defer inWork.mu.Unlock()
+	if left := inWork.conns[h.db] - n; left > 0 {
+		inWork.conns[h.db] = left
+	} else {
+		delete(inWork.conns, h.db)
+	}
+}
+
+// keySet is a set of advisory keys in work in this process: per pool for
+// engines with session locks (the server arbitrates between pools, the set
+// only spares a lock call) and for a SQLite database in memory, which is
+// its pool's; for the whole process (processKeys) for SQLite files, where
+// it is the whole mechanism, its keys led by the table's identity.
+type keySet struct{ scope any }
+
+// processKeys is the scope of the keys shared by every pool of the process.
+var processKeys = keySet{scope: processScope{}}
+
+type processScope struct{}
+
+// take marks key in work, reporting false when it already was.
+func (s keySet) take(key string) bool {
+	inWork.mu.Lock()
+	defer inWork.mu.Unlock()
+	m := inWork.keys[s.scope]
+	if _, busy := m[key]; busy {
+		return false
+	}
+	if m == nil {
+		m = map[string]struct{}{}
+		inWork.keys[s.scope] = m
+	}
+	m[key] = struct{}{}
+	return true
+}
+
+func (s keySet) drop(key string) {
+	inWork.mu.Lock()
+	defer inWork.mu.Unlock()
+	m := inWork.keys[s.scope]
+	delete(m, key)
+	if len(m) == 0 {
+		delete(inWork.keys, s.scope)
+	}
+}
+
+func (s keySet) size() int { return s.count("") }
+
+// count counts the keys in work that begin with prefix.
+func (s keySet) count(prefix string) int {
+	inWork.mu.Lock()
+	defer inWork.mu.Unlock()
+	n := 0
+	for k := range inWork.keys[s.scope] {
+		if strings.HasPrefix(k, prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 // discard closes conn instead of returning it to the pool: its session may

@@ -1,57 +1,57 @@
 package inbox
 
 import (
-	"runtime"
 	"testing"
-	"time"
 
 	"github.com/DATA-DOG/go-sqlmock"
 )
 
-// TestPoolRegistryReleased: the pool rule's registry keeps a pool's count
-// while a queue on it lives, shares it between queues, and lets it go with
-// the last queue, so that it never keeps a pool reachable.
-func TestPoolRegistryReleased(t *testing.T) {
+// TestInWorkRegistryShrinks: the registry of what jobs in work hold keeps
+// a pool's connections and a scope's keys while something is held, shares
+// them between queues, and drops the entry with the last hold, so that it
+// never keeps a pool reachable nor grows with the queues made.
+func TestInWorkRegistryShrinks(t *testing.T) {
 	db, _, err := sqlmock.New()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	registered := func() bool {
-		holdsMu.Lock()
-		defer holdsMu.Unlock()
-		_, ok := holdsFor[db]
-		return ok
-	}
 	newQueue := func() *Queue {
-		q, err := New(db, Config{Dialect: Postgres, Table: Table{Name: "jobs"}})
+		q, err := New(db, Config{Dialect: Postgres, Table: Table{Name: "jobs", AdvisoryKey: "key"}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return q
 	}
+	held := func() (conns int, keys bool) {
+		inWork.mu.Lock()
+		defer inWork.mu.Unlock()
+		_, keys = inWork.keys[db]
+		return inWork.conns[db], keys
+	}
 	a, b := newQueue(), newQueue()
-	if a.holds != b.holds || !registered() {
-		t.Fatal("two queues on one pool do not share its count")
+	if n, keys := held(); n != 0 || keys {
+		t.Fatal("queues that hold nothing registered their pool")
 	}
-	runtime.KeepAlive(a)
-	a = nil
-	deadline := time.Now().Add(30 * time.Second)
-	// b still lives: the entry must stay while a is collected.
-	for i := 0; i < 5; i++ {
-		runtime.GC()
+	if got, _ := a.holds.reserve(2); got != 2 {
+		t.Fatalf("reserved %d connections, want 2", got)
 	}
-	if !registered() {
-		t.Fatal("the entry went while a queue on the pool lives")
+	_, _ = b.holds.reserve(1)
+	if !a.keys.take("k") || b.keys.take("k") {
+		t.Fatal("two queues of one pool both took key k")
 	}
-	runtime.KeepAlive(b)
-	b = nil
-	for registered() {
-		if time.Now().After(deadline) {
-			t.Fatal("the pool is still registered after its last queue was collected")
-		}
-		runtime.GC()
-		runtime.Gosched() // finalizers run on a goroutine of their own
+	if n, keys := held(); n != 3 || !keys {
+		t.Fatalf("held %d connections (keys %v), want the two queues' 3 and a key", n, keys)
+	}
+	a.holds.unreserve(2)
+	a.keys.drop("k")
+	b.holds.unreserve(1)
+	inWork.mu.Lock()
+	_, conns := inWork.conns[db]
+	_, keys := inWork.keys[db]
+	inWork.mu.Unlock()
+	if conns || keys {
+		t.Errorf("entries left after the last hold went: connections %v, keys %v", conns, keys)
 	}
 }
 
@@ -92,6 +92,12 @@ func TestBells(t *testing.T) {
 	case <-quiet:
 		t.Error("Wake on jobs woke reports")
 	default:
+	}
+	waits.mu.Lock()
+	_, kept := waits.ch["jobs"]
+	waits.mu.Unlock()
+	if kept {
+		t.Error("the wake-up left the table's channel in the registry")
 	}
 	if jobs.NextWake() == rang {
 		t.Error("NextWake after a wake-up returns the closed channel")

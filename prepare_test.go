@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"reflect"
-	"runtime"
 	"testing"
 	"time"
 
@@ -173,25 +172,37 @@ func TestPrepareCancelled(t *testing.T) {
 	m.Met(t)
 }
 
-// The statements are closed once no queue refers to them.
+// Close closes the prepared statements, once every queue sharing them
+// (WithLease) is closed; a closed queue sends its statements as text.
 func TestPrepareClosedWithQueue(t *testing.T) {
 	m := newMock(t)
-	func() {
-		q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Prepare: true})
-		m.ExpectPrepare(pgLeaseClaim).WillBeClosed()
-		m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows("id,attempt,locked_until,payload"))
-		claim(t, q, 1)
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for len(m.ClosedStmts()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the prepared statement was not closed once its queue was gone")
-		}
-		runtime.GC()
-		runtime.Gosched()
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Prepare: true})
+	m.ExpectPrepare(pgLeaseClaim).WillBeClosed()
+	m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows("id,attempt,locked_until,payload"))
+	claim(t, q, 1)
+	sibling, err := q.WithLease(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.ClosedStmts(); len(got) != 0 {
+		t.Fatalf("closed %q while the WithLease queue shares them", got)
+	}
+	if err := sibling.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sibling.Close(); err != nil {
+		t.Fatalf("a second Close: %v", err)
 	}
 	if got := m.ClosedStmts(); !reflect.DeepEqual(got, []string{pgLeaseClaim}) {
 		t.Errorf("closed %q, want the claim", got)
 	}
+	// Sent as text from now on: nothing prepared again.
+	m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows("id,attempt,locked_until,payload"))
+	n := len(m.Log(0))
+	claim(t, q, 1)
+	wantLog(t, m, n, "query "+pgLeaseClaim)
 	m.Met(t)
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -88,17 +87,4 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		st.OldestReady = time.Duration(age.Int64) * time.Microsecond
 	}
 	return st, nil
-}
-
-// count counts the keys in work that begin with prefix.
-func (s *keySet) count(prefix string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for k := range s.m {
-		if strings.HasPrefix(k, prefix) {
-			n++
-		}
-	}
-	return n
 }

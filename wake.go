@@ -6,48 +6,43 @@ import (
 )
 
 // bell wakes the idle loops of one table in this process. Ringing closes
-// the channel idle loops wait on and puts a new one in its place, so a ring
-// costs the same whatever the number of loops and rings, and a loop that
-// read the channel before a ring sees it.
-type bell struct {
+// the channel idle loops wait on, so a ring costs the same whatever the
+// number of loops, and a loop that read the channel before a ring sees it.
+// Tables are matched by their bare name, in lower case, so that "jobs" and
+// "public.jobs" share one: two tables of one name in different schemas
+// share it too, which costs their loops a claim that finds nothing, never a
+// missed wake-up.
+type bell struct{ key string }
+
+func bellOf(table string) bell { return bell{strings.ToLower(table)} }
+
+// waits holds a channel per table only from the first wait after a ring to
+// the next ring, which closes and removes it: a table nobody waits on is
+// not in it, whatever the number of tables and queues made.
+var waits = struct {
 	mu sync.Mutex
-	ch chan struct{}
-}
+	ch map[string]chan struct{}
+}{ch: map[string]chan struct{}{}}
 
 // next returns the channel the next ring closes.
-func (b *bell) next() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.ch
-}
-
-func (b *bell) ring() {
-	b.mu.Lock()
-	close(b.ch)
-	b.ch = make(chan struct{})
-	b.mu.Unlock()
-}
-
-// bells holds one bell per table name in the process. Tables are matched by
-// their bare name, in lower case, so that "jobs" and "public.jobs" share one:
-// two tables of one name in different schemas share it too, which costs
-// their loops a claim that finds nothing, never a missed wake-up. It holds
-// no pool.
-var (
-	bellsMu sync.Mutex
-	bells   = map[string]*bell{}
-)
-
-func bellOf(table string) *bell {
-	bellsMu.Lock()
-	defer bellsMu.Unlock()
-	key := strings.ToLower(table)
-	b := bells[key]
-	if b == nil {
-		b = &bell{ch: make(chan struct{})}
-		bells[key] = b
+func (b bell) next() <-chan struct{} {
+	waits.mu.Lock()
+	defer waits.mu.Unlock()
+	ch := waits.ch[b.key]
+	if ch == nil {
+		ch = make(chan struct{})
+		waits.ch[b.key] = ch
 	}
-	return b
+	return ch
+}
+
+func (b bell) ring() {
+	waits.mu.Lock()
+	defer waits.mu.Unlock()
+	if ch := waits.ch[b.key]; ch != nil {
+		close(ch)
+		delete(waits.ch, b.key)
+	}
 }
 
 // Wake wakes the loops of q's table in this process that wait on
