@@ -105,7 +105,7 @@ func (q *Queue) NewBatcher(cfg BatchConfig) (*Batcher, error) {
 	if q.names.Form != Lease {
 		return nil, fmt.Errorf("inbox: new batcher: batched settlement is for the lease form, not the %s form", q.names.Form)
 	}
-	bd, ok := q.dialect.(BatchDialect)
+	bd, ok := capability[BatchDialect](q.dialect)
 	if !ok {
 		return nil, fmt.Errorf("inbox: new batcher: dialect %s has no batched statements (BatchDialect)", q.dialect.Name())
 	}

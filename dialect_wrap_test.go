@@ -1,0 +1,54 @@
+package inbox
+
+import (
+	"context"
+	"testing"
+
+	"github.com/DATA-DOG/go-sqlmock"
+)
+
+// wrapped is a dialect wrapping another, as one that logs its statements
+// would: it implements none of the optional interfaces itself.
+type wrapped struct{ Dialect }
+
+func (w wrapped) Unwrap() Dialect { return w.Dialect }
+
+// Wrapping a dialect keeps every optional interface it has, the ones the
+// core looks up unexported included.
+func TestWrappedDialectKeepsCapabilities(t *testing.T) {
+	has := func(d Dialect) []bool {
+		_, l := capability[Locker](d)
+		_, ti := capability[TableIdentifier](d)
+		_, dd := capability[DeadlockDetector](d)
+		_, bd := capability[BatchDialect](d)
+		_, sc := capability[SchemaChecker](d)
+		_, be := capability[BulkEnqueuer](d)
+		_, lw := capability[lockWaiter](d)
+		return []bool{l, ti, dd, bd, sc, be, lw}
+	}
+	for _, d := range []Dialect{Postgres, MySQL, MariaDB, SQLite} {
+		want, got := has(d), has(wrapped{wrapped{d}})
+		for i := range want {
+			if want[i] != got[i] {
+				t.Errorf("%s: optional interface %d is %v unwrapped, %v wrapped twice", d.Name(), i, want[i], got[i])
+			}
+		}
+	}
+}
+
+// A Batcher on a wrapped dialect sends the batched statements of the
+// dialect it wraps (it was refused: "dialect postgres has no batched
+// statements").
+func TestWrappedDialectBatcher(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, wrapped{Postgres}, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 4})
+	d1, d2 := btDel(q, int64(1), 1, btExp), btDel(q, int64(2), 1, btExp)
+	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6)) RETURNING "id"`).
+		WithArgs(int64(1), int64(2), btExp, int64(2), int64(2), btExp).
+		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)).AddRow(int64(2)))
+	for i, err := range b.AckAll(context.Background(), []*Delivery{d1, d2}) {
+		btWant(t, "ack "+string(rune('1'+i)), err, nil)
+	}
+	btMet(t, sm)
+}
