@@ -69,6 +69,10 @@ func wantedColumns(n *Names, role tableRole) []colWant {
 		w = append(w, colWant{"LastError", r.LastError, kindString})
 	}
 	if role == deadTable {
+		// The time of death is the dead table's own column.
+		if r.DeadAt != "" {
+			w = append(w, colWant{"DeadAt", r.DeadAt, kindTime})
+		}
 		return w
 	}
 	if r.Priority != "" {

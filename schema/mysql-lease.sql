@@ -24,11 +24,12 @@ CREATE TABLE jobs_dead (
 -- Optional columns (docs/schema.md), each named in inbox.Table: LastError,
 -- Priority, EnqueuedAt. To add them, run these lines without their "-- ".
 -- ALTER TABLE jobs ADD COLUMN last_error text NULL, ADD COLUMN priority integer NOT NULL DEFAULT 0, ADD COLUMN enqueued_at DATETIME(6) NULL;
--- For Queue.ListDead and Queue.PurgeDead (Table.DeadAt): when each job died,
--- written by Dead; listed newest first from this index.
--- ALTER TABLE jobs ADD COLUMN dead_at DATETIME(6) NULL;
--- CREATE INDEX jobs_at ON jobs (dead_at, id);
+-- With LastError, the dead table keeps the error each job died with:
 -- ALTER TABLE jobs_dead ADD COLUMN last_error text NULL;
+-- For Queue.ListDead and Queue.PurgeDead (Table.DeadAt): when each job died, a column
+-- of the dead table that Dead writes; ListDead pages newest first by this index.
+-- ALTER TABLE jobs_dead ADD COLUMN dead_at DATETIME(6) NULL;
+-- CREATE INDEX jobs_dead_at ON jobs_dead (dead_at, id);
 -- With a priority (MySQL 8, MariaDB 10.8 or later), the free rows in claim order,
 -- in place of jobs_claimable above:
 -- ALTER TABLE jobs DROP INDEX jobs_claimable, ADD INDEX jobs_claimable (locked_until, priority DESC, id);

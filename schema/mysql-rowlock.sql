@@ -29,11 +29,12 @@ CREATE TABLE jobs_claims (
 -- Optional columns (docs/schema.md), each named in inbox.Table: LastError,
 -- Priority, EnqueuedAt. To add them, run these lines without their "-- ".
 -- ALTER TABLE jobs ADD COLUMN last_error text NULL, ADD COLUMN priority integer NOT NULL DEFAULT 0, ADD COLUMN enqueued_at DATETIME(6) NULL;
--- For Queue.ListDead and Queue.PurgeDead (Table.DeadAt): when each job died,
--- written by Dead; listed newest first from this index.
--- ALTER TABLE jobs ADD COLUMN dead_at DATETIME(6) NULL;
--- CREATE INDEX jobs_at ON jobs (dead_at, id);
+-- With LastError, the dead table keeps the error each job died with:
 -- ALTER TABLE jobs_dead ADD COLUMN last_error text NULL;
+-- For Queue.ListDead and Queue.PurgeDead (Table.DeadAt): when each job died, a column
+-- of the dead table that Dead writes; ListDead pages newest first by this index.
+-- ALTER TABLE jobs_dead ADD COLUMN dead_at DATETIME(6) NULL;
+-- CREATE INDEX jobs_dead_at ON jobs_dead (dead_at, id);
 -- With a priority (MySQL 8, MariaDB 10.8 or later), required: without it SKIP LOCKED
 -- returns no job while the first in order is held.
 -- CREATE INDEX jobs_priority ON jobs (priority DESC, id);

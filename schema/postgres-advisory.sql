@@ -24,11 +24,12 @@ CREATE INDEX jobs_ready ON jobs (not_before, id);
 -- Optional columns (docs/schema.md), each named in inbox.Table: LastError,
 -- Priority, EnqueuedAt. To add them, run these lines without their "-- ".
 -- ALTER TABLE jobs ADD COLUMN last_error text, ADD COLUMN priority integer NOT NULL DEFAULT 0, ADD COLUMN enqueued_at timestamptz;
--- For Queue.ListDead and Queue.PurgeDead (Table.DeadAt): when each job died,
--- written by Dead; listed newest first from this index.
--- ALTER TABLE jobs ADD COLUMN dead_at timestamptz;
--- CREATE INDEX jobs_at ON jobs (dead_at, id);
+-- With LastError, the dead table keeps the error each job died with:
 -- ALTER TABLE jobs_dead ADD COLUMN last_error text;
+-- For Queue.ListDead and Queue.PurgeDead (Table.DeadAt): when each job died, a column
+-- of the dead table that Dead writes; ListDead pages newest first by this index.
+-- ALTER TABLE jobs_dead ADD COLUMN dead_at timestamptz;
+-- CREATE INDEX jobs_dead_at ON jobs_dead (dead_at, id);
 -- With a priority, the rows in claim order:
 -- CREATE INDEX jobs_priority ON jobs (priority DESC, id);
 -- For Queue.Stats (with EnqueuedAt): the oldest ready job; jobs_ready serves the counts.

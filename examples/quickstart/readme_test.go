@@ -361,89 +361,169 @@ const schemaPrefix = "ex_rd_"
 // with the description of forms.go on it: CheckSchema finds nothing wrong,
 // and a job goes through a claim and an ack, another to the dead table. On
 // the lease form docs/worker.md's Batcher sample then settles a claim of three.
+//
+// With optional, the file's commented lines run too, and the description
+// names every optional column they add: the buried job is listed with its
+// time of death, and the dead table has the index on (dead_at, id) that
+// ListDead pages by.
 func TestSchemaFiles(t *testing.T) {
 	for _, f := range schemaFiles(t) {
-		t.Run(f.engine+"/"+f.form, func(t *testing.T) {
-			tb := map[string]inbox.Table{"lease": leaseTable, "rowlock": rowLockTable, "advisory": advisoryTable}[f.form]
-			stmts := statements(t, f.path)
-			var db *sql.DB
-			var dialect inbox.Dialect
-			switch f.engine {
-			case "sqlite":
-				dialect = inbox.SQLite
-				db = open(t, "sqlite", "file:"+filepath.Join(t.TempDir(), "schema.db")+"?_pragma=busy_timeout(5000)")
-			case "postgres":
-				dialect = inbox.Postgres
-				db = open(t, "pgx", dsn(t, "INBOX_POSTGRES_DSN"))
-			case "mysql":
-				dialect = inbox.MySQL
-				db = open(t, "mysql", dsn(t, "INBOX_MYSQL_DSN"))
-			}
-			if f.engine != "sqlite" {
-				// The shared servers: the file's tables and indexes get
-				// this test's prefix.
-				for i, s := range stmts {
-					stmts[i] = regexp.MustCompile(`\bjobs`).ReplaceAllString(s, schemaPrefix+"jobs")
-				}
-				tb.Name = schemaPrefix + tb.Name
-				tb.DeadTable = schemaPrefix + tb.DeadTable
-				if tb.ClaimsTable != "" {
-					tb.ClaimsTable = schemaPrefix + tb.ClaimsTable
-				}
-				drop := func() {
-					for _, name := range []string{tb.Name, tb.DeadTable, tb.ClaimsTable} {
-						if name == "" {
-							continue
-						}
-						if _, err := db.Exec("DROP TABLE IF EXISTS " + name); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
-				drop()
-				t.Cleanup(drop)
-			}
-			for _, stmt := range stmts {
-				if _, err := db.Exec(stmt); err != nil {
-					t.Fatalf("%s: %v\n%s", f.path, err, stmt)
-				}
-			}
-			ctx := context.Background()
-			q, err := inbox.New(db, inbox.Config{Dialect: dialect, Table: tb})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := q.CheckSchema(ctx); err != nil {
-				t.Fatalf("%s: %v", f.path, err)
-			}
-			for _, payload := range []string{"ack me", "bury me"} {
-				if _, err := q.Enqueue(ctx, db, inbox.Job{Data: []any{[]byte(payload)}}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for _, settle := range []func(*inbox.Delivery) error{
-				func(d *inbox.Delivery) error { return d.Ack(ctx) },
-				func(d *inbox.Delivery) error { return d.Dead(ctx) },
-			} {
-				ds, err := q.Claim(ctx, 1)
-				if err != nil || len(ds) != 1 {
-					t.Fatalf("Claim: %d deliveries, %v", len(ds), err)
-				}
-				if ds[0].Attempt() != 1 {
-					t.Errorf("attempt %d, want 1", ds[0].Attempt())
-				}
-				if err := settle(ds[0]); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if left, dead := count(t, db, tb.Name), count(t, db, tb.DeadTable); left != 0 || dead != 1 {
-				t.Errorf("%d jobs left, %d dead; want 0 and 1", left, dead)
-			}
-			if f.form == "lease" {
-				tryAckBatch(t, ctx, db, q, tb.Name)
-			}
-		})
+		for _, optional := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/%s/optional=%v", f.engine, f.form, optional), func(t *testing.T) {
+				schemaFileRun(t, f, optional)
+			})
+		}
 	}
+}
+
+// schemaFileRun is one run of TestSchemaFiles.
+func schemaFileRun(t *testing.T, f schemaFile, optional bool) {
+	tb := map[string]inbox.Table{"lease": leaseTable, "rowlock": rowLockTable, "advisory": advisoryTable}[f.form]
+	stmts := statements(t, f.path)
+	if optional {
+		stmts = append(stmts, optionalStatements(t, f.path)...)
+		tb.LastError, tb.Priority, tb.EnqueuedAt, tb.DeadAt = "last_error", "priority", "enqueued_at", "dead_at"
+	}
+	var db *sql.DB
+	var dialect inbox.Dialect
+	switch f.engine {
+	case "sqlite":
+		dialect = inbox.SQLite
+		db = open(t, "sqlite", "file:"+filepath.Join(t.TempDir(), "schema.db")+"?_pragma=busy_timeout(5000)")
+	case "postgres":
+		dialect = inbox.Postgres
+		db = open(t, "pgx", dsn(t, "INBOX_POSTGRES_DSN"))
+	case "mysql":
+		dialect = inbox.MySQL
+		db = open(t, "mysql", dsn(t, "INBOX_MYSQL_DSN"))
+	}
+	if f.engine != "sqlite" {
+		// The shared servers: the file's tables and indexes get
+		// this test's prefix.
+		for i, s := range stmts {
+			stmts[i] = regexp.MustCompile(`\bjobs`).ReplaceAllString(s, schemaPrefix+"jobs")
+		}
+		tb.Name = schemaPrefix + tb.Name
+		tb.DeadTable = schemaPrefix + tb.DeadTable
+		if tb.ClaimsTable != "" {
+			tb.ClaimsTable = schemaPrefix + tb.ClaimsTable
+		}
+		drop := func() {
+			for _, name := range []string{tb.Name, tb.DeadTable, tb.ClaimsTable} {
+				if name == "" {
+					continue
+				}
+				if _, err := db.Exec("DROP TABLE IF EXISTS " + name); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		drop()
+		t.Cleanup(drop)
+	}
+	for _, stmt := range stmts {
+		if _, err := db.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v\n%s", f.path, err, stmt)
+		}
+	}
+	ctx := context.Background()
+	q, err := inbox.New(db, inbox.Config{Dialect: dialect, Table: tb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.CheckSchema(ctx); err != nil {
+		t.Fatalf("%s: %v", f.path, err)
+	}
+	for _, payload := range []string{"ack me", "bury me"} {
+		if _, err := q.Enqueue(ctx, db, inbox.Job{Data: []any{[]byte(payload)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, settle := range []func(*inbox.Delivery) error{
+		func(d *inbox.Delivery) error { return d.Ack(ctx) },
+		func(d *inbox.Delivery) error { return d.Dead(ctx) },
+	} {
+		ds, err := q.Claim(ctx, 1)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("Claim: %d deliveries, %v", len(ds), err)
+		}
+		if ds[0].Attempt() != 1 {
+			t.Errorf("attempt %d, want 1", ds[0].Attempt())
+		}
+		if err := settle(ds[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left, dead := count(t, db, tb.Name), count(t, db, tb.DeadTable); left != 0 || dead != 1 {
+		t.Errorf("%d jobs left, %d dead; want 0 and 1", left, dead)
+	}
+	if optional {
+		schemaDeadAt(t, ctx, db, q, f.engine, tb.DeadTable)
+	}
+	if f.form == "lease" {
+		tryAckBatch(t, ctx, db, q, tb.Name)
+	}
+}
+
+// optionalStatements are the statements a schema file leaves commented out,
+// for the optional columns: its lines "-- ALTER …", "-- CREATE …" and
+// "-- DROP …", which may run on over several lines ending with ";".
+func optionalStatements(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		s, ok := strings.CutPrefix(line, "-- ")
+		if ok && regexp.MustCompile(`^(ALTER|CREATE|DROP) `).MatchString(s) {
+			out = append(out, strings.TrimSuffix(s, ";"))
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s: no optional statements", path)
+	}
+	return out
+}
+
+// schemaDeadAt checks the dead job the file's optional columns keep: its
+// error and time of death listed, and the index (dead_at, id) on the dead
+// table.
+func schemaDeadAt(t *testing.T, ctx context.Context, db *sql.DB, q *inbox.Queue, engine, dead string) {
+	t.Helper()
+	jobs, err := q.ListDead(ctx, 10, nil)
+	if err != nil || len(jobs) != 1 || jobs[0].DeadAt.IsZero() {
+		t.Fatalf("ListDead = %+v, %v; want one job with its time of death", jobs, err)
+	}
+	var cols []string
+	var rows *sql.Rows
+	switch engine {
+	case "postgres":
+		rows, err = db.Query("SELECT indexdef FROM pg_indexes WHERE tablename = $1", dead)
+	case "mysql":
+		rows, err = db.Query("SELECT GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX) FROM information_schema.STATISTICS "+
+			"WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? GROUP BY INDEX_NAME", dead)
+	default:
+		rows, err = db.Query("SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL", dead)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		cols = append(cols, strings.ReplaceAll(c, " ", ""))
+	}
+	for _, c := range cols {
+		if c == "dead_at,id" || strings.HasSuffix(c, "(dead_at,id)") {
+			return
+		}
+	}
+	t.Errorf("%s has no index on (dead_at, id): %v", dead, cols)
 }
 
 // tryAckBatch runs docs/worker.md's Batcher sample on q: of three jobs, the two
