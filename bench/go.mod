@@ -4,8 +4,11 @@ go 1.26.0
 
 replace github.com/sqlinbox/inbox => ../
 
-// The listeners of examples/listen serve -run latency.
-replace github.com/sqlinbox/inbox/examples => ../examples
+// The listeners serve -run latency.
+replace (
+	github.com/sqlinbox/inbox/listen/pgxlisten => ../listen/pgxlisten
+	github.com/sqlinbox/inbox/listen/pqlisten => ../listen/pqlisten
+)
 
 require (
 	github.com/go-sql-driver/mysql v1.10.1
@@ -15,7 +18,8 @@ require (
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/sqlinbox/inbox v0.0.0-00010101000000-000000000000
-	github.com/sqlinbox/inbox/examples v0.0.0-00010101000000-000000000000
+	github.com/sqlinbox/inbox/listen/pgxlisten v0.0.0-00010101000000-000000000000
+	github.com/sqlinbox/inbox/listen/pqlisten v0.0.0-00010101000000-000000000000
 	maragu.dev/goqite v0.4.0
 	modernc.org/sqlite v1.62.0
 )

@@ -6,8 +6,8 @@ package main
 //   - wake: worker.Run in this process, the job enqueued through the
 //     *sql.DB of the same process (Enqueue rings the loops' bell);
 //   - notify-pgx, notify-pq (PostgreSQL): worker.Run in a second process
-//     (this program, run again), woken by the listener of
-//     examples/listen on its own connection; this process enqueues with
+//     (this program, run again), woken by the listener of the same
+//     driver (listen/pgxlisten, listen/pqlisten) on its own connection; this process enqueues with
 //     Config.NotifyChannel set, the NOTIFY sent by the insert itself;
 //   - poll: worker.Run with its default fallback interval (1 s) and no
 //     wake-up (the jobs are enqueued in a transaction, without Wake, as by
@@ -42,7 +42,8 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
-	"github.com/sqlinbox/inbox/examples/listen"
+	"github.com/sqlinbox/inbox/listen/pgxlisten"
+	"github.com/sqlinbox/inbox/listen/pqlisten"
 	"github.com/sqlinbox/inbox/worker"
 )
 
@@ -461,9 +462,9 @@ func latencyChildMain() int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
-	var l worker.Listener = listen.PGX{ConnString: e.dsn("")}
+	var l worker.Listener = pgxlisten.Listener{ConnString: e.dsn("")}
 	if e.name == "pq" {
-		l = listen.PQ{DSN: e.dsn("")}
+		l = pqlisten.Listener{DSN: e.dsn("")}
 	}
 	var mu sync.Mutex
 	w := bufio.NewWriter(os.Stdout)

@@ -4,12 +4,16 @@ go 1.26.0
 
 replace github.com/sqlinbox/inbox => ../
 
+// examples/listen imports pgx's listener.
+replace github.com/sqlinbox/inbox/listen/pgxlisten => ../listen/pgxlisten
+
 require (
 	github.com/DATA-DOG/go-sqlmock v1.5.2
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/lib/pq v1.12.3
 	github.com/sqlinbox/inbox v0.0.0-00010101000000-000000000000
+	github.com/sqlinbox/inbox/listen/pgxlisten v0.0.0-00010101000000-000000000000
 	modernc.org/sqlite v1.62.0
 )
 

@@ -177,7 +177,7 @@ func TestReadmeCommands(t *testing.T) {
 	}
 	for _, want := range []string{
 		"go run ./examples/report",
-		"go test ./... ./dbtest/... ./examples/... ./bench/... ./dashboard/browsertest/...",
+		"go test ./... ./dbtest/... ./examples/... ./bench/... ./dashboard/browsertest/... ./listen/pgxlisten/... ./listen/pqlisten/...",
 	} {
 		found := false
 		for _, c := range commands {
@@ -191,7 +191,7 @@ func TestReadmeCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(ci), "./... ./dbtest/... ./examples/... ./bench/... ./dashboard/browsertest/...") {
+	if !strings.Contains(string(ci), "./... ./dbtest/... ./examples/... ./bench/... ./dashboard/browsertest/... ./listen/pgxlisten/... ./listen/pqlisten/...") {
 		t.Error(".ci/run no longer tests the packages the README's test command names")
 	}
 }
