@@ -21,6 +21,25 @@ func (q *Queue) Config() Config {
 	return c
 }
 
+// MaxInWork returns how many jobs the queue's pool can hold in work at once,
+// for every queue on the pool together, or -1 when nothing bounds it. Under
+// the row lock, and the advisory form where the engine has session locks
+// (PostgreSQL, MySQL), a job in work holds a connection and the pool keeps
+// one for the rest: it is the pool's SetMaxOpenConns less one, read now (0
+// for a pool of one, where Claim returns [ErrPoolTooSmall]). The lease form,
+// SQLite's advisory form and a pool without a limit are unbounded. A loop
+// reads it to refuse more workers than the pool can serve.
+func (q *Queue) MaxInWork() int {
+	if q.names.Form == Lease || (q.names.Form == Advisory && q.locker == nil) {
+		return -1
+	}
+	max := q.db.Stats().MaxOpenConnections
+	if max <= 0 {
+		return -1
+	}
+	return max - 1
+}
+
 // Probe reports whether a claim may find a job, in one statement
 // ([Statements.Probe]) where the dialect has one, so that an idle loop's
 // fallback poll costs a statement, not a claim's transaction. Without a

@@ -80,3 +80,33 @@ func TestReleaseAll(t *testing.T) {
 	}
 	m.Met(t)
 }
+
+// MaxInWork (issue 22 item 7) is the pool's limit less one where a job in
+// work holds a connection (row lock; advisory with session locks), read at
+// each call, and -1 where nothing bounds it: the lease, SQLite's advisory
+// form (its keys live in the process), a pool without a limit.
+func TestMaxInWork(t *testing.T) {
+	m := newMock(t)
+	for _, c := range []struct {
+		cfg       inbox.Config
+		open      int
+		want      int
+		unlimited int // with no limit on the pool
+	}{
+		{inbox.Config{Dialect: inbox.Postgres, Table: rowLockTable}, 9, 8, -1},
+		{inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable}, 5, 4, -1},
+		{inbox.Config{Dialect: inbox.Postgres, Table: rowLockTable}, 1, 0, -1},
+		{inbox.Config{Dialect: inbox.Postgres, Table: leaseTable}, 9, -1, -1},
+		{inbox.Config{Dialect: inbox.SQLite, Table: advisoryTable}, 9, -1, -1},
+	} {
+		q := newQueue(t, m, c.cfg)
+		m.DB.SetMaxOpenConns(c.open)
+		if got := q.MaxInWork(); got != c.want {
+			t.Errorf("%s %s, SetMaxOpenConns(%d): MaxInWork %d, want %d", c.cfg.Dialect.Name(), q.Form(), c.open, got, c.want)
+		}
+		m.DB.SetMaxOpenConns(0)
+		if got := q.MaxInWork(); got != c.unlimited {
+			t.Errorf("%s %s, no limit: MaxInWork %d, want %d", c.cfg.Dialect.Name(), q.Form(), got, c.unlimited)
+		}
+	}
+}

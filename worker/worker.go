@@ -27,6 +27,11 @@ type Handler func(ctx context.Context, d *inbox.Delivery) error
 
 // Config configures [Run]. Its zero value means the defaults.
 type Config struct {
+	// Workers is how many loops Run runs side by side on the queue, each
+	// claiming up to Batch jobs at a time: up to Workers × Batch jobs in
+	// work. Zero means 1. Under the row lock and advisory forms Run
+	// refuses a pool too small for them (see Run).
+	Workers int
 	// Batch is how many jobs one claim takes, handled side by side (see
 	// Run; a job waits at most a millisecond for its handler to start).
 	// Zero means 1; at most [inbox.MaxClaim].
@@ -83,13 +88,17 @@ const (
 	MinPoll = time.Millisecond
 )
 
-// Run claims jobs of q and runs handle on each, in the caller's goroutine,
-// until ctx ends; then it returns nil once its handlers have returned.
+// Run claims jobs of q and runs handle on each, in the caller's goroutine
+// (or [Config.Workers] loops side by side), until ctx ends; then it returns
+// nil once its handlers have returned.
 //
 // It returns an error at once, before any I/O, for a nil queue or handler, a
 // Config out of range, and what it could not honour: a row-lock or advisory
 // table without a not-before column (unless [Config.NoDelay]), a table
-// without a dead table (unless [Config.RetryForever]). It returns an error
+// without a dead table (unless [Config.RetryForever]), a pool too small for
+// Workers × Batch jobs in work under the row lock and advisory forms
+// ([inbox.Queue.MaxInWork]; the error matches [inbox.ErrPoolTooSmall] and
+// names the SetMaxOpenConns to call). It returns an error
 // that cannot heal once its handlers have returned: [inbox.ErrPoolTooSmall]
 // (the pool cannot hold a job and settle it), and the [*inbox.SchemaError]
 // of the schema check it runs after errors (a missing column or dead
@@ -116,8 +125,10 @@ const (
 // [inbox.Queue.Enqueue] through a *sql.DB or *sql.Conn wakes the loops of the
 // same table in the process, [inbox.Queue.Wake] does after a transaction
 // that enqueued commits, and [Listen] relays other processes'
-// notifications. Without one, the fallback interval. Start as many loops as
-// you want workers, with errgroup for instance.
+// notifications. Without one, the fallback interval. Config.Workers runs
+// several loops in one call; one loop's error that cannot heal stops the
+// others, as the end of ctx would, and Run returns it once all have
+// returned.
 func Run(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) error {
 	if q == nil {
 		return errors.New("worker: run: the queue is nil")
@@ -129,6 +140,18 @@ func Run(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) error 
 	if err != nil {
 		return err
 	}
+	if err := fits(q, cfg, w.batch); err != nil {
+		return err
+	}
+	if cfg.Workers > 1 {
+		return runLoops(ctx, q, cfg, handle)
+	}
+	return w.run(ctx)
+}
+
+// run is one loop of Run.
+func (w *loop) run(ctx context.Context) error {
+	q := w.q
 	w.duty = acquireDuty(q, w.poll)
 	defer func() {
 		w.duty.release()
@@ -329,6 +352,8 @@ func newLoop(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) (*
 		return nil, fmt.Errorf("worker: run: Config.Poll %v is under %v (MinPoll): an idle loop would claim without rest", cfg.Poll, MinPoll)
 	case cfg.MaxAttempts < 0:
 		return nil, fmt.Errorf("worker: run: Config.MaxAttempts %d is negative", cfg.MaxAttempts)
+	case cfg.Workers < 0:
+		return nil, fmt.Errorf("worker: run: Config.Workers %d is negative", cfg.Workers)
 	}
 	tb := q.Config().Table
 	w := &loop{q: q, lease: q.Form() == inbox.Lease, dead: tb.DeadTable != "",
