@@ -10,10 +10,20 @@ import (
 
 // A Dialect turns a validated table description into the SQL of one engine.
 // [Postgres], [MySQL] (MySQL 8, and MariaDB too), [MariaDB] and [SQLite] ship
-// with the package; another engine is added from outside it by implementing
-// this interface.
-// [New] calls Statements once per queue; TimeArg and ScanTime run for every
-// time a statement sends or a claim reads.
+// with the package. [New] calls Statements once per queue; TimeArg and
+// ScanTime run for every time a statement sends or a claim reads.
+//
+// The contract is open: another engine is added from outside the package by
+// implementing this interface with the exported types alone, as
+// examples/cockroach does for CockroachDB (the lease form, the only one its
+// engine can hold a job by, with its batched statements). It is a contract
+// that grows, as goose's Querier does: a new optional column or feature
+// adds a field to [Names] and the statements that write it to
+// [Statements]. A dialect that does not write what a description names
+// refuses it in Statements with an error naming the field, and keeps
+// serving the descriptions it can. Each form reads only its own fields
+// (each field's doc names its form and what leaving it empty means), so a
+// dialect of one form writes that form's alone.
 //
 // A Dialect may implement optional interfaces, each with its fallback:
 //
@@ -25,6 +35,8 @@ import (
 //     no statement is sent again after a deadlock.
 //   - [BatchDialect]: batched lease settlements. Without it
 //     [Queue.NewBatcher] returns an error.
+//   - [BulkEnqueuer]: many jobs in one statement. Without it
+//     [Queue.EnqueueMany] sends Enqueue's statement once per job.
 //   - [SchemaChecker]: the schema check. Without it [Queue.CheckSchema]
 //     returns an error.
 //   - Unwrap() Dialect: a dialect wrapping another (to log its statements,

@@ -36,18 +36,18 @@ import (
 var Dialect inbox.Dialect = dialect{}
 
 // dialect implements inbox.Dialect, and of the optional interfaces
-// DeadlockDetector (CockroachDB's retry errors) and SchemaChecker. Not
-// Locker, so that nothing would ever take an advisory lock here; not
-// TableIdentifier, which only the advisory form reads; not BatchDialect,
-// whose statements would need the same care as these (without it
-// Queue.NewBatcher returns an error). It has no Unwrap either: unwrapping
-// to inbox.Postgres would hand the package that dialect's Locker and batch
-// statements, which were not written for CockroachDB.
+// DeadlockDetector (CockroachDB's retry errors), BatchDialect (the
+// Batcher's statements) and SchemaChecker: every one the lease form reads.
+// Not Locker, so that nothing would ever take an advisory lock here; not
+// TableIdentifier, which only the advisory form reads. It has no Unwrap
+// either: unwrapping to inbox.Postgres would hand the package that
+// dialect's Locker, which was not written for CockroachDB.
 type dialect struct{}
 
 // The optional interfaces this dialect implements, checked by the compiler.
 var (
 	_ inbox.DeadlockDetector = dialect{}
+	_ inbox.BatchDialect     = dialect{}
 	_ inbox.SchemaChecker    = dialect{}
 )
 
@@ -122,6 +122,63 @@ func (s *stmt) cast(a inbox.Arg, typ string) *stmt {
 func (s *stmt) query() inbox.Stmt { return inbox.Stmt{SQL: s.b.String(), Args: s.args, Rows: true} }
 func (s *stmt) exec() inbox.Stmt  { return inbox.Stmt{SQL: s.b.String(), Args: s.args} }
 
+// clock returns the writers of the clock and of the ownership token of n.
+// The clock: by default the gateway node's, statement_timestamp(), one
+// reading for the whole statement. CockroachDB keeps its nodes' clocks
+// within --max-offset (500 ms by default: a node whose clock is off from
+// half the others by 80 % of it shuts itself down), so a lease must be
+// much longer than that, and the keeper's margin (a tenth of the lease)
+// larger. With Config.Now the caller's clock comes as parameters instead.
+// The token: every settlement is a compare-and-set on the whole of it, so
+// a holder whose lease ran out changes nothing.
+func clock(n *inbox.Names) (now, until, token func(*stmt) *stmt) {
+	now = func(s *stmt) *stmt {
+		if n.DBClock {
+			return s.sql("statement_timestamp()")
+		}
+		return s.arg(inbox.ArgNow)
+	}
+	until = func(s *stmt) *stmt {
+		if n.DBClock {
+			return s.sql("statement_timestamp() + ").cast(inbox.ArgMicros, "INT8").sql(" * INTERVAL '1 microsecond'")
+		}
+		return s.arg(inbox.ArgUntil)
+	}
+	token = func(s *stmt) *stmt {
+		return s.sql(n.ID, " = ").arg(inbox.ArgID).sql(" AND ", n.Attempt, " = ").arg(inbox.ArgAttempt).
+			sql(" AND ", n.LockedUntil, " = ").arg(inbox.ArgExpiry)
+	}
+	return now, until, token
+}
+
+// BatchStatements settles size lease tokens in one statement each
+// ([inbox.BatchDialect]): the tokens as a list of row values, each row
+// settled only if it still carries its whole token, and the ids settled
+// returned, so that each delivery learns its own result.
+func (dialect) BatchStatements(n *inbox.Names, size int) (*inbox.BatchStatements, error) {
+	if n.Form != inbox.Lease {
+		return nil, errors.New("cockroachdb: batched settlement is for the lease form")
+	}
+	_, until, _ := clock(n)
+	in := func(s *stmt) inbox.Stmt {
+		s.sql(" WHERE (", n.ID, ", ", n.Attempt, ", ", n.LockedUntil, ") IN (")
+		for i := 0; i < size; i++ {
+			if i > 0 {
+				s.sql(", ")
+			}
+			s.sql("(").arg(inbox.ArgID).sql(", ").arg(inbox.ArgAttempt).sql(", ").arg(inbox.ArgExpiry).sql(")")
+		}
+		return s.sql(") RETURNING ", n.ID).query()
+	}
+	return &inbox.BatchStatements{
+		Size:    size,
+		Ack:     in((&stmt{}).sql("DELETE FROM ", n.Table)),
+		Release: in((&stmt{}).sql("UPDATE ", n.Table, " SET ", n.LockedUntil, " = NULL, ", n.Attempt, " = ", n.Attempt, " - 1")),
+		// One delay for the whole statement: the Batcher groups retries by it.
+		Retry: in(until((&stmt{}).sql("UPDATE ", n.Table, " SET ", n.LockedUntil, " = "))),
+	}, nil
+}
+
 // leaseStatements writes the lease form's statements for n.
 func leaseStatements(n *inbox.Names) *inbox.Statements {
 	t, id, att, lease := n.Table, n.ID, n.Attempt, n.LockedUntil
@@ -129,30 +186,7 @@ func leaseStatements(n *inbox.Names) *inbox.Statements {
 	if len(n.Data) > 0 {
 		data = ", " + strings.Join(n.Data, ", ")
 	}
-	// The clock: by default the gateway node's, statement_timestamp(), one
-	// reading for the whole statement. CockroachDB keeps its nodes' clocks
-	// within --max-offset (500 ms by default: a node whose clock is off
-	// from half the others by 80 % of it shuts itself down), so a lease
-	// must be much longer than that, and the keeper's margin (a tenth of
-	// the lease) larger. With Config.Now the caller's clock comes as
-	// parameters instead.
-	now := func(s *stmt) *stmt {
-		if n.DBClock {
-			return s.sql("statement_timestamp()")
-		}
-		return s.arg(inbox.ArgNow)
-	}
-	until := func(s *stmt) *stmt {
-		if n.DBClock {
-			return s.sql("statement_timestamp() + ").cast(inbox.ArgMicros, "INT8").sql(" * INTERVAL '1 microsecond'")
-		}
-		return s.arg(inbox.ArgUntil)
-	}
-	// token is the ownership token: every settlement is a compare-and-set
-	// on the whole of it, so a holder whose lease ran out changes nothing.
-	token := func(s *stmt) *stmt {
-		return s.sql(id, " = ").arg(inbox.ArgID).sql(" AND ", att, " = ").arg(inbox.ArgAttempt).sql(" AND ", lease, " = ").arg(inbox.ArgExpiry)
-	}
+	now, until, token := clock(n)
 	st := &inbox.Statements{}
 
 	// Claim: one statement, an implicit transaction, which CockroachDB

@@ -350,3 +350,37 @@ func TestCheckSchema(t *testing.T) {
 		})
 	}
 }
+
+// TestBatch: the Batcher settles the claimed jobs in one statement each,
+// every row a compare-and-set on its token, each delivery its own result.
+func TestBatch(t *testing.T) {
+	q, _, mock := newMockQueue(t)
+	ctx := context.Background()
+	exp := time.Date(2025, 3, 14, 9, 27, 23, 0, time.UTC)
+	b, err := q.NewBatcher(inbox.BatchConfig{MaxBatch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	mock.ExpectQuery(claimSQL).WithArgs(leaseMicros, 3).WillReturnRows(claimRows(1, 1, exp, "a").AddRow(int64(2), int64(1), exp, []byte("b")).
+		AddRow(int64(3), int64(1), exp, []byte("c")))
+	ds, err := q.Claim(ctx, 3)
+	if err != nil || len(ds) != 3 {
+		t.Fatalf("Claim = %d, %v", len(ds), err)
+	}
+	mock.ExpectQuery(`DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6)) RETURNING "id"`).
+		WithArgs(int64(1), int64(2), exp, int64(2), int64(2), exp).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)))
+	errs := b.AckAll(ctx, ds[:2])
+	if errs[0] != nil || !errors.Is(errs[1], inbox.ErrLeaseLost) {
+		t.Fatalf("AckAll = %v, want nil and ErrLeaseLost", errs)
+	}
+	mock.ExpectQuery(`UPDATE "jobs" SET "locked_until" = statement_timestamp() + $1::INT8 * INTERVAL '1 microsecond' `+
+		`WHERE ("id", "attempt", "locked_until") IN (($2, $3, $4)) RETURNING "id"`).
+		WithArgs(int64(time.Minute/time.Microsecond), int64(3), int64(2), exp).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(3)))
+	if err := b.Retry(ctx, ds[2], time.Minute); err != nil {
+		t.Fatalf("Retry = %v", err)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Error(err)
+	}
+}

@@ -147,4 +147,30 @@ func TestOnPostgres(t *testing.T) {
 			t.Fatalf("job %v acknowledged %d times", id, k)
 		}
 	}
+
+	// The Batcher: the row values typed by PostgreSQL, every token matched.
+	b, err := q.NewBatcher(inbox.BatchConfig{MaxBatch: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for i := 0; i < 10; i++ {
+		if _, err := q.Enqueue(ctx, db, inbox.Job{Data: []any{[]byte("batch")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ds, err = q.Claim(ctx, 10); err != nil || len(ds) != 10 {
+		t.Fatalf("Claim(10) = %d deliveries, %v", len(ds), err)
+	}
+	for i, err := range b.AckAll(ctx, ds[:9]) {
+		if err != nil {
+			t.Fatalf("AckAll: job %d: %v", i, err)
+		}
+	}
+	if err := b.Release(ctx, ds[9]); err != nil {
+		t.Fatalf("batched Release = %v", err)
+	}
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+jobs+" WHERE locked_until IS NULL AND attempt = 1").Scan(&left); err != nil || left != 1 {
+		t.Fatalf("%d released rows left (%v), want the one released", left, err)
+	}
 }
