@@ -11,7 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
-	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -483,29 +483,26 @@ type succeeded struct {
 }
 
 // runBatch runs the handlers of a lease batch and acknowledges those that
-// succeed together. While the handlers are quick they run here, one after
-// the other, and the batch costs no goroutine and one AckAll: a goroutine per
-// job cost the loop a tenth of its throughput against a loop calling Claim
-// and AckAll. Once w.batchWait has passed since the batch began, the jobs not
-// started yet each get a goroutine of their own, and the timer's goroutine
-// acknowledges the jobs already done at once and the rest as they finish
-// (ackBatch), this one's current job included. So no job waits longer than
-// w.batchWait for a sibling's handler, before its own starts or before its
-// acknowledgement is sent.
+// succeed through b, the one batching layer. While the handlers are quick
+// they run here, one after the other, and the batch costs no goroutine and
+// one AckAll: a goroutine per job cost the loop a tenth of its throughput
+// against a loop calling Claim and AckAll. Once w.batchWait has passed since
+// the batch began, the jobs not started yet each get a goroutine of their
+// own, the jobs already done are acknowledged at once, and each job ending
+// after is acknowledged by b.Ack from its own goroutine, which b's group
+// commit gathers with its siblings' (up to w.batchWait). So no job waits
+// longer than w.batchWait for a sibling's handler, before its own starts or
+// before its acknowledgement is sent.
 func (w *loop) runBatch(ctx context.Context, b *inbox.Batcher, ds []*inbox.Delivery, g *inbox.KeepGroup) {
 	n := len(ds)
 	var (
 		next   atomic.Int32 // index of the next job to start
 		mu     sync.Mutex
-		spread bool                      // the timer ran: jobs started after it report on done
+		spread bool                      // the timer ran: jobs ending after it ack alone
 		ended  bool                      // this goroutine ran the batch to its end first
 		early  = make([]succeeded, 0, n) // succeeded before the spread, not acknowledged yet
-		before int                       // jobs that ended before the spread
-	)
-	// Made by the spread, under mu: a batch of quick handlers needs neither.
-	var (
-		done      chan succeeded // jobs ending after the spread report here
-		collected chan struct{}  // closed once the spread batch is settled
+		jobs   sync.WaitGroup            // the jobs the spread started
+		spun   = make(chan struct{})     // closed once the spread started them and acked early
 	)
 	timer := time.AfterFunc(w.batchWait, func() {
 		mu.Lock()
@@ -514,60 +511,53 @@ func (w *loop) runBatch(ctx context.Context, b *inbox.Batcher, ds []*inbox.Deliv
 			return
 		}
 		spread = true
-		done, collected = make(chan succeeded, n), make(chan struct{})
-		acks, rest := early, n-before
+		acks := early
 		early = nil
 		mu.Unlock()
 		for k := int(next.Load()); k < n; k++ {
+			jobs.Add(1)
 			go func() {
+				defer jobs.Done()
 				if i := int(next.Add(1)) - 1; i < n {
-					done <- w.handleOne(ctx, ds[i], b, g)
+					w.ackGroup(b, w.handleOne(ctx, ds[i], b, g))
 				}
 			}()
 		}
-		w.ackGroup(b, acks)
-		w.ackBatch(b, done, rest)
-		close(collected)
+		w.ackGroup(b, acks...)
+		close(spun)
 	})
 	for {
-		mu.Lock()
-		if spread {
-			mu.Unlock()
-			break
-		}
-		mu.Unlock()
 		i := int(next.Add(1)) - 1
 		if i >= n {
 			break
 		}
 		s := w.handleOne(ctx, ds[i], b, g)
 		mu.Lock()
-		if !spread {
-			before++
-			if s.d != nil {
-				early = append(early, s)
-			}
+		if spread {
 			mu.Unlock()
-			continue
+			w.ackGroup(b, s)
+			break
 		}
+		early = append(early, s)
 		mu.Unlock()
-		done <- s
 	}
 	mu.Lock()
 	if !spread {
 		ended = true
-		acks := early
 		mu.Unlock()
 		timer.Stop()
-		w.ackGroup(b, acks)
+		w.ackGroup(b, early...)
 		return
 	}
 	mu.Unlock()
-	<-collected
+	<-spun
+	jobs.Wait()
 }
 
-// ackGroup acknowledges group in one statement and stops their keepers.
-func (w *loop) ackGroup(b *inbox.Batcher, group []succeeded) {
+// ackGroup acknowledges the jobs of group that succeeded in one statement
+// and stops their keepers.
+func (w *loop) ackGroup(b *inbox.Batcher, group ...succeeded) {
+	group = slices.DeleteFunc(group, func(s succeeded) bool { return s.d == nil })
 	if len(group) == 0 {
 		return
 	}
@@ -578,68 +568,6 @@ func (w *loop) ackGroup(b *inbox.Batcher, group []succeeded) {
 	for i, err := range b.AckAll(w.detached, ds) {
 		group[i].stopKeeper()
 		w.ended(ds[i], group[i].took, nil, OutcomeAcked, 0, err)
-	}
-}
-
-// ackBatch acknowledges the jobs of a lease batch as their handlers succeed,
-// in groups: those that finish together, or within w.batchWait of the first
-// of a group, share one statement, sent from this goroutine, so that a batch
-// of no-op handlers costs one AckAll and no hand-off to a flusher.
-// It returns once n jobs have reported.
-func (w *loop) ackBatch(b *inbox.Batcher, done <-chan succeeded, n int) {
-	group := make([]succeeded, 0, n)
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	take := func(s succeeded) {
-		n--
-		if s.d != nil {
-			group = append(group, s)
-		}
-	}
-	for n > 0 {
-		take(<-done)
-		// Goroutines that are runnable join this group if this one yields
-		// first, for as long as yielding brings more; then what is still
-		// running gets workBatchWait from here.
-		for yielded := false; n > 0; {
-			select {
-			case s := <-done:
-				take(s)
-				yielded = false
-				continue
-			default:
-			}
-			if !yielded {
-				runtime.Gosched()
-				yielded = true
-				continue
-			}
-			break
-		}
-		if n > 0 && len(group) > 0 {
-			if timer == nil {
-				timer = time.NewTimer(w.batchWait)
-			} else {
-				timer.Reset(w.batchWait)
-			}
-		wait:
-			for n > 0 {
-				select {
-				case s := <-done:
-					take(s)
-				case <-timer.C:
-					break wait
-				}
-			}
-			timer.Stop()
-		}
-		w.ackGroup(b, group)
-		clear(group)
-		group = group[:0]
 	}
 }
 
