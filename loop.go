@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"slices"
-	"sync"
 )
 
 // What a worker loop written on the package needs besides Claim and the
@@ -68,75 +67,6 @@ func (q *Queue) Probe(ctx context.Context) (bool, error) {
 		return false, opErr("probe", err)
 	}
 	return found, nil
-}
-
-// KeepGroup keeps the deliveries of one [Queue.Claim], each under its own
-// keeper as [Delivery.Keep] does. One claim made the first extension of all
-// its leases due at one instant, so their keepers start on one timer, not
-// one each; and [KeepGroup.Pause] stops them together. Under the row lock and
-// advisory forms nothing needs keeping and Keep only derives the context.
-// Its methods are safe for concurrent use.
-type KeepGroup struct {
-	starter *keepStarter // nil: each keeper times its own start
-
-	mu     sync.Mutex
-	kept   []*Delivery
-	paused bool
-}
-
-// NewKeepGroup returns a group for ds, the deliveries of one Claim call.
-func NewKeepGroup(ds []*Delivery) *KeepGroup {
-	g := &KeepGroup{}
-	if len(ds) > 1 && ds[0].q.names.Form == Lease {
-		g.starter = newKeepStarter(ds[0].q, ds[0].sentAt, len(ds))
-		g.kept = make([]*Delivery, 0, len(ds))
-	}
-	return g
-}
-
-// Keep is [Delivery.Keep] for d, a delivery of the group's claim; a
-// delivery of another claim gets a keeper of its own timing. After Pause,
-// the keeper starts paused.
-func (g *KeepGroup) Keep(ctx context.Context, d *Delivery) (context.Context, func()) {
-	kctx, stop := d.keep(ctx, g.starter)
-	if d.q.names.Form != Lease {
-		return kctx, stop
-	}
-	g.mu.Lock()
-	paused := g.paused
-	if !paused {
-		g.kept = append(g.kept, d)
-	}
-	g.mu.Unlock()
-	if paused {
-		// Pause may have looked before this keeper existed.
-		d.pauseKeeper()
-	}
-	return kctx, stop
-}
-
-// Pause stops the extensions of the group's keepers, those to come
-// included, as [Queue.Shutdown] does for a lease delivery: each job keeps
-// its lease and may still settle, and its keeper still cancels its handler
-// by the lease's end. A loop calls it when it shuts down and leaves its
-// lease handlers running.
-func (g *KeepGroup) Pause() {
-	g.mu.Lock()
-	g.paused = true
-	kept := g.kept
-	g.kept = nil
-	g.mu.Unlock()
-	for _, d := range kept {
-		d.pauseKeeper()
-	}
-}
-
-// Stop disarms the group's shared timer. Call it once every keeper of the
-// group has been stopped.
-func (g *KeepGroup) Stop() {
-	if g.starter != nil {
-		g.starter.stop()
-	}
 }
 
 // ReleaseAll is [Batcher.Release] of several deliveries queued together, as
