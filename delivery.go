@@ -1,0 +1,441 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// A delivery's life: the claimed job, the claim's rows read into it, and
+// its settlements through one protocol (settle), which batches go through
+// too. Its keeper is in keeper.go, the forms' statements in lease.go,
+// rowlock.go and advisory.go.
+
+// Delivery is one claimed job. Its methods are safe for concurrent use; a
+// delivery settles once.
+type Delivery struct {
+	q       *Queue
+	id      any
+	attempt int64
+	data    []any
+	inline  [2]any // data's storage, when there are no more columns
+
+	lastError string // Table.LastError as claimed
+	priority  int64  // Table.Priority as claimed
+
+	// Advisory: the key value, the table's identity, and the two joined as
+	// the key set names the key in work.
+	key, ident, inProcess string
+
+	mu      sync.Mutex
+	expiry  time.Time // lease: the token's expiry as stored
+	sentAt  time.Time // lease: when the statement that set expiry was sent (monoNow)
+	errText any       // what SetError recorded: a string, or nil
+	settled bool
+	lost    bool               // settled by a verdict of ErrLeaseLost
+	pending *pendingSettlement // lease, advisory: sent, not known to have taken effect
+	tx      *sql.Tx            // row lock: the held transaction
+	endTx   func()             // row lock: lets the held transaction's context go
+	sp      int                // row lock: the handler's savepoint (spNone, spTaken, spFailed)
+	spErr   error              // row lock: why the savepoint failed
+	conn    *sql.Conn          // advisory: the pinned connection holding the lock
+	keeper  *keeper
+}
+
+// ID returns the job's id: an int64 or a string.
+func (d *Delivery) ID() any { return d.id }
+
+// Attempt returns the number of this attempt, 1 for the first.
+func (d *Delivery) Attempt() int { return int(d.attempt) }
+
+// Expiry returns the lease's current expiry (lease form; zero otherwise).
+func (d *Delivery) Expiry() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.expiry
+}
+
+// LastError returns the error text the job's last Retry or Dead recorded
+// (Table.LastError; empty without one).
+func (d *Delivery) LastError() string { return d.lastError }
+
+// Priority returns the job's priority (Table.Priority; zero without one).
+func (d *Delivery) Priority() int { return int(d.priority) }
+
+// SetError records err's text for the delivery's Retry or Dead to write
+// into Table.LastError; without that column it is not kept. The text is
+// made storable on every engine: invalid UTF-8 and NUL bytes become U+FFFD,
+// and it is cut at a character boundary to [MaxErrorText] bytes. A nil err
+// records nothing.
+func (d *Delivery) SetError(err error) {
+	if err == nil {
+		return
+	}
+	text := storableText(err.Error())
+	d.mu.Lock()
+	d.errText = text
+	d.mu.Unlock()
+}
+
+// recordedError reports whether SetError recorded an error.
+func (d *Delivery) recordedError() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.errText != nil
+}
+
+// Key returns the advisory key the delivery holds (advisory form).
+func (d *Delivery) Key() string { return d.key }
+
+// Scan copies the data columns into dest, in the order of Table.Data,
+// converting as sql.Rows.Scan does for these destinations: *any, *string,
+// *[]byte (copied), *bool, *int, *int8 … *int64, *uint … *uint64, *float32,
+// *float64, *time.Time, and any sql.Scanner (sql.NullString and the like).
+// Numbers and bools become text in *string and *[]byte, a time its RFC 3339
+// text; text parses into numbers and bools; NULL goes only into *any,
+// *[]byte or a Scanner. Other destinations are an error.
+func (d *Delivery) Scan(dest ...any) error {
+	if len(dest) != len(d.data) {
+		return fmt.Errorf("inbox: scan: %d destinations for %d data columns", len(dest), len(d.data))
+	}
+	for i, v := range d.data {
+		if err := convert(dest[i], v); err != nil {
+			return opErr("scan data column "+strconv.Itoa(i), err)
+		}
+	}
+	return nil
+}
+
+// scanClaimed reads the rows of a claim (id, delivered attempt, (lease)
+// expiry, data columns, and where clock is given the engine's clock) into
+// deliveries appended to into, or when into is nil to a new slice for up to
+// max.
+func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery, max int, clock *time.Time) ([]*Delivery, error) {
+	defer rows.Close()
+	nd := len(q.names.Data)
+	// One scratch for the whole claim, its destinations included: rows
+	// differ only in where the attempt and data go. Without a slice to
+	// append to, a claim of one job returns the scratch's own slot.
+	sc := &claimScan{}
+	if into == nil {
+		into = sc.one[:0]
+		if max > 1 {
+			into = make([]*Delivery, 0, max)
+		}
+	}
+	dest := sc.dest[:0]
+	if n := nd + 6; n > len(sc.dest) {
+		dest = make([]any, 0, n)
+	}
+	for rows.Next() {
+		d := &Delivery{q: q}
+		d.data = d.inline[:0]
+		if nd > len(d.inline) {
+			d.data = make([]any, 0, nd)
+		}
+		d.data = d.data[:nd]
+		dest = append(dest[:0], &sc.id, &d.attempt)
+		if withExpiry {
+			dest = append(dest, &sc.exp)
+		}
+		for i := range d.data {
+			dest = append(dest, &d.data[i])
+		}
+		if q.names.LastError != "" {
+			dest = append(dest, &sc.lastErr)
+		}
+		if q.names.Priority != "" {
+			dest = append(dest, &d.priority)
+		}
+		if clock != nil {
+			dest = append(dest, &sc.clock)
+		}
+		if err := q.scanClaimedRow(rows, d, dest, sc, withExpiry, clock); err != nil {
+			return into, q.unreadClaimed(rows, len(dest), withExpiry, err)
+		}
+		into = append(into, d)
+	}
+	return into, rows.Err()
+}
+
+// scanClaimedRow reads the current row of a claim into d.
+func (q *Queue) scanClaimedRow(rows *sql.Rows, d *Delivery, dest []any, sc *claimScan, withExpiry bool, clock *time.Time) error {
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	d.id, d.lastError = normID(sc.id), sc.lastErr.String
+	if clock != nil && clock.IsZero() {
+		// Read now: the driver may reuse the value's bytes at the next row.
+		t, err := q.dialect.ScanTime(sc.clock.v)
+		if err != nil {
+			return err
+		}
+		*clock = micro(t)
+	}
+	if withExpiry {
+		t, err := q.dialect.ScanTime(sc.exp.v)
+		if err != nil {
+			return err
+		}
+		d.expiry = micro(t)
+	}
+	return nil
+}
+
+// claimReadError is a claim's failure to read a row it claimed (a value
+// its destination cannot hold: a NULL priority, text in an integer
+// column). rows are the deliveries of the rows not delivered, the failed
+// one and those after it, holding their tokens alone, so that a claim that
+// wrote them gives them back.
+type claimReadError struct {
+	err  error
+	rows []*Delivery
+}
+
+func (e *claimReadError) Error() string { return e.err.Error() }
+func (e *claimReadError) Unwrap() error { return e.err }
+
+// unreadClaimed reads the tokens (id, delivered attempt and, withExpiry,
+// expiry) of the current row, which failed with err, and of the rows after
+// it, each column taken as the driver gives it, and returns err with them
+// as a *claimReadError. Rows it cannot read either are left out.
+func (q *Queue) unreadClaimed(rows *sql.Rows, ncols int, withExpiry bool, err error) error {
+	raw := make([]rawValue, ncols)
+	dest := make([]any, ncols)
+	for i := range raw {
+		dest[i] = &raw[i]
+	}
+	e := &claimReadError{err: err}
+	for more := true; more; more = rows.Next() {
+		// The current row may be scanned again, into other destinations.
+		if rows.Scan(dest...) != nil {
+			continue
+		}
+		attempt, aerr := int64Of(raw[1].v)
+		if aerr != nil || raw[0].v == nil {
+			continue
+		}
+		d := &Delivery{q: q, id: normID(raw[0].v), attempt: attempt}
+		if withExpiry {
+			t, terr := q.dialect.ScanTime(raw[2].v)
+			if terr != nil {
+				continue
+			}
+			d.expiry = micro(t)
+		}
+		e.rows = append(e.rows, d)
+	}
+	return e
+}
+
+// int64Of reads an integer as a driver returns it.
+func int64Of(v any) (int64, error) {
+	switch x := v.(type) {
+	case int64:
+		return x, nil
+	case int32:
+		return int64(x), nil
+	case int:
+		return int64(x), nil
+	case uint64:
+		return int64(x), nil
+	case []byte:
+		return strconv.ParseInt(string(x), 10, 64)
+	case string:
+		return strconv.ParseInt(x, 10, 64)
+	}
+	return 0, fmt.Errorf("an attempt of type %T", v)
+}
+
+// claimScan is where a claim scans what it does not keep as read.
+type claimScan struct {
+	id      any
+	exp     rawValue
+	clock   rawValue
+	lastErr sql.NullString
+	dest    [8]any
+	one     [1]*Delivery
+}
+
+// rawValue takes a column's value as the driver gave it: scanning into it
+// neither converts nor copies, where a *any destination would box a time.
+// Its bytes are the driver's until the next row.
+type rawValue struct{ v any }
+
+func (r *rawValue) Scan(src any) error {
+	r.v = src
+	return nil
+}
+
+// tokenValues are the parameters of a statement checking d's token.
+func (d *Delivery) tokenValues() values {
+	return values{id: d.id, attempt: d.attempt, expiry: d.expiry, errText: d.errText}
+}
+
+// Ack settles the job as done: its row is deleted. Under the row lock the
+// handler's writes through [Delivery.Tx] commit with it.
+//
+// Under the lease and advisory forms, a settlement whose statement fails
+// (its context ends or its connection breaks mid-statement, so that its
+// outcome is unknown) reads the row back, on a short context of its own,
+// and reports what the database holds: nil when it took effect,
+// [ErrLeaseLost] when the job is another's, its own error when the row
+// still carries the delivery's token (a lease delivery may then be settled
+// again), and an error matching [ErrOutcomeUnknown] when the read fails
+// too.
+func (d *Delivery) Ack(ctx context.Context) error { return d.settle(ctx, nil, outAck, 0) }
+
+// Retry settles the job for a later attempt, not before after has passed.
+// The attempt stays spent. Under the row lock and advisory forms a delay
+// needs Table.NotBefore ([ErrNoNotBefore]). Under the row lock the
+// handler's writes through [Delivery.Tx] are undone, and the attempt and
+// the error are recorded even after a statement of the handler failed;
+// should the held transaction be lost (a deadlock, a cut session), they
+// are recorded in a new one, or not at all with [ErrLeaseLost] when
+// another claim took the job meanwhile. An error text the database refuses
+// is dropped rather than the Retry. Under the lease and advisory forms, an
+// error text ([Delivery.SetError]) the database refuses (a Table.LastError
+// column narrower than [MaxErrorText]) is dropped and the Retry sent again
+// without it; an unknown outcome is read back as for [Delivery.Ack].
+func (d *Delivery) Retry(ctx context.Context, after time.Duration) error {
+	return d.settle(ctx, nil, outRetry, after)
+}
+
+// Release gives the job back at once without spending its attempt. An
+// unknown outcome is read back as for [Delivery.Ack].
+func (d *Delivery) Release(ctx context.Context) error {
+	return d.settle(ctx, nil, outRelease, 0)
+}
+
+// Dead moves the job to Table.DeadTable, in one transaction, with the
+// attempt it was delivered with. Without a dead table it returns
+// [ErrNoDeadTable]. Under the row lock the handler's writes through
+// [Delivery.Tx] are undone, as by [Delivery.Retry].
+// A refused error text and an unknown outcome are handled as for
+// [Delivery.Retry].
+func (d *Delivery) Dead(ctx context.Context) error { return d.settle(ctx, nil, outDead, 0) }
+
+// AckTx is Ack inside the caller's transaction, so that the handler's writes
+// and the acknowledgement commit together; the token check fences a stale
+// holder. Row-lock deliveries return [ErrOwnTx]: write through Tx instead.
+//
+// The settlement is one only once tx is known to have committed: call
+// [Delivery.Committed] after a successful tx.Commit. Until then the
+// delivery is not settled: its keeper extends no more but its deadline
+// stays armed (the handler is cancelled with [ErrLeaseLost] by the last
+// expiry it knows of, less [Config.KeepMargin]), an advisory delivery keeps
+// its lock, and a settlement may be sent again, after tx has ended: if tx
+// rolled back or its COMMIT failed, the job is still this delivery's and
+// the new settlement takes effect; if tx committed, the new one finds the
+// row settled and returns an error matching [ErrSettled] (the package
+// learns the outcome from the row). An advisory delivery holds its lock and
+// its pinned connection until one of these happens, or the queue's next
+// Claim reads the row and finds the settlement committed (not for RetryTx,
+// which leaves the row looking the same), or [Queue.Shutdown]. A nil
+// error means the statement ran in tx; [ErrLeaseLost] means the row no
+// longer carries the delivery's token, a verdict that ends the delivery
+// whatever becomes of tx; any other error leaves the delivery as it was.
+func (d *Delivery) AckTx(ctx context.Context, tx *sql.Tx) error {
+	return d.settle(ctx, tx, outAck, 0)
+}
+
+// RetryTx is Retry inside the caller's transaction. It is a settlement
+// only once tx is known to have committed: see [Delivery.AckTx] and
+// [Delivery.Committed]. An advisory RetryTx that writes nothing (no delay
+// and no error text recorded) settles at once.
+func (d *Delivery) RetryTx(ctx context.Context, tx *sql.Tx, after time.Duration) error {
+	return d.settle(ctx, tx, outRetry, after)
+}
+
+// ReleaseTx is Release inside the caller's transaction. It is a settlement
+// only once tx is known to have committed: see [Delivery.AckTx] and
+// [Delivery.Committed].
+func (d *Delivery) ReleaseTx(ctx context.Context, tx *sql.Tx) error {
+	return d.settle(ctx, tx, outRelease, 0)
+}
+
+// DeadTx is Dead inside the caller's transaction. It is a settlement only
+// once tx is known to have committed: see [Delivery.AckTx] and
+// [Delivery.Committed].
+func (d *Delivery) DeadTx(ctx context.Context, tx *sql.Tx) error {
+	return d.settle(ctx, tx, outDead, 0)
+}
+
+// finishedErr is what a finished delivery answers: ErrSettled, and
+// ErrLeaseLost too when the verdict that finished it was a lost lease, so
+// that a late settlement still reads as one.
+func (d *Delivery) finishedErr() error {
+	if d.lost {
+		return errSettledLost
+	}
+	return ErrSettled
+}
+
+type outcome int
+
+const (
+	outAck outcome = iota
+	outRetry
+	outRelease
+	outDead
+)
+
+func (o outcome) String() string {
+	return [...]string{"ack", "retry", "release", "dead"}[o]
+}
+
+// refuse returns why outcome o cannot run at all, before anything is sent.
+func (d *Delivery) refuse(tx *sql.Tx, o outcome, after time.Duration) error {
+	switch {
+	case o == outDead && d.q.names.Dead == "":
+		return ErrNoDeadTable
+	case after < 0:
+		return fmt.Errorf("delay %v is negative", after)
+	case o == outRetry && after > 0 && d.q.names.Form != Lease && d.q.names.NotBefore == "":
+		return ErrNoNotBefore
+	case tx != nil && d.q.names.Form == RowLock:
+		return ErrOwnTx
+	}
+	return nil
+}
+
+// settle runs outcome o, inside tx when not nil. A settlement that reached a
+// verdict (done, or the lease lost) finishes the delivery; one that failed on
+// the way (a cut connection) leaves it to be settled again where the form
+// allows, once the row read back says it did not take effect; one in tx
+// leaves it pending until tx is known to have committed.
+func (d *Delivery) settle(ctx context.Context, tx *sql.Tx, o outcome, after time.Duration) error {
+	// A settlement refused before it starts leaves the keeper extending.
+	if err := d.refuse(tx, o, after); err != nil {
+		return opErr(o.String(), err)
+	}
+	d.pauseKeeper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer func() {
+		// With a verdict the keeper's work is over; without one its
+		// deadline stays armed, the lease perhaps still ours.
+		if d.settled {
+			d.endKeeper()
+		}
+	}()
+	if d.settled {
+		return opErr(o.String(), d.finishedErr())
+	}
+	var err error
+	switch d.q.names.Form {
+	case Lease:
+		err = d.settleLease(ctx, tx, o, after)
+	case RowLock:
+		err = d.settleRowLock(ctx, o, after)
+	case Advisory:
+		err = d.settleAdvisory(ctx, tx, o, after)
+	}
+	if err != nil {
+		return opErr(o.String(), err)
+	}
+	return nil
+}
