@@ -1,6 +1,6 @@
 // Package metrics exposes queues to Prometheus: an http.Handler writing the
 // text exposition format (version 0.0.4) by hand, with the standard library
-// alone, and Counters that a worker loop feeds from its per-job events.
+// alone, and Counters that worker loops feed with their events.
 //
 // A scrape reads each queue's [inbox.Queue.Stats] (one indexed statement,
 // two where the server lists its row locks apart) in the scraper's request:
@@ -19,79 +19,98 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/worker"
 )
 
-// Outcome is how a job's handling ended, as a worker loop settled it.
-type Outcome int
+// outcomeLabels are the values of inbox_worker_ended_total's outcome label,
+// indexed by [worker.Outcome] less one, then lost: a settlement that
+// failed, whatever it meant to do.
+var outcomeLabels = [...]string{"acked", "retried", "dead", "released", "settled", "lost"}
 
-// The outcomes a worker loop reports to [Counters.End].
-const (
-	Ack     Outcome = iota // done: the job was deleted
-	Retry                  // failed: the job comes back later
-	Dead                   // failed for good: moved to the dead table
-	Release                // given back unspent (shutdown)
-	Lost                   // the settlement failed: the job comes back as its form says
-	nOutcomes
-)
+const lost = len(outcomeLabels) - 1
 
-var outcomeNames = [nOutcomes]string{"ack", "retry", "dead", "release", "lost"}
-
-// String is the outcome's label value: ack, retry, dead, release or lost.
-func (o Outcome) String() string {
-	if o < 0 || o >= nOutcomes {
-		return "outcome(" + strconv.Itoa(int(o)) + ")"
-	}
-	return outcomeNames[o]
+// handlerBuckets are the upper bounds of inbox_worker_handler_seconds'
+// buckets: from 5 ms to 5 minutes, for handlers that send mail as well as
+// those that render reports.
+var handlerBuckets = [...]time.Duration{
+	5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,
+	30 * time.Second, time.Minute, 5 * time.Minute,
 }
 
 // Counters count one queue's jobs as the worker loops of a process handle
-// them: Start when a handler starts, End when its job is settled. The zero
-// value is ready; a Counters is safe for concurrent use, and costs two
-// atomic additions per event. Feeding it from a loop's events takes a few
-// lines:
-//
-//	OnStart: func(*inbox.Delivery) { c.Start() },
-//	OnEnd:   func(d *inbox.Delivery, o Outcome, took time.Duration) { c.End(o, took) },
+// them, fed by the loops' events: [Counters.Observe] is a
+// [worker.Config.OnEvent]. The zero value is ready; a Counters is safe for
+// concurrent use and costs a few atomic additions per event, no
+// allocation.
 type Counters struct {
 	started  atomic.Uint64
-	ended    [nOutcomes]atomic.Uint64
+	ended    [len(outcomeLabels)]atomic.Uint64
 	inFlight atomic.Int64
-	nanos    atomic.Uint64 // handling time of the ended jobs
+	errors   atomic.Uint64
+	// buckets count the handlers' durations by the first bound of
+	// handlerBuckets they do not exceed, the last beyond them all; nanos
+	// is their sum.
+	buckets [len(handlerBuckets) + 1]atomic.Uint64
+	nanos   atomic.Uint64
 }
 
-// Start counts a handler that started.
-func (c *Counters) Start() {
-	c.started.Add(1)
-	c.inFlight.Add(1)
+// Observe counts e: a start, an end by its outcome (lost when its
+// settlement failed) and its handler's duration, or a loop's error. Give
+// it the events of one queue's loops: worker.Config{OnEvent: c.Observe}.
+func (c *Counters) Observe(e worker.Event) {
+	switch e.Kind {
+	case worker.EventStart:
+		c.started.Add(1)
+		c.inFlight.Add(1)
+	case worker.EventEnd:
+		o := lost
+		if e.SettleErr == nil && e.Outcome >= 1 && int(e.Outcome) < lost+1 {
+			o = int(e.Outcome) - 1
+		}
+		c.ended[o].Add(1)
+		c.inFlight.Add(-1)
+		c.buckets[bucket(e.Duration)].Add(1)
+		c.nanos.Add(uint64(max(e.Duration, 0)))
+	case worker.EventError:
+		c.errors.Add(1)
+	}
 }
 
-// End counts a job whose handling ended with o after took; an outcome
-// outside the package's constants is counted as Lost.
-func (c *Counters) End(o Outcome, took time.Duration) {
-	if o < 0 || o >= nOutcomes {
-		o = Lost
+// bucket is the index of d's bucket.
+func bucket(d time.Duration) int {
+	for i, b := range handlerBuckets {
+		if d <= b {
+			return i
+		}
 	}
-	c.ended[o].Add(1)
-	c.inFlight.Add(-1)
-	if took > 0 {
-		c.nanos.Add(uint64(took))
-	}
+	return len(handlerBuckets)
 }
 
 // Snapshot is a reading of [Counters].
 type Snapshot struct {
 	Started  uint64            // handlers started
-	Ended    [nOutcomes]uint64 // jobs ended, by Outcome
+	Ended    map[string]uint64 // jobs ended, by outcome: acked, retried, dead, released, settled, lost
 	InFlight int64             // handlers started and not ended
-	Handling time.Duration     // total handling time of the ended jobs
+	Errors   uint64            // the loops' errors (worker.EventError)
+	// Buckets count the handlers by duration, within 5 ms, 10 ms, 25 ms,
+	// 50 ms, 100 ms, 250 ms, 500 ms, 1 s, 2.5 s, 5 s, 10 s, 30 s, 1 min,
+	// 5 min (and above the bound before), and beyond.
+	Buckets  [len(handlerBuckets) + 1]uint64
+	Handling time.Duration // total handling time of the ended jobs
 }
 
 // Snapshot reads the counters; each figure is exact, the set is not read
 // at one instant.
 func (c *Counters) Snapshot() Snapshot {
-	s := Snapshot{Started: c.started.Load(), InFlight: c.inFlight.Load(), Handling: time.Duration(c.nanos.Load())}
-	for i := range c.ended {
-		s.Ended[i] = c.ended[i].Load()
+	s := Snapshot{Started: c.started.Load(), InFlight: c.inFlight.Load(), Errors: c.errors.Load(),
+		Handling: time.Duration(c.nanos.Load()), Ended: make(map[string]uint64, len(outcomeLabels))}
+	for i, l := range outcomeLabels {
+		s.Ended[l] = c.ended[i].Load()
+	}
+	for i := range c.buckets {
+		s.Buckets[i] = c.buckets[i].Load()
 	}
 	return s
 }
@@ -99,7 +118,7 @@ func (c *Counters) Snapshot() Snapshot {
 // Done is the number of jobs that left the queue through this process: acked
 // or moved to the dead table. The dashboard's throughput reads it.
 func (c *Counters) Done() uint64 {
-	return c.ended[Ack].Load() + c.ended[Dead].Load()
+	return c.ended[worker.OutcomeAcked-1].Load() + c.ended[worker.OutcomeDead-1].Load()
 }
 
 // StatsReader reads a queue's state: *inbox.Queue is one.
@@ -206,34 +225,52 @@ func Write(ctx context.Context, w io.Writer, queues ...Queue) error {
 			p.sample("inbox_process_in_work", q.Name, "", "", float64(q.InWork()))
 		}
 	}
-	p.family("inbox_worker_started_total", "counter", "Handlers this process's worker loops started.")
-	for _, q := range queues {
-		if q.Counters != nil {
-			p.sample("inbox_worker_started_total", q.Name, "", "", float64(q.Counters.started.Load()))
-		}
-	}
-	p.family("inbox_worker_ended_total", "counter", "Jobs whose handling ended, by outcome (ack, retry, dead, release, lost: the settlement failed).")
-	for _, q := range queues {
+	writeWorkers(p, queues)
+	return p.err
+}
+
+// writeWorkers writes the worker counters of the queues that have them.
+func writeWorkers(p *printer, queues []Queue) {
+	snaps := make([]*Snapshot, len(queues))
+	for i, q := range queues {
 		if q.Counters != nil {
 			s := q.Counters.Snapshot()
-			for o, n := range s.Ended {
-				p.sample("inbox_worker_ended_total", q.Name, "outcome", Outcome(o).String(), float64(n))
+			snaps[i] = &s
+		}
+	}
+	each := func(f func(name string, s *Snapshot)) {
+		for i, q := range queues {
+			if snaps[i] != nil {
+				f(q.Name, snaps[i])
 			}
 		}
 	}
+	p.family("inbox_worker_started_total", "counter", "Handlers this process's worker loops started.")
+	each(func(name string, s *Snapshot) {
+		p.sample("inbox_worker_started_total", name, "", "", float64(s.Started))
+	})
+	p.family("inbox_worker_ended_total", "counter", "Jobs whose handling ended, by outcome (acked, retried, dead, released, settled by the handler, lost: the settlement failed).")
+	each(func(name string, s *Snapshot) {
+		for _, o := range outcomeLabels {
+			p.sample("inbox_worker_ended_total", name, "outcome", o, float64(s.Ended[o]))
+		}
+	})
 	p.family("inbox_worker_in_flight", "gauge", "Handlers running in this process.")
-	for _, q := range queues {
-		if q.Counters != nil {
-			p.sample("inbox_worker_in_flight", q.Name, "", "", float64(q.Counters.inFlight.Load()))
+	each(func(name string, s *Snapshot) { p.sample("inbox_worker_in_flight", name, "", "", float64(s.InFlight)) })
+	p.family("inbox_worker_errors_total", "counter", "Errors the worker loops met and went on after (a claim or probe that failed).")
+	each(func(name string, s *Snapshot) { p.sample("inbox_worker_errors_total", name, "", "", float64(s.Errors)) })
+	p.family("inbox_worker_handler_seconds", "histogram", "How long the handlers of the ended jobs ran.")
+	each(func(name string, s *Snapshot) {
+		var n uint64
+		for i, b := range handlerBuckets {
+			n += s.Buckets[i]
+			p.sample("inbox_worker_handler_seconds_bucket", name, "le", formatValue(b.Seconds()), float64(n))
 		}
-	}
-	p.family("inbox_worker_handling_seconds_total", "counter", "Total handling time of the jobs ended.")
-	for _, q := range queues {
-		if q.Counters != nil {
-			p.sample("inbox_worker_handling_seconds_total", q.Name, "", "", time.Duration(q.Counters.nanos.Load()).Seconds())
-		}
-	}
-	return p.err
+		n += s.Buckets[len(handlerBuckets)]
+		p.sample("inbox_worker_handler_seconds_bucket", name, "le", "+Inf", float64(n))
+		p.sample("inbox_worker_handler_seconds_sum", name, "", "", s.Handling.Seconds())
+		p.sample("inbox_worker_handler_seconds_count", name, "", "", float64(n))
+	})
 }
 
 func b2f(b bool) float64 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/worker"
 )
 
 type fakeStats struct {
@@ -22,15 +23,19 @@ func (f fakeStats) Stats(context.Context) (inbox.Stats, error) { return f.st, f.
 
 // TestHandlerText (issue 23) pins the whole page: each queue's counts (a -1
 // left out), its age, this process's jobs held and the worker counters fed
-// by Start and End; a queue whose read fails is up 0 without counts; label
-// values are escaped.
+// by Observe (an end whose settlement failed counted lost, the handler
+// durations in the histogram's buckets); a queue whose read fails is up 0
+// without counts; label values are escaped.
 func TestHandlerText(t *testing.T) {
 	var c Counters
-	c.Start()
-	c.Start()
-	c.Start()
-	c.End(Ack, 1500*time.Millisecond)
-	c.End(Dead, 500*time.Millisecond)
+	for i := 0; i < 5; i++ {
+		c.Observe(worker.Event{Kind: worker.EventStart, Queue: "mail", ID: int64(i), Attempt: 1})
+	}
+	c.Observe(worker.Event{Kind: worker.EventEnd, Outcome: worker.OutcomeAcked, Duration: 1500 * time.Millisecond})
+	c.Observe(worker.Event{Kind: worker.EventEnd, Outcome: worker.OutcomeDead, Duration: 500 * time.Millisecond, Err: errors.New("no")})
+	c.Observe(worker.Event{Kind: worker.EventEnd, Outcome: worker.OutcomeRetried, Duration: 3 * time.Millisecond, Err: errors.New("no")})
+	c.Observe(worker.Event{Kind: worker.EventEnd, Outcome: worker.OutcomeAcked, Duration: 10 * time.Minute, SettleErr: inbox.ErrLeaseLost})
+	c.Observe(worker.Event{Kind: worker.EventError, Err: errors.New("connection refused")})
 	h, err := Handler(time.Second,
 		Queue{Name: "mail", Queue: fakeStats{st: inbox.Stats{Ready: 7, Waiting: 2, InWork: -1, Dead: 1, OldestReady: 1500 * time.Millisecond}},
 			Counters: &c, InWork: func() int { return 3 }},
@@ -61,26 +66,46 @@ inbox_oldest_ready_seconds{queue="mail"} 1.5
 inbox_process_in_work{queue="mail"} 3
 # HELP inbox_worker_started_total Handlers this process's worker loops started.
 # TYPE inbox_worker_started_total counter
-inbox_worker_started_total{queue="mail"} 3
-# HELP inbox_worker_ended_total Jobs whose handling ended, by outcome (ack, retry, dead, release, lost: the settlement failed).
+inbox_worker_started_total{queue="mail"} 5
+# HELP inbox_worker_ended_total Jobs whose handling ended, by outcome (acked, retried, dead, released, settled by the handler, lost: the settlement failed).
 # TYPE inbox_worker_ended_total counter
-inbox_worker_ended_total{queue="mail",outcome="ack"} 1
-inbox_worker_ended_total{queue="mail",outcome="retry"} 0
+inbox_worker_ended_total{queue="mail",outcome="acked"} 1
+inbox_worker_ended_total{queue="mail",outcome="retried"} 1
 inbox_worker_ended_total{queue="mail",outcome="dead"} 1
-inbox_worker_ended_total{queue="mail",outcome="release"} 0
-inbox_worker_ended_total{queue="mail",outcome="lost"} 0
+inbox_worker_ended_total{queue="mail",outcome="released"} 0
+inbox_worker_ended_total{queue="mail",outcome="settled"} 0
+inbox_worker_ended_total{queue="mail",outcome="lost"} 1
 # HELP inbox_worker_in_flight Handlers running in this process.
 # TYPE inbox_worker_in_flight gauge
 inbox_worker_in_flight{queue="mail"} 1
-# HELP inbox_worker_handling_seconds_total Total handling time of the jobs ended.
-# TYPE inbox_worker_handling_seconds_total counter
-inbox_worker_handling_seconds_total{queue="mail"} 2
+# HELP inbox_worker_errors_total Errors the worker loops met and went on after (a claim or probe that failed).
+# TYPE inbox_worker_errors_total counter
+inbox_worker_errors_total{queue="mail"} 1
+# HELP inbox_worker_handler_seconds How long the handlers of the ended jobs ran.
+# TYPE inbox_worker_handler_seconds histogram
+inbox_worker_handler_seconds_bucket{queue="mail",le="0.005"} 1
+inbox_worker_handler_seconds_bucket{queue="mail",le="0.01"} 1
+inbox_worker_handler_seconds_bucket{queue="mail",le="0.025"} 1
+inbox_worker_handler_seconds_bucket{queue="mail",le="0.05"} 1
+inbox_worker_handler_seconds_bucket{queue="mail",le="0.1"} 1
+inbox_worker_handler_seconds_bucket{queue="mail",le="0.25"} 1
+inbox_worker_handler_seconds_bucket{queue="mail",le="0.5"} 2
+inbox_worker_handler_seconds_bucket{queue="mail",le="1"} 2
+inbox_worker_handler_seconds_bucket{queue="mail",le="2.5"} 3
+inbox_worker_handler_seconds_bucket{queue="mail",le="5"} 3
+inbox_worker_handler_seconds_bucket{queue="mail",le="10"} 3
+inbox_worker_handler_seconds_bucket{queue="mail",le="30"} 3
+inbox_worker_handler_seconds_bucket{queue="mail",le="60"} 3
+inbox_worker_handler_seconds_bucket{queue="mail",le="300"} 3
+inbox_worker_handler_seconds_bucket{queue="mail",le="+Inf"} 4
+inbox_worker_handler_seconds_sum{queue="mail"} 602.003
+inbox_worker_handler_seconds_count{queue="mail"} 4
 `
 	if got := rec.Body.String(); got != want {
 		t.Errorf("page:\n%s\nwant:\n%s", got, want)
 	}
 	if c.Done() != 2 {
-		t.Errorf("Done = %d, want the ack and the dead", c.Done())
+		t.Errorf("Done = %d, want the ack and the dead (not the lost ack)", c.Done())
 	}
 }
 
@@ -107,15 +132,15 @@ func TestHandlerRefuses(t *testing.T) {
 	}
 }
 
-// TestCountersConcurrent: Start and End from many goroutines add up.
+// TestCountersConcurrent: events observed from many goroutines add up.
 func TestCountersConcurrent(t *testing.T) {
 	var c Counters
 	done := make(chan struct{})
 	for i := 0; i < 8; i++ {
 		go func() {
 			for j := 0; j < 1000; j++ {
-				c.Start()
-				c.End(Retry, time.Microsecond)
+				c.Observe(worker.Event{Kind: worker.EventStart})
+				c.Observe(worker.Event{Kind: worker.EventEnd, Outcome: worker.OutcomeRetried, Duration: time.Microsecond})
 			}
 			done <- struct{}{}
 		}()
@@ -124,7 +149,16 @@ func TestCountersConcurrent(t *testing.T) {
 		<-done
 	}
 	s := c.Snapshot()
-	if s.Started != 8000 || s.Ended[Retry] != 8000 || s.InFlight != 0 || s.Handling != 8*time.Millisecond {
+	if s.Started != 8000 || s.Ended["retried"] != 8000 || s.InFlight != 0 || s.Handling != 8*time.Millisecond || s.Buckets[0] != 8000 {
 		t.Errorf("snapshot %+v", s)
+	}
+}
+
+// TestObserveNoAlloc: counting an event allocates nothing.
+func TestObserveNoAlloc(t *testing.T) {
+	var c Counters
+	e := worker.Event{Kind: worker.EventEnd, Outcome: worker.OutcomeAcked, Duration: time.Second, ID: int64(1)}
+	if n := testing.AllocsPerRun(100, func() { c.Observe(e) }); n != 0 {
+		t.Errorf("%v allocations per Observe", n)
 	}
 }

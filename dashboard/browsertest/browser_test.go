@@ -32,6 +32,7 @@ import (
 	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/dashboard"
 	"github.com/sqlinbox/inbox/metrics"
+	"github.com/sqlinbox/inbox/worker"
 )
 
 var screenshot = flag.String("screenshot", "", "TestScreenshot writes the page's PNG here")
@@ -508,15 +509,17 @@ func TestScreenshot(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, d := range ds {
-			f.counters.Start()
+			// As a worker loop's events would count them.
+			f.counters.Observe(worker.Event{Kind: worker.EventStart, ID: d.ID(), Attempt: d.Attempt()})
+			end := worker.Event{Kind: worker.EventEnd, ID: d.ID(), Attempt: d.Attempt(), Duration: 40 * time.Millisecond, Outcome: worker.OutcomeAcked}
 			if i == 0 && m%9 == 4 {
 				d.SetError(errors.New("smtp: 554 5.7.1 message rejected: <spam@example.com> blocked"))
 				err = d.Dead(ctx)
-				f.counters.End(metrics.Dead, 40*time.Millisecond)
+				end.Outcome = worker.OutcomeDead
 			} else {
 				err = d.Ack(ctx)
-				f.counters.End(metrics.Ack, 40*time.Millisecond)
 			}
+			f.counters.Observe(end)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"log/slog"
 	"math/rand"
 	"net"
 	"net/http"
@@ -145,7 +146,7 @@ func run(ctx context.Context, o options, ready func(url string)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, o.workers+3)
+	errs := make(chan error, 4)
 	goRun := func(f func() error) {
 		wg.Add(1)
 		go func() {
@@ -158,9 +159,7 @@ func run(ctx context.Context, o options, ready func(url string)) error {
 	}
 	goRun(func() error { return dash.Run(ctx) }) // the charts' samples
 	goRun(func() error { return produce(ctx, q, db, o.every) })
-	for i := 0; i < o.workers; i++ {
-		goRun(func() error { return work(ctx, q, &counters, o) })
-	}
+	goRun(func() error { return work(ctx, q, &counters, o) })
 	goRun(func() error { return srv.Serve(ln) })
 	ready("http://" + ln.Addr().String() + "/")
 	<-ctx.Done()
@@ -202,23 +201,22 @@ var failures = []string{
 	"context deadline exceeded",
 }
 
-// work is one worker loop: a handler that takes 20–200 ms and fails at the
-// rate asked, counted in counters as the worker's per-job events would.
+// work runs the worker loops: handlers that take 20–200 ms and fail at the
+// rate asked. Their events feed the metrics and the dashboard's throughput,
+// and the jobs that die are logged.
 func work(ctx context.Context, q *inbox.Queue, c *metrics.Counters, o options) error {
-	cfg := worker.Config{MaxAttempts: o.attempts, Backoff: func(int) time.Duration { return 3 * time.Second }}
+	logEvents := worker.SlogEvents(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	cfg := worker.Config{
+		Workers:     o.workers,
+		MaxAttempts: o.attempts,
+		Backoff:     func(int) time.Duration { return 3 * time.Second },
+		OnEvent: func(e worker.Event) {
+			c.Observe(e)
+			logEvents(e)
+		},
+	}
 	return worker.Run(ctx, q, cfg, func(ctx context.Context, d *inbox.Delivery) error {
-		c.Start()
-		start := time.Now()
-		err := handle(ctx, o.fail)
-		switch {
-		case err == nil:
-			c.End(metrics.Ack, time.Since(start))
-		case d.Attempt() >= o.attempts:
-			c.End(metrics.Dead, time.Since(start))
-		default:
-			c.End(metrics.Retry, time.Since(start))
-		}
-		return err
+		return handle(ctx, o.fail)
 	})
 }
 

@@ -1,10 +1,13 @@
-// Command otel exports a queue's state and its workers' counters through
-// OpenTelemetry metrics: the same figures as package metrics' Prometheus
-// page, as observable instruments whose callback reads Queue.Stats at each
-// collection. It runs workers on an SQLite file, failing some jobs, and
-// prints the metrics with the stdout exporter every -every.
+// Command otel turns a queue's state and its worker loops' events into
+// OpenTelemetry metrics and spans: Register observes what package metrics'
+// Prometheus page shows of the queue (Queue.Stats at each collection), and
+// Events is a worker.Config.OnEvent that counts the jobs started and ended
+// by outcome, records their handlers' durations, and makes a span of each
+// handler run. It runs workers on an SQLite file, failing some jobs, prints
+// the metrics with the stdout exporter every -every and, with -spans, a
+// line per span.
 //
-//	cd examples/otel && go run . [-for 20s] [-every 5s]
+//	cd examples/otel && go run . [-for 20s] [-every 5s] [-spans]
 //
 // A module of its own (OpenTelemetry's modules stay out of the repository's
 // test command): `cd examples/otel && go test ./...`.
@@ -20,28 +23,25 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/stdout/stdoutmetric"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	_ "modernc.org/sqlite"
 
 	"github.com/sqlinbox/inbox"
-	"github.com/sqlinbox/inbox/metrics"
 	"github.com/sqlinbox/inbox/worker"
 )
 
 // Register makes the instruments of queue name on meter: inbox.jobs by state
 // (ready, waiting, in_work, dead; a count the server cannot tell is not
-// observed), inbox.oldest_ready in seconds, and, from counters when given,
-// inbox.worker.started, inbox.worker.ended by outcome and
-// inbox.worker.in_flight. Their callback reads q.Stats once per collection;
-// its error is the collection's (OpenTelemetry reports it and goes on).
-// Unregister the returned registration to stop.
-func Register(meter metric.Meter, name string, q *inbox.Queue, counters *metrics.Counters) (metric.Registration, error) {
+// observed) and inbox.oldest_ready in seconds. Their callback reads q.Stats
+// once per collection; its error is the collection's (OpenTelemetry
+// reports it and goes on). Unregister the returned registration to stop.
+func Register(meter metric.Meter, name string, q *inbox.Queue) (metric.Registration, error) {
 	jobs, err := meter.Int64ObservableGauge("inbox.jobs", metric.WithUnit("{job}"),
 		metric.WithDescription("Jobs in the queue table by state, and in the dead table."))
 	if err != nil {
@@ -52,31 +52,8 @@ func Register(meter metric.Meter, name string, q *inbox.Queue, counters *metrics
 	if err != nil {
 		return nil, err
 	}
-	started, err := meter.Int64ObservableCounter("inbox.worker.started", metric.WithUnit("{job}"),
-		metric.WithDescription("Handlers this process's worker loops started."))
-	if err != nil {
-		return nil, err
-	}
-	ended, err := meter.Int64ObservableCounter("inbox.worker.ended", metric.WithUnit("{job}"),
-		metric.WithDescription("Jobs whose handling ended, by outcome."))
-	if err != nil {
-		return nil, err
-	}
-	inFlight, err := meter.Int64ObservableGauge("inbox.worker.in_flight", metric.WithUnit("{job}"),
-		metric.WithDescription("Handlers running in this process."))
-	if err != nil {
-		return nil, err
-	}
 	queue := attribute.String("queue", name)
 	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		if counters != nil {
-			s := counters.Snapshot()
-			o.ObserveInt64(started, int64(s.Started), metric.WithAttributes(queue))
-			for i, n := range s.Ended {
-				o.ObserveInt64(ended, int64(n), metric.WithAttributes(queue, attribute.String("outcome", metrics.Outcome(i).String())))
-			}
-			o.ObserveInt64(inFlight, s.InFlight, metric.WithAttributes(queue))
-		}
 		st, err := q.Stats(ctx)
 		if err != nil {
 			return err
@@ -91,7 +68,7 @@ func Register(meter metric.Meter, name string, q *inbox.Queue, counters *metrics
 		}
 		o.ObserveFloat64(age, st.OldestReady.Seconds(), metric.WithAttributes(queue))
 		return nil
-	}, jobs, age, started, ended, inFlight)
+	}, jobs, age)
 }
 
 // Schema is the lease form's table with the columns the figures need.
@@ -140,6 +117,7 @@ func open(path string) (*sql.DB, *inbox.Queue, error) {
 func main() {
 	runFor := flag.Duration("for", 20*time.Second, "how long to run")
 	every := flag.Duration("every", 5*time.Second, "export interval")
+	spans := flag.Bool("spans", false, "print a line per span")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "inbox-otel")
 	if err != nil {
@@ -156,60 +134,57 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, sdkmetric.WithInterval(*every))))
-	defer provider.Shutdown(context.Background())
-	var counters metrics.Counters
-	if _, err := Register(provider.Meter("github.com/sqlinbox/inbox"), "jobs", q, &counters); err != nil {
+	meters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, sdkmetric.WithInterval(*every))))
+	defer meters.Shutdown(context.Background())
+	var traceOpts []sdktrace.TracerProviderOption
+	if *spans {
+		traceOpts = append(traceOpts, sdktrace.WithSyncer(spanPrinter{}))
+	}
+	tracers := sdktrace.NewTracerProvider(traceOpts...)
+	defer tracers.Shutdown(context.Background())
+	meter := meters.Meter("github.com/sqlinbox/inbox")
+	if _, err := Register(meter, "jobs", q); err != nil {
+		log.Fatal(err)
+	}
+	onEvent, err := Events(meter, tracers.Tracer("github.com/sqlinbox/inbox"))
+	if err != nil {
 		log.Fatal(err)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), *runFor)
 	defer cancel()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for n := 0; ctx.Err() == nil; n++ {
-			q.Enqueue(ctx, db, inbox.Job{Data: []any{[]byte(fmt.Sprintf("job %d", n))}})
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
+	go produce(ctx, q, db)
+	cfg := worker.Config{Workers: 3, MaxAttempts: 2, Backoff: func(int) time.Duration { return time.Second }, OnEvent: onEvent}
+	err = worker.Run(ctx, q, cfg, func(ctx context.Context, d *inbox.Delivery) error {
+		if rand.Intn(3) == 0 {
+			return errors.New("smtp: 451 greylisted")
 		}
-	}()
-	for i := 0; i < 3; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			worker.Run(ctx, q, worker.Config{MaxAttempts: 2, Backoff: func(int) time.Duration { return time.Second }},
-				counted(&counters, 2, func(ctx context.Context, d *inbox.Delivery) error {
-					if rand.Intn(3) == 0 {
-						return errors.New("smtp: 451 greylisted")
-					}
-					return nil
-				}))
-		}()
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
 	}
-	wg.Wait()
 }
 
-// counted wraps handle so that counters see each job start and end, the
-// outcome told from the handler's result and the attempt (a failure on the
-// last of maxAttempts buries the job), as a worker loop's per-job events
-// would report them.
-func counted(c *metrics.Counters, maxAttempts int, handle worker.Handler) worker.Handler {
-	return func(ctx context.Context, d *inbox.Delivery) error {
-		c.Start()
-		start := time.Now()
-		err := handle(ctx, d)
-		o := metrics.Ack
-		switch {
-		case err != nil && d.Attempt() >= maxAttempts:
-			o = metrics.Dead
-		case err != nil:
-			o = metrics.Retry
+// produce enqueues a job every 50 ms until ctx ends.
+func produce(ctx context.Context, q *inbox.Queue, db *sql.DB) {
+	for n := 0; ctx.Err() == nil; n++ {
+		q.Enqueue(ctx, db, inbox.Job{Data: []any{[]byte(fmt.Sprintf("job %d", n))}})
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
 		}
-		c.End(o, time.Since(start))
-		return err
 	}
 }
+
+// spanPrinter exports each span as a line on the standard error.
+type spanPrinter struct{}
+
+func (spanPrinter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	for _, s := range spans {
+		log.Printf("span %s %v %v %v", s.Name(), s.EndTime().Sub(s.StartTime()), s.Status().Code, s.Attributes())
+	}
+	return nil
+}
+
+func (spanPrinter) Shutdown(context.Context) error { return nil }
