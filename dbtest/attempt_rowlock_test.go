@@ -33,15 +33,15 @@ const attXLoops = 8
 // and qualified, with the effects table.
 func attXSetup(t *testing.T, e Engine, what, errType string) (db1, db2 *sql.DB, plain, qualified, effects string) {
 	t.Helper()
-	db1, db2 = confOpenTwo(t, e, attXLoops/2+2)
+	db1, db2 = openTwo(t, e, attXLoops/2+2)
 	plain = concTable(t, e, db1, what)
 	for _, name := range []string{plain, plain + "_dead"} {
-		confExec(t, e, db1, "ALTER TABLE "+name+" ADD COLUMN last_error "+errType)
+		mustExec(t, e, db1, "ALTER TABLE "+name+" ADD COLUMN last_error "+errType)
 	}
 	effects = plain + "_fx"
-	confExec(t, e, db1, "DROP TABLE IF EXISTS "+effects)
-	confExec(t, e, db1, "CREATE TABLE "+effects+" (job_id bigint PRIMARY KEY, note varchar(200) NOT NULL)")
-	confDropAtEnd(t, e, db1, effects)
+	mustExec(t, e, db1, "DROP TABLE IF EXISTS "+effects)
+	mustExec(t, e, db1, "CREATE TABLE "+effects+" (job_id bigint PRIMARY KEY, note varchar(200) NOT NULL)")
+	dropAtEnd(t, e, db1, effects)
 	return db1, db2, plain, concQualified(t, e, db1, plain), effects
 }
 
@@ -85,7 +85,7 @@ func attXDead(t testing.TB, e Engine, db *sql.DB, table string) map[string]strin
 func attXLastError(t testing.TB, e Engine, db *sql.DB, table string, id any) string {
 	t.Helper()
 	var last sql.NullString
-	if err := db.QueryRow(confQuery(e, "SELECT last_error FROM "+table+" WHERE id = ?"), id).Scan(&last); err != nil {
+	if err := db.QueryRow(bind(e, "SELECT last_error FROM "+table+" WHERE id = ?"), id).Scan(&last); err != nil {
 		t.Fatalf("last_error of %v: %v", id, err)
 	}
 	if !last.Valid {
@@ -135,10 +135,10 @@ func (r *attXLoopRun) runs() (total, most int) {
 func attXLoop(t *testing.T, e Engine, db1, db2 *sql.DB, plain, qualified string, jobs int, backoff time.Duration,
 	handle func(ctx context.Context, d *inbox.Delivery) error) *attXLoopRun {
 	t.Helper()
-	q1 := confNew(t, db1, confConfig(e, attXTable(plain), nil))
-	q2 := confNew(t, db2, confConfig(e, attXTable(qualified), nil))
+	q1 := newQueue(t, db1, queueConfig(e, attXTable(plain), nil))
+	q2 := newQueue(t, db2, queueConfig(e, attXTable(qualified), nil))
 	for i := range jobs {
-		confEnqueue(t, q1, db1, fmt.Sprintf("order-%d", i))
+		enqueueOne(t, q1, db1, fmt.Sprintf("order-%d", i))
 	}
 	r := &attXLoopRun{starts: map[string][]time.Time{}, last: map[string]string{}}
 	var failures []error
@@ -165,11 +165,11 @@ func attXLoop(t *testing.T, e Engine, db1, db2 *sql.DB, plain, qualified string,
 	run1 := workXStart(t, q1, attXLoops/2, cfg, h)
 	run2 := workXStart(t, q2, attXLoops/2, cfg, h)
 	deadline := time.Now().Add(60 * time.Second)
-	for confCount(t, db1, plain+"_dead") < jobs {
+	for countRows(t, db1, plain+"_dead") < jobs {
 		if time.Now().After(deadline) {
 			total, most := r.runs()
 			t.Fatalf("FIGURE: %s: %d of %d jobs dead after %v: %d handler runs, up to %d for one job (MaxAttempts 3); attempts in the table: %v",
-				e.Name, confCount(t, db1, plain+"_dead"), jobs, time.Since(start).Round(time.Millisecond), total, most, concIDs(t, db1, plain))
+				e.Name, countRows(t, db1, plain+"_dead"), jobs, time.Since(start).Round(time.Millisecond), total, most, concIDs(t, db1, plain))
 		}
 		time.Sleep(20 * time.Millisecond) // polling the dead table, with a deadline
 	}
@@ -183,8 +183,8 @@ func attXLoop(t *testing.T, e Engine, db1, db2 *sql.DB, plain, qualified string,
 		t.Errorf("a claim or settlement failed: %v", err)
 	}
 	r.mu.Unlock()
-	confIdle(t, db1, q1)
-	confIdle(t, db2, q2)
+	mustBeIdle(t, db1, q1)
+	mustBeIdle(t, db2, q2)
 	return r
 }
 
@@ -197,7 +197,7 @@ func attXCheckDead(t *testing.T, e Engine, db *sql.DB, table string, r *attXLoop
 	if len(dead) != jobs {
 		t.Errorf("%d jobs in the dead table, want %d", len(dead), jobs)
 	}
-	if n := confCount(t, db, table); n != 0 {
+	if n := countRows(t, db, table); n != 0 {
 		t.Errorf("%d jobs left in the table", n)
 	}
 	r.mu.Lock()
@@ -227,13 +227,13 @@ func attXCheckDead(t *testing.T, e Engine, db *sql.DB, table string, r *attXLoop
 // succeeds (the first attempt's row would make the second fail on the
 // duplicate key), and the error recorded is the handler's own.
 func TestRowLockFailedAttemptWrites(t *testing.T) {
-	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+	eachEngine(t, notSQLite, func(t *testing.T, e Engine) {
 		const (
 			jobs    = 16
 			backoff = 50 * time.Millisecond
 		)
 		db1, db2, plain, qualified, effects := attXSetup(t, e, "att_writes", "TEXT")
-		insert := confQuery(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, ?)")
+		insert := bind(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, ?)")
 		r := attXLoop(t, e, db1, db2, plain, qualified, jobs, backoff, func(ctx context.Context, d *inbox.Delivery) error {
 			if _, err := d.Tx().ExecContext(ctx, insert, d.ID(), fmt.Sprintf("shipment of attempt %d", d.Attempt())); err != nil {
 				return err
@@ -241,7 +241,7 @@ func TestRowLockFailedAttemptWrites(t *testing.T) {
 			return fmt.Errorf("carrier down on attempt %d", d.Attempt())
 		})
 		attXCheckDead(t, e, db1, plain, r, jobs, backoff)
-		if rows := confDump(t, db1, effects); len(rows) != 0 {
+		if rows := dumpRows(t, db1, effects); len(rows) != 0 {
 			t.Errorf("failed attempts left %d shipments: %q", len(rows), rows)
 		}
 		r.mu.Lock()
@@ -260,14 +260,14 @@ func TestRowLockFailedAttemptWrites(t *testing.T) {
 // attempt is spent, the backoff applies between them, and after
 // MaxAttempts the job is in the dead table with the handler's error.
 func TestRowLockFailedStatement(t *testing.T) {
-	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+	eachEngine(t, notSQLite, func(t *testing.T, e Engine) {
 		const (
 			jobs    = 12
 			backoff = 200 * time.Millisecond
 		)
 		db1, db2, plain, qualified, effects := attXSetup(t, e, "att_stmt", "TEXT")
-		confExec(t, e, db1, "INSERT INTO "+effects+" (job_id, note) VALUES (0, 'taken')")
-		insert := confQuery(e, "INSERT INTO "+effects+" (job_id, note) VALUES (0, ?)")
+		mustExec(t, e, db1, "INSERT INTO "+effects+" (job_id, note) VALUES (0, 'taken')")
+		insert := bind(e, "INSERT INTO "+effects+" (job_id, note) VALUES (0, ?)")
 		r := attXLoop(t, e, db1, db2, plain, qualified, jobs, backoff, func(ctx context.Context, d *inbox.Delivery) error {
 			_, err := d.Tx().ExecContext(ctx, insert, fmt.Sprint(d.ID()))
 			if err == nil {
@@ -276,7 +276,7 @@ func TestRowLockFailedStatement(t *testing.T) {
 			return err
 		})
 		attXCheckDead(t, e, db1, plain, r, jobs, backoff)
-		if n := confCount(t, db1, effects); n != 1 {
+		if n := countRows(t, db1, effects); n != 1 {
 			t.Errorf("%d effects, want the one row made before", n)
 		}
 	})
@@ -290,7 +290,7 @@ func attXHand(t *testing.T, qs [2]*inbox.Queue, text string, write func(d *inbox
 	t.Helper()
 	ctx := context.Background()
 	for attempt := 1; attempt <= 3; attempt++ {
-		d := confClaimOne(t, qs[attempt%2])
+		d := claimOne(t, qs[attempt%2])
 		if d.Attempt() != attempt {
 			t.Fatalf("delivered attempt %d, want %d", d.Attempt(), attempt)
 		}
@@ -318,19 +318,19 @@ func attXHand(t *testing.T, qs [2]*inbox.Queue, text string, write func(d *inbox
 // Retry, and the job dies at its third attempt with the text in the dead
 // table; with the handler writing through Tx (a savepoint) and without.
 func TestRowLockErrorTexts(t *testing.T) {
-	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+	eachEngine(t, notSQLite, func(t *testing.T, e Engine) {
 		db1, db2, plain, qualified, effects := attXSetup(t, e, "att_texts", "TEXT")
 		qs := [2]*inbox.Queue{
-			confNew(t, db1, confConfig(e, attXTable(plain), nil)),
-			confNew(t, db2, confConfig(e, attXTable(qualified), nil)),
+			newQueue(t, db1, queueConfig(e, attXTable(plain), nil)),
+			newQueue(t, db2, queueConfig(e, attXTable(qualified), nil)),
 		}
-		insert := confQuery(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, 'x')")
+		insert := bind(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, 'x')")
 		for _, text := range []string{"parse error near \x00 in input", "panic: bad \xff\xfe bytes", strings.Repeat("long error ", 455)[:5000]} {
 			for _, viaTx := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%q, tx %v", text[:8], viaTx), func(t *testing.T) {
-					confReset(t, db1, plain)
-					confExec(t, e, db1, "DELETE FROM "+effects)
-					id := confEnqueue(t, qs[0], db1, "text")
+					emptyTables(t, db1, plain)
+					mustExec(t, e, db1, "DELETE FROM "+effects)
+					id := enqueueOne(t, qs[0], db1, "text")
 					var write func(d *inbox.Delivery) error
 					if viaTx {
 						write = func(d *inbox.Delivery) error {
@@ -343,14 +343,14 @@ func TestRowLockErrorTexts(t *testing.T) {
 					if got, want := dead[concKey(id)], "attempt=3 last_error="+attXStorable(text); got != want {
 						t.Errorf("dead job %v: %.80q…, want %.80q…", id, got, want)
 					}
-					if n := confCount(t, db1, effects); n != 0 {
+					if n := countRows(t, db1, effects); n != 0 {
 						t.Errorf("%d effects of failed attempts", n)
 					}
 				})
 			}
 		}
-		confIdle(t, db1, qs[0])
-		confIdle(t, db2, qs[1])
+		mustBeIdle(t, db1, qs[0])
+		mustBeIdle(t, db2, qs[1])
 	})
 }
 
@@ -359,19 +359,19 @@ func TestRowLockErrorTexts(t *testing.T) {
 // cannot hold is sent again without it: the job is retried and dies at its
 // third attempt, its last_error left NULL; a short text is still kept.
 func TestRowLockNarrowLastError(t *testing.T) {
-	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+	eachEngine(t, notSQLite, func(t *testing.T, e Engine) {
 		db1, db2, plain, qualified, effects := attXSetup(t, e, "att_narrow", "varchar(100)")
 		qs := [2]*inbox.Queue{
-			confNew(t, db1, confConfig(e, attXTable(plain), nil)),
-			confNew(t, db2, confConfig(e, attXTable(qualified), nil)),
+			newQueue(t, db1, queueConfig(e, attXTable(plain), nil)),
+			newQueue(t, db2, queueConfig(e, attXTable(qualified), nil)),
 		}
-		insert := confQuery(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, 'x')")
+		insert := bind(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, 'x')")
 		long := strings.Repeat("a long error text, ", 30)
 		for _, viaTx := range []bool{false, true} {
 			t.Run(fmt.Sprintf("tx %v", viaTx), func(t *testing.T) {
-				confReset(t, db1, plain)
-				confExec(t, e, db1, "DELETE FROM "+effects)
-				id := confEnqueue(t, qs[0], db1, "narrow")
+				emptyTables(t, db1, plain)
+				mustExec(t, e, db1, "DELETE FROM "+effects)
+				id := enqueueOne(t, qs[0], db1, "narrow")
 				var write func(d *inbox.Delivery) error
 				if viaTx {
 					write = func(d *inbox.Delivery) error {
@@ -383,15 +383,15 @@ func TestRowLockNarrowLastError(t *testing.T) {
 				if got, want := attXDead(t, e, db1, plain)[concKey(id)], "attempt=3 last_error=<nil>"; got != want {
 					t.Errorf("dead job %v: %s, want %s", id, got, want)
 				}
-				if n := confCount(t, db1, effects); n != 0 {
+				if n := countRows(t, db1, effects); n != 0 {
 					t.Errorf("%d effects of failed attempts", n)
 				}
 			})
 		}
 		// A text that fits is kept.
-		confReset(t, db1, plain)
-		id := confEnqueue(t, qs[0], db1, "short")
-		d := confClaimOne(t, qs[1])
+		emptyTables(t, db1, plain)
+		id := enqueueOne(t, qs[0], db1, "short")
+		d := claimOne(t, qs[1])
 		d.SetError(errors.New("short"))
 		if err := d.Retry(context.Background(), 0); err != nil {
 			t.Fatal(err)
@@ -399,8 +399,8 @@ func TestRowLockNarrowLastError(t *testing.T) {
 		if got := attXLastError(t, e, db1, plain, id); got != "short" {
 			t.Errorf("last_error %q, want \"short\"", got)
 		}
-		confIdle(t, db1, qs[0])
-		confIdle(t, db2, qs[1])
+		mustBeIdle(t, db1, qs[0])
+		mustBeIdle(t, db2, qs[1])
 	})
 }
 
@@ -412,27 +412,27 @@ func TestRowLockNarrowLastError(t *testing.T) {
 // their own, unless another claim took the job meanwhile (ErrLeaseLost,
 // nothing changed).
 func TestRowLockTxSettlements(t *testing.T) {
-	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+	eachEngine(t, notSQLite, func(t *testing.T, e Engine) {
 		db1, db2, plain, qualified, effects := attXSetup(t, e, "att_tx", "TEXT")
-		q := confNew(t, db1, confConfig(e, attXTable(plain), nil))
-		other := confNew(t, db2, confConfig(e, attXTable(qualified), nil))
+		q := newQueue(t, db1, queueConfig(e, attXTable(plain), nil))
+		other := newQueue(t, db2, queueConfig(e, attXTable(qualified), nil))
 		ctx := context.Background()
-		insert := confQuery(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, ?)")
+		insert := bind(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, ?)")
 		write := func(d *inbox.Delivery, note string) error {
 			_, err := d.Tx().ExecContext(ctx, insert, d.ID(), note)
 			return err
 		}
 		notes := func() []string {
 			var out []string
-			for _, r := range confDump(t, db1, effects) {
-				out = append(out, confFields(r)["note"])
+			for _, r := range dumpRows(t, db1, effects) {
+				out = append(out, rowFields(r)["note"])
 			}
 			return out
 		}
-		id := confEnqueue(t, q, db1, "tx")
+		id := enqueueOne(t, q, db1, "tx")
 		step := func(name string, attempt int, do func(d *inbox.Delivery) error) {
 			t.Helper()
-			d := confClaimOne(t, q)
+			d := claimOne(t, q)
 			if d.Attempt() != attempt {
 				t.Fatalf("%s: delivered attempt %d, want %d", name, d.Attempt(), attempt)
 			}
@@ -447,7 +447,7 @@ func TestRowLockTxSettlements(t *testing.T) {
 			d.SetError(errors.New("first failure"))
 			return d.Retry(ctx, 0)
 		})
-		if a, fx, last := confAttempt(t, e, db1, plain, id), notes(), attXLastError(t, e, db1, plain, id); a != 2 || len(fx) != 0 || last != "first failure" {
+		if a, fx, last := attemptOf(t, e, db1, plain, id), notes(), attXLastError(t, e, db1, plain, id); a != 2 || len(fx) != 0 || last != "first failure" {
 			t.Fatalf("after write and Retry: attempt %d, effects %q, last_error %q; want 2, none, the handler's", a, fx, last)
 		}
 		step("write, Release", 2, func(d *inbox.Delivery) error {
@@ -456,7 +456,7 @@ func TestRowLockTxSettlements(t *testing.T) {
 			}
 			return d.Release(ctx)
 		})
-		if a, fx := confAttempt(t, e, db1, plain, id), notes(); a != 2 || len(fx) != 0 {
+		if a, fx := attemptOf(t, e, db1, plain, id), notes(); a != 2 || len(fx) != 0 {
 			t.Fatalf("after write and Release: attempt %d, effects %q; want 2, none", a, fx)
 		}
 		step("failed statement, Retry", 2, func(d *inbox.Delivery) error {
@@ -469,7 +469,7 @@ func TestRowLockTxSettlements(t *testing.T) {
 			d.SetError(errors.New("bad statement"))
 			return d.Retry(ctx, 0)
 		})
-		if a, fx, last := confAttempt(t, e, db1, plain, id), notes(), attXLastError(t, e, db1, plain, id); a != 3 || len(fx) != 0 || last != "bad statement" {
+		if a, fx, last := attemptOf(t, e, db1, plain, id), notes(), attXLastError(t, e, db1, plain, id); a != 3 || len(fx) != 0 || last != "bad statement" {
 			t.Fatalf("after a failed statement and Retry: attempt %d, effects %q, last_error %q; want 3, none, the handler's", a, fx, last)
 		}
 		step("handler's rollback, Retry", 3, func(d *inbox.Delivery) error {
@@ -482,17 +482,17 @@ func TestRowLockTxSettlements(t *testing.T) {
 			d.SetError(errors.New("after a rollback"))
 			return d.Retry(ctx, 0)
 		})
-		if a, fx, last := confAttempt(t, e, db1, plain, id), notes(), attXLastError(t, e, db1, plain, id); a != 4 || len(fx) != 0 || last != "after a rollback" {
+		if a, fx, last := attemptOf(t, e, db1, plain, id), notes(), attXLastError(t, e, db1, plain, id); a != 4 || len(fx) != 0 || last != "after a rollback" {
 			t.Fatalf("after the handler's rollback and Retry: attempt %d, effects %q, last_error %q; want 4, none, the handler's", a, fx, last)
 		}
 		// Rolled back, the job is free: another claim takes it before the
 		// Retry, which then changes nothing.
-		d := confClaimOne(t, q)
+		d := claimOne(t, q)
 		if err := d.Tx().Rollback(); err != nil {
 			t.Fatal(err)
 		}
-		taken := confClaimOne(t, other)
-		before := confDump(t, db1, plain)
+		taken := claimOne(t, other)
+		before := dumpRows(t, db1, plain)
 		if err := d.Retry(ctx, 0); !errors.Is(err, inbox.ErrLeaseLost) {
 			t.Fatalf("Retry of a job another claim holds: %v, want ErrLeaseLost", err)
 		}
@@ -502,7 +502,7 @@ func TestRowLockTxSettlements(t *testing.T) {
 		if err := taken.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		confSameDump(t, "a Retry that lost the job", before, confDump(t, db1, plain))
+		sameRows(t, "a Retry that lost the job", before, dumpRows(t, db1, plain))
 		step("failed statement, Dead", 4, func(d *inbox.Delivery) error {
 			if err := write(d, "dead"); err != nil {
 				return err
@@ -516,7 +516,7 @@ func TestRowLockTxSettlements(t *testing.T) {
 		if dead, fx := attXDead(t, e, db1, plain), notes(); dead[concKey(id)] != "attempt=4 last_error=buried" || len(fx) != 0 {
 			t.Fatalf("after a failed statement and Dead: dead %q, effects %q; want attempt 4 with the handler's error, none", dead, fx)
 		}
-		id = confEnqueue(t, q, db1, "acked")
+		id = enqueueOne(t, q, db1, "acked")
 		step("write, Ack", 1, func(d *inbox.Delivery) error {
 			if err := write(d, "acked"); err != nil {
 				return err
@@ -526,8 +526,8 @@ func TestRowLockTxSettlements(t *testing.T) {
 		if fx := notes(); len(fx) != 1 || fx[0] != `"acked"` && fx[0] != "acked" {
 			t.Fatalf("after write and Ack: effects %q, want the acked write", fx)
 		}
-		confIdle(t, db1, q)
-		confIdle(t, db2, other)
+		mustBeIdle(t, db1, q)
+		mustBeIdle(t, db2, other)
 	})
 }
 
@@ -537,13 +537,13 @@ func TestRowLockTxSettlements(t *testing.T) {
 // row lock included; PostgreSQL aborts it); both jobs' Retry still counts
 // their attempt and neither keeps a write.
 func TestRowLockDeadlockedHandlers(t *testing.T) {
-	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+	eachEngine(t, notSQLite, func(t *testing.T, e Engine) {
 		db1, db2, plain, _, effects := attXSetup(t, e, "att_deadlock", "TEXT")
-		q1 := confNew(t, db1, confConfig(e, attXTable(plain), nil))
-		q2 := confNew(t, db2, confConfig(e, attXTable(plain), nil))
+		q1 := newQueue(t, db1, queueConfig(e, attXTable(plain), nil))
+		q2 := newQueue(t, db2, queueConfig(e, attXTable(plain), nil))
 		ctx := context.Background()
-		confExec(t, e, db1, "INSERT INTO "+effects+" (job_id, note) VALUES (1, 'a'), (2, 'b')")
-		ids := []any{confEnqueue(t, q1, db1, "x"), confEnqueue(t, q1, db1, "y")}
+		mustExec(t, e, db1, "INSERT INTO "+effects+" (job_id, note) VALUES (1, 'a'), (2, 'b')")
+		ids := []any{enqueueOne(t, q1, db1, "x"), enqueueOne(t, q1, db1, "y")}
 		var ds []*inbox.Delivery
 		for _, q := range []*inbox.Queue{q1, q2} {
 			got, err := q.Claim(ctx, 1)
@@ -552,7 +552,7 @@ func TestRowLockDeadlockedHandlers(t *testing.T) {
 			}
 			ds = append(ds, got...)
 		}
-		update := confQuery(e, "UPDATE "+effects+" SET note = ? WHERE job_id = ?")
+		update := bind(e, "UPDATE "+effects+" SET note = ? WHERE job_id = ?")
 		for i, d := range ds {
 			if _, err := d.Tx().ExecContext(ctx, update, "mine", i+1); err != nil {
 				t.Fatal(err)
@@ -582,15 +582,15 @@ func TestRowLockDeadlockedHandlers(t *testing.T) {
 			}
 		}
 		for _, id := range ids {
-			if a := confAttempt(t, e, db1, plain, id); a != 2 {
+			if a := attemptOf(t, e, db1, plain, id); a != 2 {
 				t.Errorf("job %v: attempt %d after Retry, want 2", id, a)
 			}
 		}
-		if rows := confDump(t, db1, effects); len(rows) != 2 || strings.Contains(strings.Join(rows, " "), "mine") || strings.Contains(strings.Join(rows, " "), "yours") {
+		if rows := dumpRows(t, db1, effects); len(rows) != 2 || strings.Contains(strings.Join(rows, " "), "mine") || strings.Contains(strings.Join(rows, " "), "yours") {
 			t.Errorf("effects %q: a failed attempt's write stayed", rows)
 		}
-		confIdle(t, db1, q1)
-		confIdle(t, db2, q2)
+		mustBeIdle(t, db1, q1)
+		mustBeIdle(t, db2, q2)
 	})
 }
 
@@ -598,12 +598,12 @@ func TestRowLockDeadlockedHandlers(t *testing.T) {
 // context ends while it waits for a pool connection returns then, with the
 // context's error, however long the pool stays busy.
 func TestRowLockClaimDeadline(t *testing.T) {
-	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+	eachEngine(t, notSQLite, func(t *testing.T, e Engine) {
 		const conns = 3
 		db := e.Open(t, conns)
 		table := concTable(t, e, db, "att_deadline")
-		q := confNew(t, db, confConfig(e, Table(table, "rowlock"), nil))
-		confEnqueue(t, q, db, "d")
+		q := newQueue(t, db, queueConfig(e, Table(table, "rowlock"), nil))
+		enqueueOne(t, q, db, "d")
 		ctx := context.Background()
 		// The caller's own work takes every connection: the pool rule
 		// counts jobs in work, which are none, so the claim must wait.
@@ -640,12 +640,12 @@ func TestRowLockClaimDeadline(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) || len(ds) != 0 {
 			t.Errorf("Claim: %d jobs, %v; want none and the deadline", len(ds), err)
 		}
-		if d := confClaimOne(t, q); d.Attempt() != 1 {
+		if d := claimOne(t, q); d.Attempt() != 1 {
 			t.Errorf("attempt %d after the failed claim, want 1", d.Attempt())
 		} else if err := d.Ack(ctx); err != nil {
 			t.Fatal(err)
 		}
-		confIdle(t, db, q)
+		mustBeIdle(t, db, q)
 	})
 }
 
@@ -660,23 +660,23 @@ func TestCutRowLockClaimsRelease(t *testing.T) {
 			db := e.Open(t, 4)
 			admin := e.Open(t, 2)
 			table := fmt.Sprintf("cut_%s_claims_%d", e.Name, os.Getpid())
-			crashXRegister(e, table, 0)
+			checkAtEnd(e, table, 0)
 			e.CreateTable(t, admin, table)
-			t.Cleanup(func() { crashXDrop(t, admin, table, table+"_dead", table+"_claims") })
-			q := confNew(t, db, crashXConfig(e, table, "rowlock-claims", 0))
-			id := confEnqueue(t, q, db, "cut")
+			t.Cleanup(func() { dropNow(t, admin, table, table+"_dead", table+"_claims") })
+			q := newQueue(t, db, formConfig(e, table, "rowlock-claims", 0))
+			id := enqueueOne(t, q, db, "cut")
 			for cut := 1; cut <= ClaimsLimit+1; cut++ {
 				ds, err := q.Claim(ctx, 1)
 				if err != nil || len(ds) != 1 {
-					t.Fatalf("cut %d: claim: %d, %v (dead: %q)", cut, len(ds), err, confDump(t, admin, table+"_dead"))
+					t.Fatalf("cut %d: claim: %d, %v (dead: %q)", cut, len(ds), err, dumpRows(t, admin, table+"_dead"))
 				}
-				sid, err := crashXSessionID(ctx, e, ds[0].Tx())
+				sid, err := sessionID(ctx, e, ds[0].Tx())
 				if err != nil {
 					t.Fatal(err)
 				}
 				cutXTerminate(t, e, admin, sid)
 				err = ds[0].Release(ctx)
-				claims := confClaimsOf(t, e, admin, table, id)
+				claims := claimsCounted(t, e, admin, table, id)
 				t.Logf("FIGURE: %s: cut %d: Release: %v; claims counted %d", e.Name, cut, err, claims)
 				if err == nil {
 					t.Errorf("cut %d: the cut holder's Release succeeded", cut)
@@ -689,7 +689,7 @@ func TestCutRowLockClaimsRelease(t *testing.T) {
 			if err != nil || len(ds) != 0 {
 				t.Fatalf("claim past MaxClaims: %d, %v; want nothing", len(ds), err)
 			}
-			if dead := confDump(t, admin, table+"_dead"); len(dead) != 1 {
+			if dead := dumpRows(t, admin, table+"_dead"); len(dead) != 1 {
 				t.Fatalf("dead table %q, want the job", dead)
 			}
 		})
@@ -704,15 +704,15 @@ func TestCutRowLockClaimsRelease(t *testing.T) {
 // writes rolled back), each job ends acknowledged with the one shipment of
 // the attempt that succeeded: none of a failed or released attempt's.
 func TestRowLockFailedAttemptsCut(t *testing.T) {
-	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+	eachEngine(t, notSQLite, func(t *testing.T, e Engine) {
 		const jobs = 40
 		db1, db2, plain, qualified, effects := attXSetup(t, e, "att_cut", "TEXT")
-		q1 := confNew(t, db1, confConfig(e, attXTable(plain), nil))
-		q2 := confNew(t, db2, confConfig(e, attXTable(qualified), nil))
+		q1 := newQueue(t, db1, queueConfig(e, attXTable(plain), nil))
+		q2 := newQueue(t, db2, queueConfig(e, attXTable(qualified), nil))
 		for i := range jobs {
-			confEnqueue(t, q1, db1, fmt.Sprintf("order-%d", i))
+			enqueueOne(t, q1, db1, fmt.Sprintf("order-%d", i))
 		}
-		insert := confQuery(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, ?)")
+		insert := bind(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, ?)")
 		var mu sync.Mutex
 		var failures []error
 		runs := 0
@@ -757,7 +757,7 @@ func TestRowLockFailedAttemptsCut(t *testing.T) {
 		}
 		start := time.Now()
 		workXUntil(t, "the drain", func() error {
-			if n := confCount(t, db1, plain) + confCount(t, db1, plain+"_dead"); n != 0 {
+			if n := countRows(t, db1, plain) + countRows(t, db1, plain+"_dead"); n != 0 {
 				return fmt.Errorf("%d jobs left", n)
 			}
 			return nil
@@ -780,16 +780,16 @@ func TestRowLockFailedAttemptsCut(t *testing.T) {
 				t.Errorf("a failed attempt's settlement failed: %v", err)
 			}
 		}
-		rows := confDump(t, db1, effects)
+		rows := dumpRows(t, db1, effects)
 		if len(rows) != jobs {
 			t.Errorf("%d shipments for %d jobs", len(rows), jobs)
 		}
 		for _, r := range rows {
-			if note := confFields(r)["note"]; !strings.Contains(note, "attempt 3") {
+			if note := rowFields(r)["note"]; !strings.Contains(note, "attempt 3") {
 				t.Errorf("shipment %s: written by a failed attempt", r)
 			}
 		}
-		confIdleSoon(t, db1, q1)
-		confIdleSoon(t, db2, q2)
+		idleSoon(t, db1, q1)
+		idleSoon(t, db2, q2)
 	})
 }

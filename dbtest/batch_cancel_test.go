@@ -34,7 +34,7 @@ const (
 )
 
 func TestBatchCancelStress(t *testing.T) {
-	confEngines(t, nil, func(t *testing.T, e Engine) {
+	eachEngine(t, nil, func(t *testing.T, e Engine) {
 		for _, c := range []struct {
 			name string
 			cfg  inbox.BatchConfig
@@ -44,8 +44,8 @@ func TestBatchCancelStress(t *testing.T) {
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				db := e.Open(t, 8)
-				table := confTable(t, e, db, "batch_cancel_"+c.name)
-				q, err := inbox.New(db, inbox.Config{Dialect: e.Dialect, Table: Table(table, "lease"), Lease: time.Minute, Prepare: confPrepare})
+				table := newTable(t, e, db, "batch_cancel_"+c.name)
+				q, err := inbox.New(db, inbox.Config{Dialect: e.Dialect, Table: Table(table, "lease"), Lease: time.Minute, Prepare: prepareAll})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -42,7 +42,7 @@ func batTable(t *testing.T, e Engine, db *sql.DB) string {
 
 func batQueue(t *testing.T, e Engine, db *sql.DB, table string, clock *fakeclock.Clock) *inbox.Queue {
 	t.Helper()
-	cfg := inbox.Config{Dialect: e.Dialect, Table: Table(table, "lease"), Lease: time.Minute, Prepare: confPrepare}
+	cfg := inbox.Config{Dialect: e.Dialect, Table: Table(table, "lease"), Lease: time.Minute, Prepare: prepareAll}
 	if clock != nil {
 		cfg.Now = clock.Now
 	}

@@ -42,8 +42,8 @@ var lockShapes = []lockShape{{"mostly-delayed", 1980, 20}, {"mostly-ready", 20, 
 // free) with a priority column and the form's recommended indexes.
 func lockTable(t *testing.T, e Engine, db *sql.DB, form, what string, shape lockShape, priority bool, now time.Time) string {
 	t.Helper()
-	table := confTable(t, e, db, what)
-	confExec(t, e, db, "ALTER TABLE "+table+" ADD COLUMN priority integer NOT NULL DEFAULT 0")
+	table := newTable(t, e, db, what)
+	mustExec(t, e, db, "ALTER TABLE "+table+" ADD COLUMN priority integer NOT NULL DEFAULT 0")
 	col := "not_before"
 	if form == "lease" {
 		col = "locked_until"
@@ -82,7 +82,7 @@ func lockTable(t *testing.T, e Engine, db *sql.DB, form, what string, shape lock
 		idx = append(idx, "CREATE INDEX "+table+"_prio ON "+table+" (priority DESC, id)")
 	}
 	for _, s := range idx {
-		confExec(t, e, db, s)
+		mustExec(t, e, db, s)
 	}
 	explainAnalyze(t, e, db, table)
 	return table
@@ -90,7 +90,7 @@ func lockTable(t *testing.T, e Engine, db *sql.DB, form, what string, shape lock
 
 // lockConfig describes a claim-lock table to inbox.
 func lockConfig(e Engine, table, form string, priority bool, now time.Time) inbox.Config {
-	cfg := confConfig(e, Table(table, form), nil)
+	cfg := queueConfig(e, Table(table, form), nil)
 	if priority {
 		cfg.Table.Priority = "priority"
 	}
@@ -141,7 +141,7 @@ func claimOrderOf(t testing.TB, e Engine, db *sql.DB, table, form string, priori
 	if form == "lease" {
 		cond = "(locked_until IS NULL OR locked_until <= ?)"
 	}
-	rows, err := db.Query(confQuery(e, "SELECT id FROM "+table+" WHERE "+cond+" ORDER BY "+by), opsTime(e, now))
+	rows, err := db.Query(bind(e, "SELECT id FROM "+table+" WHERE "+cond+" ORDER BY "+by), opsTime(e, now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,17 +165,17 @@ func claimOrderOf(t testing.TB, e Engine, db *sql.DB, table, form string, priori
 // it is held. Before (MariaDB, mostly delayed): the held claim kept all 20
 // ready rows locked, and the others found nothing.
 func TestClaimLocksRowLock(t *testing.T) {
-	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+	eachEngine(t, notSQLite, func(t *testing.T, e Engine) {
 		for _, shape := range lockShapes {
 			for _, priority := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/priority=%v", shape.name, priority), func(t *testing.T) {
 					ctx := context.Background()
-					db1, db2 := confOpenTwo(t, e, 16)
+					db1, db2 := openTwo(t, e, 16)
 					now := time.Now().UTC().Truncate(time.Microsecond)
 					table := lockTable(t, e, db1, "rowlock", fmt.Sprintf("locks_rl_%d_%v", shape.claimable, priority), shape, priority, now)
 					order := claimOrderOf(t, e, db1, table, "rowlock", priority, now)
-					q1 := confNew(t, db1, lockConfig(e, table, "rowlock", priority, now))
-					q2 := confNew(t, db2, lockConfig(e, table, "rowlock", priority, now))
+					q1 := newQueue(t, db1, lockConfig(e, table, "rowlock", priority, now))
+					q2 := newQueue(t, db2, lockConfig(e, table, "rowlock", priority, now))
 					var held []*inbox.Delivery
 					var mu sync.Mutex
 					defer func() {
@@ -262,15 +262,15 @@ func TestClaimLocksRowLock(t *testing.T) {
 // lease (not-before time) ran out. Before: MySQL's lease took a due job
 // before an older free one of the same priority.
 func TestClaimOrder(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		ctx := context.Background()
 		db := e.Open(t, 8)
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		table := confTable(t, e, db, "order_"+form)
+		table := newTable(t, e, db, "order_"+form)
 		if e.IsSQLite() {
-			confExec(t, e, db, "ALTER TABLE "+table+" ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
+			mustExec(t, e, db, "ALTER TABLE "+table+" ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
 		} else {
-			confExec(t, e, db, "ALTER TABLE "+table+" ADD COLUMN priority integer NOT NULL DEFAULT 0")
+			mustExec(t, e, db, "ALTER TABLE "+table+" ADD COLUMN priority integer NOT NULL DEFAULT 0")
 		}
 		col := "not_before"
 		if form == "lease" {
@@ -287,10 +287,10 @@ func TestClaimOrder(t *testing.T) {
 			case i%2 == 0:
 				at = opsTime(e, now.Add(-time.Duration(i)*time.Minute))
 			}
-			confExec(t, e, db, "INSERT INTO "+table+" (payload, "+col+", priority) VALUES (?, ?, ?)", []byte("x"), at, 5*(i%3))
+			mustExec(t, e, db, "INSERT INTO "+table+" (payload, "+col+", priority) VALUES (?, ?, ?)", []byte("x"), at, 5*(i%3))
 		}
 		order := claimOrderOf(t, e, db, table, form, true, now)
-		q := confNew(t, db, lockConfig(e, table, form, true, now))
+		q := newQueue(t, db, lockConfig(e, table, form, true, now))
 		var got []int64
 		for _, n := range []int{5, 1, 1, 1, 3, 1, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1} {
 			ds, err := q.Claim(ctx, n)
@@ -322,7 +322,7 @@ func TestClaimOrder(t *testing.T) {
 // locked all of them (20), and the claim beside it took a job of priority 0
 // while jobs of priority 10 were claimable.
 func TestClaimLocksLease(t *testing.T) {
-	confEngines(t, func(e Engine) bool { return e.IsMySQL() }, func(t *testing.T, e Engine) {
+	eachEngine(t, func(e Engine) bool { return e.IsMySQL() }, func(t *testing.T, e Engine) {
 		for _, shape := range lockShapes {
 			for _, priority := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/priority=%v", shape.name, priority), func(t *testing.T) {
@@ -331,7 +331,7 @@ func TestClaimLocksLease(t *testing.T) {
 					now := time.Now().UTC().Truncate(time.Microsecond)
 					table := lockTable(t, e, plain, "lease", fmt.Sprintf("locks_ls_%d_%v", shape.claimable, priority), shape, priority, now)
 					order := claimOrderOf(t, e, plain, table, "lease", priority, now)
-					q2 := confNew(t, plain, lockConfig(e, table, "lease", priority, now))
+					q2 := newQueue(t, plain, lockConfig(e, table, "lease", priority, now))
 					var locked = -1
 					var beside []*inbox.Delivery
 					var besideErr error
@@ -344,7 +344,7 @@ func TestClaimLocksLease(t *testing.T) {
 						locked = lockedRows(t, e, plain, table)
 						beside, besideErr = q2.Claim(ctx, 1)
 					})
-					q1 := confNew(t, db, lockConfig(e, table, "lease", priority, now))
+					q1 := newQueue(t, db, lockConfig(e, table, "lease", priority, now))
 					ds, err := q1.Claim(ctx, 1)
 					if err != nil || len(ds) != 1 {
 						t.Fatalf("Claim(1) = %d jobs, %v", len(ds), err)

@@ -39,7 +39,7 @@ func concTable(t *testing.T, e Engine, db *sql.DB, what string) string {
 	t.Helper()
 	table := concName(e, what)
 	e.CreateTable(t, db, table)
-	confDropAtEnd(t, e, db, table, table+"_dead", table+"_claims")
+	dropAtEnd(t, e, db, table, table+"_dead", table+"_claims")
 	return table
 }
 
@@ -305,7 +305,7 @@ func (l *concLedger) check(t *testing.T, want map[string]bool) {
 // transaction, and returns their ids.
 func concFill(t *testing.T, e Engine, db *sql.DB, table string, n, keys int) map[string]bool {
 	t.Helper()
-	eq := confKeyed(t, db, e, table)
+	eq := keyedQueue(t, db, e, table)
 	ctx := context.Background()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -334,11 +334,11 @@ func concFill(t *testing.T, e Engine, db *sql.DB, table string, n, keys int) map
 // held by two handlers at once, nor (advisory-k) a key; each job is
 // delivered once, at attempt 1, and acked once; nothing is left or dead.
 func TestConcDrainTwoPools(t *testing.T) {
-	confEach(t, formsWithKey, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsWithKey, func(t *testing.T, e Engine, form string) {
 		jobs := 400
 		if e.IsSQLite() {
 			jobs = 300
-			if confRace() {
+			if raceBuild() {
 				jobs = 150 // SQLite under -race is slow; the defect showed on nearly every job
 			}
 		}
@@ -350,9 +350,9 @@ func TestConcDrainTwoPools(t *testing.T) {
 // statements prepared by two pools, one naming the table plainly and the
 // other by its qualified name, each job acked once.
 func TestPreparedDrainTwoPools(t *testing.T) {
-	confEach(t, formsWithKey, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsWithKey, func(t *testing.T, e Engine, form string) {
 		jobs := 200
-		if e.IsSQLite() && confRace() {
+		if e.IsSQLite() && raceBuild() {
 			jobs = 100
 		}
 		concDrainTwoPools(t, e, form, jobs, true)
@@ -366,17 +366,17 @@ func concDrainTwoPools(t *testing.T, e Engine, form string, jobs int, prepare bo
 		keys    = 20
 		conns   = 7
 	)
-	db1, db2 := confOpenTwo(t, e, conns)
+	db1, db2 := openTwo(t, e, conns)
 	what := "two_" + form
 	if prepare {
 		what = "two_prep_" + form
 	}
 	table := concTable(t, e, db1, what)
 	qualified := concQualified(t, e, db1, table)
-	cfg1, cfg2 := confConfig(e, Table(table, form), nil), confConfig(e, Table(qualified, form), nil)
+	cfg1, cfg2 := queueConfig(e, Table(table, form), nil), queueConfig(e, Table(qualified, form), nil)
 	cfg1.Prepare, cfg2.Prepare = prepare, prepare
-	q1 := confNew(t, db1, cfg1)
-	q2 := confNew(t, db2, cfg2)
+	q1 := newQueue(t, db1, cfg1)
+	q2 := newQueue(t, db2, cfg2)
 	want := concFill(t, e, db1, table, jobs, keys)
 
 	l := newConcLedger()
@@ -409,17 +409,17 @@ func concDrainTwoPools(t *testing.T, e Engine, form string, jobs int, prepare bo
 			l.end(d, d.Ack(context.WithoutCancel(ctx)))
 		})
 	if !ok {
-		t.Errorf("workers stalled: %d of %d jobs acked in two minutes; left: %d", l.ackedJobs(), jobs, confCount(t, db1, table))
+		t.Errorf("workers stalled: %d of %d jobs acked in two minutes; left: %d", l.ackedJobs(), jobs, countRows(t, db1, table))
 	}
 	l.check(t, want)
-	if n := confCount(t, db1, table); n != 0 {
+	if n := countRows(t, db1, table); n != 0 {
 		t.Errorf("%d jobs left in the table", n)
 	}
-	if n := confCount(t, db1, table+"_dead"); n != 0 {
+	if n := countRows(t, db1, table+"_dead"); n != 0 {
 		t.Errorf("%d jobs in the dead table", n)
 	}
-	confIdleSoon(t, db1, q1)
-	confIdleSoon(t, db2, q2)
+	idleSoon(t, db1, q1)
+	idleSoon(t, db2, q2)
 	if strings.HasPrefix(form, "advisory") && !e.IsSQLite() {
 		var lockKeys []string
 		if keyed {
@@ -431,7 +431,7 @@ func concDrainTwoPools(t *testing.T, e Engine, form string, jobs int, prepare bo
 				lockKeys = append(lockKeys, id)
 			}
 		}
-		confNoLocks(t, e, db1, table, lockKeys)
+		noLocks(t, e, db1, table, lockKeys)
 	}
 }
 
@@ -439,15 +439,15 @@ func concDrainTwoPools(t *testing.T, e Engine, form string, jobs int, prepare bo
 // counter, eight workers over two pools that always Ack at once drain 500
 // jobs: none is dead-lettered, each is acked once, and no count is left.
 func TestConcClaimsNoFalseDead(t *testing.T) {
-	confEach(t, rowlockOnly, func(t *testing.T, e Engine, _ string) {
+	eachForm(t, rowlockOnly, func(t *testing.T, e Engine, _ string) {
 		const (
 			workers = 8
 			jobs    = 500
 		)
-		db1, db2 := confOpenTwo(t, e, 6)
+		db1, db2 := openTwo(t, e, 6)
 		table := concTable(t, e, db1, "claims_drain")
-		q1 := confNew(t, db1, confConfig(e, Table(table, "rowlock-claims"), nil))
-		q2 := confNew(t, db2, confConfig(e, Table(concQualified(t, e, db1, table), "rowlock-claims"), nil))
+		q1 := newQueue(t, db1, queueConfig(e, Table(table, "rowlock-claims"), nil))
+		q2 := newQueue(t, db2, queueConfig(e, Table(concQualified(t, e, db1, table), "rowlock-claims"), nil))
 		want := concFill(t, e, db1, table, jobs, 1)
 		l := newConcLedger()
 		ok := concWorkers(t, []*inbox.Queue{q1, q2}, workers, 1, 2*time.Minute,
@@ -463,12 +463,12 @@ func TestConcClaimsNoFalseDead(t *testing.T) {
 		if !ok {
 			t.Errorf("workers stalled: %d of %d jobs acked in two minutes", l.ackedJobs(), jobs)
 		}
-		if dead := confDump(t, db1, table+"_dead"); len(dead) > 0 {
+		if dead := dumpRows(t, db1, table+"_dead"); len(dead) > 0 {
 			t.Errorf("%d of %d jobs dead-lettered by the claims counter though every delivery was acked at once (MaxClaims %d): %s",
 				len(dead), jobs, ClaimsLimit, concFirst(dead, 3))
 		}
 		l.check(t, want)
-		if n := confCount(t, db1, table); n != 0 {
+		if n := countRows(t, db1, table); n != 0 {
 			t.Errorf("%d jobs left in the table", n)
 		}
 		var counted int
@@ -478,8 +478,8 @@ func TestConcClaimsNoFalseDead(t *testing.T) {
 		if counted != 0 {
 			t.Errorf("%d claim counts left for jobs whose deliveries were all acked", counted)
 		}
-		confIdleSoon(t, db1, q1)
-		confIdleSoon(t, db2, q2)
+		idleSoon(t, db1, q1)
+		idleSoon(t, db2, q2)
 	})
 }
 
@@ -488,17 +488,17 @@ func TestConcClaimsNoFalseDead(t *testing.T) {
 // settled counts for nothing, so the job is never dead-lettered, its
 // attempt stays 1 and its count ends at 0.
 func TestConcClaimsReleaseStorm(t *testing.T) {
-	confEach(t, rowlockOnly, func(t *testing.T, e Engine, _ string) {
+	eachForm(t, rowlockOnly, func(t *testing.T, e Engine, _ string) {
 		const workers = 12
 		rounds := int64(300)
-		if confRace() {
+		if raceBuild() {
 			rounds = 150
 		}
-		db1, db2 := confOpenTwo(t, e, 8)
+		db1, db2 := openTwo(t, e, 8)
 		table := concTable(t, e, db1, "claims_storm")
-		q1 := confNew(t, db1, confConfig(e, Table(table, "rowlock-claims"), nil))
-		q2 := confNew(t, db2, confConfig(e, Table(concQualified(t, e, db1, table), "rowlock-claims"), nil))
-		id := concKey(confEnqueue(t, q1, db1, "hot"))
+		q1 := newQueue(t, db1, queueConfig(e, Table(table, "rowlock-claims"), nil))
+		q2 := newQueue(t, db2, queueConfig(e, Table(concQualified(t, e, db1, table), "rowlock-claims"), nil))
+		id := concKey(enqueueOne(t, q1, db1, "hot"))
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		var (
@@ -560,7 +560,7 @@ func TestConcClaimsReleaseStorm(t *testing.T) {
 		for _, p := range problems {
 			t.Error(p)
 		}
-		if dead := confDump(t, db1, table+"_dead"); len(dead) > 0 {
+		if dead := dumpRows(t, db1, table+"_dead"); len(dead) > 0 {
 			t.Errorf("the job was dead-lettered after %d deliveries, all released (MaxClaims %d): %q", released.Load(), ClaimsLimit, dead)
 		}
 		if t.Failed() {
@@ -569,18 +569,18 @@ func TestConcClaimsReleaseStorm(t *testing.T) {
 		if released.Load() < rounds {
 			t.Fatalf("%d of %d rounds in two minutes", released.Load(), rounds)
 		}
-		if a := confAttempt(t, e, db1, table, id); a != 1 {
+		if a := attemptOf(t, e, db1, table, id); a != 1 {
 			t.Errorf("attempt %d after releases alone, want 1", a)
 		}
-		if c := confClaimsOf(t, e, db1, table, id); c != 0 {
+		if c := claimsCounted(t, e, db1, table, id); c != 0 {
 			t.Errorf("%d claims counted after %d released deliveries, want 0", c, released.Load())
 		}
-		d := confClaimOne(t, q1)
+		d := claimOne(t, q1)
 		if err := d.Ack(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		confIdleSoon(t, db1, q1)
-		confIdleSoon(t, db2, q2)
+		idleSoon(t, db1, q1)
+		idleSoon(t, db2, q2)
 		t.Logf("FIGURE: %d claim/release rounds by %d workers on two pools", released.Load(), workers)
 	})
 }
@@ -591,22 +591,22 @@ func TestConcClaimsReleaseStorm(t *testing.T) {
 // is still delivered; only after MaxClaims+1 does the next claim move it to
 // the dead table instead, at attempt 1, and clear its count.
 func TestConcClaimsCrash(t *testing.T) {
-	crashXWall(t)
-	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+	logWall(t)
+	eachEngine(t, notSQLite, func(t *testing.T, e Engine) {
 		ctx := context.Background()
 		dsn := e.DSN(t, "")
 		db := e.OpenDSN(t, dsn, 4)
 		table := concName(e, "claims_crash")
 		effects := concName(e, "claims_fx")
 		e.CreateTable(t, db, table)
-		for _, s := range crashXEffectsSchema(e, effects) {
-			confExec(t, e, db, s)
+		for _, s := range effectsTableSQL(e, effects) {
+			mustExec(t, e, db, s)
 		}
-		t.Cleanup(func() { crashXDrop(t, db, table, table+"_dead", table+"_claims", effects) })
-		crashXRegister(e, table, 0)
-		crashXRegister(e, effects, 0)
-		q := confNew(t, db, confConfig(e, Table(table, "rowlock-claims"), nil))
-		id := concKey(confEnqueue(t, q, db, "poison"))
+		t.Cleanup(func() { dropNow(t, db, table, table+"_dead", table+"_claims", effects) })
+		checkAtEnd(e, table, 0)
+		checkAtEnd(e, effects, 0)
+		q := newQueue(t, db, queueConfig(e, Table(table, "rowlock-claims"), nil))
+		id := concKey(enqueueOne(t, q, db, "poison"))
 
 		// reclaim waits for the killed child's session to end, then claims:
 		// the job, released again (a settled delivery counts for nothing),
@@ -622,7 +622,7 @@ func TestConcClaimsCrash(t *testing.T) {
 				if len(ds) == 1 {
 					return ds[0]
 				}
-				if confCount(t, db, table+"_dead") > 0 {
+				if countRows(t, db, table+"_dead") > 0 {
 					return nil
 				}
 				if time.Now().After(deadline) {
@@ -632,7 +632,7 @@ func TestConcClaimsCrash(t *testing.T) {
 			}
 		}
 		for kill := 1; kill <= ClaimsLimit+1; kill++ {
-			child := crashXStart(t, fmt.Sprintf("child %d", kill), "crash", crashXChildConfig{Engine: e.Name, DSN: dsn, Table: table,
+			child := startChild(t, fmt.Sprintf("child %d", kill), "crash", childConfig{Engine: e.Name, DSN: dsn, Table: table,
 				Form: "rowlock-claims", Effects: effects, Conns: 3})
 			f := strings.Fields(child.Line(t, 2*time.Minute))
 			if len(f) != 4 || f[0] != "CLAIMED" {
@@ -642,14 +642,14 @@ func TestConcClaimsCrash(t *testing.T) {
 				t.Fatalf("child %d claimed job %s attempt %s, want job %s attempt 1", kill, f[1], f[2], id)
 			}
 			child.Kill()
-			if c := confClaimsOf(t, e, db, table, id); c != kill {
+			if c := claimsCounted(t, e, db, table, id); c != kill {
 				t.Errorf("after kill %d the job counts %d claims, want %d", kill, c, kill)
 			}
 			d := reclaim(kill)
 			if kill <= ClaimsLimit {
 				if d == nil {
 					t.Fatalf("after %d unsettled deliveries (MaxClaims %d) the job went to the dead table: %q",
-						kill, ClaimsLimit, confDump(t, db, table+"_dead"))
+						kill, ClaimsLimit, dumpRows(t, db, table+"_dead"))
 				}
 				if concKey(d.ID()) != id || d.Attempt() != 1 {
 					t.Fatalf("after kill %d: delivered %v attempt %d, want %s attempt 1", kill, d.ID(), d.Attempt(), id)
@@ -657,7 +657,7 @@ func TestConcClaimsCrash(t *testing.T) {
 				if err := d.Release(ctx); err != nil {
 					t.Fatal(err)
 				}
-				if c := confClaimsOf(t, e, db, table, id); c != kill {
+				if c := claimsCounted(t, e, db, table, id); c != kill {
 					t.Errorf("after kill %d and a released delivery the job counts %d claims, want %d", kill, c, kill)
 				}
 				continue
@@ -667,20 +667,20 @@ func TestConcClaimsCrash(t *testing.T) {
 				t.Fatalf("after %d unsettled deliveries (MaxClaims %d) the job was delivered again (attempt %d)", kill, ClaimsLimit, d.Attempt())
 			}
 		}
-		if n := confCount(t, db, table); n != 0 {
+		if n := countRows(t, db, table); n != 0 {
 			t.Errorf("%d rows left in the queue", n)
 		}
-		dead := confDump(t, db, table+"_dead")
+		dead := dumpRows(t, db, table+"_dead")
 		if len(dead) != 1 || !strings.HasPrefix(dead[0], "id="+id+" ") || !strings.Contains(dead[0], "attempt=1 ") {
 			t.Errorf("dead table %q, want job %s at attempt 1", dead, id)
 		}
-		if c := confClaimsOf(t, e, db, table, id); c != 0 {
+		if c := claimsCounted(t, e, db, table, id); c != 0 {
 			t.Errorf("the dead job still counts %d claims", c)
 		}
-		if n := confCount(t, db, effects); n != 0 {
+		if n := countRows(t, db, effects); n != 0 {
 			t.Errorf("%d writes of killed holders survived", n)
 		}
-		confIdle(t, db, q)
+		mustBeIdle(t, db, q)
 	})
 }
 
@@ -691,18 +691,18 @@ func TestConcAdvisoryStarvation(t *testing.T) {
 	// busy-key: 30 jobs of a key held by another delivery, then a job of
 	// another key: Claim(1) returns that job.
 	t.Run("busy-key", func(t *testing.T) {
-		confEach(t, advisoryK, func(t *testing.T, e Engine, form string) {
-			db1, db2 := confOpenTwo(t, e, 4)
+		eachForm(t, advisoryK, func(t *testing.T, e Engine, form string) {
+			db1, db2 := openTwo(t, e, 4)
 			table := concTable(t, e, db1, "starve_key")
 			tb := Table(table, form)
-			q := confNew(t, db1, confConfig(e, tb, nil))
-			other := confNew(t, db2, confConfig(e, tb, nil))
-			eq := confKeyed(t, db1, e, table)
-			first := confEnqueueKey(t, eq, db1, "busy-0", "busy")
+			q := newQueue(t, db1, queueConfig(e, tb, nil))
+			other := newQueue(t, db2, queueConfig(e, tb, nil))
+			eq := keyedQueue(t, db1, e, table)
+			first := enqueueKey(t, eq, db1, "busy-0", "busy")
 			for i := 1; i < 30; i++ {
-				confEnqueueKey(t, eq, db1, "busy-"+strconv.Itoa(i), "busy")
+				enqueueKey(t, eq, db1, "busy-"+strconv.Itoa(i), "busy")
 			}
-			free := confEnqueueKey(t, eq, db1, "free", "free")
+			free := enqueueKey(t, eq, db1, "free", "free")
 			ds, err := other.Claim(ctx, 1)
 			if err != nil || len(ds) != 1 || ds[0].ID() != first {
 				t.Fatalf("the other pool claimed %d jobs, %v; want job %v", len(ds), err, first)
@@ -726,23 +726,23 @@ func TestConcAdvisoryStarvation(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			confIdle(t, db1, q)
-			confIdle(t, db2, other)
+			mustBeIdle(t, db1, q)
+			mustBeIdle(t, db2, other)
 		})
 	})
 	// held-head: another pool holds the 12 head jobs (key on id): Claim(1)
 	// returns one of the other 18, and repeated Claim(1)s get all 18.
 	t.Run("held-head", func(t *testing.T) {
-		confEach(t, advisoryID, func(t *testing.T, e Engine, form string) {
+		eachForm(t, advisoryID, func(t *testing.T, e Engine, form string) {
 			dsn := e.DSN(t, t.TempDir())
 			db1, db2 := e.OpenDSN(t, dsn, 20), e.OpenDSN(t, dsn, 14)
 			table := concTable(t, e, db1, "starve_head")
 			tb := Table(table, form)
-			q := confNew(t, db1, confConfig(e, tb, nil))
-			other := confNew(t, db2, confConfig(e, tb, nil))
+			q := newQueue(t, db1, queueConfig(e, tb, nil))
+			other := newQueue(t, db2, queueConfig(e, tb, nil))
 			var ids []string
 			for i := range 30 {
-				ids = append(ids, concKey(confEnqueue(t, q, db1, "j"+strconv.Itoa(i))))
+				ids = append(ids, concKey(enqueueOne(t, q, db1, "j"+strconv.Itoa(i))))
 			}
 			head, err := other.Claim(ctx, 12)
 			if err != nil || len(head) != 12 {
@@ -777,18 +777,18 @@ func TestConcAdvisoryStarvation(t *testing.T) {
 				}
 				seen[id] = true
 			}
-			confClaimNone(t, q, "every job held")
+			claimNone(t, q, "every job held")
 			for _, d := range all {
 				if err := d.Ack(ctx); err != nil {
 					t.Fatal(err)
 				}
 			}
 			all = nil
-			if n := confCount(t, db1, table); n != 0 {
+			if n := countRows(t, db1, table); n != 0 {
 				t.Errorf("%d jobs left", n)
 			}
-			confIdle(t, db1, q)
-			confIdle(t, db2, other)
+			mustBeIdle(t, db1, q)
+			mustBeIdle(t, db2, other)
 		})
 	})
 }
@@ -825,13 +825,13 @@ func concLockWaiting(t testing.TB, e Engine, db *sql.DB, table string) bool {
 // ran while the caller's transaction was still open.
 func TestConcTxSettlements(t *testing.T) {
 	forms := func(Engine) []string { return []string{"lease", "advisory"} }
-	confEach(t, forms, func(t *testing.T, e Engine, form string) {
-		db1, db2 := confOpenTwo(t, e, 4)
+	eachForm(t, forms, func(t *testing.T, e Engine, form string) {
+		db1, db2 := openTwo(t, e, 4)
 		table := concTable(t, e, db1, "tx_"+form)
-		clock := fakeclock.New(confStart)
+		clock := fakeclock.New(clockStart)
 		tb := Table(table, form)
-		q := confNew(t, db1, confConfig(e, tb, clock))
-		other := confNew(t, db2, confConfig(e, tb, clock))
+		q := newQueue(t, db1, queueConfig(e, tb, clock))
+		other := newQueue(t, db2, queueConfig(e, tb, clock))
 		ctx := context.Background()
 		lease := form == "lease"
 
@@ -844,7 +844,7 @@ func TestConcTxSettlements(t *testing.T) {
 		}
 		claimable := func(id any, attempt int) {
 			t.Helper()
-			d := confClaimOne(t, other)
+			d := claimOne(t, other)
 			if d.ID() != id || d.Attempt() != attempt {
 				t.Fatalf("the other pool claimed %v attempt %d, want %v attempt %d", d.ID(), d.Attempt(), id, attempt)
 			}
@@ -854,9 +854,9 @@ func TestConcTxSettlements(t *testing.T) {
 		}
 
 		t.Run("retry-1h", func(t *testing.T) {
-			confReset(t, db1, table)
-			id := confEnqueue(t, q, db1, "retry")
-			d := confClaimOne(t, q)
+			emptyTables(t, db1, table)
+			id := enqueueOne(t, q, db1, "retry")
+			d := claimOne(t, q)
 			tx, err := db1.BeginTx(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -921,8 +921,8 @@ func TestConcTxSettlements(t *testing.T) {
 			if err := d.Committed(tx); err != nil {
 				t.Fatal(err)
 			}
-			confClaimNone(t, other, "a job retried for an hour, committed")
-			confClaimNone(t, q, "a job retried for an hour, committed")
+			claimNone(t, other, "a job retried for an hour, committed")
+			claimNone(t, q, "a job retried for an hour, committed")
 			if a, _ := row(id); a != 2 {
 				t.Fatalf("stored attempt %d after RetryTx, want 2", a)
 			}
@@ -941,9 +941,9 @@ func TestConcTxSettlements(t *testing.T) {
 		for _, c := range cases {
 			name := c.op + map[bool]string{true: "-commit", false: "-rollback"}[c.commit]
 			t.Run(name, func(t *testing.T) {
-				confReset(t, db1, table)
-				id := confEnqueue(t, q, db1, name)
-				d := confClaimOne(t, q)
+				emptyTables(t, db1, table)
+				id := enqueueOne(t, q, db1, name)
+				d := claimOne(t, q)
 				tx, err := db1.BeginTx(ctx, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -981,13 +981,13 @@ func TestConcTxSettlements(t *testing.T) {
 					if attempt != 2 || dead != 0 {
 						t.Fatalf("after %s: attempt %d, dead %d; want the job at attempt 2, not dead", name, attempt, dead)
 					}
-					confClaimNone(t, other, "a job held by a delivery whose settlement rolled back")
+					claimNone(t, other, "a job held by a delivery whose settlement rolled back")
 					if err := d.Release(ctx); err != nil {
 						t.Fatalf("release after %s: %v", name, err)
 					}
 					claimable(id, 1)
-					confIdle(t, db1, q)
-					confIdle(t, db2, other)
+					mustBeIdle(t, db1, q)
+					mustBeIdle(t, db2, other)
 					return
 				}
 				// Committed, not confirmed: the next settlement learns it
@@ -1016,10 +1016,10 @@ func TestConcTxSettlements(t *testing.T) {
 					}
 					claimable(id, 2)
 				}
-				confIdle(t, db1, q)
-				confIdle(t, db2, other)
+				mustBeIdle(t, db1, q)
+				mustBeIdle(t, db2, other)
 				if !lease && !e.IsSQLite() {
-					confNoLocks(t, e, db1, table, []string{concKey(id)})
+					noLocks(t, e, db1, table, []string{concKey(id)})
 				}
 			})
 		}
@@ -1031,7 +1031,7 @@ func TestConcTxSettlements(t *testing.T) {
 // caller's context ends between the statement and the unlock); settling
 // again returns ErrSettled, and the lock is not left held.
 func TestConcAdvisoryUnlockFails(t *testing.T) {
-	confEach(t, func(e Engine) []string {
+	eachForm(t, func(e Engine) []string {
 		if e.IsSQLite() {
 			return nil // no session locks to let go
 		}
@@ -1042,7 +1042,7 @@ func TestConcAdvisoryUnlockFails(t *testing.T) {
 		tb := Table(table, form)
 		for _, op := range []string{"Ack", "Retry", "Release", "Dead"} {
 			t.Run(op, func(t *testing.T) {
-				confReset(t, db, table)
+				emptyTables(t, db, table)
 				h := &hookDialect{Dialect: e.Dialect}
 				h.locker, _ = e.Dialect.(inbox.Locker)
 				ctx, cancel := context.WithCancel(context.Background())
@@ -1055,12 +1055,12 @@ func TestConcAdvisoryUnlockFails(t *testing.T) {
 						cancel()
 					}
 				}
-				cfg := confConfig(e, tb, nil)
+				cfg := queueConfig(e, tb, nil)
 				cfg.Dialect = h
-				q := confNew(t, db, cfg)
-				id := confEnqueue(t, q, db, op)
-				d := confClaimOne(t, q)
-				if n := confLocksHeld(t, e, db, table, []string{concKey(id)}); n != 1 {
+				q := newQueue(t, db, cfg)
+				id := enqueueOne(t, q, db, op)
+				d := claimOne(t, q)
+				if n := locksHeld(t, e, db, table, []string{concKey(id)}); n != 1 {
 					t.Fatalf("%d locks held for the claimed job, want 1", n)
 				}
 				armed.Store(true)
@@ -1089,11 +1089,11 @@ func TestConcAdvisoryUnlockFails(t *testing.T) {
 				if err := d.Ack(context.Background()); !errors.Is(err, inbox.ErrSettled) {
 					t.Errorf("ack after %s: %v, want ErrSettled", op, err)
 				}
-				confIdleSoon(t, db, q)
-				confNoPoolLocks(t, e, db, table, []string{concKey(id)})
+				idleSoon(t, db, q)
+				noPoolLocks(t, e, db, table, []string{concKey(id)})
 				if op == "Retry" || op == "Release" {
 					// The job is free for every session again.
-					other := confNew(t, e.Open(t, 3), confConfig(e, tb, nil))
+					other := newQueue(t, e.Open(t, 3), queueConfig(e, tb, nil))
 					deadline := time.Now().Add(10 * time.Second)
 					for {
 						ds, err := other.Claim(context.Background(), 1)
@@ -1138,24 +1138,24 @@ func concCancelled(t testing.TB, kctx context.Context, what string) {
 // that failed without a verdict (its context cancelled before or during the
 // call).
 func TestConcKeeperFencing(t *testing.T) {
-	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
+	eachForm(t, leaseOnly, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
 		table := concTable(t, e, db, "fence")
-		clock := fakeclock.New(confStart)
+		clock := fakeclock.New(clockStart)
 		tb := Table(table, form)
 		ctx := context.Background()
 		const (
 			lease  = time.Minute
 			margin = lease / 10 // the default margin
 		)
-		other := confNew(t, db, confConfig(e, tb, clock))
+		other := newQueue(t, db, queueConfig(e, tb, clock))
 
 		// claimKept claims the job with a keeper and returns the delivery,
 		// the handler's context, its stop function, and the moment the
 		// keeper gives up: the claim's expiry less the margin.
 		claimKept := func(t *testing.T, q *inbox.Queue) (*inbox.Delivery, context.Context, func(), time.Time) {
 			t.Helper()
-			d := confClaimOne(t, q)
+			d := claimOne(t, q)
 			giveUp := clock.Now().Add(lease - margin)
 			if !d.Expiry().Equal(clock.Now().Add(lease).Truncate(time.Microsecond)) {
 				t.Fatalf("delivery expiry %v, want the claim's time plus the lease", d.Expiry())
@@ -1192,7 +1192,7 @@ func TestConcKeeperFencing(t *testing.T) {
 					}
 					return
 				}
-				if confCount(t, db, table) == 0 {
+				if countRows(t, db, table) == 0 {
 					return // the failed Ack's statement committed after all
 				}
 				if time.Now().After(deadline) {
@@ -1203,9 +1203,9 @@ func TestConcKeeperFencing(t *testing.T) {
 		}
 
 		t.Run("shutdown", func(t *testing.T) {
-			confReset(t, db, table)
-			q := confNew(t, db, confConfig(e, tb, clock))
-			id := confEnqueue(t, q, db, "shutdown")
+			emptyTables(t, db, table)
+			q := newQueue(t, db, queueConfig(e, tb, clock))
+			id := enqueueOne(t, q, db, "shutdown")
 			d, kctx, stop, giveUp := claimKept(t, q)
 			defer stop()
 			if err := q.Shutdown(ctx); err != nil {
@@ -1216,20 +1216,20 @@ func TestConcKeeperFencing(t *testing.T) {
 			}
 			clock.Advance(giveUp.Sub(clock.Now()))
 			concCancelled(t, kctx, "after Shutdown")
-			if got := confLockedUntil(t, e, db, table, id); !got.Equal(d.Expiry()) {
+			if got := lockedUntilOf(t, e, db, table, id); !got.Equal(d.Expiry()) {
 				t.Errorf("the lease moved to %v after Shutdown, want %v: the keeper extends no more", got, d.Expiry())
 			}
 			takeOver(t, kctx, id)
 			if err := d.Ack(ctx); !errors.Is(err, inbox.ErrLeaseLost) {
 				t.Errorf("the first holder's ack after the take-over: %v, want ErrLeaseLost", err)
 			}
-			confIdle(t, db, q, other)
+			mustBeIdle(t, db, q, other)
 		})
 
 		t.Run("cancelled-before", func(t *testing.T) {
-			confReset(t, db, table)
-			q := confNew(t, db, confConfig(e, tb, clock))
-			id := confEnqueue(t, q, db, "cancelled")
+			emptyTables(t, db, table)
+			q := newQueue(t, db, queueConfig(e, tb, clock))
+			id := enqueueOne(t, q, db, "cancelled")
 			d, kctx, stop, giveUp := claimKept(t, q)
 			defer stop()
 			cctx, cancel := context.WithCancel(ctx)
@@ -1241,7 +1241,7 @@ func TestConcKeeperFencing(t *testing.T) {
 			concCancelled(t, kctx, "after an ack under a cancelled context")
 			takeOver(t, kctx, id)
 			stop()
-			confIdle(t, db, q, other)
+			mustBeIdle(t, db, q, other)
 		})
 
 		t.Run("cancelled-during", func(t *testing.T) {
@@ -1251,15 +1251,15 @@ func TestConcKeeperFencing(t *testing.T) {
 				if n > 500 {
 					t.Fatal("the ack still asked its context after 500 checks")
 				}
-				confReset(t, db, table)
-				q := confNew(t, db, confConfig(e, tb, clock))
-				id := confEnqueue(t, q, db, "during")
+				emptyTables(t, db, table)
+				q := newQueue(t, db, queueConfig(e, tb, clock))
+				id := enqueueOne(t, q, db, "during")
 				d, kctx, stop, giveUp := claimKept(t, q)
 				cctx := newCountdownCtx(n)
 				err := d.Ack(cctx)
 				if err == nil {
 					stop()
-					if confCount(t, db, table) != 0 {
+					if countRows(t, db, table) != 0 {
 						t.Fatal("ack returned nil and the job is still there")
 					}
 					break
@@ -1270,13 +1270,13 @@ func TestConcKeeperFencing(t *testing.T) {
 				failures++
 				clock.Advance(giveUp.Sub(clock.Now()))
 				concCancelled(t, kctx, fmt.Sprintf("step %d: after an ack that failed (%v)", n, err))
-				if confCount(t, db, table) == 1 {
+				if countRows(t, db, table) == 1 {
 					takeOver(t, kctx, id)
 				} else {
 					clock.Advance(margin) // the ack committed before it failed
 				}
 				stop()
-				confIdleSoon(t, db, q, other)
+				idleSoon(t, db, q, other)
 			}
 			if failures == 0 {
 				t.Fatal("no step of the ack noticed its cancellation")
@@ -1293,17 +1293,17 @@ func TestConcKeeperFencing(t *testing.T) {
 // Afterwards every job is in exactly one consistent state (gone, dead, or
 // claimable at a sane attempt), none is held, and no connection is leaked.
 func TestConcSettleStorm(t *testing.T) {
-	confEach(t, formsWithKey, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsWithKey, func(t *testing.T, e Engine, form string) {
 		workers, jobs, rounds := 16, 80, 20
 		switch {
-		case e.IsSQLite() && confRace():
+		case e.IsSQLite() && raceBuild():
 			// modernc.org/sqlite is C translated to Go: slow under -race,
 			// and one writer at a time serialises the rest.
 			workers, jobs, rounds = 8, 30, 8
-		case confRace():
+		case raceBuild():
 			jobs, rounds = 60, 12
 		}
-		db1, db2 := confOpenTwo(t, e, 8)
+		db1, db2 := openTwo(t, e, 8)
 		table := concTable(t, e, db1, "storm_"+form)
 		tb := Table(table, form)
 		// The real clock: a settlement the driver gave up on may still run
@@ -1311,12 +1311,12 @@ func TestConcSettleStorm(t *testing.T) {
 		// moves gives that claim another token (a new expiry). The lease is
 		// short so that leases a failed settlement left run out soon; the
 		// keepers extend the others.
-		cfg := confConfig(e, tb, nil)
+		cfg := queueConfig(e, tb, nil)
 		const lease = 5 * time.Second
 		if form == "lease" {
 			cfg.Lease = lease
 		}
-		q1, q2 := confNew(t, db1, cfg), confNew(t, db2, cfg)
+		q1, q2 := newQueue(t, db1, cfg), newQueue(t, db2, cfg)
 		want := concFill(t, e, db1, table, jobs, 7)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -1453,8 +1453,8 @@ func TestConcSettleStorm(t *testing.T) {
 		}
 
 		// Nothing is held and no connection leaked.
-		confIdleSoon(t, db1, q1)
-		confIdleSoon(t, db2, q2)
+		idleSoon(t, db1, q1)
+		idleSoon(t, db2, q2)
 
 		rows, dead := concSnapshot(t, db1, table)
 		mu.Lock()
@@ -1490,7 +1490,7 @@ func TestConcSettleStorm(t *testing.T) {
 		// (lease), at once (row lock, advisory).
 		stormed := time.Since(began)
 		fresh := e.OpenDSN(t, concDSN(t, e, db1), 4)
-		fq := confNew(t, fresh, cfg)
+		fq := newQueue(t, fresh, cfg)
 		// The loop ends when the queue is empty, not after len(rows) claims:
 		// a settlement given up on may still land after the snapshot.
 		got := 0
@@ -1519,7 +1519,7 @@ func TestConcSettleStorm(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond) // polling for discarded sessions to end, with a deadline
 		}
-		confIdle(t, fresh, fq)
+		mustBeIdle(t, fresh, fq)
 		t.Logf("FIGURE: %d settlements in %v, %d jobs left (all claimed again in %v), %d dead, %d ambiguous, %d statements that found only broken connections",
 			settled.Load(), stormed.Round(time.Millisecond), len(rows), (time.Since(began) - stormed).Round(time.Millisecond), len(dead), len(ambiguous), badConns.Load())
 	})
@@ -1557,7 +1557,7 @@ func concHolders(t testing.TB, e Engine, db *sql.DB, table, form string, rows ma
 		list = append(list, k)
 	}
 	var b strings.Builder
-	for _, pid := range confLockHolders(t, e, db, table, list) {
+	for _, pid := range lockHolders(t, e, db, table, list) {
 		var state, query, started string
 		var err error
 		if e.IsPostgres() {
@@ -1609,14 +1609,14 @@ func concClaim(q *inbox.Queue, max int) (ds []*inbox.Delivery, err error, panick
 // database stays writable (SQLite: no write lock left behind) and a claim
 // of MaxClaim works.
 func TestConcClaimTooMany(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
 		table := concTable(t, e, db, "toomany_"+form)
-		q := confNew(t, db, confConfig(e, Table(table, form), nil))
+		q := newQueue(t, db, queueConfig(e, Table(table, form), nil))
 		for i := range 3 {
-			confEnqueue(t, q, db, "m"+strconv.Itoa(i))
+			enqueueOne(t, q, db, "m"+strconv.Itoa(i))
 		}
-		before := confDump(t, db, table)
+		before := dumpRows(t, db, table)
 		for _, max := range []int{math.MaxInt, inbox.MaxClaim + 1} {
 			ds, err, panicked := concClaim(q, max)
 			if panicked != nil {
@@ -1624,8 +1624,8 @@ func TestConcClaimTooMany(t *testing.T) {
 			} else if err == nil || len(ds) != 0 {
 				t.Errorf("Claim(%d): %d deliveries, %v; want an error", max, len(ds), err)
 			}
-			confSameDump(t, fmt.Sprintf("Claim(%d)", max), before, confDump(t, db, table))
-			confIdle(t, db, q)
+			sameRows(t, fmt.Sprintf("Claim(%d)", max), before, dumpRows(t, db, table))
+			mustBeIdle(t, db, q)
 		}
 		// Still writable, and still claimable.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -1647,7 +1647,7 @@ func TestConcClaimTooMany(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		confIdle(t, db, q)
+		mustBeIdle(t, db, q)
 	})
 }
 
@@ -1655,15 +1655,15 @@ func TestConcClaimTooMany(t *testing.T) {
 // a new job never takes the id of a deleted one, even the highest, on any
 // engine; and SQLite's schema check refuses an id that would.
 func TestConcIDsNeverReused(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
 		table := concTable(t, e, db, "ids_"+form)
-		q := confNew(t, db, confConfig(e, Table(table, form), nil))
+		q := newQueue(t, db, queueConfig(e, Table(table, form), nil))
 		ctx := context.Background()
 		seen := map[string]bool{}
 		enqueue := func(p string) string {
 			t.Helper()
-			id := concKey(confEnqueue(t, q, db, p))
+			id := concKey(enqueueOne(t, q, db, p))
 			if seen[id] {
 				t.Fatalf("job %q got id %s, which an earlier job had", p, id)
 			}
@@ -1703,7 +1703,7 @@ func TestConcIDsNeverReused(t *testing.T) {
 			}
 		}
 		enqueue("after-all")
-		confIdle(t, db, q)
+		mustBeIdle(t, db, q)
 		if !e.IsSQLite() || form != "lease" {
 			return
 		}
@@ -1711,10 +1711,10 @@ func TestConcIDsNeverReused(t *testing.T) {
 			t.Errorf("the documented SQLite schema: %v", err)
 		}
 		reuse := concName(e, "ids_reuse")
-		confExec(t, e, db, "CREATE TABLE "+reuse+" (id INTEGER PRIMARY KEY, attempt INTEGER NOT NULL DEFAULT 1, locked_until TEXT, payload BLOB NOT NULL)")
+		mustExec(t, e, db, "CREATE TABLE "+reuse+" (id INTEGER PRIMARY KEY, attempt INTEGER NOT NULL DEFAULT 1, locked_until TEXT, payload BLOB NOT NULL)")
 		rtb := Table(reuse, "lease")
 		rtb.DeadTable = ""
-		ps := confProblems(t, confCheck(t, e, db, confNew(t, db, confConfig(e, rtb, nil)), reuse))
-		confHas(t, ps, reuse, "AUTOINCREMENT")
+		ps := problemsOf(t, checkUnchanged(t, e, db, newQueue(t, db, queueConfig(e, rtb, nil)), reuse))
+		hasProblem(t, ps, reuse, "AUTOINCREMENT")
 	})
 }

@@ -9,8 +9,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,413 +20,27 @@ import (
 	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
-// confStart is where fake clocks start: far from the real clock, so a
-// statement that read the engine's clock instead of the injected one would
-// see every lease as long expired or far in the future.
-var confStart = time.Date(2031, 3, 4, 5, 6, 7, 123456789, time.UTC)
-
-// confEach runs fn as subtest <engine>/<form> for every engine and every
-// form forms lists for it.
-func confEach(t *testing.T, forms func(Engine) []string, fn func(t *testing.T, e Engine, form string)) {
-	t.Helper()
-	for _, e := range Engines {
-		for _, form := range forms(e) {
-			t.Run(e.Name+"/"+form, func(t *testing.T) { fn(t, e, form) })
-		}
-	}
-}
-
-// confEngines runs fn as subtest <engine> for every engine keep accepts
-// (every engine when keep is nil).
-func confEngines(t *testing.T, keep func(Engine) bool, fn func(t *testing.T, e Engine)) {
-	t.Helper()
-	for _, e := range Engines {
-		if keep != nil && !keep(e) {
-			continue
-		}
-		t.Run(e.Name, func(t *testing.T) { fn(t, e) })
-	}
-}
-
-func formsOf(e Engine) []string { return e.Forms() }
-
-// formsWithKey adds the advisory form keyed on a shared column.
-func formsWithKey(e Engine) []string { return append(e.Forms(), "advisory-k") }
-
-func leaseOnly(Engine) []string { return []string{"lease"} }
-
-func notSQLite(e Engine) bool { return !e.IsSQLite() }
-
-// confName is the table of one test on one engine: conf_<what>_<engine>.
-func confName(e Engine, what string) string {
-	return "conf_" + strings.ReplaceAll(what, "-", "_") + "_" + e.Name
-}
-
-// confTable creates the table of one test (dropping any left by an earlier
-// run), and drops it again when the test passed.
-func confTable(t *testing.T, e Engine, db *sql.DB, what string) string {
-	t.Helper()
-	table := confName(e, what)
-	e.CreateTable(t, db, table)
-	confDropAtEnd(t, e, db, table, table+"_dead", table+"_claims")
-	return table
-}
-
-// confDropAtEnd drops tables after a passing test; a failing one leaves them
-// to look at.
-func confDropAtEnd(t *testing.T, e Engine, db *sql.DB, tables ...string) {
-	if e.IsSQLite() {
-		return // the file goes with the test's directory
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			return
-		}
-		for _, tb := range tables {
-			if _, err := db.Exec("DROP TABLE IF EXISTS " + tb); err != nil {
-				t.Errorf("drop %s: %v", tb, err)
-			}
-		}
-	})
-}
-
-// confConfig is the usual configuration: the form's table description, the
-// fake clock when one is given, a one-minute lease for the lease form.
-func confConfig(e Engine, tb inbox.Table, clock *fakeclock.Clock) inbox.Config {
-	cfg := inbox.Config{Dialect: e.Dialect, Table: tb, Prepare: confPrepare}
-	if tb.LockedUntil != "" {
-		cfg.Lease = time.Minute
-	}
-	if clock != nil {
-		cfg.Now, cfg.After = clock.Now, clock.After
-	}
-	return cfg
-}
-
-// confPrepare, set by INBOX_TEST_PREPARE=1, runs the suites' queues with
-// Config.Prepare: every path once more through prepared statements.
-var confPrepare = os.Getenv("INBOX_TEST_PREPARE") == "1"
-
-func confNew(t testing.TB, db *sql.DB, cfg inbox.Config) *inbox.Queue {
-	t.Helper()
-	q, err := inbox.New(db, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return q
-}
-
-// confQuery rewrites ? placeholders as $n for Postgres.
-func confQuery(e Engine, q string) string {
-	if !e.IsPostgres() {
-		return q
-	}
-	var b strings.Builder
-	n := 0
-	for _, c := range q {
-		if c == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
-
-func confExec(t testing.TB, e Engine, db *sql.DB, q string, args ...any) {
-	t.Helper()
-	if _, err := db.Exec(confQuery(e, q), args...); err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
-}
-
-// confCount counts the rows of table.
-func confCount(t testing.TB, db *sql.DB, table string) int {
-	t.Helper()
-	var n int
-	if err := db.QueryRow("SELECT COUNT(*) FROM " + table).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// confAttempt returns the stored attempt of row id, failing when it is gone.
-func confAttempt(t testing.TB, e Engine, db *sql.DB, table string, id any) int {
-	t.Helper()
-	var n int
-	if err := db.QueryRow(confQuery(e, "SELECT attempt FROM "+table+" WHERE id = ?"), id).Scan(&n); err != nil {
-		t.Fatalf("attempt of %s %v: %v", table, id, err)
-	}
-	return n
-}
-
-// confLockedUntil returns the stored lease of row id, the zero time for NULL.
-func confLockedUntil(t testing.TB, e Engine, db *sql.DB, table string, id any) time.Time {
-	t.Helper()
-	var raw any
-	if err := db.QueryRow(confQuery(e, "SELECT locked_until FROM "+table+" WHERE id = ?"), id).Scan(&raw); err != nil {
-		t.Fatalf("locked_until of %s %v: %v", table, id, err)
-	}
-	if raw == nil {
-		return time.Time{}
-	}
-	tm, err := e.Dialect.ScanTime(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tm
-}
-
-// confDump returns every row of table as text, in id order, to compare a
-// table before and after something that must change nothing.
-func confDump(t testing.TB, db *sql.DB, table string) []string {
-	t.Helper()
-	rows, err := db.Query("SELECT * FROM " + table + " ORDER BY 1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		var b strings.Builder
-		for i, v := range vals {
-			if i > 0 {
-				b.WriteString(" | ")
-			}
-			b.WriteString(cols[i] + "=")
-			switch x := v.(type) {
-			case nil:
-				b.WriteString("NULL")
-			case []byte:
-				b.WriteString(strconv.Quote(string(x)))
-			case time.Time:
-				b.WriteString(x.UTC().Format(time.RFC3339Nano))
-			default:
-				fmt.Fprint(&b, x)
-			}
-		}
-		out = append(out, b.String())
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func confSameDump(t testing.TB, what string, before, after []string) {
-	t.Helper()
-	if strings.Join(before, "\n") != strings.Join(after, "\n") {
-		t.Errorf("%s changed the table:\nbefore:\n%s\nafter:\n%s", what, strings.Join(before, "\n"), strings.Join(after, "\n"))
-	}
-}
-
-// confReset empties table, its dead table and its claims table.
-func confReset(t testing.TB, db *sql.DB, table string) {
-	t.Helper()
-	for _, tb := range []string{table, table + "_dead", table + "_claims"} {
-		if _, err := db.Exec("DELETE FROM " + tb); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// confEnqueue enqueues one job with payload p through db and returns its id.
-func confEnqueue(t testing.TB, q *inbox.Queue, db *sql.DB, p string) any {
-	t.Helper()
-	id, err := q.Enqueue(context.Background(), db, inbox.Job{Data: []any{[]byte(p)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
-// confClaimOne claims and expects exactly one delivery.
-func confClaimOne(t testing.TB, q *inbox.Queue) *inbox.Delivery {
-	t.Helper()
-	ds, err := q.Claim(context.Background(), 5)
-	if err != nil {
-		t.Fatalf("claim: %v", err)
-	}
-	if len(ds) != 1 {
-		for _, d := range ds {
-			_ = d.Release(context.Background())
-		}
-		t.Fatalf("claimed %d jobs, want 1", len(ds))
-	}
-	return ds[0]
-}
-
-// confClaimNone claims and expects nothing.
-func confClaimNone(t testing.TB, q *inbox.Queue, why string) {
-	t.Helper()
-	ds, err := q.Claim(context.Background(), 5)
-	if err != nil {
-		t.Fatalf("claim: %v", err)
-	}
-	if len(ds) != 0 {
-		ids := make([]any, len(ds))
-		for i, d := range ds {
-			ids[i] = d.ID()
-			_ = d.Release(context.Background())
-		}
-		t.Fatalf("%s: claimed %v, want nothing", why, ids)
-	}
-}
-
-func confPayload(t testing.TB, d *inbox.Delivery) string {
-	t.Helper()
-	var p []byte
-	if err := d.Scan(&p); err != nil {
-		t.Fatal(err)
-	}
-	return string(p)
-}
-
-// confIdle checks that the queue holds no job and the pool no connection:
-// every test must end so.
-func confIdle(t testing.TB, db *sql.DB, qs ...*inbox.Queue) {
-	t.Helper()
-	for _, q := range qs {
-		if n := q.InWork(); n != 0 {
-			t.Errorf("queue still holds %d jobs", n)
-		}
-	}
-	if n := db.Stats().InUse; n != 0 {
-		t.Errorf("%d connections still checked out", n)
-	}
-}
-
-// confIdleSoon is confIdle for the moments after a cancellation, when
-// database/sql may still be handing a connection back from a goroutine of
-// its own: it waits for the pool to settle, up to a deadline.
-func confIdleSoon(t testing.TB, db *sql.DB, qs ...*inbox.Queue) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for db.Stats().InUse != 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // polling a pool counter, with a deadline
-	}
-	confIdle(t, db, qs...)
-}
-
-// confRun has workers claim from q in batches and hand each delivery to
-// handle, which settles it, until n deliveries were made. A worker whose claim
-// finds nothing waits until another worker settles a batch, rather than
-// polling; a run where no one progresses for three minutes fails.
-func confRun(t *testing.T, q *inbox.Queue, n, workers, batch int, handle func(ctx context.Context, d *inbox.Delivery) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var (
-		mu        sync.Mutex
-		delivered int
-		wake      = make(chan struct{})
-		failed    atomic.Bool
-		wg        sync.WaitGroup
-	)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				mu.Lock()
-				if delivered >= n {
-					mu.Unlock()
-					return
-				}
-				seen := wake
-				mu.Unlock()
-				ds, err := q.Claim(ctx, batch)
-				if err != nil {
-					for _, d := range ds {
-						_ = d.Release(context.WithoutCancel(ctx))
-					}
-					if ctx.Err() == nil {
-						t.Errorf("claim: %v", err)
-						failed.Store(true)
-						cancel()
-					}
-					return
-				}
-				if len(ds) == 0 {
-					select {
-					case <-seen:
-					case <-ctx.Done():
-					}
-					continue
-				}
-				mu.Lock()
-				delivered += len(ds)
-				mu.Unlock()
-				for _, d := range ds {
-					if err := handle(ctx, d); err != nil {
-						t.Errorf("job %v: %v", d.ID(), err)
-						failed.Store(true)
-						cancel()
-					}
-				}
-				mu.Lock()
-				close(wake)
-				wake = make(chan struct{})
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if ctx.Err() != nil && !failed.Load() {
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("workers stalled: %d of %d jobs delivered before the deadline", delivered, n)
-	}
-}
-
-// confRace reports whether the test binary was built with -race.
-func confRace() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}
-
 // TestDrain: many workers drain a few thousand jobs, each delivered exactly
 // once at its first attempt, none left behind.
 func TestDrain(t *testing.T) {
-	confEach(t, formsWithKey, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsWithKey, func(t *testing.T, e Engine, form string) {
 		const (
 			workers = 8
 			keys    = 20
 		)
 		jobs := 2000
-		if e.IsSQLite() && confRace() {
+		if e.IsSQLite() && raceBuild() {
 			jobs = 1000 // modernc.org/sqlite is Go translated from C: slow under -race
 		}
 		db := e.Open(t, workers+1)
-		table := confTable(t, e, db, "drain_"+form)
+		table := newTable(t, e, db, "drain_"+form)
 		tb := Table(table, form)
-		q := confNew(t, db, confConfig(e, tb, nil))
+		q := newQueue(t, db, queueConfig(e, tb, nil))
 
 		// The enqueuer writes the key column too.
 		etb := tb
 		etb.Data = []string{"payload", "k"}
-		eq := confNew(t, db, confConfig(e, etb, nil))
+		eq := newQueue(t, db, queueConfig(e, etb, nil))
 		ctx := context.Background()
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
@@ -457,7 +69,7 @@ func TestDrain(t *testing.T) {
 		var mu sync.Mutex
 		got := map[any]int{}
 		var problems []string
-		confRun(t, q, jobs, workers, batch, func(ctx context.Context, d *inbox.Delivery) error {
+		runWorkers(t, q, jobs, workers, batch, func(ctx context.Context, d *inbox.Delivery) error {
 			var b []byte
 			if err := d.Scan(&b); err != nil {
 				return err
@@ -487,13 +99,13 @@ func TestDrain(t *testing.T) {
 				t.Errorf("delivered job %v that was never enqueued", id)
 			}
 		}
-		if n := confCount(t, db, table); n != 0 {
+		if n := countRows(t, db, table); n != 0 {
 			t.Errorf("%d jobs left in the table", n)
 		}
-		if n := confCount(t, db, table+"_dead"); n != 0 {
+		if n := countRows(t, db, table+"_dead"); n != 0 {
 			t.Errorf("%d jobs in the dead table", n)
 		}
-		confIdle(t, db, q)
+		mustBeIdle(t, db, q)
 		if strings.HasPrefix(form, "advisory") {
 			var lockKeys []string
 			if form == "advisory" {
@@ -505,7 +117,7 @@ func TestDrain(t *testing.T) {
 					lockKeys = append(lockKeys, strconv.Itoa(i))
 				}
 			}
-			confNoLocks(t, e, db, table, lockKeys)
+			noLocks(t, e, db, table, lockKeys)
 		}
 	})
 }
@@ -513,12 +125,12 @@ func TestDrain(t *testing.T) {
 // TestOutcomes: each settlement of each form, what it leaves in the table,
 // and that a second settlement or an extension after one changes nothing.
 func TestOutcomes(t *testing.T) {
-	confEach(t, formsWithKey, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsWithKey, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
-		table := confTable(t, e, db, "outcomes_"+form)
-		clock := fakeclock.New(confStart)
+		table := newTable(t, e, db, "outcomes_"+form)
+		clock := fakeclock.New(clockStart)
 		tb := Table(table, form)
-		q := confNew(t, db, confConfig(e, tb, clock))
+		q := newQueue(t, db, queueConfig(e, tb, clock))
 		ctx := context.Background()
 		lease := form == "lease"
 		keyOf := func(id any) string {
@@ -533,7 +145,7 @@ func TestOutcomes(t *testing.T) {
 		// always gets) and change nothing.
 		afterSettled := func(t *testing.T, d *inbox.Delivery) {
 			t.Helper()
-			before := append(confDump(t, db, table), confDump(t, db, table+"_dead")...)
+			before := append(dumpRows(t, db, table), dumpRows(t, db, table+"_dead")...)
 			for name, f := range map[string]func() error{
 				"Ack":      func() error { return d.Ack(ctx) },
 				"Retry(0)": func() error { return d.Retry(ctx, 0) },
@@ -558,18 +170,18 @@ func TestOutcomes(t *testing.T) {
 					t.Errorf("%s after settling: %v, want ErrSettled", name, err)
 				}
 			}
-			confSameDump(t, "settling again", before, append(confDump(t, db, table), confDump(t, db, table+"_dead")...))
-			confIdle(t, db, q)
+			sameRows(t, "settling again", before, append(dumpRows(t, db, table), dumpRows(t, db, table+"_dead")...))
+			mustBeIdle(t, db, q)
 		}
 		fresh := func(t *testing.T, p string) any {
-			confReset(t, db, table)
-			return confEnqueue(t, q, db, p)
+			emptyTables(t, db, table)
+			return enqueueOne(t, q, db, p)
 		}
 		claim := func(t *testing.T, id any, attempt int, p string) *inbox.Delivery {
 			t.Helper()
-			d := confClaimOne(t, q)
-			if d.ID() != id || d.Attempt() != attempt || confPayload(t, d) != p {
-				t.Fatalf("claimed job %v attempt %d payload %q, want %v, %d, %q", d.ID(), d.Attempt(), confPayload(t, d), id, attempt, p)
+			d := claimOne(t, q)
+			if d.ID() != id || d.Attempt() != attempt || payloadOf(t, d) != p {
+				t.Fatalf("claimed job %v attempt %d payload %q, want %v, %d, %q", d.ID(), d.Attempt(), payloadOf(t, d), id, attempt, p)
 			}
 			if err := d.Extend(ctx); err != nil {
 				t.Fatalf("extend a held job: %v", err)
@@ -583,7 +195,7 @@ func TestOutcomes(t *testing.T) {
 			if err := d.Ack(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if n := confCount(t, db, table); n != 0 {
+			if n := countRows(t, db, table); n != 0 {
 				t.Fatalf("ack left %d rows", n)
 			}
 			afterSettled(t, d)
@@ -594,12 +206,12 @@ func TestOutcomes(t *testing.T) {
 			if err := d.Retry(ctx, 0); err != nil {
 				t.Fatal(err)
 			}
-			if a := confAttempt(t, e, db, table, id); a != 2 {
+			if a := attemptOf(t, e, db, table, id); a != 2 {
 				t.Fatalf("stored attempt %d after Retry(0), want 2", a)
 			}
 			afterSettled(t, d)
 			d = claim(t, id, 2, "r")
-			if a := confAttempt(t, e, db, table, id); form != "rowlock" && a != 3 {
+			if a := attemptOf(t, e, db, table, id); form != "rowlock" && a != 3 {
 				t.Fatalf("stored attempt %d after the second claim, want 3", a)
 			}
 			if err := d.Ack(ctx); err != nil {
@@ -613,9 +225,9 @@ func TestOutcomes(t *testing.T) {
 				t.Fatal(err)
 			}
 			afterSettled(t, d)
-			confClaimNone(t, q, "at once after Retry(10s)")
+			claimNone(t, q, "at once after Retry(10s)")
 			clock.Advance(10*time.Second - time.Microsecond)
-			confClaimNone(t, q, "a microsecond before the retry delay ends")
+			claimNone(t, q, "a microsecond before the retry delay ends")
 			clock.Advance(time.Microsecond)
 			d = claim(t, id, 2, "l")
 			if err := d.Ack(ctx); err != nil {
@@ -626,23 +238,23 @@ func TestOutcomes(t *testing.T) {
 			id := fresh(t, "x")
 			d := claim(t, id, 1, "x")
 			if strings.HasPrefix(form, "advisory") && !e.IsSQLite() {
-				if n := confLocksHeld(t, e, db, table, []string{keyOf(id)}); n != 1 {
+				if n := locksHeld(t, e, db, table, []string{keyOf(id)}); n != 1 {
 					t.Fatalf("%d advisory locks held for the claimed job, want 1", n)
 				}
 			}
 			if err := d.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if a := confAttempt(t, e, db, table, id); a != 1 {
+			if a := attemptOf(t, e, db, table, id); a != 1 {
 				t.Fatalf("stored attempt %d after Release, want 1", a)
 			}
 			if lease {
-				if lu := confLockedUntil(t, e, db, table, id); !lu.IsZero() {
+				if lu := lockedUntilOf(t, e, db, table, id); !lu.IsZero() {
 					t.Fatalf("locked_until %v after Release, want NULL", lu)
 				}
 			}
 			if strings.HasPrefix(form, "advisory") {
-				confNoLocks(t, e, db, table, []string{keyOf(id)})
+				noLocks(t, e, db, table, []string{keyOf(id)})
 			}
 			afterSettled(t, d)
 			d = claim(t, id, 1, "x")
@@ -660,10 +272,10 @@ func TestOutcomes(t *testing.T) {
 			if err := d.Dead(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if n := confCount(t, db, table); n != 0 {
+			if n := countRows(t, db, table); n != 0 {
 				t.Fatalf("dead left %d rows in the table", n)
 			}
-			dead := confDump(t, db, table+"_dead")
+			dead := dumpRows(t, db, table+"_dead")
 			wantRow := fmt.Sprintf("id=%v | attempt=2 | payload=%q", id, "d")
 			if len(dead) != 1 || dead[0] != wantRow {
 				t.Fatalf("dead table %q, want [%s]", dead, wantRow)
@@ -674,77 +286,77 @@ func TestOutcomes(t *testing.T) {
 			// A dead table that already holds the id refuses the copy: the
 			// move must leave the job where it was, not half moved.
 			id := fresh(t, "c")
-			confExec(t, e, db, "INSERT INTO "+table+"_dead (id, attempt, payload) VALUES (?, 9, ?)", id, []byte("old"))
+			mustExec(t, e, db, "INSERT INTO "+table+"_dead (id, attempt, payload) VALUES (?, 9, ?)", id, []byte("old"))
 			d := claim(t, id, 1, "c")
 			if err := d.Dead(ctx); err == nil || errors.Is(err, inbox.ErrSettled) || errors.Is(err, inbox.ErrLeaseLost) {
 				t.Fatalf("dead into a conflicting row: %v, want the database's error", err)
 			}
-			if n := confCount(t, db, table); n != 1 {
+			if n := countRows(t, db, table); n != 1 {
 				t.Fatalf("a failed dead move left %d rows in the table, want 1", n)
 			}
-			if dead := confDump(t, db, table+"_dead"); len(dead) != 1 || !strings.Contains(dead[0], "attempt=9") {
+			if dead := dumpRows(t, db, table+"_dead"); len(dead) != 1 || !strings.Contains(dead[0], "attempt=9") {
 				t.Fatalf("dead table after a failed move: %q", dead)
 			}
 			if err := d.Release(ctx); err != nil && !errors.Is(err, inbox.ErrSettled) {
 				t.Fatal(err)
 			}
-			confIdle(t, db, q)
+			mustBeIdle(t, db, q)
 			if strings.HasPrefix(form, "advisory") {
-				confNoLocks(t, e, db, table, []string{keyOf(id)})
+				noLocks(t, e, db, table, []string{keyOf(id)})
 			}
 		})
 		t.Run("no-dead-table", func(t *testing.T) {
 			ntb := tb
 			ntb.DeadTable = ""
-			nq := confNew(t, db, confConfig(e, ntb, clock))
+			nq := newQueue(t, db, queueConfig(e, ntb, clock))
 			id := fresh(t, "n")
-			d := confClaimOne(t, nq)
-			before := confDump(t, db, table)
+			d := claimOne(t, nq)
+			before := dumpRows(t, db, table)
 			if err := d.Dead(ctx); !errors.Is(err, inbox.ErrNoDeadTable) {
 				t.Fatalf("dead without a dead table: %v, want ErrNoDeadTable", err)
 			}
-			confSameDump(t, "a refused Dead", before, confDump(t, db, table))
+			sameRows(t, "a refused Dead", before, dumpRows(t, db, table))
 			if err := d.Release(ctx); err != nil {
 				t.Fatalf("release after a refused Dead: %v", err)
 			}
-			if a := confAttempt(t, e, db, table, id); a != 1 {
+			if a := attemptOf(t, e, db, table, id); a != 1 {
 				t.Fatalf("stored attempt %d, want 1", a)
 			}
-			confIdle(t, db, nq)
+			mustBeIdle(t, db, nq)
 		})
 		if !lease {
 			t.Run("no-not-before", func(t *testing.T) {
 				ntb := tb
 				ntb.NotBefore = ""
-				nq := confNew(t, db, confConfig(e, ntb, clock))
+				nq := newQueue(t, db, queueConfig(e, ntb, clock))
 				id := fresh(t, "b")
-				d := confClaimOne(t, nq)
-				before := confDump(t, db, table)
+				d := claimOne(t, nq)
+				before := dumpRows(t, db, table)
 				if err := d.Retry(ctx, time.Second); !errors.Is(err, inbox.ErrNoNotBefore) {
 					t.Fatalf("delayed retry without a not-before column: %v, want ErrNoNotBefore", err)
 				}
-				confSameDump(t, "a refused Retry", before, confDump(t, db, table))
+				sameRows(t, "a refused Retry", before, dumpRows(t, db, table))
 				if err := d.Release(ctx); err != nil {
 					t.Fatalf("release after a refused Retry: %v", err)
 				}
-				if a := confAttempt(t, e, db, table, id); a != 1 {
+				if a := attemptOf(t, e, db, table, id); a != 1 {
 					t.Fatalf("stored attempt %d, want 1", a)
 				}
-				confIdle(t, db, nq)
+				mustBeIdle(t, db, nq)
 			})
 		}
-		confIdle(t, db, q)
+		mustBeIdle(t, db, q)
 	})
 }
 
 // TestEnqueue: through *sql.DB, *sql.Tx and *sql.Conn, with and without a
 // not-before time, returning the new row's int64 id.
 func TestEnqueue(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
-		table := confTable(t, e, db, "enqueue_"+form)
-		clock := fakeclock.New(confStart)
-		q := confNew(t, db, confConfig(e, Table(table, form), clock))
+		table := newTable(t, e, db, "enqueue_"+form)
+		clock := fakeclock.New(clockStart)
+		q := newQueue(t, db, queueConfig(e, Table(table, form), clock))
 		ctx := context.Background()
 		ids := map[string]any{}
 		enq := func(name string, ex inbox.Executor, job inbox.Job) any {
@@ -793,7 +405,7 @@ func TestEnqueue(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		rows := confDump(t, db, table)
+		rows := dumpRows(t, db, table)
 		if len(rows) != 6 {
 			t.Fatalf("table holds %d rows, want 6 (the rolled-back one absent):\n%s", len(rows), strings.Join(rows, "\n"))
 		}
@@ -802,7 +414,7 @@ func TestEnqueue(t *testing.T) {
 				continue // SQLite may give its id to the next row
 			}
 			var p []byte
-			err := db.QueryRow(confQuery(e, "SELECT payload FROM "+table+" WHERE id = ?"), id).Scan(&p)
+			err := db.QueryRow(bind(e, "SELECT payload FROM "+table+" WHERE id = ?"), id).Scan(&p)
 			if err != nil || string(p) != name {
 				t.Errorf("job %s (id %v): payload %q, %v", name, id, p, err)
 			}
@@ -820,7 +432,7 @@ func TestEnqueue(t *testing.T) {
 			}
 			got := map[string]bool{}
 			for _, d := range ds {
-				got[confPayload(t, d)] = true
+				got[payloadOf(t, d)] = true
 				if err := d.Ack(ctx); err != nil {
 					t.Fatal(err)
 				}
@@ -838,44 +450,21 @@ func TestEnqueue(t *testing.T) {
 		if got := claimAll(); len(got) != 3 || !got["db-later"] || !got["tx-later"] || !got["conn-later"] {
 			t.Fatalf("claimed %v at the not-before time, want the three delayed jobs", got)
 		}
-		confIdle(t, db, q)
+		mustBeIdle(t, db, q)
 	})
-}
-
-// confTextSchema creates a table whose id is text given by the caller.
-func confTextSchema(t *testing.T, e Engine, db *sql.DB, table string) {
-	t.Helper()
-	idType, timeType, blob := "text", "timestamptz", "bytea"
-	switch {
-	case e.IsMySQL():
-		idType, timeType, blob = "varchar(36)", "DATETIME(6) NULL", "blob"
-	case e.IsSQLite():
-		idType, timeType, blob = "TEXT", "TEXT", "BLOB"
-	}
-	for _, s := range []string{
-		"DROP TABLE IF EXISTS " + table, "DROP TABLE IF EXISTS " + table + "_dead",
-		"CREATE TABLE " + table + " (id " + idType + " PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, locked_until " + timeType +
-			", payload " + blob + " NOT NULL, not_before " + timeType + ")",
-		"CREATE TABLE " + table + "_dead (id " + idType + " PRIMARY KEY, attempt integer NOT NULL, payload " + blob + " NOT NULL)",
-	} {
-		if _, err := db.Exec(s); err != nil {
-			t.Fatalf("%s: %v", s, err)
-		}
-	}
-	confDropAtEnd(t, e, db, table, table+"_dead", table+"_claims")
 }
 
 // TestTextID: a table keyed by UUID-like text given in Job.ID works for lease
 // and advisory claims and every settlement.
 func TestTextID(t *testing.T) {
 	forms := func(Engine) []string { return []string{"lease", "advisory"} }
-	confEach(t, forms, func(t *testing.T, e Engine, form string) {
+	eachForm(t, forms, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 6) // the advisory form holds a connection per job
-		table := confName(e, "textid_"+form)
-		confTextSchema(t, e, db, table)
-		clock := fakeclock.New(confStart)
+		table := tableName(e, "textid_"+form)
+		textIDTable(t, e, db, table)
+		clock := fakeclock.New(clockStart)
 		tb := Table(table, form)
-		q := confNew(t, db, confConfig(e, tb, clock))
+		q := newQueue(t, db, queueConfig(e, tb, clock))
 		if err := q.CheckSchema(context.Background()); err != nil {
 			t.Fatalf("schema check of the text-id table: %v", err)
 		}
@@ -905,7 +494,7 @@ func TestTextID(t *testing.T) {
 		byID := map[string]*inbox.Delivery{}
 		for i, d := range ds {
 			s, ok := d.ID().(string)
-			if !ok || s != uuids[i] || d.Attempt() != 1 || confPayload(t, d) != "p"+strconv.Itoa(i) {
+			if !ok || s != uuids[i] || d.Attempt() != 1 || payloadOf(t, d) != "p"+strconv.Itoa(i) {
 				t.Fatalf("delivery %d: id %v (%T) attempt %d, want %q attempt 1", i, d.ID(), d.ID(), d.Attempt(), uuids[i])
 			}
 			if form == "advisory" && d.Key() != uuids[i] {
@@ -925,21 +514,21 @@ func TestTextID(t *testing.T) {
 		if err := byID[uuids[3]].Dead(ctx); err != nil {
 			t.Fatal(err)
 		}
-		rows := confDump(t, db, table)
+		rows := dumpRows(t, db, table)
 		if len(rows) != 2 || !strings.Contains(rows[0], uuids[1]) || !strings.Contains(rows[0], "attempt=2") ||
 			!strings.Contains(rows[1], uuids[2]) || !strings.Contains(rows[1], "attempt=1") {
 			t.Fatalf("table after the settlements:\n%s", strings.Join(rows, "\n"))
 		}
-		dead := confDump(t, db, table+"_dead")
+		dead := dumpRows(t, db, table+"_dead")
 		if len(dead) != 1 || !strings.Contains(dead[0], uuids[3]) || !strings.Contains(dead[0], "attempt=1") {
 			t.Fatalf("dead table: %q", dead)
 		}
 		if form == "advisory" {
-			confNoLocks(t, e, db, table, uuids)
+			noLocks(t, e, db, table, uuids)
 		}
 		// The released job comes back at once with its attempt, the retried
 		// one after its delay with the next.
-		d := confClaimOne(t, q)
+		d := claimOne(t, q)
 		if d.ID() != uuids[2] || d.Attempt() != 1 {
 			t.Fatalf("claimed %v attempt %d, want %s attempt 1", d.ID(), d.Attempt(), uuids[2])
 		}
@@ -947,17 +536,17 @@ func TestTextID(t *testing.T) {
 			t.Fatal(err)
 		}
 		clock.Advance(time.Minute)
-		d = confClaimOne(t, q)
+		d = claimOne(t, q)
 		if d.ID() != uuids[1] || d.Attempt() != 2 {
 			t.Fatalf("claimed %v attempt %d, want %s attempt 2", d.ID(), d.Attempt(), uuids[1])
 		}
 		if err := d.Ack(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if n := confCount(t, db, table); n != 0 {
+		if n := countRows(t, db, table); n != 0 {
 			t.Fatalf("%d rows left", n)
 		}
-		confIdle(t, db, q)
+		mustBeIdle(t, db, q)
 	})
 }
 
@@ -1006,16 +595,16 @@ func (c *countdownCtx) Err() error {
 // as it was, or (lease and advisory, whose claim commits at once) as a crash
 // right after the claim would have.
 func TestCancelledClaim(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
-		table := confTable(t, e, db, "cancel_"+form)
-		clock := fakeclock.New(confStart)
-		q := confNew(t, db, confConfig(e, Table(table, form), clock))
+		table := newTable(t, e, db, "cancel_"+form)
+		clock := fakeclock.New(clockStart)
+		q := newQueue(t, db, queueConfig(e, Table(table, form), clock))
 		var keys []string
 		for i := range 3 {
-			keys = append(keys, fmt.Sprint(confEnqueue(t, q, db, "c"+strconv.Itoa(i))))
+			keys = append(keys, fmt.Sprint(enqueueOne(t, q, db, "c"+strconv.Itoa(i))))
 		}
-		before := confDump(t, db, table)
+		before := dumpRows(t, db, table)
 
 		cancelled, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -1030,8 +619,8 @@ func TestCancelledClaim(t *testing.T) {
 			if !errors.Is(err, c.want) || len(ds) != 0 {
 				t.Fatalf("claim under a %s context: %d deliveries, %v; want none and %v", c.name, len(ds), err, c.want)
 			}
-			confSameDump(t, "a claim under a "+c.name+" context", before, confDump(t, db, table))
-			confIdle(t, db, q)
+			sameRows(t, "a claim under a "+c.name+" context", before, dumpRows(t, db, table))
+			mustBeIdle(t, db, q)
 		}
 
 		// Cancel at every step of the claim in turn, until the claim ends
@@ -1078,14 +667,14 @@ func TestCancelledClaim(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			confIdleSoon(t, db, q)
+			idleSoon(t, db, q)
 			if form == "advisory" {
-				confNoPoolLocks(t, e, db, table, keys)
+				noPoolLocks(t, e, db, table, keys)
 			}
-			after := confDump(t, db, table)
+			after := dumpRows(t, db, table)
 			if strings.Join(after, "\n") != strings.Join(before, "\n") {
 				if form == "rowlock" || err == nil {
-					confSameDump(t, fmt.Sprintf("step %d: a cancelled claim", n), before, after)
+					sameRows(t, fmt.Sprintf("step %d: a cancelled claim", n), before, after)
 					t.FailNow()
 				}
 				// The claim committed before the cancellation was seen
@@ -1099,7 +688,7 @@ func TestCancelledClaim(t *testing.T) {
 						continue
 					}
 					changed++
-					b, a := confFields(before[i]), confFields(after[i])
+					b, a := rowFields(before[i]), rowFields(after[i])
 					ok := a["attempt"] == "2" && (form != "lease" || a["locked_until"] != "NULL")
 					for k := range b {
 						ok = ok && (k == "attempt" || k == "locked_until" && form == "lease" || a[k] == b[k])
@@ -1112,7 +701,7 @@ func TestCancelledClaim(t *testing.T) {
 					t.Fatalf("step %d: a cancelled claim of 2 changed %d rows", n, changed)
 				}
 				t.Logf("step %d: the claim committed before its cancellation was seen (%d rows out as after a crash)", n, changed)
-				confRestore(t, e, db, table)
+				restoreCancelled(t, e, db, table)
 			}
 		}
 		if cancels == 0 {
@@ -1122,18 +711,8 @@ func TestCancelledClaim(t *testing.T) {
 	})
 }
 
-// confFields splits a row of confDump into its columns.
-func confFields(row string) map[string]string {
-	m := map[string]string{}
-	for _, f := range strings.Split(row, " | ") {
-		k, v, _ := strings.Cut(f, "=")
-		m[k] = v
-	}
-	return m
-}
-
-// confRestore puts the rows of TestCancelledClaim back as enqueued.
-func confRestore(t *testing.T, e Engine, db *sql.DB, table string) {
+// restoreCancelled puts the rows of TestCancelledClaim back as enqueued.
+func restoreCancelled(t *testing.T, e Engine, db *sql.DB, table string) {
 	t.Helper()
-	confExec(t, e, db, "UPDATE "+table+" SET attempt = 1, locked_until = NULL")
+	mustExec(t, e, db, "UPDATE "+table+" SET attempt = 1, locked_until = NULL")
 }

@@ -52,14 +52,14 @@ func cutXSetup(t *testing.T, e Engine, form string, lease time.Duration, conns i
 	db = e.Open(t, conns)
 	admin = e.Open(t, 2)
 	table = fmt.Sprintf("cut_%s_%s_%d", e.Name, form, os.Getpid())
-	crashXRegister(e, table, 0)
+	checkAtEnd(e, table, 0)
 	e.CreateTable(t, admin, table)
-	t.Cleanup(func() { crashXDrop(t, admin, table, table+"_dead", table+"_claims") })
-	q, err := inbox.New(db, crashXConfig(e, table, form, lease))
+	t.Cleanup(func() { dropNow(t, admin, table, table+"_dead", table+"_claims") })
+	q, err := inbox.New(db, formConfig(e, table, form, lease))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if other, err = inbox.New(e.Open(t, 4), crashXConfig(e, table, form, lease)); err != nil {
+	if other, err = inbox.New(e.Open(t, 4), formConfig(e, table, form, lease)); err != nil {
 		t.Fatal(err)
 	}
 	if id, err = q.Enqueue(context.Background(), db, inbox.Job{Data: []any{[]byte("cut")}}); err != nil {
@@ -92,29 +92,29 @@ func cutXReclaim(t *testing.T, q *inbox.Queue, timeout time.Duration) (*inbox.De
 // claimable again at once with the same attempt, the holder's writes are
 // gone, and its Ack fails and changes nothing.
 func TestCutRowLock(t *testing.T) {
-	crashXWall(t)
+	logWall(t)
 	for _, e := range cutXServerEngines() {
 		t.Run(e.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			crashXWall(t)
+			logWall(t)
 			_, admin, q, other, table, id := cutXSetup(t, e, "rowlock", 0, 4)
 			effects := table + "_fx"
-			for _, s := range crashXEffectsSchema(e, effects) {
+			for _, s := range effectsTableSQL(e, effects) {
 				if _, err := admin.Exec(s); err != nil {
 					t.Fatal(err)
 				}
 			}
-			t.Cleanup(func() { crashXDrop(t, admin, effects) })
+			t.Cleanup(func() { dropNow(t, admin, effects) })
 			ds, err := q.Claim(ctx, 1)
 			if err != nil || len(ds) != 1 {
 				t.Fatalf("claim: %d, %v", len(ds), err)
 			}
 			d := ds[0]
-			if _, err := d.Tx().Exec(crashXQ(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, 'cut')"), d.ID()); err != nil {
+			if _, err := d.Tx().Exec(bind(e, "INSERT INTO "+effects+" (job_id, note) VALUES (?, 'cut')"), d.ID()); err != nil {
 				t.Fatal(err)
 			}
-			sid, err := crashXSessionID(ctx, e, d.Tx())
+			sid, err := sessionID(ctx, e, d.Tx())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,16 +134,16 @@ func TestCutRowLock(t *testing.T) {
 			}
 			// Nothing changed: the row is there with its attempt, and the
 			// holder's write is gone.
-			if att, _, ok := crashXRow(t, e, admin, table, id); !ok || att != 1 {
+			if att, _, ok := rowOf(t, e, admin, table, id); !ok || att != 1 {
 				t.Errorf("row after the failed Ack: present %v attempt %d, want present with attempt 1", ok, att)
 			}
-			if n := crashXCount(t, e, admin, effects, ""); n != 0 {
+			if n := countWhere(t, e, admin, effects, ""); n != 0 {
 				t.Errorf("%d rows the cut holder wrote survived", n)
 			}
 			if err := d2.Ack(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if n := crashXCount(t, e, admin, table, ""); n != 0 {
+			if n := countWhere(t, e, admin, table, ""); n != 0 {
 				t.Errorf("%d rows left after the new holder's Ack", n)
 			}
 		})
@@ -155,8 +155,10 @@ func TestCutRowLock(t *testing.T) {
 func cutXLockHolder(t *testing.T, e Engine, admin *sql.DB, table, key string) string {
 	t.Helper()
 	var holder sql.NullInt64
-	var err error
-	ident := lockIdent(t, e, admin, table)
+	ident, err := schemaIdent(context.Background(), e, admin, table)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if e.IsPostgres() {
 		k := uint64(inbox.PostgresLockKey(ident, key))
 		err = admin.QueryRow(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
@@ -170,34 +172,18 @@ func cutXLockHolder(t *testing.T, e Engine, admin *sql.DB, table, key string) st
 	return strconv.FormatInt(holder.Int64, 10)
 }
 
-// lockIdent is the identity the advisory form names the locks of an
-// unqualified table by: schema and name on PostgreSQL, database and name on
-// MariaDB (see inbox.TableIdentifier).
-func lockIdent(t testing.TB, e Engine, db *sql.DB, table string) string {
-	t.Helper()
-	var schema string
-	q := "SELECT current_schema()"
-	if e.IsMySQL() {
-		q = "SELECT DATABASE()"
-	}
-	if err := db.QueryRow(q).Scan(&schema); err != nil {
-		t.Fatal(err)
-	}
-	return schema + "." + table
-}
-
 // TestCutAdvisory cuts the session holding an advisory lock: the job is
 // claimable again at once with its attempt spent, and the holder's Ack fails
 // and changes nothing.
 func TestCutAdvisory(t *testing.T) {
-	crashXWall(t)
+	logWall(t)
 	for _, e := range cutXServerEngines() {
 		t.Run(e.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			crashXWall(t)
+			logWall(t)
 			_, admin, q, other, table, id := cutXSetup(t, e, "advisory", 0, 4)
-			crashXRegister(e, table, 1)
+			checkAtEnd(e, table, 1)
 			ds, err := q.Claim(ctx, 1)
 			if err != nil || len(ds) != 1 {
 				t.Fatalf("claim: %d, %v", len(ds), err)
@@ -219,16 +205,16 @@ func TestCutAdvisory(t *testing.T) {
 			}
 			// Nothing changed: the row is there, with the attempt the new
 			// claim counted.
-			if att, _, ok := crashXRow(t, e, admin, table, id); !ok || att != 3 {
+			if att, _, ok := rowOf(t, e, admin, table, id); !ok || att != 3 {
 				t.Errorf("row after the failed Ack: present %v attempt %d, want present with attempt 3", ok, att)
 			}
 			if err := d2.Ack(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if n := crashXCount(t, e, admin, table, ""); n != 0 {
+			if n := countWhere(t, e, admin, table, ""); n != 0 {
 				t.Errorf("%d rows left after the new holder's Ack", n)
 			}
-			crashXAssertNoLocks(t, e, admin, table, 1)
+			noKeyLocks(t, e, admin, table, 1)
 		})
 	}
 }
@@ -242,12 +228,12 @@ const cutXKeeperLease = 4 * time.Second
 // database/sql must give it a fresh connection in time for the keeper to
 // keep the lease, without cancelling the handler.
 func TestCutLeaseKeeper(t *testing.T) {
-	crashXWall(t)
+	logWall(t)
 	for _, e := range cutXServerEngines() {
 		t.Run(e.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			crashXWall(t)
+			logWall(t)
 			db, admin, q, _, table, id := cutXSetup(t, e, "lease", cutXKeeperLease, 1)
 			ds, err := q.Claim(ctx, 1)
 			if err != nil || len(ds) != 1 {
@@ -257,14 +243,14 @@ func TestCutLeaseKeeper(t *testing.T) {
 			hctx, stop := d.Keep(ctx)
 			defer stop()
 			// With one connection in the pool, this is the keeper's.
-			sid, err := crashXSessionID(ctx, e, db)
+			sid, err := sessionID(ctx, e, db)
 			if err != nil {
 				t.Fatal(err)
 			}
 			atCut := d.Expiry()
 			cutXTerminate(t, e, admin, sid)
 			cutAt := time.Now()
-			crashXEventually(t, 3*cutXKeeperLease, "an extension after the cut", func() error {
+			eventually(t, 3*cutXKeeperLease, "an extension after the cut", func() error {
 				if err := context.Cause(hctx); err != nil {
 					t.Fatalf("the handler was cancelled after the cut: %v", err)
 				}
@@ -279,10 +265,10 @@ func TestCutLeaseKeeper(t *testing.T) {
 			}
 			// The row carries the extended token, and the pool serves from a
 			// new session.
-			if _, lu, ok := crashXRow(t, e, admin, table, id); !ok || !lu.Equal(d.Expiry()) {
+			if _, lu, ok := rowOf(t, e, admin, table, id); !ok || !lu.Equal(d.Expiry()) {
 				t.Errorf("row's lease %v (present %v), want the delivery's %v", lu, ok, d.Expiry())
 			}
-			sid2, err := crashXSessionID(ctx, e, db)
+			sid2, err := sessionID(ctx, e, db)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -295,7 +281,7 @@ func TestCutLeaseKeeper(t *testing.T) {
 			if err := d.Ack(ctx); err != nil {
 				t.Fatalf("Ack after the kept lease: %v", err)
 			}
-			if n := crashXCount(t, e, admin, table, ""); n != 0 {
+			if n := countWhere(t, e, admin, table, ""); n != 0 {
 				t.Errorf("%d rows left after the Ack", n)
 			}
 		})

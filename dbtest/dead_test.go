@@ -24,10 +24,10 @@ func deadOpsTable(t *testing.T, e Engine, db *sql.DB, table, form string) inbox.
 	case e.IsSQLite():
 		text, at = "TEXT", "TEXT"
 	}
-	confExec(t, e, db, "ALTER TABLE "+table+" ADD COLUMN last_error "+text)
-	confExec(t, e, db, "ALTER TABLE "+table+"_dead ADD COLUMN last_error "+text)
-	confExec(t, e, db, "ALTER TABLE "+table+"_dead ADD COLUMN dead_at "+at)
-	confExec(t, e, db, "CREATE INDEX "+table+"_dead_at ON "+table+"_dead (dead_at, id)")
+	mustExec(t, e, db, "ALTER TABLE "+table+" ADD COLUMN last_error "+text)
+	mustExec(t, e, db, "ALTER TABLE "+table+"_dead ADD COLUMN last_error "+text)
+	mustExec(t, e, db, "ALTER TABLE "+table+"_dead ADD COLUMN dead_at "+at)
+	mustExec(t, e, db, "CREATE INDEX "+table+"_dead_at ON "+table+"_dead (dead_at, id)")
 	tb := Table(table, form)
 	tb.LastError, tb.DeadAt = "last_error", "dead_at"
 	return tb
@@ -67,7 +67,7 @@ func TestDeadJobs(t *testing.T) {
 					db, db2 := e.OpenDSN(t, dsn, 10), e.OpenDSN(t, dsn, 10)
 					table := "dead_ops"
 					tb := deadOpsTable(t, e, db, table, form)
-					confDropAtEnd(t, e, db, table, table+"_dead", table+"_claims")
+					dropAtEnd(t, e, db, table, table+"_dead", table+"_claims")
 					if qualified {
 						tb.Name, tb.DeadTable = concQualified(t, e, db, table), concQualified(t, e, db, table+"_dead")
 					}
@@ -81,7 +81,7 @@ func TestDeadJobs(t *testing.T) {
 					}
 					const n = 7
 					for i := 0; i < n; i++ {
-						confEnqueue(t, q, db, fmt.Sprintf("p%d", i))
+						enqueueOne(t, q, db, fmt.Sprintf("p%d", i))
 					}
 					deadOpsKill(t, q, n)
 
@@ -203,13 +203,13 @@ func TestCancel(t *testing.T) {
 				ctx := context.Background()
 				db := e.Open(t, 10)
 				tb := deadOpsTable(t, e, db, "cancel_ops", form)
-				confDropAtEnd(t, e, db, "cancel_ops", "cancel_ops_dead", "cancel_ops_claims")
+				dropAtEnd(t, e, db, "cancel_ops", "cancel_ops_dead", "cancel_ops_claims")
 				q, err := inbox.New(db, inbox.Config{Dialect: e.Dialect, Table: tb})
 				if err != nil {
 					t.Fatal(err)
 				}
-				held := confEnqueue(t, q, db, "held")
-				waiting := confEnqueue(t, q, db, "waiting")
+				held := enqueueOne(t, q, db, "held")
+				waiting := enqueueOne(t, q, db, "waiting")
 				ds, err := q.Claim(ctx, 1)
 				if err != nil || len(ds) != 1 || ds[0].ID() != held {
 					t.Fatalf("claim: %v %v", err, describe(ds))
@@ -274,7 +274,7 @@ func TestListDeadTies(t *testing.T) {
 			db := e.OpenDSN(t, e.DSN(t, t.TempDir()), 4)
 			table := "dead_ties"
 			tb := deadOpsTable(t, e, db, table, "lease")
-			confDropAtEnd(t, e, db, table, table+"_dead", table+"_claims")
+			dropAtEnd(t, e, db, table, table+"_dead", table+"_claims")
 			q, err := inbox.New(db, inbox.Config{Dialect: e.Dialect, Table: tb})
 			if err != nil {
 				t.Fatal(err)
@@ -290,7 +290,7 @@ func TestListDeadTies(t *testing.T) {
 				case 7:
 					died = at.Add(time.Second)
 				}
-				confExec(t, e, db, "INSERT INTO "+table+"_dead (id, attempt, payload, last_error, dead_at) VALUES (?, 2, ?, 'x', ?)", id, []byte("p"), opsTime(e, died))
+				mustExec(t, e, db, "INSERT INTO "+table+"_dead (id, attempt, payload, last_error, dead_at) VALUES (?, 2, ?, 'x', ?)", id, []byte("p"), opsTime(e, died))
 			}
 			var got []int64
 			var after *inbox.DeadJob

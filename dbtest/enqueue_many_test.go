@@ -71,11 +71,11 @@ func manyCheck(t testing.TB, stored map[string]string, jobs []inbox.Job, ids []a
 // the thousand rows of one) twice, and ids given mixed with assigned ones
 // once; every id returned names its own job's row, and no row is missing.
 func TestEnqueueManyOrder(t *testing.T) {
-	confEngines(t, nil, func(t *testing.T, e Engine) {
-		db1, db2 := confOpenTwo(t, e, 4)
+	eachEngine(t, nil, func(t *testing.T, e Engine) {
+		db1, db2 := openTwo(t, e, 4)
 		table := concTable(t, e, db1, "many_order")
-		q1 := confNew(t, db1, confConfig(e, Table(table, "lease"), nil))
-		q2 := confNew(t, db2, confConfig(e, Table(concQualified(t, e, db1, table), "lease"), nil))
+		q1 := newQueue(t, db1, queueConfig(e, Table(table, "lease"), nil))
+		q2 := newQueue(t, db2, queueConfig(e, Table(concQualified(t, e, db1, table), "lease"), nil))
 		const producers, calls, per = 8, 2, 1500
 		type call struct {
 			jobs []inbox.Job
@@ -137,10 +137,10 @@ func TestEnqueueManyOrder(t *testing.T) {
 // leaves nothing; a bad job leaves nothing and names its index; a context
 // cancelled at a random point leaves all the jobs or none.
 func TestEnqueueManyAllOrNothing(t *testing.T) {
-	confEngines(t, nil, func(t *testing.T, e Engine) {
+	eachEngine(t, nil, func(t *testing.T, e Engine) {
 		db := e.Open(t, 4)
 		table := concTable(t, e, db, "many_all")
-		q := confNew(t, db, confConfig(e, Table(table, "lease"), nil))
+		q := newQueue(t, db, queueConfig(e, Table(table, "lease"), nil))
 		ctx := context.Background()
 		first, err := q.Enqueue(ctx, db, inbox.Job{Data: []any{[]byte("first")}})
 		ok(t, "Enqueue", err)

@@ -555,7 +555,7 @@ func TestExplainLeaseClaimWithoutStatistics(t *testing.T) {
 // walking the delayed rows, and the lock probes the primary key in id
 // order, without a sort, reading the one row it claims.
 func TestExplainRowLockPick(t *testing.T) {
-	confEngines(t, func(e Engine) bool { return e.IsMySQL() }, func(t *testing.T, e Engine) {
+	eachEngine(t, func(e Engine) bool { return e.IsMySQL() }, func(t *testing.T, e Engine) {
 		for _, shape := range lockShapes {
 			for _, priority := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/priority=%v", shape.name, priority), func(t *testing.T) {
@@ -563,7 +563,7 @@ func TestExplainRowLockPick(t *testing.T) {
 					now := time.Now().UTC().Truncate(time.Microsecond)
 					table := lockTable(t, e, db, "rowlock", fmt.Sprintf("explain_pick_%d_%v", shape.claimable, priority), shape, priority, now)
 					order := claimOrderOf(t, e, db, table, "rowlock", priority, now)
-					q := confNew(t, db, lockConfig(e, table, "rowlock", priority, now))
+					q := newQueue(t, db, lockConfig(e, table, "rowlock", priority, now))
 					st := q.Statements()
 					pick := explainPlan(t, e, db, true, st.Pick.SQL, opsArgs(t, e, st.Pick, now, time.Minute, 10)...)
 					t.Logf("pick:\n%s", planText(pick))

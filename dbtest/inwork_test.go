@@ -25,17 +25,17 @@ const inWorkHeld = 8
 // performance_schema.data_locks, with the reason in InWorkErr). After the
 // jobs are settled it counts none.
 func TestStatsInWorkServer(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		dir := t.TempDir()
 		db1, db2 := e.OpenDSN(t, e.DSN(t, dir), inWorkHeld), e.OpenDSN(t, e.DSN(t, dir), inWorkHeld)
 		if e.Dialect == inbox.MariaDB && strings.HasPrefix(form, "rowlock") {
 			mariaLockInfo(t, db1)
 		}
 		table := opsTable(t, e, db1, form)
-		q1 := confNew(t, db1, confConfig(e, opsDescription(table, form), nil))
-		q2 := confNew(t, db2, confConfig(e, opsDescription(concQualified(t, e, db2, table), form), nil))
+		q1 := newQueue(t, db1, queueConfig(e, opsDescription(table, form), nil))
+		q2 := newQueue(t, db2, queueConfig(e, opsDescription(concQualified(t, e, db2, table), form), nil))
 		for i := 0; i < 2*inWorkHeld; i++ {
-			confEnqueue(t, q1, db1, "job")
+			enqueueOne(t, q1, db1, "job")
 		}
 		ctx := context.Background()
 
@@ -135,15 +135,15 @@ func mariaLockInfo(t *testing.T, db *sql.DB) {
 // cancelled lock read is Stats' error, never an in-work count of -1 blamed
 // on the server (InWorkErr).
 func TestStatsCancelled(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 6)
 		if e.Dialect == inbox.MariaDB && strings.HasPrefix(form, "rowlock") {
 			mariaLockInfo(t, db)
 		}
 		table := opsTable(t, e, db, form)
-		q := confNew(t, db, confConfig(e, opsDescription(table, form), nil))
+		q := newQueue(t, db, queueConfig(e, opsDescription(table, form), nil))
 		for i := 0; i < 6; i++ {
-			confEnqueue(t, q, db, "job")
+			enqueueOne(t, q, db, "job")
 		}
 		held := opsClaimOne(t, q)
 		defer held.Release(context.Background())

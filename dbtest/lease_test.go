@@ -17,13 +17,13 @@ import (
 // the caller's transaction, return ErrLeaseLost and leave the new holder's
 // row as it is.
 func TestLeaseStaleToken(t *testing.T) {
-	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
+	eachForm(t, leaseOnly, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
-		table := confTable(t, e, db, "stale")
-		clock := fakeclock.New(confStart)
+		table := newTable(t, e, db, "stale")
+		clock := fakeclock.New(clockStart)
 		tb := Table(table, form)
-		q1 := confNew(t, db, confConfig(e, tb, clock))
-		q2 := confNew(t, db, confConfig(e, tb, clock))
+		q1 := newQueue(t, db, queueConfig(e, tb, clock))
+		q2 := newQueue(t, db, queueConfig(e, tb, clock))
 		ctx := context.Background()
 		inTx := func(f func(tx *sql.Tx) error) error {
 			tx, err := db.BeginTx(ctx, nil)
@@ -57,24 +57,24 @@ func TestLeaseStaleToken(t *testing.T) {
 			}},
 		}
 		for _, op := range ops {
-			confReset(t, db, table)
-			id := confEnqueue(t, q1, db, op.name)
-			stale := confClaimOne(t, q1)
+			emptyTables(t, db, table)
+			id := enqueueOne(t, q1, db, op.name)
+			stale := claimOne(t, q1)
 			clock.Advance(time.Minute + time.Second)
-			d := confClaimOne(t, q2)
+			d := claimOne(t, q2)
 			if d.ID() != id || d.Attempt() != 2 {
 				t.Fatalf("%s: the second claim got %v attempt %d, want %v attempt 2", op.name, d.ID(), d.Attempt(), id)
 			}
-			before := append(confDump(t, db, table), confDump(t, db, table+"_dead")...)
+			before := append(dumpRows(t, db, table), dumpRows(t, db, table+"_dead")...)
 			if err := op.f(stale); !errors.Is(err, inbox.ErrLeaseLost) {
 				t.Errorf("%s with a stale token: %v, want ErrLeaseLost", op.name, err)
 			}
-			confSameDump(t, op.name+" with a stale token", before, append(confDump(t, db, table), confDump(t, db, table+"_dead")...))
+			sameRows(t, op.name+" with a stale token", before, append(dumpRows(t, db, table), dumpRows(t, db, table+"_dead")...))
 			if err := d.Ack(ctx); err != nil {
 				t.Fatalf("%s: the new holder's Ack: %v", op.name, err)
 			}
 		}
-		confIdle(t, db, q1, q2)
+		mustBeIdle(t, db, q1, q2)
 	})
 }
 
@@ -82,16 +82,16 @@ func TestLeaseStaleToken(t *testing.T) {
 // five minutes on a one-minute lease is kept by its keeper as the clock
 // advances and delivered once.
 func TestLeaseKeeper(t *testing.T) {
-	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
+	eachForm(t, leaseOnly, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
-		table := confTable(t, e, db, "keeper")
-		clock := fakeclock.New(confStart)
+		table := newTable(t, e, db, "keeper")
+		clock := fakeclock.New(clockStart)
 		tb := Table(table, form)
-		q := confNew(t, db, confConfig(e, tb, clock))
-		other := confNew(t, db, confConfig(e, tb, clock))
+		q := newQueue(t, db, queueConfig(e, tb, clock))
+		other := newQueue(t, db, queueConfig(e, tb, clock))
 		ctx := context.Background()
-		id := confEnqueue(t, q, db, "report")
-		d := confClaimOne(t, q)
+		id := enqueueOne(t, q, db, "report")
+		d := claimOne(t, q)
 		kctx, stop := d.Keep(ctx)
 		defer stop()
 		clock.WaitAfters(t, 1)
@@ -105,10 +105,10 @@ func TestLeaseKeeper(t *testing.T) {
 			if got := d.Expiry(); !got.Equal(want) {
 				t.Fatalf("after %v the delivery's expiry is %v, want %v", time.Duration(step)*30*time.Second, got, want)
 			}
-			if got := confLockedUntil(t, e, db, table, id); !got.Equal(want) {
+			if got := lockedUntilOf(t, e, db, table, id); !got.Equal(want) {
 				t.Fatalf("after %v the stored expiry is %v, want %v", time.Duration(step)*30*time.Second, got, want)
 			}
-			confClaimNone(t, other, "a job its keeper holds")
+			claimNone(t, other, "a job its keeper holds")
 		}
 		if err := d.Ack(ctx); err != nil {
 			t.Fatalf("ack after five minutes: %v", err)
@@ -120,10 +120,10 @@ func TestLeaseKeeper(t *testing.T) {
 		if cause := context.Cause(kctx); !errors.Is(cause, context.Canceled) || errors.Is(cause, inbox.ErrLeaseLost) {
 			t.Fatalf("cause after stop: %v, want context.Canceled", cause)
 		}
-		if n := confCount(t, db, table); n != 0 {
+		if n := countRows(t, db, table); n != 0 {
 			t.Fatalf("%d rows after Ack", n)
 		}
-		confIdle(t, db, q, other)
+		mustBeIdle(t, db, q, other)
 	})
 }
 
@@ -131,13 +131,13 @@ func TestLeaseKeeper(t *testing.T) {
 // the handler's context with cause ErrLeaseLost; one whose extensions keep
 // failing does so before the last expiry it knows of, less the margin.
 func TestLeaseKeeperLost(t *testing.T) {
-	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
+	eachForm(t, leaseOnly, func(t *testing.T, e Engine, form string) {
 		dsn := e.DSN(t, t.TempDir())
 		db := e.OpenDSN(t, dsn, 4)
-		table := confTable(t, e, db, "keeplost")
-		clock := fakeclock.New(confStart)
+		table := newTable(t, e, db, "keeplost")
+		clock := fakeclock.New(clockStart)
 		tb := Table(table, form)
-		q := confNew(t, db, confConfig(e, tb, clock))
+		q := newQueue(t, db, queueConfig(e, tb, clock))
 		ctx := context.Background()
 		cancelled := func(t *testing.T, kctx context.Context, what string) {
 			t.Helper()
@@ -150,15 +150,15 @@ func TestLeaseKeeperLost(t *testing.T) {
 		}
 
 		t.Run("taken", func(t *testing.T) {
-			confReset(t, db, table)
-			id := confEnqueue(t, q, db, "taken")
-			d := confClaimOne(t, q)
+			emptyTables(t, db, table)
+			id := enqueueOne(t, q, db, "taken")
+			d := claimOne(t, q)
 			n := clock.Afters()
 			kctx, stop := d.Keep(ctx)
 			defer stop()
 			clock.WaitAfters(t, n+1)
 			// Another claim counted an attempt meanwhile: the token is gone.
-			confExec(t, e, db, "UPDATE "+table+" SET attempt = attempt + 1 WHERE id = ?", id)
+			mustExec(t, e, db, "UPDATE "+table+" SET attempt = attempt + 1 WHERE id = ?", id)
 			clock.Advance(30 * time.Second)
 			// Either the keeper cancels, or it extended and waits again.
 			clock.WaitAftersOr(t, n+2, kctx.Done())
@@ -166,18 +166,18 @@ func TestLeaseKeeperLost(t *testing.T) {
 			if err := d.Ack(ctx); !errors.Is(err, inbox.ErrSettled) && !errors.Is(err, inbox.ErrLeaseLost) {
 				t.Fatalf("ack after the keeper lost the lease: %v", err)
 			}
-			if n := confCount(t, db, table); n != 1 {
+			if n := countRows(t, db, table); n != 1 {
 				t.Fatalf("%d rows, want the other holder's job", n)
 			}
 			stop()
-			confIdle(t, db, q)
+			mustBeIdle(t, db, q)
 		})
 		t.Run("unreachable", func(t *testing.T) {
-			confReset(t, db, table)
+			emptyTables(t, db, table)
 			cut := e.OpenDSN(t, dsn, 2)
-			qc := confNew(t, cut, confConfig(e, tb, clock))
-			confEnqueue(t, q, db, "cut")
-			d := confClaimOne(t, qc)
+			qc := newQueue(t, cut, queueConfig(e, tb, clock))
+			enqueueOne(t, q, db, "cut")
+			d := claimOne(t, qc)
 			claimed := clock.Now()
 			n := clock.Afters()
 			kctx, stop := d.Keep(ctx)
@@ -205,7 +205,7 @@ func TestLeaseKeeperLost(t *testing.T) {
 			}
 			cancelled(t, kctx, "database unreachable")
 			stop()
-			confIdle(t, cut, qc)
+			mustBeIdle(t, cut, qc)
 		})
 	})
 }
@@ -214,38 +214,38 @@ func TestLeaseKeeperLost(t *testing.T) {
 // another process claimed, the one whose lease ran out comes back, at the
 // attempt that process left, and the one in force does not.
 func TestLeaseForeignClaims(t *testing.T) {
-	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
+	eachForm(t, leaseOnly, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
-		table := confTable(t, e, db, "foreign")
-		clock := fakeclock.New(confStart)
-		q := confNew(t, db, confConfig(e, Table(table, form), clock))
+		table := newTable(t, e, db, "foreign")
+		clock := fakeclock.New(clockStart)
+		q := newQueue(t, db, queueConfig(e, Table(table, form), clock))
 		now := clock.Now().Truncate(time.Microsecond)
 		ins := "INSERT INTO " + table + " (id, attempt, locked_until, payload) VALUES (?, 2, ?, ?)"
-		confExec(t, e, db, ins, 1, e.Dialect.TimeArg(now.Add(-time.Second)), []byte("expired"))
-		confExec(t, e, db, ins, 2, e.Dialect.TimeArg(now.Add(time.Minute)), []byte("in force"))
-		inForce := confDump(t, db, table)[1]
+		mustExec(t, e, db, ins, 1, e.Dialect.TimeArg(now.Add(-time.Second)), []byte("expired"))
+		mustExec(t, e, db, ins, 2, e.Dialect.TimeArg(now.Add(time.Minute)), []byte("in force"))
+		inForce := dumpRows(t, db, table)[1]
 
-		d := confClaimOne(t, q)
-		if d.ID() != int64(1) || d.Attempt() != 2 || confPayload(t, d) != "expired" {
-			t.Fatalf("claimed %v attempt %d %q, want 1 attempt 2 \"expired\"", d.ID(), d.Attempt(), confPayload(t, d))
+		d := claimOne(t, q)
+		if d.ID() != int64(1) || d.Attempt() != 2 || payloadOf(t, d) != "expired" {
+			t.Fatalf("claimed %v attempt %d %q, want 1 attempt 2 \"expired\"", d.ID(), d.Attempt(), payloadOf(t, d))
 		}
-		if a := confAttempt(t, e, db, table, 1); a != 3 {
+		if a := attemptOf(t, e, db, table, 1); a != 3 {
 			t.Fatalf("stored attempt %d, want 3", a)
 		}
-		if got := confDump(t, db, table)[1]; got != inForce {
+		if got := dumpRows(t, db, table)[1]; got != inForce {
 			t.Fatalf("the row in force changed:\n%s\n%s", inForce, got)
 		}
 		if err := d.Ack(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		confIdle(t, db, q)
+		mustBeIdle(t, db, q)
 	})
 }
 
 // TestLeaseDatabaseClock: without Config.Now, Postgres and MySQL lease by the
 // server's clock, in UTC whatever the session's time zone.
 func TestLeaseDatabaseClock(t *testing.T) {
-	confEach(t, func(e Engine) []string {
+	eachForm(t, func(e Engine) []string {
 		if e.IsSQLite() {
 			return nil
 		}
@@ -258,10 +258,10 @@ func TestLeaseDatabaseClock(t *testing.T) {
 			dsn += "&time_zone=%27%2B05%3A00%27"
 		}
 		db := e.OpenDSN(t, dsn, 4)
-		table := confTable(t, e, db, "dbclock")
-		q := confNew(t, db, confConfig(e, Table(table, form), nil))
+		table := newTable(t, e, db, "dbclock")
+		q := newQueue(t, db, queueConfig(e, Table(table, form), nil))
 		ctx := context.Background()
-		id := confEnqueue(t, q, db, "clock")
+		id := enqueueOne(t, q, db, "clock")
 		// ahead is how far the stored expiry lies ahead of the server's
 		// clock, and stored the expiry as the server writes it.
 		ahead := func() (time.Duration, time.Time) {
@@ -296,7 +296,7 @@ func TestLeaseDatabaseClock(t *testing.T) {
 				t.Fatalf("%s: the delivery's expiry %v is not the stored %v", what, d.Expiry(), stored)
 			}
 		}
-		d := confClaimOne(t, q)
+		d := claimOne(t, q)
 		check("claim", d)
 		first := d.Expiry()
 		if err := d.Extend(ctx); err != nil {
@@ -309,7 +309,7 @@ func TestLeaseDatabaseClock(t *testing.T) {
 		if err := d.Ack(ctx); err != nil {
 			t.Fatal(err)
 		}
-		confIdle(t, db, q)
+		mustBeIdle(t, db, q)
 	})
 }
 
@@ -317,39 +317,39 @@ func TestLeaseDatabaseClock(t *testing.T) {
 // retry writes the expiry the row already holds; MySQL counts that as no
 // changed row, which must not read as a lost lease.
 func TestLeaseSameInstant(t *testing.T) {
-	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
+	eachForm(t, leaseOnly, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
-		table := confTable(t, e, db, "instant")
-		clock := fakeclock.New(confStart)
-		q := confNew(t, db, confConfig(e, Table(table, form), clock))
+		table := newTable(t, e, db, "instant")
+		clock := fakeclock.New(clockStart)
+		q := newQueue(t, db, queueConfig(e, Table(table, form), clock))
 		ctx := context.Background()
-		id := confEnqueue(t, q, db, "frozen")
-		d := confClaimOne(t, q)
+		id := enqueueOne(t, q, db, "frozen")
+		d := claimOne(t, q)
 		want := clock.Now().Add(time.Minute).Truncate(time.Microsecond)
 		for i := range 2 {
 			if err := d.Extend(ctx); err != nil {
 				t.Fatalf("extend %d at the claim's instant: %v", i+1, err)
 			}
 		}
-		if got := confLockedUntil(t, e, db, table, id); !got.Equal(want) || !d.Expiry().Equal(want) {
+		if got := lockedUntilOf(t, e, db, table, id); !got.Equal(want) || !d.Expiry().Equal(want) {
 			t.Fatalf("expiry stored %v, delivered %v; want %v", got, d.Expiry(), want)
 		}
 		if err := d.Retry(ctx, time.Minute); err != nil {
 			t.Fatalf("retry writing the expiry the row holds: %v", err)
 		}
-		if a := confAttempt(t, e, db, table, id); a != 2 {
+		if a := attemptOf(t, e, db, table, id); a != 2 {
 			t.Fatalf("stored attempt %d, want 2", a)
 		}
-		confClaimNone(t, q, "a retried job before its delay")
+		claimNone(t, q, "a retried job before its delay")
 		clock.Advance(time.Minute)
-		d = confClaimOne(t, q)
+		d = claimOne(t, q)
 		if d.Attempt() != 2 {
 			t.Fatalf("attempt %d, want 2", d.Attempt())
 		}
 		if err := d.Ack(ctx); err != nil {
 			t.Fatal(err)
 		}
-		confIdle(t, db, q)
+		mustBeIdle(t, db, q)
 	})
 }
 
@@ -379,10 +379,10 @@ func TestSQLiteLeaseText(t *testing.T) {
 		r := 1 - w
 		t.Run(lite[w].Name+"-to-"+lite[r].Name, func(t *testing.T) {
 			tb := Table(table, "lease")
-			qw := confNew(t, dbs[w], confConfig(lite[w], tb, clock))
-			qr := confNew(t, dbs[r], confConfig(lite[r], tb, clock))
-			id := confEnqueue(t, qw, dbs[w], "text")
-			d := confClaimOne(t, qw)
+			qw := newQueue(t, dbs[w], queueConfig(lite[w], tb, clock))
+			qr := newQueue(t, dbs[r], queueConfig(lite[r], tb, clock))
+			id := enqueueOne(t, qw, dbs[w], "text")
+			d := claimOne(t, qw)
 			want := clock.Now().Add(time.Minute).Format(layout)
 			if !strings.HasSuffix(want, ":07.500000Z") {
 				t.Fatalf("test setup: %q", want)
@@ -401,9 +401,9 @@ func TestSQLiteLeaseText(t *testing.T) {
 			}
 			// The other driver compares against that text to the microsecond.
 			clock.Advance(time.Minute - time.Microsecond)
-			confClaimNone(t, qr, "a microsecond before the other driver's lease ends")
+			claimNone(t, qr, "a microsecond before the other driver's lease ends")
 			clock.Advance(time.Microsecond)
-			d2 := confClaimOne(t, qr)
+			d2 := claimOne(t, qr)
 			if d2.ID() != id || d2.Attempt() != 2 {
 				t.Fatalf("claimed %v attempt %d, want %v attempt 2", d2.ID(), d2.Attempt(), id)
 			}
@@ -424,8 +424,8 @@ func TestSQLiteLeaseText(t *testing.T) {
 			if err := d2.Ack(ctx); err != nil {
 				t.Fatal(err)
 			}
-			confIdle(t, dbs[w], qw)
-			confIdle(t, dbs[r], qr)
+			mustBeIdle(t, dbs[w], qw)
+			mustBeIdle(t, dbs[r], qr)
 		})
 	}
 }
@@ -438,21 +438,21 @@ func TestSQLiteLeaseText(t *testing.T) {
 // after the claim. The engines run side by side, as each waits on real time.
 func TestLeaseKeeperRealClock(t *testing.T) {
 	const lease = 3 * time.Second
-	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
+	eachForm(t, leaseOnly, func(t *testing.T, e Engine, form string) {
 		t.Parallel()
 		db := e.Open(t, 4)
-		table := confTable(t, e, db, "realkeep")
-		cfg := confConfig(e, Table(table, form), nil)
+		table := newTable(t, e, db, "realkeep")
+		cfg := queueConfig(e, Table(table, form), nil)
 		cfg.Lease = lease
 		if e.IsSQLite() {
 			cfg.Now = time.Now
 		}
-		q := confNew(t, db, cfg)
-		other := confNew(t, db, cfg)
+		q := newQueue(t, db, cfg)
+		other := newQueue(t, db, cfg)
 		ctx := context.Background()
 
-		id := confEnqueue(t, q, db, "long")
-		d := confClaimOne(t, q)
+		id := enqueueOne(t, q, db, "long")
+		d := claimOne(t, q)
 		first := d.Expiry()
 		kctx, stop := d.Keep(ctx)
 		// Two extensions: the job is then held past its first expiry.
@@ -472,18 +472,18 @@ func TestLeaseKeeperRealClock(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond) // polling the expiry, with a deadline
 		}
-		if got := confLockedUntil(t, e, db, table, id); !got.Equal(extended) {
+		if got := lockedUntilOf(t, e, db, table, id); !got.Equal(extended) {
 			t.Fatalf("stored expiry %v, want the keeper's %v", got, extended)
 		}
-		confClaimNone(t, other, "a job its keeper holds past its first lease")
+		claimNone(t, other, "a job its keeper holds past its first lease")
 		if err := d.Ack(ctx); err != nil {
 			t.Fatalf("ack: %v", err)
 		}
 		stop()
 
-		confEnqueue(t, q, db, "held")
+		enqueueOne(t, q, db, "held")
 		claimed := time.Now()
-		d = confClaimOne(t, q)
+		d = claimOne(t, q)
 		first = d.Expiry()
 		kctx, stop = d.Keep(ctx)
 		defer stop()
@@ -509,6 +509,6 @@ func TestLeaseKeeperRealClock(t *testing.T) {
 			t.Fatalf("ack after the deadline: %v", err)
 		}
 		stop()
-		confIdle(t, db, q, other)
+		mustBeIdle(t, db, q, other)
 	})
 }

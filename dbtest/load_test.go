@@ -28,7 +28,7 @@ import (
 // rule. The same run without kills must show no duplicate at all.
 //
 // The first kill does not depend on the clock: a run with kills starts with
-// one worker alone, told to hold (crashXChildConfig.Hold). It handles a few
+// one worker alone, told to hold (childConfig.Hold). It handles a few
 // jobs, then every handler it starts blocks with its job in work, and the
 // first to block says HOLDING on stdout; the harness kills the worker on that
 // line, starts the others, and checks from the ledgers that the kill found a
@@ -103,8 +103,8 @@ func loadXShapeOf(e Engine, form string) loadXShape {
 // With cfg.Hold > 0 the handler of the Hold-th delivery, and of every later
 // one, blocks after its claim line (and effect row) until the process is
 // killed, holding its job; the first to block prints "HOLDING id attempt".
-func loadXChild(cfg crashXChildConfig) error {
-	db, q, e, err := crashXChildQueue(cfg)
+func loadXChild(cfg childConfig) error {
+	db, q, e, err := childQueue(cfg)
 	if err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func loadXChild(cfg crashXChildConfig) error {
 		fatalMu.Unlock()
 		cancel()
 	}
-	insert := crashXQ(e, "INSERT INTO "+cfg.Effects+" (job_id, note) VALUES (?, 'load')")
+	insert := bind(e, "INSERT INTO "+cfg.Effects+" (job_id, note) VALUES (?, 'load')")
 	handle := func(d *inbox.Delivery, stop func()) error {
 		id, ok := d.ID().(int64)
 		if !ok {
@@ -259,12 +259,12 @@ func TestLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the load tests take minutes; -short skips them")
 	}
-	crashXWall(t)
+	logWall(t)
 	all := os.Getenv("INBOX_LOAD_DRIVERS") == "all"
 	jobs := loadXJobs(t)
 	for _, form := range []string{"rowlock", "lease", "advisory"} {
 		for _, e := range Engines {
-			if !crashXSupports(e, form) {
+			if !supports(e, form) {
 				continue
 			}
 			family := e.Dialect.Name()
@@ -279,16 +279,6 @@ func TestLoad(t *testing.T) {
 	}
 }
 
-// crashXSupports reports whether e supports form.
-func crashXSupports(e Engine, form string) bool {
-	for _, f := range e.Forms() {
-		if f == form {
-			return true
-		}
-	}
-	return false
-}
-
 func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXResult {
 	start := time.Now()
 	dir := t.TempDir()
@@ -301,20 +291,20 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 	table := fmt.Sprintf("load_%s_%s_%s_%d", e.Name, form, suffix, os.Getpid())
 	effects := table + "_fx"
 	e.CreateTable(t, db, table)
-	t.Cleanup(func() { crashXDrop(t, db, table, table+"_dead", table+"_claims") })
+	t.Cleanup(func() { dropNow(t, db, table, table+"_dead", table+"_claims") })
 	if form == "rowlock" {
-		for _, s := range crashXEffectsSchema(e, effects) {
+		for _, s := range effectsTableSQL(e, effects) {
 			if _, err := db.Exec(s); err != nil {
 				t.Fatal(err)
 			}
 		}
-		t.Cleanup(func() { crashXDrop(t, db, effects) })
+		t.Cleanup(func() { dropNow(t, db, effects) })
 	}
 	switch form {
 	case "advisory":
-		crashXRegister(e, table, jobs)
+		checkAtEnd(e, table, jobs)
 	case "rowlock":
-		crashXRegister(e, table, 0)
+		checkAtEnd(e, table, 0)
 	}
 	for _, s := range loadXIndexes(e, form, table) {
 		if _, err := db.Exec(s); err != nil {
@@ -326,19 +316,19 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 	shape := loadXShapeOf(e, form)
 	ledgers := t.TempDir()
 	var procs []ledger.Proc
-	live := map[*crashXProc]int{} // → index in procs
-	startProc := func(hold int) *crashXProc {
+	live := map[*childProc]int{} // → index in procs
+	startProc := func(hold int) *childProc {
 		name := fmt.Sprintf("w%d", len(procs)+1)
 		path := filepath.Join(ledgers, name+".ledger")
-		p := crashXStart(t, name, "load", crashXChildConfig{Engine: e.Name, DSN: dsn, Table: table, Form: form,
-			Lease: crashXLease, Effects: effects, Ledger: path, Workers: shape.workers, Batch: shape.batch,
+		p := startChild(t, name, "load", childConfig{Engine: e.Name, DSN: dsn, Table: table, Form: form,
+			Lease: realLease, Effects: effects, Ledger: path, Workers: shape.workers, Batch: shape.batch,
 			Conns: shape.workers*shape.batch + 1, Keep: form == "lease", Hold: hold})
 		live[p] = len(procs)
 		procs = append(procs, ledger.Proc{Name: name, Path: path})
 		return p
 	}
 	var claimErrors int
-	countClaimErrors := func(p *crashXProc) {
+	countClaimErrors := func(p *childProc) {
 		for _, l := range strings.Split(p.stderr.String(), "\n") {
 			if n, ok := strings.CutPrefix(l, "CLAIMERRS "); ok {
 				c, _ := strconv.Atoi(n)
@@ -347,7 +337,7 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 		}
 	}
 	kills := 0
-	killProc := func(p *crashXProc) {
+	killProc := func(p *childProc) {
 		p.Kill()
 		procs[live[p]].Killed = true
 		countClaimErrors(p)
@@ -375,7 +365,7 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 	deadline := time.Now().Add(15 * time.Minute)
 	lastLeft, lastProgress := jobs+1, time.Now()
 	for {
-		left := int64(crashXCount(t, e, db, table, ""))
+		left := int64(countWhere(t, e, db, table, ""))
 		if left == 0 {
 			break
 		}
@@ -397,7 +387,7 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 			t.Fatalf("no job acknowledged for %v, %d left", now.Sub(lastProgress), left)
 		}
 		if kill && now.After(killAt) {
-			victims := make([]*crashXProc, 0, len(live))
+			victims := make([]*childProc, 0, len(live))
 			for p := range live {
 				victims = append(victims, p)
 			}
@@ -432,7 +422,7 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 	if r.Acked+r.UnrecordedAcks != int(jobs) {
 		t.Errorf("%d jobs acknowledged (%d of them unrecorded), want %d", r.Acked+r.UnrecordedAcks, r.UnrecordedAcks, jobs)
 	}
-	if n := crashXCount(t, e, db, table+"_dead", ""); n != 0 {
+	if n := countWhere(t, e, db, table+"_dead", ""); n != 0 {
 		t.Errorf("%d jobs in the dead table", n)
 	}
 	if kill {
@@ -454,7 +444,7 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 	if form == "rowlock" {
 		// Exactly-once effects: the handler's write committed with each
 		// ack and rolled back with every killed holder.
-		if n := crashXCount(t, e, db, effects, ""); n != int(jobs) {
+		if n := countWhere(t, e, db, effects, ""); n != int(jobs) {
 			t.Errorf("%d effect rows, want exactly %d (one per job)", n, jobs)
 		}
 		var distinct int
@@ -466,14 +456,14 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 		}
 	}
 	if form == "advisory" {
-		crashXAssertNoLocks(t, e, db, table, jobs)
+		noKeyLocks(t, e, db, table, jobs)
 	}
 	if e.IsPostgres() {
 		// No session, a killed worker's included, is left in a
 		// transaction on this table.
-		reg := []crashXRegistered{{e, table, 0}}
-		crashXEventually(t, 30*time.Second, "no session idle in a transaction on "+table, func() error {
-			p, err := crashXPostgresSessions(context.Background(), db, nil, reg)
+		reg := []hygieneTable{{e, table, 0}}
+		eventually(t, 30*time.Second, "no session idle in a transaction on "+table, func() error {
+			p, err := pgSessions(context.Background(), db, nil, reg)
 			if err == nil && len(p) > 0 {
 				err = fmt.Errorf("%s", strings.Join(p, "; "))
 			}
@@ -515,7 +505,7 @@ func loadXFill(t testing.TB, e Engine, db *sql.DB, table string, n int64) {
 			b.WriteString("(?, ?)")
 			args = append(args, id, []byte("load"))
 		}
-		if _, err := db.Exec(crashXQ(e, b.String()), args...); err != nil {
+		if _, err := db.Exec(bind(e, b.String()), args...); err != nil {
 			t.Fatalf("filling %s: %v", table, err)
 		}
 	}

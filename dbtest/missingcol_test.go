@@ -15,11 +15,11 @@ import (
 // advisory claim delivered LastError() == "last_error" and Stats an oldest
 // age of 0.
 func TestMissingColumnFails(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
-		table := confTable(t, e, db, "missingcol_"+form)
+		table := newTable(t, e, db, "missingcol_"+form)
 		ctx := context.Background()
-		plain := confNew(t, db, confConfig(e, Table(table, form), nil))
+		plain := newQueue(t, db, queueConfig(e, Table(table, form), nil))
 		for _, tc := range []struct {
 			column string
 			set    func(tb *inbox.Table)
@@ -30,11 +30,11 @@ func TestMissingColumnFails(t *testing.T) {
 			{"no_data", func(tb *inbox.Table) { tb.Data = []string{"payload", "no_data"} }},
 		} {
 			t.Run(tc.column, func(t *testing.T) {
-				confReset(t, db, table)
-				confEnqueue(t, plain, db, "p")
+				emptyTables(t, db, table)
+				enqueueOne(t, plain, db, "p")
 				tb := Table(table, form)
 				tc.set(&tb)
-				q := confNew(t, db, confConfig(e, tb, nil))
+				q := newQueue(t, db, queueConfig(e, tb, nil))
 				ds, err := q.Claim(ctx, 5)
 				for _, d := range ds {
 					if tc.column == "no_last_error" {
@@ -59,8 +59,8 @@ func TestMissingColumnFails(t *testing.T) {
 					}
 					wantNamed(t, "stats", err, tc.column)
 				}
-				confReset(t, db, table)
-				confIdle(t, db, plain, q)
+				emptyTables(t, db, table)
+				mustBeIdle(t, db, plain, q)
 			})
 		}
 	})

@@ -16,7 +16,7 @@ import (
 // columns: last_error (also in the dead table), priority and enqueued_at.
 func opsTable(t *testing.T, e Engine, db *sql.DB, form string) string {
 	t.Helper()
-	table := confTable(t, e, db, "ops_"+strings.ReplaceAll(form, "-", "_"))
+	table := newTable(t, e, db, "ops_"+strings.ReplaceAll(form, "-", "_"))
 	var stmts []string
 	switch {
 	case e.IsPostgres():
@@ -41,7 +41,7 @@ func opsTable(t *testing.T, e Engine, db *sql.DB, form string) string {
 	// returns no row when the first in order is held.
 	stmts = append(stmts, "CREATE INDEX "+table+"_prio ON "+table+" (priority DESC, id)")
 	for _, s := range stmts {
-		confExec(t, e, db, s)
+		mustExec(t, e, db, s)
 	}
 	return table
 }
@@ -57,17 +57,17 @@ func opsDescription(table, form string) inbox.Table {
 // claim delivers it, the dead table keeps it, and a Retry without one keeps
 // the row's.
 func TestLastError(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
 		table := opsTable(t, e, db, form)
 		clock := fakeclock.New(time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC))
-		q := confNew(t, db, confConfig(e, opsDescription(table, form), clock))
+		q := newQueue(t, db, queueConfig(e, opsDescription(table, form), clock))
 		if err := q.CheckSchema(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		confEnqueue(t, q, db, "a")
-		d := confClaimOne(t, q)
+		enqueueOne(t, q, db, "a")
+		d := claimOne(t, q)
 		if d.LastError() != "" {
 			t.Fatalf("a new job's last error is %q, want none", d.LastError())
 		}
@@ -76,7 +76,7 @@ func TestLastError(t *testing.T) {
 		if err := d.Retry(ctx, 0); err != nil {
 			t.Fatal(err)
 		}
-		d = confClaimOne(t, q)
+		d = claimOne(t, q)
 		want := long[:inbox.MaxErrorText]
 		if got := d.LastError(); got != want {
 			t.Fatalf("last error delivered: %d bytes, want the first %d of the text", len(got), len(want))
@@ -85,7 +85,7 @@ func TestLastError(t *testing.T) {
 		if err := d.Retry(ctx, 0); err != nil {
 			t.Fatal(err)
 		}
-		d = confClaimOne(t, q)
+		d = claimOne(t, q)
 		if d.LastError() != want {
 			t.Fatalf("after a Retry without an error the last error is %d bytes, want the %d kept", len(d.LastError()), len(want))
 		}
@@ -106,10 +106,10 @@ func TestLastError(t *testing.T) {
 // TestPriority (issue 11): claims take the highest priority first, then the
 // oldest, in every form.
 func TestPriority(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 6)
 		table := opsTable(t, e, db, form)
-		q := confNew(t, db, confConfig(e, opsDescription(table, form), nil))
+		q := newQueue(t, db, queueConfig(e, opsDescription(table, form), nil))
 		ctx := context.Background()
 		var order []string
 		for i, p := range []int{0, 5, 0, 9, 5} {
@@ -123,7 +123,7 @@ func TestPriority(t *testing.T) {
 		var got []string
 		for range order {
 			d := opsClaimOne(t, q)
-			got = append(got, confPayload(t, d))
+			got = append(got, payloadOf(t, d))
 			if err := d.Ack(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -137,18 +137,18 @@ func TestPriority(t *testing.T) {
 // TestStats (issue 11): one call reads ready, waiting, in work, dead and the
 // age of the oldest ready job; without Table.EnqueuedAt it names the column.
 func TestStats(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 6)
 		table := opsTable(t, e, db, form)
 		clock := fakeclock.New(time.Now().UTC().Truncate(time.Second))
-		q := confNew(t, db, confConfig(e, opsDescription(table, form), clock))
+		q := newQueue(t, db, queueConfig(e, opsDescription(table, form), clock))
 		ctx := context.Background()
-		plain := confNew(t, db, confConfig(e, Table(table, form), clock))
+		plain := newQueue(t, db, queueConfig(e, Table(table, form), clock))
 		if _, err := plain.Stats(ctx); !errors.Is(err, inbox.ErrNoEnqueuedAt) || !strings.Contains(err.Error(), "Table.EnqueuedAt") {
 			t.Fatalf("Stats without Table.EnqueuedAt = %v, want ErrNoEnqueuedAt naming the column", err)
 		}
 		for _, p := range []string{"a", "b", "c", "d"} {
-			confEnqueue(t, q, db, p)
+			enqueueOne(t, q, db, p)
 		}
 		later := clock.Now().Add(time.Hour)
 		if _, err := q.Enqueue(ctx, db, inbox.Job{Data: []any{[]byte("later")}, NotBefore: later}); err != nil {
@@ -197,9 +197,9 @@ func opsClaimOne(t testing.TB, q *inbox.Queue) *inbox.Delivery {
 // named, and on MySQL the row lock's priority index, reporting each
 // missing one by its field.
 func TestOpsSchemaCheck(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 4)
-		table := confTable(t, e, db, "opscheck_"+form)
+		table := newTable(t, e, db, "opscheck_"+form)
 		// dead_at on the queue table is not the dead table's: the
 		// schema files once added it there.
 		at := "timestamptz"
@@ -209,10 +209,10 @@ func TestOpsSchemaCheck(t *testing.T) {
 		case e.IsSQLite():
 			at = "TEXT"
 		}
-		confExec(t, e, db, "ALTER TABLE "+table+" ADD COLUMN dead_at "+at)
+		mustExec(t, e, db, "ALTER TABLE "+table+" ADD COLUMN dead_at "+at)
 		desc := opsDescription(table, form)
 		desc.DeadAt = "dead_at"
-		q := confNew(t, db, confConfig(e, desc, nil))
+		q := newQueue(t, db, queueConfig(e, desc, nil))
 		err := q.CheckSchema(context.Background())
 		var se *inbox.SchemaError
 		if !errors.As(err, &se) {
@@ -227,8 +227,8 @@ func TestOpsSchemaCheck(t *testing.T) {
 		if e.IsMySQL() && form == "rowlock" {
 			// With the columns but without the index.
 			table := opsTable(t, e, db, "rowlock_noindex")
-			confExec(t, e, db, "DROP INDEX "+table+"_prio ON "+table)
-			q := confNew(t, db, confConfig(e, opsDescription(table, form), nil))
+			mustExec(t, e, db, "DROP INDEX "+table+"_prio ON "+table)
+			q := newQueue(t, db, queueConfig(e, opsDescription(table, form), nil))
 			err := q.CheckSchema(context.Background())
 			if !errors.As(err, &se) || len(se.Problems) != 1 || !strings.Contains(se.Problems[0], "no index on (priority DESC, id)") {
 				t.Fatalf("MySQL row lock with a priority and no index: CheckSchema = %v, want the index named", err)

@@ -54,11 +54,11 @@ func partXVia(t *testing.T, e Engine, dsn, addr string) (string, string) {
 // once it has; and when the link is back, the holder's late Ack fails with
 // ErrLeaseLost and changes nothing.
 func TestPartitionLeaseHolder(t *testing.T) {
-	crashXWall(t)
+	logWall(t)
 	for _, e := range cutXServerEngines() {
 		t.Run(e.Name, func(t *testing.T) {
 			t.Parallel()
-			crashXWall(t)
+			logWall(t)
 			ctx := context.Background()
 			dsn := e.DSN(t, "")
 			_, server := partXVia(t, e, dsn, "")
@@ -73,8 +73,8 @@ func TestPartitionLeaseHolder(t *testing.T) {
 			wdb := e.Open(t, 4)
 			table := fmt.Sprintf("part_%s_lease_%d", e.Name, os.Getpid())
 			e.CreateTable(t, wdb, table)
-			t.Cleanup(func() { crashXDrop(t, wdb, table, table+"_dead", table+"_claims") })
-			cfg := crashXConfig(e, table, "lease", partXLease)
+			t.Cleanup(func() { dropNow(t, wdb, table, table+"_dead", table+"_claims") })
+			cfg := formConfig(e, table, "lease", partXLease)
 			cfg.KeepMargin = partXMargin
 			hq, err := inbox.New(hdb, cfg)
 			if err != nil {
@@ -109,7 +109,7 @@ func TestPartitionLeaseHolder(t *testing.T) {
 			case <-time.After(partXLease + time.Minute):
 				t.Fatalf("the handler's context was not cancelled %v into the partition (lease %v)", time.Since(partitioned), partXLease)
 			}
-			serverNow := crashXServerNow(t, e, wdb)
+			serverNow := dbNow(t, e, wdb)
 			if cause := context.Cause(hctx); !errors.Is(cause, inbox.ErrLeaseLost) {
 				t.Errorf("handler cancelled with cause %v, want ErrLeaseLost", cause)
 			}
@@ -157,7 +157,7 @@ func TestPartitionLeaseHolder(t *testing.T) {
 				t.Fatalf("holder's late Ack: %v, want ErrLeaseLost", err)
 			}
 			// Nothing changed: the row carries the other worker's token.
-			att, lu, ok := crashXRow(t, e, wdb, table, id)
+			att, lu, ok := rowOf(t, e, wdb, table, id)
 			if !ok || att != 3 || !lu.Equal(d2.Expiry()) {
 				t.Errorf("row after the late Ack: present %v attempt %d lease %v; want present, attempt 3, lease %v", ok, att, lu, d2.Expiry())
 			}

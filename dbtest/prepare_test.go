@@ -16,16 +16,16 @@ import (
 )
 
 func TestPrepared(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
-		db1, db2 := confOpenTwo(t, e, 6) // room for four jobs holding a connection each
-		table := confTable(t, e, db1, "prep_"+form)
-		cfg := confConfig(e, Table(table, form), nil)
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
+		db1, db2 := openTwo(t, e, 6) // room for four jobs holding a connection each
+		table := newTable(t, e, db1, "prep_"+form)
+		cfg := queueConfig(e, Table(table, form), nil)
 		cfg.Prepare = true
-		q := confNew(t, db1, cfg)
+		q := newQueue(t, db1, cfg)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		for i := range 4 {
-			confEnqueue(t, q, db1, "p"+strconv.Itoa(i))
+			enqueueOne(t, q, db1, "p"+strconv.Itoa(i))
 		}
 		ds, err := q.Claim(ctx, 4)
 		if err != nil || len(ds) != 4 {
@@ -54,10 +54,10 @@ func TestPrepared(t *testing.T) {
 		if form == "rowlock" {
 			wantLeft = 2 // and the released one
 		}
-		if n := confCount(t, db1, table); n != wantLeft {
+		if n := countRows(t, db1, table); n != wantLeft {
 			t.Errorf("%d jobs in the table, want %d", n, wantLeft)
 		}
-		if n := confCount(t, db1, table+"_dead"); n != 1 {
+		if n := countRows(t, db1, table+"_dead"); n != 1 {
 			t.Errorf("%d jobs in the dead table, want 1", n)
 		}
 		// The retried job comes back at its next attempt.
@@ -75,7 +75,7 @@ func TestPrepared(t *testing.T) {
 		if err := errors.Join(q.Shutdown(ctx)); err != nil {
 			t.Error(err)
 		}
-		confIdleSoon(t, db1, q)
+		idleSoon(t, db1, q)
 	})
 }
 
@@ -86,20 +86,20 @@ func TestPrepared(t *testing.T) {
 // and go-sql-driver/mysql send the text path's statements unnamed, or
 // prepared and closed per call).
 func TestPreparedPoolOfOne(t *testing.T) {
-	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
+	eachForm(t, leaseOnly, func(t *testing.T, e Engine, form string) {
 		const rounds = 20
 		for _, prepare := range []bool{false, true} {
 			t.Run(fmt.Sprintf("prepare=%v", prepare), func(t *testing.T) {
 				db := e.Open(t, 1)
-				table := confTable(t, e, db, fmt.Sprintf("prep_one_%v", prepare))
-				cfg := confConfig(e, Table(table, form), nil)
+				table := newTable(t, e, db, fmt.Sprintf("prep_one_%v", prepare))
+				cfg := queueConfig(e, Table(table, form), nil)
 				cfg.Prepare = prepare
-				q := confNew(t, db, cfg)
+				q := newQueue(t, db, cfg)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				before := sessionPrepares(t, e, db)
 				for i := range rounds {
-					confEnqueue(t, q, db, "p"+strconv.Itoa(i))
+					enqueueOne(t, q, db, "p"+strconv.Itoa(i))
 					ds, err := q.Claim(ctx, 1)
 					if err != nil || len(ds) != 1 {
 						t.Fatalf("round %d: claim %d jobs, %v (a pool of one must not wait for a second connection)", i, len(ds), err)
@@ -121,7 +121,7 @@ func TestPreparedPoolOfOne(t *testing.T) {
 				case !prepare && e.Name == "pq" && after-before != 0:
 					t.Errorf("%d named statements without Prepare, want none", after-before)
 				}
-				if n := confCount(t, db, table); n != 0 {
+				if n := countRows(t, db, table); n != 0 {
 					t.Errorf("%d jobs left", n)
 				}
 			})

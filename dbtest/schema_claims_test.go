@@ -13,18 +13,18 @@ import (
 // every claim and MySQL inserts a row per claim and never counts, so the
 // schema check says so; with a primary key it finds nothing wrong.
 func TestCheckSchemaClaimsKey(t *testing.T) {
-	confEngines(t, notSQLite, func(t *testing.T, e Engine) {
+	eachEngine(t, notSQLite, func(t *testing.T, e Engine) {
 		db := e.Open(t, 4)
-		table := confTable(t, e, db, "claimskey")
+		table := newTable(t, e, db, "claimskey")
 		tb := Table(table, "rowlock")
 		tb.ClaimsTable, tb.MaxClaims = table+"_claims", 3
-		q := confNew(t, db, confConfig(e, tb, nil))
-		if err := confCheck(t, e, db, q, table, table+"_claims"); err != nil {
+		q := newQueue(t, db, queueConfig(e, tb, nil))
+		if err := checkUnchanged(t, e, db, q, table, table+"_claims"); err != nil {
 			t.Fatalf("with the documented claims table: %v", err)
 		}
-		confExec(t, e, db, "DROP TABLE "+table+"_claims")
-		confExec(t, e, db, "CREATE TABLE "+table+"_claims (id bigint NOT NULL, claims integer NOT NULL)")
-		err := confCheck(t, e, db, q, table, table+"_claims")
+		mustExec(t, e, db, "DROP TABLE "+table+"_claims")
+		mustExec(t, e, db, "CREATE TABLE "+table+"_claims (id bigint NOT NULL, claims integer NOT NULL)")
+		err := checkUnchanged(t, e, db, q, table, table+"_claims")
 		var se *inbox.SchemaError
 		if !errors.As(err, &se) || len(se.Problems) != 1 || !strings.Contains(se.Problems[0], "is not its primary key") {
 			t.Fatalf("claims table without a key: CheckSchema = %v, want one problem naming the missing key", err)

@@ -22,23 +22,23 @@ func TestSchemaWrongDialect(t *testing.T) {
 		}
 		return []string{"SQLite", "use inbox.SQLite"}
 	}
-	confEngines(t, nil, func(t *testing.T, e Engine) {
+	eachEngine(t, nil, func(t *testing.T, e Engine) {
 		db := e.Open(t, 2)
-		table := confTable(t, e, db, "wrongdialect")
-		confExec(t, e, db, "INSERT INTO "+table+" (payload) VALUES (?)", []byte("keep me"))
+		table := newTable(t, e, db, "wrongdialect")
+		mustExec(t, e, db, "INSERT INTO "+table+" (payload) VALUES (?)", []byte("keep me"))
 		for _, d := range []inbox.Dialect{inbox.Postgres, inbox.MySQL, inbox.MariaDB, inbox.SQLite} {
 			same := (d == inbox.Postgres) == e.IsPostgres() && (d == inbox.SQLite) == e.IsSQLite()
 			if same {
 				continue
 			}
 			t.Run(d.Name(), func(t *testing.T) {
-				q := confNew(t, db, inbox.Config{Dialect: d, Table: Table(table, "lease")})
-				ps := confProblems(t, confCheck(t, e, db, q, table, table+"_dead"))
+				q := newQueue(t, db, inbox.Config{Dialect: d, Table: Table(table, "lease")})
+				ps := problemsOf(t, checkUnchanged(t, e, db, q, table, table+"_dead"))
 				t.Log(ps)
 				if len(ps) != 1 {
 					t.Fatalf("%d problems, want 1:\n%s", len(ps), strings.Join(ps, "\n"))
 				}
-				confHas(t, ps, append(found(e), "not", "inbox."+map[string]string{"postgres": "Postgres", "mysql": "MySQL", "mariadb": "MariaDB", "sqlite": "SQLite"}[d.Name()]+" cannot run there")...)
+				hasProblem(t, ps, append(found(e), "not", "inbox."+map[string]string{"postgres": "Postgres", "mysql": "MySQL", "mariadb": "MariaDB", "sqlite": "SQLite"}[d.Name()]+" cannot run there")...)
 			})
 		}
 	})
@@ -49,35 +49,35 @@ func TestSchemaWrongDialect(t *testing.T) {
 // the table, its engine and the statement that converts it; converted, the
 // tables pass.
 func TestSchemaStorageEngine(t *testing.T) {
-	confEach(t, func(e Engine) []string {
+	eachForm(t, func(e Engine) []string {
 		if !e.IsMySQL() {
 			return nil
 		}
 		return append(formsWithKey(e), "rowlock-claims")
 	}, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 2)
-		table := confTable(t, e, db, "engine_"+form)
-		confExec(t, e, db, "ALTER TABLE "+table+" ENGINE=MyISAM")
-		confExec(t, e, db, "ALTER TABLE "+table+"_dead ENGINE=Aria")
+		table := newTable(t, e, db, "engine_"+form)
+		mustExec(t, e, db, "ALTER TABLE "+table+" ENGINE=MyISAM")
+		mustExec(t, e, db, "ALTER TABLE "+table+"_dead ENGINE=Aria")
 		tables := []string{table, table + "_dead"}
 		if form == "rowlock-claims" {
-			confExec(t, e, db, "ALTER TABLE "+table+"_claims ENGINE=MyISAM")
+			mustExec(t, e, db, "ALTER TABLE "+table+"_claims ENGINE=MyISAM")
 			tables = append(tables, table+"_claims")
 		}
-		q := confNew(t, db, confConfig(e, Table(table, form), nil))
-		ps := confProblems(t, confCheck(t, e, db, q, tables...))
+		q := newQueue(t, db, queueConfig(e, Table(table, form), nil))
+		ps := problemsOf(t, checkUnchanged(t, e, db, q, tables...))
 		if len(ps) != len(tables) {
 			t.Errorf("%d problems, want %d:\n%s", len(ps), len(tables), strings.Join(ps, "\n"))
 		}
-		confHas(t, ps, "table "+table+" has MyISAM storage engine", "not InnoDB", "ALTER TABLE "+table+" ENGINE=InnoDB")
-		confHas(t, ps, "table "+table+"_dead has Aria storage engine", "ALTER TABLE "+table+"_dead ENGINE=InnoDB")
+		hasProblem(t, ps, "table "+table+" has MyISAM storage engine", "not InnoDB", "ALTER TABLE "+table+" ENGINE=InnoDB")
+		hasProblem(t, ps, "table "+table+"_dead has Aria storage engine", "ALTER TABLE "+table+"_dead ENGINE=InnoDB")
 		if form == "rowlock-claims" {
-			confHas(t, ps, "table "+table+"_claims has MyISAM storage engine")
+			hasProblem(t, ps, "table "+table+"_claims has MyISAM storage engine")
 		}
 		for _, tb := range tables {
-			confExec(t, e, db, "ALTER TABLE "+tb+" ENGINE=InnoDB")
+			mustExec(t, e, db, "ALTER TABLE "+tb+" ENGINE=InnoDB")
 		}
-		if err := confCheck(t, e, db, q, tables...); err != nil {
+		if err := checkUnchanged(t, e, db, q, tables...); err != nil {
 			t.Errorf("converted to InnoDB: %v", err)
 		}
 	})
@@ -89,56 +89,56 @@ func TestSchemaStorageEngine(t *testing.T) {
 // that widens it; run, that statement makes the check pass. SQLite's TEXT
 // holds any length, whatever is declared.
 func TestSchemaLastErrorLength(t *testing.T) {
-	confEngines(t, nil, func(t *testing.T, e Engine) {
+	eachEngine(t, nil, func(t *testing.T, e Engine) {
 		db := e.Open(t, 2)
-		table := confTable(t, e, db, "lasterror_len")
-		confExec(t, e, db, "ALTER TABLE "+table+" ADD COLUMN last_error varchar(100)")
-		confExec(t, e, db, "ALTER TABLE "+table+"_dead ADD COLUMN last_error varchar(1999)")
+		table := newTable(t, e, db, "lasterror_len")
+		mustExec(t, e, db, "ALTER TABLE "+table+" ADD COLUMN last_error varchar(100)")
+		mustExec(t, e, db, "ALTER TABLE "+table+"_dead ADD COLUMN last_error varchar(1999)")
 		tb := Table(table, "lease")
 		tb.LastError = "last_error"
-		q := confNew(t, db, confConfig(e, tb, nil))
-		err := confCheck(t, e, db, q, table, table+"_dead")
+		q := newQueue(t, db, queueConfig(e, tb, nil))
+		err := checkUnchanged(t, e, db, q, table, table+"_dead")
 		if e.IsSQLite() {
 			if err != nil {
 				t.Errorf("SQLite: %v, want nil", err)
 			}
 			return
 		}
-		ps := confProblems(t, err)
+		ps := problemsOf(t, err)
 		if len(ps) != 2 {
 			t.Fatalf("%d problems, want 2:\n%s", len(ps), strings.Join(ps, "\n"))
 		}
-		confHas(t, ps, "column "+table+".last_error (Table.LastError)", "holds 100 characters", "MaxErrorText (2000 bytes)")
-		confHas(t, ps, "column "+table+"_dead.last_error", "holds 1999 characters")
+		hasProblem(t, ps, "column "+table+".last_error (Table.LastError)", "holds 100 characters", "MaxErrorText (2000 bytes)")
+		hasProblem(t, ps, "column "+table+"_dead.last_error", "holds 1999 characters")
 		for _, p := range ps {
 			_, fix, ok := strings.Cut(p, "widen it: ")
 			if !ok {
 				t.Fatalf("problem %q names no fix", p)
 			}
-			confExec(t, e, db, fix)
+			mustExec(t, e, db, fix)
 		}
 		// A new pool: pgx's statements cached before the ALTER would fail.
 		db = e.OpenDSN(t, e.DSN(t, ""), 2)
-		q = confNew(t, db, confConfig(e, tb, nil))
-		if err := confCheck(t, e, db, q, table, table+"_dead"); err != nil {
+		q = newQueue(t, db, queueConfig(e, tb, nil))
+		if err := checkUnchanged(t, e, db, q, table, table+"_dead"); err != nil {
 			t.Errorf("after the fixes: %v", err)
 		}
 		// A job retried with the longest text keeps it all.
-		confEnqueue(t, q, db, "p")
-		d := confClaimOne(t, q)
+		enqueueOne(t, q, db, "p")
+		d := claimOne(t, q)
 		long := strings.Repeat("e", inbox.MaxErrorText)
 		d.SetError(errString(long))
 		if err := d.Retry(context.Background(), 0); err != nil {
 			t.Fatal(err)
 		}
-		d = confClaimOne(t, q)
+		d = claimOne(t, q)
 		if got := d.LastError(); got != long {
 			t.Errorf("last error is %d bytes, want %d", len(got), len(long))
 		}
 		if err := d.Ack(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		confIdle(t, db, q)
+		mustBeIdle(t, db, q)
 	})
 }
 

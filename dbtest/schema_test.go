@@ -10,9 +10,9 @@ import (
 	"github.com/sqlinbox/inbox"
 )
 
-// confDefinition returns table's definition as the engine states it, empty
+// definitionOf returns table's definition as the engine states it, empty
 // when there is no such table.
-func confDefinition(t testing.TB, e Engine, db *sql.DB, table string) string {
+func definitionOf(t testing.TB, e Engine, db *sql.DB, table string) string {
 	t.Helper()
 	var def sql.NullString
 	var err error
@@ -35,17 +35,17 @@ func confDefinition(t testing.TB, e Engine, db *sql.DB, table string) string {
 	return def.String
 }
 
-// confCheck runs the schema check and asserts that it changed nothing: the
+// checkUnchanged runs the schema check and asserts that it changed nothing: the
 // definitions and rows of the named tables are as before.
-func confCheck(t *testing.T, e Engine, db *sql.DB, q *inbox.Queue, tables ...string) error {
+func checkUnchanged(t *testing.T, e Engine, db *sql.DB, q *inbox.Queue, tables ...string) error {
 	t.Helper()
 	snap := func() string {
 		var b strings.Builder
 		for _, tb := range tables {
-			def := confDefinition(t, e, db, tb)
+			def := definitionOf(t, e, db, tb)
 			b.WriteString(tb + ": " + def + "\n")
 			if def != "" {
-				b.WriteString(strings.Join(confDump(t, db, tb), "\n") + "\n")
+				b.WriteString(strings.Join(dumpRows(t, db, tb), "\n") + "\n")
 			}
 		}
 		return b.String()
@@ -55,12 +55,12 @@ func confCheck(t *testing.T, e Engine, db *sql.DB, q *inbox.Queue, tables ...str
 	if after := snap(); after != before {
 		t.Errorf("the schema check changed the database:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
-	confIdle(t, db, q)
+	mustBeIdle(t, db, q)
 	return err
 }
 
-// confProblems expects a *SchemaError and returns its problems.
-func confProblems(t *testing.T, err error) []string {
+// problemsOf expects a *SchemaError and returns its problems.
+func problemsOf(t *testing.T, err error) []string {
 	t.Helper()
 	var se *inbox.SchemaError
 	if !errors.As(err, &se) {
@@ -69,9 +69,9 @@ func confProblems(t *testing.T, err error) []string {
 	return se.Problems
 }
 
-// confHas fails unless some problem contains every one of words, in any
+// hasProblem fails unless some problem contains every one of words, in any
 // case.
-func confHas(t *testing.T, problems []string, words ...string) {
+func hasProblem(t *testing.T, problems []string, words ...string) {
 	t.Helper()
 	for _, p := range problems {
 		all := true
@@ -89,82 +89,82 @@ func confHas(t *testing.T, problems []string, words ...string) {
 // missing table, reports every problem of a wrong table at once, refuses
 // each engine's wrong time type for the lease column, and changes nothing.
 func TestSchemaCheck(t *testing.T) {
-	confEngines(t, nil, func(t *testing.T, e Engine) {
+	eachEngine(t, nil, func(t *testing.T, e Engine) {
 		db := e.Open(t, 2)
-		table := confTable(t, e, db, "schema")
-		confExec(t, e, db, "INSERT INTO "+table+" (payload) VALUES (?)", []byte("keep me"))
+		table := newTable(t, e, db, "schema")
+		mustExec(t, e, db, "INSERT INTO "+table+" (payload) VALUES (?)", []byte("keep me"))
 
 		for _, form := range formsWithKey(e) {
-			q := confNew(t, db, confConfig(e, Table(table, form), nil))
-			if err := confCheck(t, e, db, q, table, table+"_dead"); err != nil {
+			q := newQueue(t, db, queueConfig(e, Table(table, form), nil))
+			if err := checkUnchanged(t, e, db, q, table, table+"_dead"); err != nil {
 				t.Errorf("%s: a correct table: %v", form, err)
 			}
 		}
 		if !e.IsSQLite() {
 			claims := Table(table, "rowlock-claims")
-			if err := confCheck(t, e, db, confNew(t, db, confConfig(e, claims, nil)), table, table+"_dead", table+"_claims"); err != nil {
+			if err := checkUnchanged(t, e, db, newQueue(t, db, queueConfig(e, claims, nil)), table, table+"_dead", table+"_claims"); err != nil {
 				t.Errorf("a correct table with a claims counter: %v", err)
 			}
 			// The side table is checked: missing, and with a claims column
 			// of a text type.
-			noClaims := confName(e, "schema_noclaims")
-			confExec(t, e, db, "DROP TABLE IF EXISTS "+noClaims)
+			noClaims := tableName(e, "schema_noclaims")
+			mustExec(t, e, db, "DROP TABLE IF EXISTS "+noClaims)
 			claims.ClaimsTable = noClaims
-			ps := confProblems(t, confCheck(t, e, db, confNew(t, db, confConfig(e, claims, nil)), table, noClaims))
-			confHas(t, ps, noClaims, "does not exist")
-			badClaims := confName(e, "schema_badclaims")
+			ps := problemsOf(t, checkUnchanged(t, e, db, newQueue(t, db, queueConfig(e, claims, nil)), table, noClaims))
+			hasProblem(t, ps, noClaims, "does not exist")
+			badClaims := tableName(e, "schema_badclaims")
 			textType := "text"
 			if e.IsMySQL() {
 				textType = "varchar(10)"
 			}
-			confExec(t, e, db, "DROP TABLE IF EXISTS "+badClaims)
-			confExec(t, e, db, "CREATE TABLE "+badClaims+" (id bigint PRIMARY KEY, claims "+textType+" NOT NULL)")
-			confDropAtEnd(t, e, db, badClaims)
+			mustExec(t, e, db, "DROP TABLE IF EXISTS "+badClaims)
+			mustExec(t, e, db, "CREATE TABLE "+badClaims+" (id bigint PRIMARY KEY, claims "+textType+" NOT NULL)")
+			dropAtEnd(t, e, db, badClaims)
 			claims.ClaimsTable = badClaims
-			ps = confProblems(t, confCheck(t, e, db, confNew(t, db, confConfig(e, claims, nil)), table, badClaims))
+			ps = problemsOf(t, checkUnchanged(t, e, db, newQueue(t, db, queueConfig(e, claims, nil)), table, badClaims))
 			if len(ps) != 1 {
 				t.Errorf("%d problems, want 1:\n%s", len(ps), strings.Join(ps, "\n"))
 			}
-			confHas(t, ps, badClaims, "claims", textType)
+			hasProblem(t, ps, badClaims, "claims", textType)
 		}
 
-		missing := confName(e, "schema_missing")
-		confExec(t, e, db, "DROP TABLE IF EXISTS "+missing)
-		confExec(t, e, db, "DROP TABLE IF EXISTS "+missing+"_dead")
-		q := confNew(t, db, confConfig(e, Table(missing, "lease"), nil))
-		ps := confProblems(t, confCheck(t, e, db, q, missing, missing+"_dead"))
-		confHas(t, ps, missing, "does not exist")
-		confHas(t, ps, missing+"_dead", "does not exist")
+		missing := tableName(e, "schema_missing")
+		mustExec(t, e, db, "DROP TABLE IF EXISTS "+missing)
+		mustExec(t, e, db, "DROP TABLE IF EXISTS "+missing+"_dead")
+		q := newQueue(t, db, queueConfig(e, Table(missing, "lease"), nil))
+		ps := problemsOf(t, checkUnchanged(t, e, db, q, missing, missing+"_dead"))
+		hasProblem(t, ps, missing, "does not exist")
+		hasProblem(t, ps, missing+"_dead", "does not exist")
 
 		// attempt of a text type, locked_until and the data column note
 		// missing: three problems, one error.
-		bad := confName(e, "schema_bad")
+		bad := tableName(e, "schema_bad")
 		attemptType := "text"
 		if e.IsMySQL() {
 			attemptType = "varchar(10)"
 		}
-		confExec(t, e, db, "DROP TABLE IF EXISTS "+bad)
+		mustExec(t, e, db, "DROP TABLE IF EXISTS "+bad)
 		// SQLite's id is AUTOINCREMENT, as the check asks (the ids
 		// subtest of TestConcIDsNeverReused shows why).
 		idDecl := "id integer PRIMARY KEY"
 		if e.IsSQLite() {
 			idDecl += " AUTOINCREMENT"
 		}
-		confExec(t, e, db, "CREATE TABLE "+bad+" ("+idDecl+", attempt "+attemptType+" NOT NULL, payload "+map[bool]string{true: "bytea", false: "blob"}[e.IsPostgres()]+")")
-		confDropAtEnd(t, e, db, bad)
+		mustExec(t, e, db, "CREATE TABLE "+bad+" ("+idDecl+", attempt "+attemptType+" NOT NULL, payload "+map[bool]string{true: "bytea", false: "blob"}[e.IsPostgres()]+")")
+		dropAtEnd(t, e, db, bad)
 		btb := Table(bad, "lease")
 		btb.DeadTable = ""
 		btb.Data = []string{"payload", "note"}
-		ps = confProblems(t, confCheck(t, e, db, confNew(t, db, confConfig(e, btb, nil)), bad))
+		ps = problemsOf(t, checkUnchanged(t, e, db, newQueue(t, db, queueConfig(e, btb, nil)), bad))
 		if len(ps) != 3 {
 			t.Errorf("%d problems, want 3:\n%s", len(ps), strings.Join(ps, "\n"))
 		}
-		confHas(t, ps, "attempt", attemptType)
-		confHas(t, ps, "locked_until")
-		confHas(t, ps, "note")
+		hasProblem(t, ps, "attempt", attemptType)
+		hasProblem(t, ps, "locked_until")
+		hasProblem(t, ps, "note")
 
 		// Each engine's tempting but wrong lease column.
-		wrong := confName(e, "schema_time")
+		wrong := tableName(e, "schema_time")
 		var timeType, want string
 		switch {
 		case e.IsPostgres():
@@ -174,15 +174,15 @@ func TestSchemaCheck(t *testing.T) {
 		default:
 			timeType, want = "DATETIME", "DATETIME"
 		}
-		confExec(t, e, db, "DROP TABLE IF EXISTS "+wrong)
-		confExec(t, e, db, "CREATE TABLE "+wrong+" ("+idDecl+", attempt integer NOT NULL DEFAULT 1, locked_until "+timeType+", payload "+map[bool]string{true: "bytea", false: "blob"}[e.IsPostgres()]+")")
-		confDropAtEnd(t, e, db, wrong)
+		mustExec(t, e, db, "DROP TABLE IF EXISTS "+wrong)
+		mustExec(t, e, db, "CREATE TABLE "+wrong+" ("+idDecl+", attempt integer NOT NULL DEFAULT 1, locked_until "+timeType+", payload "+map[bool]string{true: "bytea", false: "blob"}[e.IsPostgres()]+")")
+		dropAtEnd(t, e, db, wrong)
 		wtb := Table(wrong, "lease")
 		wtb.DeadTable = ""
-		ps = confProblems(t, confCheck(t, e, db, confNew(t, db, confConfig(e, wtb, nil)), wrong))
+		ps = problemsOf(t, checkUnchanged(t, e, db, newQueue(t, db, queueConfig(e, wtb, nil)), wrong))
 		if len(ps) != 1 {
 			t.Errorf("%d problems, want 1:\n%s", len(ps), strings.Join(ps, "\n"))
 		}
-		confHas(t, ps, "locked_until", want)
+		hasProblem(t, ps, "locked_until", want)
 	})
 }

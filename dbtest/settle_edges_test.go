@@ -46,7 +46,7 @@ func edgeRead(t testing.TB, e Engine, db *sql.DB, table, form string, id any) ed
 	}
 	var r edgeRow
 	var raw any
-	err := db.QueryRow(confQuery(e, "SELECT attempt, "+col+" FROM "+table+" WHERE id = ?"), id).Scan(&r.attempt, &raw)
+	err := db.QueryRow(bind(e, "SELECT attempt, "+col+" FROM "+table+" WHERE id = ?"), id).Scan(&r.attempt, &raw)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
@@ -62,7 +62,7 @@ func edgeRead(t testing.TB, e Engine, db *sql.DB, table, form string, id any) ed
 		}
 	}
 	var n int
-	if err := db.QueryRow(confQuery(e, "SELECT COUNT(*) FROM "+table+"_dead WHERE id = ?"), id).Scan(&n); err != nil {
+	if err := db.QueryRow(bind(e, "SELECT COUNT(*) FROM "+table+"_dead WHERE id = ?"), id).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	r.dead = n > 0
@@ -78,12 +78,12 @@ func edgeRead(t testing.TB, e Engine, db *sql.DB, table, form string, id any) ed
 // delivery can be acknowledged again. Committed after a commit finishes it,
 // and a settlement after an unconfirmed commit learns it (ErrSettled).
 func TestSettleTxUnconfirmed(t *testing.T) {
-	confEach(t, leaseAndAdvisory, func(t *testing.T, e Engine, form string) {
-		db1, db2 := confOpenTwo(t, e, 6)
+	eachForm(t, leaseAndAdvisory, func(t *testing.T, e Engine, form string) {
+		db1, db2 := openTwo(t, e, 6)
 		table := concTable(t, e, db1, "txunconf_"+form)
-		clock := fakeclock.New(confStart)
-		q := confNew(t, db1, confConfig(e, Table(table, form), clock))
-		other := confNew(t, db2, confConfig(e, Table(concQualified(t, e, db1, table), form), clock))
+		clock := fakeclock.New(clockStart)
+		q := newQueue(t, db1, queueConfig(e, Table(table, form), clock))
+		other := newQueue(t, db2, queueConfig(e, Table(concQualified(t, e, db1, table), form), clock))
 		lease := form == "lease"
 		ctx := context.Background()
 		ops := map[string]func(d *inbox.Delivery, tx *sql.Tx) error{
@@ -102,9 +102,9 @@ func TestSettleTxUnconfirmed(t *testing.T) {
 					continue
 				}
 				t.Run(name+"/"+end, func(t *testing.T) {
-					confReset(t, db1, table)
-					id := confEnqueue(t, q, db1, name)
-					d := confClaimOne(t, q)
+					emptyTables(t, db1, table)
+					id := enqueueOne(t, q, db1, name)
+					d := claimOne(t, q)
 					claimed := clock.Now()
 					kctx, stop := d.Keep(ctx)
 					defer stop()
@@ -147,7 +147,7 @@ func TestSettleTxUnconfirmed(t *testing.T) {
 						if kctx.Err() != nil && errors.Is(context.Cause(kctx), inbox.ErrLeaseLost) {
 							t.Fatalf("the keeper cancelled the handler of a settled delivery: %v", context.Cause(kctx))
 						}
-						confIdleSoon(t, db1, q)
+						idleSoon(t, db1, q)
 						return
 					case "commit-swept":
 						// Nobody confirmed and the delivery is not touched
@@ -162,9 +162,9 @@ func TestSettleTxUnconfirmed(t *testing.T) {
 								t.Fatal(err)
 							}
 						}
-						confIdleSoon(t, db1, q)
+						idleSoon(t, db1, q)
 						if !e.IsSQLite() {
-							confNoLocks(t, e, db1, table, []string{concKey(id)})
+							noLocks(t, e, db1, table, []string{concKey(id)})
 						}
 						if err := d.Ack(ctx); !errors.Is(err, inbox.ErrSettled) {
 							t.Fatalf("Ack after the claim found %s committed: %v, want ErrSettled", name, err)
@@ -182,14 +182,14 @@ func TestSettleTxUnconfirmed(t *testing.T) {
 						} else if !errors.Is(err, inbox.ErrSettled) {
 							t.Fatalf("Ack after %s committed: %v, want ErrSettled", name, err)
 						}
-						confIdleSoon(t, db1, q)
+						idleSoon(t, db1, q)
 						return
 					}
 					// Not settled: the job is still this delivery's.
 					if r := edgeRead(t, e, db1, table, form, id); !r.found || r.attempt != 2 || r.dead {
 						t.Fatalf("after %s and %s the row is %+v, want it held at attempt 2", name, end, r)
 					}
-					confClaimNone(t, other, "a job whose "+name+" did not commit")
+					claimNone(t, other, "a job whose "+name+" did not commit")
 					if kctx.Err() != nil {
 						t.Fatalf("the handler's context ended: %v", context.Cause(kctx))
 					}
@@ -220,9 +220,9 @@ func TestSettleTxUnconfirmed(t *testing.T) {
 						t.Fatalf("after the Ack the row is %+v, want it gone", r)
 					}
 					stop()
-					confIdleSoon(t, db1, q)
+					idleSoon(t, db1, q)
 					if !lease && !e.IsSQLite() {
-						confNoLocks(t, e, db1, table, []string{concKey(id)})
+						noLocks(t, e, db1, table, []string{concKey(id)})
 					}
 				})
 			}
@@ -238,12 +238,12 @@ func TestSettleTxUnconfirmed(t *testing.T) {
 // effect (the job was still held) or answers ErrSettled (the commit took
 // effect), never anything else.
 func TestSettleTxCommitCancelled(t *testing.T) {
-	confEach(t, leaseAndAdvisory, func(t *testing.T, e Engine, form string) {
-		db1, db2 := confOpenTwo(t, e, 12)
+	eachForm(t, leaseAndAdvisory, func(t *testing.T, e Engine, form string) {
+		db1, db2 := openTwo(t, e, 12)
 		table := concTable(t, e, db1, "txcancel_"+form)
 		qs := []*inbox.Queue{
-			confNew(t, db1, confConfig(e, Table(table, form), nil)),
-			confNew(t, db2, confConfig(e, Table(concQualified(t, e, db1, table), form), nil)),
+			newQueue(t, db1, queueConfig(e, Table(table, form), nil)),
+			newQueue(t, db2, queueConfig(e, Table(concQualified(t, e, db1, table), form), nil)),
 		}
 		dbs := []*sql.DB{db1, db2}
 		const workers, rounds = 8, 12
@@ -311,8 +311,8 @@ func TestSettleTxCommitCancelled(t *testing.T) {
 		wg.Wait()
 		t.Logf("commit failed, acked again: %d; committed: %d; commit reported failure but took effect: %d",
 			counts[0].Load(), counts[1].Load(), counts[2].Load())
-		confIdleSoon(t, db1, qs[0])
-		confIdleSoon(t, db2, qs[1])
+		idleSoon(t, db1, qs[0])
+		idleSoon(t, db2, qs[1])
 	})
 }
 
@@ -323,8 +323,8 @@ func TestSettleTxCommitCancelled(t *testing.T) {
 // settlement took effect, an error when it did not (a lease delivery can
 // then be acknowledged), and ErrOutcomeUnknown only when the read failed too.
 func TestSettleOutcomeReadBack(t *testing.T) {
-	confEach(t, leaseAndAdvisory, func(t *testing.T, e Engine, form string) {
-		db1, db2 := confOpenTwo(t, e, 12)
+	eachForm(t, leaseAndAdvisory, func(t *testing.T, e Engine, form string) {
+		db1, db2 := openTwo(t, e, 12)
 		lease := form == "lease"
 		const workers, rounds = 8, 30
 		// A table per worker, so that what a worker reads of its job is its
@@ -339,7 +339,7 @@ func TestSettleOutcomeReadBack(t *testing.T) {
 			if w%4 >= 2 {
 				name = concQualified(t, e, db1, tables[w])
 			}
-			qs[w] = confNew(t, dbs[w], confConfig(e, Table(name, form), nil))
+			qs[w] = newQueue(t, dbs[w], queueConfig(e, Table(name, form), nil))
 		}
 		var mismatches, unknown, cancelled, done atomic.Int64
 		var wg sync.WaitGroup
@@ -415,7 +415,7 @@ func TestSettleOutcomeReadBack(t *testing.T) {
 							t.Errorf("Ack after %s failed with %v: %v, want it to take effect", op, err, aerr)
 						}
 					}
-					if _, err := db.Exec(confQuery(e, "DELETE FROM "+table+" WHERE id = ?"), id); err != nil {
+					if _, err := db.Exec(bind(e, "DELETE FROM "+table+" WHERE id = ?"), id); err != nil {
 						t.Error(err)
 					}
 				}
@@ -424,7 +424,7 @@ func TestSettleOutcomeReadBack(t *testing.T) {
 		wg.Wait()
 		t.Logf("%d settled, %d reported failed, %d unknown, %d mismatches", done.Load(), cancelled.Load(), unknown.Load(), mismatches.Load())
 		for w := range workers {
-			confIdleSoon(t, dbs[w], qs[w])
+			idleSoon(t, dbs[w], qs[w])
 		}
 	})
 }
@@ -457,18 +457,18 @@ func edgeTable(t *testing.T, e Engine, db *sql.DB, what string, width int) strin
 // attempt they had. The advisory claim's re-read is reached by a row whose
 // priority goes NULL between the candidate read and the lock.
 func TestClaimReadFailsGivesBack(t *testing.T) {
-	confEach(t, leaseAndAdvisory, func(t *testing.T, e Engine, form string) {
+	eachForm(t, leaseAndAdvisory, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 6)
 		table := edgeTable(t, e, db, "readfail_"+form, 0)
 		tb := Table(table, form)
 		tb.Priority = "priority"
-		cfg := confConfig(e, tb, nil)
+		cfg := queueConfig(e, tb, nil)
 		bad := "NULL"
 		if e.IsSQLite() {
 			bad = "'high'"
 		}
 		spoil := func() {
-			confExec(t, e, db, "UPDATE "+table+" SET priority = "+bad+" WHERE id = (SELECT MIN(id) FROM (SELECT id FROM "+table+") AS m)")
+			mustExec(t, e, db, "UPDATE "+table+" SET priority = "+bad+" WHERE id = (SELECT MIN(id) FROM (SELECT id FROM "+table+") AS m)")
 		}
 		hooked := false
 		if !lease(form) && !e.IsSQLite() {
@@ -478,8 +478,8 @@ func TestClaimReadFailsGivesBack(t *testing.T) {
 			cfg.Dialect = &hookDialect{Dialect: e.Dialect, locker: l, before: spoil}
 			hooked = true
 		}
-		q := confNew(t, db, cfg)
-		plain := confNew(t, db, confConfig(e, Table(table, form), nil))
+		q := newQueue(t, db, cfg)
+		plain := newQueue(t, db, queueConfig(e, Table(table, form), nil))
 		ctx := context.Background()
 		var ids []any
 		for p := range 3 {
@@ -524,7 +524,7 @@ func TestClaimReadFailsGivesBack(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		confIdle(t, db, q, plain)
+		mustBeIdle(t, db, q, plain)
 	})
 }
 
@@ -536,7 +536,7 @@ func lease(form string) bool { return form == "lease" }
 // PostgreSQL and MariaDB (strict mode), and errors with NUL bytes and
 // invalid UTF-8 on every engine, which land sanitized.
 func TestSettleErrorTextRefused(t *testing.T) {
-	confEach(t, leaseAndAdvisory, func(t *testing.T, e Engine, form string) {
+	eachForm(t, leaseAndAdvisory, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, 6)
 		ctx := context.Background()
 		type textCase struct {
@@ -569,17 +569,17 @@ func TestSettleErrorTextRefused(t *testing.T) {
 				}
 				tb := Table(table, form)
 				tb.LastError = "last_error"
-				q := confNew(t, db, confConfig(e, tb, nil))
+				q := newQueue(t, db, queueConfig(e, tb, nil))
 				stored := func(tab string, id any) string {
 					var s sql.NullString
-					if err := db.QueryRow(confQuery(e, "SELECT last_error FROM "+tab+" WHERE id = ?"), id).Scan(&s); err != nil {
+					if err := db.QueryRow(bind(e, "SELECT last_error FROM "+tab+" WHERE id = ?"), id).Scan(&s); err != nil {
 						t.Fatalf("last_error of %v in %s: %v", id, tab, err)
 					}
 					return s.String
 				}
 				// Retry carries the text into the row.
-				id := confEnqueue(t, q, db, "t")
-				d := confClaimOne(t, q)
+				id := enqueueOne(t, q, db, "t")
+				d := claimOne(t, q)
 				d.SetError(errors.New(c.err))
 				if err := d.Retry(ctx, time.Hour); err != nil {
 					t.Fatalf("Retry with the error %q: %v", c.name, err)
@@ -591,8 +591,8 @@ func TestSettleErrorTextRefused(t *testing.T) {
 					t.Errorf("Retry stored last_error %q (%d bytes)", concFirst([]string{s}, 1), len(s))
 				}
 				// Dead carries it into the dead table.
-				confExec(t, e, db, "UPDATE "+table+" SET locked_until = NULL, not_before = NULL WHERE id = ?", id)
-				d = confClaimOne(t, q)
+				mustExec(t, e, db, "UPDATE "+table+" SET locked_until = NULL, not_before = NULL WHERE id = ?", id)
+				d = claimOne(t, q)
 				d.SetError(errors.New(c.err))
 				if err := d.Dead(ctx); err != nil {
 					t.Fatalf("Dead with the error %q: %v", c.name, err)
@@ -603,7 +603,7 @@ func TestSettleErrorTextRefused(t *testing.T) {
 				if s := stored(table+"_dead", id); !c.want(s) {
 					t.Errorf("Dead stored last_error %q (%d bytes)", concFirst([]string{s}, 1), len(s))
 				}
-				confIdle(t, db, q)
+				mustBeIdle(t, db, q)
 			})
 		}
 	})

@@ -29,9 +29,9 @@ import (
 // settlement fails, no loop error is reported, the table ends empty and the
 // dead table holds the failed jobs.
 func TestWorkEvents(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		jobs := 150
-		if e.IsSQLite() && confRace() {
+		if e.IsSQLite() && raceBuild() {
 			jobs = 60
 		}
 		workEvents(t, e, form, jobs)
@@ -63,10 +63,10 @@ func workEvents(t *testing.T, e Engine, form string, jobs int) {
 		loops = 8 // four per pool
 		batch = 2
 	)
-	db1, db2 := confOpenTwo(t, e, loops/2*batch+2)
+	db1, db2 := openTwo(t, e, loops/2*batch+2)
 	table := concTable(t, e, db1, "work_events_"+form)
-	q1 := confNew(t, db1, confConfig(e, Table(table, form), nil))
-	q2 := confNew(t, db2, confConfig(e, Table(concQualified(t, e, db1, table), form), nil))
+	q1 := newQueue(t, db1, queueConfig(e, Table(table, form), nil))
+	q2 := newQueue(t, db2, queueConfig(e, Table(concQualified(t, e, db1, table), form), nil))
 	want := concFill(t, e, db1, table, jobs, jobs)
 	fails := func(d *inbox.Delivery) bool {
 		return strings.HasSuffix(workXPayload(t, d), "0") || strings.HasSuffix(workXPayload(t, d), "3")
@@ -111,7 +111,7 @@ func workEvents(t *testing.T, e Engine, form string, jobs int) {
 		}
 		return nil
 	}
-	workXRunCut(t, []*inbox.Queue{q1, q2}, loops, cfg, handle, func() bool { return confCount(t, db1, table) == 0 })
+	workXRunCut(t, []*inbox.Queue{q1, q2}, loops, cfg, handle, func() bool { return countRows(t, db1, table) == 0 })
 	dead, released := 0, 0
 	for _, es := range r.events {
 		for _, ev := range es {
@@ -130,7 +130,7 @@ func workEvents(t *testing.T, e Engine, form string, jobs int) {
 	for _, ev := range r.others {
 		t.Errorf("event without a job: %+v", ev)
 	}
-	if n := confCount(t, db1, table+"_dead"); n != dead || dead == 0 {
+	if n := countRows(t, db1, table+"_dead"); n != dead || dead == 0 {
 		t.Errorf("%d dead rows, %d jobs ended dead (want as many, some)", n, dead)
 	}
 }

@@ -150,7 +150,7 @@ func workXDueCol(form string) string {
 func workXTime(t testing.TB, e Engine, db *sql.DB, table, col string, id any) time.Time {
 	t.Helper()
 	var raw any
-	if err := db.QueryRow(confQuery(e, "SELECT "+col+" FROM "+table+" WHERE id = ?"), id).Scan(&raw); err != nil {
+	if err := db.QueryRow(bind(e, "SELECT "+col+" FROM "+table+" WHERE id = ?"), id).Scan(&raw); err != nil {
 		t.Fatalf("%s of %s %v: %v", col, table, id, err)
 	}
 	if raw == nil {
@@ -167,7 +167,7 @@ func workXTime(t testing.TB, e Engine, db *sql.DB, table, col string, id any) ti
 // after workXDeadline.
 func workXUntil(t testing.TB, what string, f func() error) {
 	t.Helper()
-	crashXEventually(t, workXDeadline, what, f)
+	eventually(t, workXDeadline, what, f)
 }
 
 // workXLastError adds the column last_error to table and its dead table,
@@ -175,7 +175,7 @@ func workXUntil(t testing.TB, what string, f func() error) {
 func workXLastError(t testing.TB, e Engine, db *sql.DB, table string, tb *inbox.Table) {
 	t.Helper()
 	for _, name := range []string{table, table + "_dead"} {
-		confExec(t, e, db, "ALTER TABLE "+name+" ADD COLUMN last_error TEXT")
+		mustExec(t, e, db, "ALTER TABLE "+name+" ADD COLUMN last_error TEXT")
 	}
 	tb.LastError = "last_error"
 }
@@ -234,14 +234,14 @@ func (r *workXRecorder) check(t testing.TB, id any, attempts, backoffs []int) {
 // row); a delay that runs out is picked up by the fallback poll; each
 // attempt is delivered with the error of the one before; the third acks.
 func TestWorkRetries(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, workXLoops+2)
-		table := confTable(t, e, db, "work_retry_"+form)
+		table := newTable(t, e, db, "work_retry_"+form)
 		tb := Table(table, form)
 		workXLastError(t, e, db, table, &tb)
-		q := confNew(t, db, confConfig(e, tb, nil))
+		q := newQueue(t, db, queueConfig(e, tb, nil))
 		rec := newWorkXRecorder()
-		id := confEnqueue(t, q, db, "retry")
+		id := enqueueOne(t, q, db, "retry")
 		failed1, acked := make(chan struct{}, 1), make(chan struct{}, 1)
 		cfg := worker.Config{Poll: workXPoll, MaxAttempts: 5, Backoff: func(n int) time.Duration {
 			rec.backoff(n)
@@ -265,7 +265,7 @@ func TestWorkRetries(t *testing.T) {
 		workXRecv(t, failed1, "the first attempt")
 		// The retry commits the next attempt and the backoff's hour.
 		workXUntil(t, "the retry to reach the row", func() error {
-			n := confAttempt(t, e, db, table, id)
+			n := attemptOf(t, e, db, table, id)
 			due := workXTime(t, e, db, table, workXDueCol(form), id)
 			if n != 2 || time.Until(due) < 55*time.Minute || time.Until(due) > 61*time.Minute {
 				return fmt.Errorf("attempt %d, %s %v (in %v), want 2 and an hour from now", n, workXDueCol(form), due, time.Until(due))
@@ -273,18 +273,18 @@ func TestWorkRetries(t *testing.T) {
 			return nil
 		})
 		// Due at once, and the loops told so.
-		confExec(t, e, db, "UPDATE "+table+" SET "+workXDueCol(form)+" = NULL WHERE id = ?", id)
+		mustExec(t, e, db, "UPDATE "+table+" SET "+workXDueCol(form)+" = NULL WHERE id = ?", id)
 		q.Wake()
 		workXRecv(t, acked, "the third attempt")
 		workXUntil(t, "the ack", func() error {
-			if n := confCount(t, db, table); n != 0 {
+			if n := countRows(t, db, table); n != 0 {
 				return fmt.Errorf("%d rows left", n)
 			}
 			return nil
 		})
 		rec.check(t, id, []int{1, 2, 3}, []int{1, 2})
 		rec.checkErrors(t, id, "", "boom 1", "boom 2")
-		if n := confCount(t, db, table+"_dead"); n != 0 {
+		if n := countRows(t, db, table+"_dead"); n != 0 {
 			t.Errorf("%d rows in the dead table", n)
 		}
 	})
@@ -294,15 +294,15 @@ func TestWorkRetries(t *testing.T) {
 // backoff of its attempt, that keeps the panic's text as the job's last
 // error; the loop goes on with the other jobs.
 func TestWorkPanics(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, workXLoops+2)
-		table := confTable(t, e, db, "work_panic_"+form)
+		table := newTable(t, e, db, "work_panic_"+form)
 		tb := Table(table, form)
 		workXLastError(t, e, db, table, &tb)
-		q := confNew(t, db, confConfig(e, tb, nil))
+		q := newQueue(t, db, queueConfig(e, tb, nil))
 		rec := newWorkXRecorder()
-		bad := confEnqueue(t, q, db, "bad")
-		good := confEnqueue(t, q, db, "good")
+		bad := enqueueOne(t, q, db, "bad")
+		good := enqueueOne(t, q, db, "good")
 		done := make(chan any, 2)
 		cfg := worker.Config{Poll: workXNever, Backoff: func(n int) time.Duration { rec.backoff(n); return 0 }}
 		r := workXStart(t, q, workXLoops, cfg, func(ctx context.Context, d *inbox.Delivery) error {
@@ -315,7 +315,7 @@ func TestWorkPanics(t *testing.T) {
 		})
 		got := []any{workXRecv(t, done, "a job"), workXRecv(t, done, "the other job")}
 		workXUntil(t, "the acks", func() error {
-			if n := confCount(t, db, table); n != 0 {
+			if n := countRows(t, db, table); n != 0 {
 				return fmt.Errorf("%d rows left", n)
 			}
 			return nil
@@ -327,7 +327,7 @@ func TestWorkPanics(t *testing.T) {
 		rec.check(t, bad, []int{1, 2}, []int{1})
 		rec.checkErrors(t, bad, "", "inbox: handler panicked: kaboom")
 		rec.check(t, good, []int{1}, nil)
-		confIdleSoon(t, db, q)
+		idleSoon(t, db, q)
 	})
 }
 
@@ -335,21 +335,21 @@ func TestWorkPanics(t *testing.T) {
 // table with the attempt it failed at and its error; without a dead table
 // (and with Config.RetryForever) it is retried past MaxAttempts.
 func TestWorkDead(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, workXLoops+2)
-		table := confTable(t, e, db, "work_dead_"+form)
+		table := newTable(t, e, db, "work_dead_"+form)
 		tb := Table(table, form)
 		workXLastError(t, e, db, table, &tb)
-		q := confNew(t, db, confConfig(e, tb, nil))
+		q := newQueue(t, db, queueConfig(e, tb, nil))
 		rec := newWorkXRecorder()
-		id := confEnqueue(t, q, db, "dead")
+		id := enqueueOne(t, q, db, "dead")
 		cfg := worker.Config{Poll: workXNever, MaxAttempts: 3, Backoff: func(n int) time.Duration { rec.backoff(n); return 0 }}
 		r := workXStart(t, q, workXLoops, cfg, func(ctx context.Context, d *inbox.Delivery) error {
 			rec.delivered(d)
 			return fmt.Errorf("attempt %d failed", d.Attempt())
 		})
 		workXUntil(t, "the move to the dead table", func() error {
-			if n, m := confCount(t, db, table+"_dead"), confCount(t, db, table); n != 1 || m != 0 {
+			if n, m := countRows(t, db, table+"_dead"), countRows(t, db, table); n != 1 || m != 0 {
 				return fmt.Errorf("%d dead rows and %d rows left, want 1 and 0", n, m)
 			}
 			return nil
@@ -357,7 +357,7 @@ func TestWorkDead(t *testing.T) {
 		r.stop(t)
 		var attempt int
 		var lastError string
-		if err := db.QueryRow(confQuery(e, "SELECT attempt, last_error FROM "+table+"_dead WHERE id = ?"), id).Scan(&attempt, &lastError); err != nil {
+		if err := db.QueryRow(bind(e, "SELECT attempt, last_error FROM "+table+"_dead WHERE id = ?"), id).Scan(&attempt, &lastError); err != nil {
 			t.Fatal(err)
 		}
 		if attempt != 3 || lastError != "attempt 3 failed" {
@@ -369,9 +369,9 @@ func TestWorkDead(t *testing.T) {
 		// Without a dead table, and with Config.RetryForever (Run refuses
 		// the table without it), MaxAttempts does not stop the retries.
 		tb.DeadTable = ""
-		q = confNew(t, db, confConfig(e, tb, nil))
+		q = newQueue(t, db, queueConfig(e, tb, nil))
 		rec = newWorkXRecorder()
-		id = confEnqueue(t, q, db, "no dead table")
+		id = enqueueOne(t, q, db, "no dead table")
 		cfg.MaxAttempts, cfg.RetryForever = 1, true
 		acked := make(chan struct{}, 1)
 		r = workXStart(t, q, workXLoops, cfg, func(ctx context.Context, d *inbox.Delivery) error {
@@ -384,17 +384,17 @@ func TestWorkDead(t *testing.T) {
 		})
 		workXRecv(t, acked, "the third attempt")
 		workXUntil(t, "the ack", func() error {
-			if n := confCount(t, db, table); n != 0 {
+			if n := countRows(t, db, table); n != 0 {
 				return fmt.Errorf("%d rows left", n)
 			}
 			return nil
 		})
 		r.stop(t)
 		rec.check(t, id, []int{1, 2, 3}, []int{1, 2})
-		if n := confCount(t, db, table+"_dead"); n != 1 {
+		if n := countRows(t, db, table+"_dead"); n != 1 {
 			t.Errorf("%d dead rows, want the first job's alone", n)
 		}
-		confIdleSoon(t, db, q)
+		idleSoon(t, db, q)
 	})
 }
 
@@ -404,11 +404,11 @@ func TestWorkDead(t *testing.T) {
 // keeps its lease and the handler runs on, its context alive; the idle
 // loops return, the busy one once its handler returned and acked.
 func TestWorkShutdown(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, workXLoops+2)
-		table := confTable(t, e, db, "work_shutdown_"+form)
-		q := confNew(t, db, confConfig(e, Table(table, form), nil))
-		id := confEnqueue(t, q, db, "shutdown")
+		table := newTable(t, e, db, "work_shutdown_"+form)
+		q := newQueue(t, db, queueConfig(e, Table(table, form), nil))
+		id := enqueueOne(t, q, db, "shutdown")
 		started := make(chan int, 1)
 		release, abort := make(chan struct{}), make(chan struct{})
 		handlerCtx := make(chan error, 1)
@@ -431,15 +431,15 @@ func TestWorkShutdown(t *testing.T) {
 		}
 		if form != "lease" {
 			r.stop(t)
-			if n := confAttempt(t, e, db, table, id); n != 1 {
+			if n := attemptOf(t, e, db, table, id); n != 1 {
 				t.Errorf("attempt %d after the shutdown, want 1: the attempt was spent", n)
 			}
 			if due := workXTime(t, e, db, table, "not_before", id); !due.IsZero() {
 				t.Errorf("not_before %v after the shutdown, want NULL", due)
 			}
-			confIdleSoon(t, db, q)
-			confNoLocks(t, e, db, table, []string{fmt.Sprint(id)})
-			d := confClaimOne(t, q)
+			idleSoon(t, db, q)
+			noLocks(t, e, db, table, []string{fmt.Sprint(id)})
+			d := claimOne(t, q)
 			if d.ID() != id || d.Attempt() != 1 {
 				t.Errorf("claimed %v at attempt %d, want %v at 1", d.ID(), d.Attempt(), id)
 			}
@@ -459,7 +459,7 @@ func TestWorkShutdown(t *testing.T) {
 		if got := workXTime(t, e, db, table, "locked_until", id); !got.Equal(until) {
 			t.Errorf("lease %v after the shutdown, want %v kept", got, until)
 		}
-		if n := confAttempt(t, e, db, table, id); n != 2 {
+		if n := attemptOf(t, e, db, table, id); n != 2 {
 			t.Errorf("attempt %d stored, want 2", n)
 		}
 		close(release)
@@ -467,10 +467,10 @@ func TestWorkShutdown(t *testing.T) {
 			t.Errorf("the handler's context ended (%v) at the shutdown; a lease job runs on", err)
 		}
 		r.stop(t)
-		if n := confCount(t, db, table); n != 0 {
+		if n := countRows(t, db, table); n != 0 {
 			t.Errorf("%d rows left: the lease job was not acked after the shutdown", n)
 		}
-		confIdleSoon(t, db, q)
+		idleSoon(t, db, q)
 	})
 }
 
@@ -480,10 +480,10 @@ func TestWorkShutdown(t *testing.T) {
 // loops are fresh and have all made their first claim (counted by the
 // pool's driver), so that only a wake-up can bring the job.
 func TestWorkWake(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db, count := workXOpenCounting(t, e, workXLoops+2)
-		table := confTable(t, e, db, "work_wake_"+form)
-		q := confNew(t, db, confConfig(e, Table(table, form), nil))
+		table := newTable(t, e, db, "work_wake_"+form)
+		q := newQueue(t, db, queueConfig(e, Table(table, form), nil))
 		count.watch(q)
 		handled := make(chan any, 1)
 		h := func(ctx context.Context, d *inbox.Delivery) error { handled <- d.ID(); return nil }
@@ -512,17 +512,17 @@ func TestWorkWake(t *testing.T) {
 			}
 			r.stop(t)
 		}
-		confIdleSoon(t, db, q)
+		idleSoon(t, db, q)
 	})
 }
 
 // TestWorkDue: a job enqueued with a not-before time a moment ahead is
 // handled once due, found by the fallback poll, and not before.
 func TestWorkDue(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, workXLoops+2)
-		table := confTable(t, e, db, "work_due_"+form)
-		q := confNew(t, db, confConfig(e, Table(table, form), nil))
+		table := newTable(t, e, db, "work_due_"+form)
+		q := newQueue(t, db, queueConfig(e, Table(table, form), nil))
 		at := make(chan time.Time, 1)
 		workXStart(t, q, workXLoops, worker.Config{Poll: workXPoll}, func(ctx context.Context, d *inbox.Delivery) error {
 			at <- time.Now()
@@ -546,11 +546,11 @@ func TestWorkDue(t *testing.T) {
 // handler still runs. The pool has room for every loop's batch, so that
 // each loop's first claim sends a statement.
 func TestWorkPollHandover(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		const batch = 2
 		db, count := workXOpenCounting(t, e, workXLoops*batch+2)
-		table := confTable(t, e, db, "work_handover_"+form)
-		q := confNew(t, db, confConfig(e, Table(table, form), nil))
+		table := newTable(t, e, db, "work_handover_"+form)
+		q := newQueue(t, db, queueConfig(e, Table(table, form), nil))
 		count.watch(q)
 		started := make(chan string, 2)
 		release := make(chan struct{})
@@ -583,12 +583,12 @@ func TestWorkPollHandover(t *testing.T) {
 // transaction (MySQL's lease, the row lock), and the claim's first read
 // where it is one statement. No transaction is begun while they idle.
 func TestWorkIdlePolls(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		const poll = 50 * time.Millisecond
 		const polls = 5
 		db, count := workXOpenCounting(t, e, workXLoops+2)
-		table := confTable(t, e, db, "work_idle_"+form)
-		q := confNew(t, db, confConfig(e, Table(table, form), nil))
+		table := newTable(t, e, db, "work_idle_"+form)
+		q := newQueue(t, db, queueConfig(e, Table(table, form), nil))
 		count.watch(q)
 		st := q.Statements()
 		pollSQL := st.Probe.SQL
@@ -650,10 +650,10 @@ func TestWorkIdlePolls(t *testing.T) {
 // with fewer loops waited as many intervals as its loops lost the draw for
 // the polling to the other table's.
 func TestWorkPollsPerTable(t *testing.T) {
-	confEngines(t, func(e Engine) bool { return !e.IsSQLite() }, func(t *testing.T, e Engine) {
+	eachEngine(t, func(e Engine) bool { return !e.IsSQLite() }, func(t *testing.T, e Engine) {
 		const poll, polls = 40 * time.Millisecond, 12
 		db, count := workXOpenCounting(t, e, workXLoops+4)
-		table := confTable(t, e, db, "work_pertable")
+		table := newTable(t, e, db, "work_pertable")
 		const schema = "inbox_other"
 		create := "CREATE SCHEMA IF NOT EXISTS " + schema
 		if e.IsMySQL() {
@@ -664,9 +664,9 @@ func TestWorkPollsPerTable(t *testing.T) {
 		}
 		other := schema + "." + table
 		e.CreateTable(t, db, other)
-		confDropAtEnd(t, e, db, other, other+"_dead", other+"_claims")
-		qa := confNew(t, db, confConfig(e, Table(table, "lease"), nil))
-		qb := confNew(t, db, confConfig(e, Table(other, "lease"), nil))
+		dropAtEnd(t, e, db, other, other+"_dead", other+"_claims")
+		qa := newQueue(t, db, queueConfig(e, Table(table, "lease"), nil))
+		qb := newQueue(t, db, queueConfig(e, Table(other, "lease"), nil))
 		count.watch(qa)
 		count.watch(qb)
 		// What an idle lease loop sends when its interval runs out.
@@ -712,7 +712,7 @@ func TestWorkPollsPerTable(t *testing.T) {
 // work) and return to their starting number after; the heap does not keep
 // what the wake-ups allocated.
 func TestWorkFlood(t *testing.T) {
-	confEngines(t, func(e Engine) bool { return e.Name == "mattn" || e.Name == "pgx" }, func(t *testing.T, e Engine) {
+	eachEngine(t, func(e Engine) bool { return e.Name == "mattn" || e.Name == "pgx" }, func(t *testing.T, e Engine) {
 		const (
 			jobs      = 10000
 			enqueuers = 4
@@ -729,8 +729,8 @@ func TestWorkFlood(t *testing.T) {
 			}
 		}
 		db := e.OpenDSN(t, dsn, workXLoops+4)
-		table := confTable(t, e, db, "work_flood")
-		q := confNew(t, db, confConfig(e, Table(table, "lease"), nil))
+		table := newTable(t, e, db, "work_flood")
+		q := newQueue(t, db, queueConfig(e, Table(table, "lease"), nil))
 		// Warm the pool: its connections' own goroutines, if any, count in
 		// the starting number.
 		var warm sync.WaitGroup
@@ -783,7 +783,7 @@ func TestWorkFlood(t *testing.T) {
 		wg.Wait()
 		workXRecv(t, all, fmt.Sprintf("%d jobs to be handled", jobs))
 		workXUntil(t, "the acks", func() error {
-			if n := confCount(t, db, table); n != 0 {
+			if n := countRows(t, db, table); n != 0 {
 				return fmt.Errorf("%d rows left", n)
 			}
 			return nil
@@ -1070,12 +1070,12 @@ func (c *workXConn) Ping(ctx context.Context) error {
 // form keeps its lease), so each job reaches a handler exactly once, never
 // two at a time, no settlement fails, and the table ends empty.
 func TestWorkBatchTwoPools(t *testing.T) {
-	confEngines(t, nil, func(t *testing.T, e Engine) {
+	eachEngine(t, nil, func(t *testing.T, e Engine) {
 		jobs := 400
-		if e.IsSQLite() && confRace() {
+		if e.IsSQLite() && raceBuild() {
 			jobs = 150
 		}
-		workBatchTwoPools(t, e, jobs, confPrepare)
+		workBatchTwoPools(t, e, jobs, prepareAll)
 	})
 }
 
@@ -1083,9 +1083,9 @@ func TestWorkBatchTwoPools(t *testing.T) {
 // Config.Prepare: loops cut off at random points while their statements
 // run prepared, on two pools.
 func TestWorkBatchTwoPoolsPrepared(t *testing.T) {
-	confEngines(t, nil, func(t *testing.T, e Engine) {
+	eachEngine(t, nil, func(t *testing.T, e Engine) {
 		jobs := 200
-		if e.IsSQLite() && confRace() {
+		if e.IsSQLite() && raceBuild() {
 			jobs = 100
 		}
 		workBatchTwoPools(t, e, jobs, true)
@@ -1100,16 +1100,16 @@ func workBatchTwoPools(t *testing.T, e Engine, jobs int, prepare bool) {
 		loops = 8 // four per pool
 		batch = 4
 	)
-	db1, db2 := confOpenTwo(t, e, loops/2+2)
+	db1, db2 := openTwo(t, e, loops/2+2)
 	what := "work_two"
 	if prepare {
 		what = "work_two_prep"
 	}
 	table := concTable(t, e, db1, what)
-	cfg1, cfg2 := confConfig(e, Table(table, "lease"), nil), confConfig(e, Table(concQualified(t, e, db1, table), "lease"), nil)
+	cfg1, cfg2 := queueConfig(e, Table(table, "lease"), nil), queueConfig(e, Table(concQualified(t, e, db1, table), "lease"), nil)
 	cfg1.Prepare, cfg2.Prepare = prepare, prepare
-	q1 := confNew(t, db1, cfg1)
-	q2 := confNew(t, db2, cfg2)
+	q1 := newQueue(t, db1, cfg1)
+	q2 := newQueue(t, db2, cfg2)
 	want := concFill(t, e, db1, table, jobs, 1)
 
 	var (
@@ -1165,7 +1165,7 @@ func workBatchTwoPools(t *testing.T, e Engine, jobs int, prepare bool) {
 		}()
 	}
 	workXUntil(t, "the drain", func() error {
-		if n := confCount(t, db1, table); n != 0 {
+		if n := countRows(t, db1, table); n != 0 {
 			return fmt.Errorf("%d rows left", n)
 		}
 		return nil
@@ -1192,16 +1192,16 @@ func workBatchTwoPools(t *testing.T, e Engine, jobs int, prepare bool) {
 // together by the batch's one start timer): each lease is extended at least
 // twice, no handler's context ends, and each job is acknowledged once.
 func TestWorkBatchLongHandlers(t *testing.T) {
-	confEngines(t, nil, func(t *testing.T, e Engine) {
+	eachEngine(t, nil, func(t *testing.T, e Engine) {
 		const (
 			jobs  = 3
 			lease = 2 * time.Second // extended each second; a second of slack before the margin
 		)
 		db := e.Open(t, 4)
 		table := concTable(t, e, db, "work_long")
-		cfg := confConfig(e, Table(table, "lease"), nil)
+		cfg := queueConfig(e, Table(table, "lease"), nil)
 		cfg.Lease = lease
-		q := confNew(t, db, cfg)
+		q := newQueue(t, db, cfg)
 		concFill(t, e, db, table, jobs, 1)
 		var mu sync.Mutex
 		handled := map[string]int{}
@@ -1230,7 +1230,7 @@ func TestWorkBatchLongHandlers(t *testing.T) {
 			return nil
 		})
 		workXUntil(t, "the long handlers", func() error {
-			if n := confCount(t, db, table); n != 0 {
+			if n := countRows(t, db, table); n != 0 {
 				return fmt.Errorf("%d rows left", n)
 			}
 			return nil
@@ -1280,18 +1280,18 @@ func workXReturned(t *testing.T, r *workXRun, n int) []error {
 // claimed). Before, each loop reported through OnError, when set, and ran
 // until its context ended.
 func TestWorkUnhealable(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		h := func(context.Context, *inbox.Delivery) error { return errors.New("failed") }
 		t.Run("missing column", func(t *testing.T) {
-			db1, db2 := confOpenTwo(t, e, workXLoops)
-			table := confTable(t, e, db1, "work_unheal_col_"+form)
+			db1, db2 := openTwo(t, e, workXLoops)
+			table := newTable(t, e, db1, "work_unheal_col_"+form)
 			// A job to claim: the advisory form's candidates read no data
 			// column, so only its claim of a row fails.
-			confEnqueue(t, confNew(t, db1, confConfig(e, Table(table, form), nil)), db1, "never")
+			enqueueOne(t, newQueue(t, db1, queueConfig(e, Table(table, form), nil)), db1, "never")
 			tb := Table(table, form)
 			tb.Data = []string{"payload", "no_such_column"}
-			r1 := workXStart(t, confNew(t, db1, confConfig(e, tb, nil)), workXLoops/2, worker.Config{Poll: workXPoll}, h)
-			r2 := workXStart(t, confNew(t, db2, confConfig(e, tb, nil)), workXLoops/2, worker.Config{Poll: workXPoll}, h)
+			r1 := workXStart(t, newQueue(t, db1, queueConfig(e, tb, nil)), workXLoops/2, worker.Config{Poll: workXPoll}, h)
+			r2 := workXStart(t, newQueue(t, db2, queueConfig(e, tb, nil)), workXLoops/2, worker.Config{Poll: workXPoll}, h)
 			for _, err := range append(workXReturned(t, r1, workXLoops/2), workXReturned(t, r2, workXLoops/2)...) {
 				var se *inbox.SchemaError
 				if !errors.As(err, &se) || !strings.Contains(err.Error(), "no_such_column") {
@@ -1300,12 +1300,12 @@ func TestWorkUnhealable(t *testing.T) {
 			}
 		})
 		t.Run("missing dead table", func(t *testing.T) {
-			db1, db2 := confOpenTwo(t, e, workXLoops)
-			table := confTable(t, e, db1, "work_unheal_dead_"+form)
+			db1, db2 := openTwo(t, e, workXLoops)
+			table := newTable(t, e, db1, "work_unheal_dead_"+form)
 			tb := Table(table, form)
 			tb.DeadTable = table + "_nodead"
-			q1, q2 := confNew(t, db1, confConfig(e, tb, nil)), confNew(t, db2, confConfig(e, tb, nil))
-			id := confEnqueue(t, q1, db1, "buried")
+			q1, q2 := newQueue(t, db1, queueConfig(e, tb, nil)), newQueue(t, db2, queueConfig(e, tb, nil))
+			id := enqueueOne(t, q1, db1, "buried")
 			ran := make(chan struct{}, 1)
 			once := func(context.Context, *inbox.Delivery) error {
 				select {
@@ -1344,7 +1344,7 @@ func TestWorkUnhealable(t *testing.T) {
 					t.Errorf("a loop returned %v, want nil or the schema error", err)
 				}
 			}
-			if n := confCount(t, db1, table); n != 1 {
+			if n := countRows(t, db1, table); n != 1 {
 				t.Errorf("%d rows left, want job %v still there", n, id)
 			}
 		})
@@ -1352,16 +1352,16 @@ func TestWorkUnhealable(t *testing.T) {
 			return
 		}
 		t.Run("wrong dialect", func(t *testing.T) {
-			db1, db2 := confOpenTwo(t, e, workXLoops)
-			table := confTable(t, e, db1, "work_unheal_dialect_"+form)
-			confEnqueue(t, confNew(t, db1, confConfig(e, Table(table, form), nil)), db1, "never")
-			cfg := confConfig(e, Table(table, form), nil)
+			db1, db2 := openTwo(t, e, workXLoops)
+			table := newTable(t, e, db1, "work_unheal_dialect_"+form)
+			enqueueOne(t, newQueue(t, db1, queueConfig(e, Table(table, form), nil)), db1, "never")
+			cfg := queueConfig(e, Table(table, form), nil)
 			cfg.Dialect = inbox.MySQL
 			if e.IsMySQL() {
 				cfg.Dialect = inbox.Postgres
 			}
-			r1 := workXStart(t, confNew(t, db1, cfg), workXLoops/2, worker.Config{Poll: workXPoll}, h)
-			r2 := workXStart(t, confNew(t, db2, cfg), workXLoops/2, worker.Config{Poll: workXPoll}, h)
+			r1 := workXStart(t, newQueue(t, db1, cfg), workXLoops/2, worker.Config{Poll: workXPoll}, h)
+			r2 := workXStart(t, newQueue(t, db2, cfg), workXLoops/2, worker.Config{Poll: workXPoll}, h)
 			for _, err := range append(workXReturned(t, r1, workXLoops/2), workXReturned(t, r2, workXLoops/2)...) {
 				var se *inbox.SchemaError
 				if !errors.As(err, &se) {
@@ -1374,16 +1374,16 @@ func TestWorkUnhealable(t *testing.T) {
 		}
 		t.Run("pool of one", func(t *testing.T) {
 			db := e.Open(t, 1)
-			table := confTable(t, e, db, "work_unheal_pool_"+form)
-			q := confNew(t, db, confConfig(e, Table(table, form), nil))
-			confEnqueue(t, q, db, "never")
+			table := newTable(t, e, db, "work_unheal_pool_"+form)
+			q := newQueue(t, db, queueConfig(e, Table(table, form), nil))
+			enqueueOne(t, q, db, "never")
 			r := workXStart(t, q, workXLoops, worker.Config{Poll: workXPoll}, h)
 			for _, err := range workXReturned(t, r, workXLoops) {
 				if !errors.Is(err, inbox.ErrPoolTooSmall) {
 					t.Errorf("Run returned %v, want ErrPoolTooSmall", err)
 				}
 			}
-			if n := confAttempt(t, e, db, table, confFirstID(t, db, table)); n != 1 {
+			if n := attemptOf(t, e, db, table, firstID(t, db, table)); n != 1 {
 				t.Errorf("attempt %d, want 1: nothing may have changed", n)
 			}
 		})
@@ -1400,26 +1400,16 @@ func workXDrain(t *testing.T, r *workXRun) []error {
 	return workXReturned(t, r, left)
 }
 
-// confFirstID returns the smallest id of table.
-func confFirstID(t testing.TB, db *sql.DB, table string) any {
-	t.Helper()
-	var id int64
-	if err := db.QueryRow("SELECT MIN(id) FROM " + table).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
 // TestWorkRefuses (issue 22, item 2): what the loop cannot honour is refused
 // at start, before any I/O, on every engine: the row lock and advisory
 // forms without a not-before column (a failing job ran 3,119 times in 3 s),
 // a table without a dead table (a failing job retried forever), a fallback
 // interval under a millisecond. The job enqueued before is untouched.
 func TestWorkRefuses(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		db := e.Open(t, workXLoops)
-		table := confTable(t, e, db, "work_refuses_"+form)
-		id := confEnqueue(t, confNew(t, db, confConfig(e, Table(table, form), nil)), db, "kept")
+		table := newTable(t, e, db, "work_refuses_"+form)
+		id := enqueueOne(t, newQueue(t, db, queueConfig(e, Table(table, form), nil)), db, "kept")
 		h := func(context.Context, *inbox.Delivery) error {
 			t.Error("a handler ran under a configuration that was refused")
 			return nil
@@ -1441,13 +1431,13 @@ func TestWorkRefuses(t *testing.T) {
 			cases = append(cases, refusal{noDelay, worker.Config{}, "name inbox.Table.NotBefore"})
 		}
 		for _, c := range cases {
-			err := worker.Run(context.Background(), confNew(t, db, confConfig(e, c.tb, nil)), c.cfg, h)
+			err := worker.Run(context.Background(), newQueue(t, db, queueConfig(e, c.tb, nil)), c.cfg, h)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("Run(%+v) = %v, want an error naming %q", c.cfg, err, c.want)
 			}
 		}
-		if n := confAttempt(t, e, db, table, id); n != 1 || confCount(t, db, table) != 1 {
-			t.Errorf("attempt %d, %d rows: the refused loops changed the table", n, confCount(t, db, table))
+		if n := attemptOf(t, e, db, table, id); n != 1 || countRows(t, db, table) != 1 {
+			t.Errorf("attempt %d, %d rows: the refused loops changed the table", n, countRows(t, db, table))
 		}
 	})
 }
@@ -1459,11 +1449,11 @@ func TestWorkRefuses(t *testing.T) {
 // workXDeadline, on every engine and form. Before, the job waited for the
 // ten-minute poll.
 func TestWorkRetryOnTime(t *testing.T) {
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
-		db1, db2 := confOpenTwo(t, e, workXLoops)
-		table := confTable(t, e, db1, "work_ontime_"+form)
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
+		db1, db2 := openTwo(t, e, workXLoops)
+		table := newTable(t, e, db1, "work_ontime_"+form)
 		tb := Table(table, form)
-		q1, q2 := confNew(t, db1, confConfig(e, tb, nil)), confNew(t, db2, confConfig(e, tb, nil))
+		q1, q2 := newQueue(t, db1, queueConfig(e, tb, nil)), newQueue(t, db2, queueConfig(e, tb, nil))
 		attempts := make(chan int, 4)
 		h := func(_ context.Context, d *inbox.Delivery) error {
 			attempts <- d.Attempt()
@@ -1475,7 +1465,7 @@ func TestWorkRetryOnTime(t *testing.T) {
 		cfg := worker.Config{Poll: workXNever, Backoff: func(int) time.Duration { return 300 * time.Millisecond }}
 		workXStart(t, q1, workXLoops/2, cfg, h)
 		workXStart(t, q2, workXLoops/2, cfg, h)
-		confEnqueue(t, q1, db1, "delayed")
+		enqueueOne(t, q1, db1, "delayed")
 		if a := workXRecv(t, attempts, "the first attempt"); a != 1 {
 			t.Fatalf("attempt %d first, want 1", a)
 		}
@@ -1483,7 +1473,7 @@ func TestWorkRetryOnTime(t *testing.T) {
 			t.Fatalf("attempt %d second, want 2", a)
 		}
 		workXUntil(t, "the ack", func() error {
-			if n := confCount(t, db1, table); n != 0 {
+			if n := countRows(t, db1, table); n != 0 {
 				return fmt.Errorf("%d rows left", n)
 			}
 			return nil
@@ -1499,10 +1489,10 @@ func TestWorkRetryOnTime(t *testing.T) {
 // workXDeadline. Before, the loops shared one polling turn whatever their
 // intervals, and the job waited for the ten-minute poll.
 func TestWorkPollsPerInterval(t *testing.T) {
-	confEach(t, leaseOnly, func(t *testing.T, e Engine, form string) {
+	eachForm(t, leaseOnly, func(t *testing.T, e Engine, form string) {
 		db, count := workXOpenCounting(t, e, workXLoops+2)
-		table := confTable(t, e, db, "work_perinterval")
-		q := confNew(t, db, confConfig(e, Table(table, form), nil))
+		table := newTable(t, e, db, "work_perinterval")
+		q := newQueue(t, db, queueConfig(e, Table(table, form), nil))
 		count.watch(q)
 		handled := make(chan any, 1)
 		h := func(_ context.Context, d *inbox.Delivery) error {

@@ -32,14 +32,14 @@ import (
 //     returns that error.
 func TestWorkWorkers(t *testing.T) {
 	const workers = workXLoops
-	confEach(t, formsOf, func(t *testing.T, e Engine, form string) {
+	eachForm(t, formsOf, func(t *testing.T, e Engine, form string) {
 		t.Run("refused", func(t *testing.T) {
 			const batch = 2
-			db1, db2 := confOpenTwo(t, e, workers*batch)
-			table := confTable(t, e, db1, "work_workers_refused_"+form)
-			q1 := confNew(t, db1, confConfig(e, Table(table, form), nil))
-			q2 := confNew(t, db2, confConfig(e, Table(concQualified(t, e, db1, table), form), nil))
-			id := confEnqueue(t, q1, db1, "untouched")
+			db1, db2 := openTwo(t, e, workers*batch)
+			table := newTable(t, e, db1, "work_workers_refused_"+form)
+			q1 := newQueue(t, db1, queueConfig(e, Table(table, form), nil))
+			q2 := newQueue(t, db2, queueConfig(e, Table(concQualified(t, e, db1, table), form), nil))
+			id := enqueueOne(t, q1, db1, "untouched")
 			if q1.MaxInWork() < 0 {
 				return // the lease and SQLite's advisory form hold no connection per job: all in work shows it
 			}
@@ -53,7 +53,7 @@ func TestWorkWorkers(t *testing.T) {
 					t.Errorf("Run: %v; want ErrPoolTooSmall asking for SetMaxOpenConns(17)", err)
 				}
 			}
-			if n := confAttempt(t, e, db1, table, id); n != 1 {
+			if n := attemptOf(t, e, db1, table, id); n != 1 {
 				t.Errorf("attempt %d, want 1: nothing may have changed", n)
 			}
 		})
@@ -62,11 +62,11 @@ func TestWorkWorkers(t *testing.T) {
 		})
 		t.Run("one fails, all stop", func(t *testing.T) {
 			db := e.Open(t, workers+1)
-			table := confTable(t, e, db, "work_workers_stop_"+form)
+			table := newTable(t, e, db, "work_workers_stop_"+form)
 			tb := Table(table, form)
 			tb.DeadTable = table + "_nodead"
-			q := confNew(t, db, confConfig(e, tb, nil))
-			confEnqueue(t, q, db, "buried")
+			q := newQueue(t, db, queueConfig(e, tb, nil))
+			enqueueOne(t, q, db, "buried")
 			returned := make(chan error, 1)
 			go func() {
 				returned <- worker.Run(context.Background(), q, worker.Config{Workers: workers, Poll: workXPoll, MaxAttempts: 1},
@@ -85,12 +85,12 @@ func TestWorkWorkers(t *testing.T) {
 // n + 1 connections, on 2n jobs whose handlers return only once all 2n are
 // running at once.
 func workWorkersAllInWork(t *testing.T, e Engine, form string, n int) {
-	db1, db2 := confOpenTwo(t, e, n+1)
-	table := confTable(t, e, db1, "work_workers_all_"+form)
-	q1 := confNew(t, db1, confConfig(e, Table(table, form), nil))
-	q2 := confNew(t, db2, confConfig(e, Table(concQualified(t, e, db1, table), form), nil))
+	db1, db2 := openTwo(t, e, n+1)
+	table := newTable(t, e, db1, "work_workers_all_"+form)
+	q1 := newQueue(t, db1, queueConfig(e, Table(table, form), nil))
+	q2 := newQueue(t, db2, queueConfig(e, Table(concQualified(t, e, db1, table), form), nil))
 	for i := 0; i < 2*n; i++ {
-		confEnqueue(t, q1, db1, fmt.Sprint("job ", i))
+		enqueueOne(t, q1, db1, fmt.Sprint("job ", i))
 	}
 	var (
 		mu      sync.Mutex
@@ -124,7 +124,7 @@ func workWorkersAllInWork(t *testing.T, e Engine, form string, n int) {
 	}
 	workXRecv(t, all, fmt.Sprintf("%d handlers in work at once", 2*n))
 	workXUntil(t, "the acks", func() error {
-		if c := confCount(t, db1, table); c != 0 {
+		if c := countRows(t, db1, table); c != 0 {
 			return fmt.Errorf("%d rows left", c)
 		}
 		return nil
