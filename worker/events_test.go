@@ -195,3 +195,29 @@ func benchWork(b *testing.B, cfg Config) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkJobEvents is what the events add to one job, its start and its
+// end, with OnEvent unset and set to a hook that counts.
+func BenchmarkJobEvents(b *testing.B) {
+	f := fakedb.NewLease()
+	q := btQueue(b, f)
+	ds, err := q.Claim(context.Background(), 1)
+	if err != nil || len(ds) != 1 {
+		b.Fatalf("claim: %d, %v", len(ds), err)
+	}
+	d := ds[0]
+	var seen atomic.Int64
+	for _, on := range []bool{false, true} {
+		w := &loop{name: "jobs"}
+		if on {
+			w.onEvent = func(e Event) { seen.Add(int64(e.Kind)) }
+		}
+		b.Run(map[bool]string{false: "events=off", true: "events=on"}[on], func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				took := w.since(w.began(d))
+				w.ended(d, took, nil, OutcomeAcked, 0, nil)
+			}
+		})
+	}
+}
