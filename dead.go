@@ -204,13 +204,16 @@ func (q *Queue) PurgeDead(ctx context.Context, olderThan time.Time) (int64, erro
 }
 
 // Cancel deletes the job id from the queue before it runs. Under the row
-// lock a job a claim holds is left to its holder ([ErrInWork]). Under the
-// lease a job in work is deleted too: its holder's keeper finds the lease
-// gone at its next extension and cancels the handler ([ErrLeaseLost]), and
-// its settlement returns ErrLeaseLost. Under the advisory form a job in work
-// is deleted too: the holder learns at its settlement, which returns
-// ErrLeaseLost. A missing job is [ErrNotFound]. Nothing is changed on an
-// error.
+// lock a job a claim holds is left to its holder ([ErrInWork]): the
+// claim's transaction holds the row, and deleting it would wait for the
+// handler. Under the lease a job in work is deleted too: its holder's
+// keeper finds the row gone at its next extension, within the lease, and
+// cancels the handler's context with cause [ErrCancelled], and the
+// holder's extension or settlement returns it. Under the advisory form a
+// job in work is deleted too: the holder has no keeper and learns at its
+// settlement, which returns ErrCancelled. ErrCancelled matches
+// [ErrLeaseLost]. A missing job is [ErrNotFound]. Nothing is changed on
+// an error.
 func (q *Queue) Cancel(ctx context.Context, id any) error {
 	if q.st.Cancel.SQL == "" {
 		return opErr("cancel", fmt.Errorf("dialect %s has no Cancel statement", q.dialect.Name()))

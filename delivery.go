@@ -36,6 +36,7 @@ type Delivery struct {
 	errText any       // what SetError recorded: a string, or nil
 	settled bool
 	lost    bool               // settled by a verdict of ErrLeaseLost
+	gone    bool               // lost, and by a cancel: ErrCancelled
 	pending *pendingSettlement // lease, advisory: sent, not known to have taken effect
 	tx      *sql.Tx            // row lock: the held transaction
 	endTx   func()             // row lock: lets the held transaction's context go
@@ -368,6 +369,9 @@ func (d *Delivery) DeadTx(ctx context.Context, tx *sql.Tx) error {
 // ErrLeaseLost too when the verdict that finished it was a lost lease, so
 // that a late settlement still reads as one.
 func (d *Delivery) finishedErr() error {
+	if d.gone {
+		return errSettledCancelled
+	}
 	if d.lost {
 		return errSettledLost
 	}

@@ -12,8 +12,9 @@ var (
 	// job was settled elsewhere; under an advisory lock, the row changed
 	// attempt or went away; under the row lock, Ack found the row gone
 	// (only where locks are not shared, as across Galera nodes). Nothing
-	// was changed. A keeper cancels its
-	// handler's context with this cause.
+	// was changed. A keeper cancels its handler's context with this cause.
+	// A job deleted while held ([Queue.Cancel]) is [ErrCancelled], which
+	// matches this error too.
 	ErrLeaseLost = errors.New("inbox: lease lost")
 	// ErrSettled is returned by a settlement or an extension of a delivery
 	// that was already settled; nothing was changed. When the verdict that
@@ -36,15 +37,43 @@ var (
 	ErrPoolTooSmall = errors.New("inbox: the pool allows one connection; the row lock and advisory forms need SetMaxOpenConns(n) with n >= 2")
 )
 
+// ErrCancelled means the job was deleted while this delivery held it, by
+// [Queue.Cancel] or any other DELETE of its row: under the lease, the row
+// was found gone before the delivery's lease could have run out (so no
+// other claim took it); under an advisory lock, while the lock was held. A
+// keeper cancels its handler's context with this cause, and the
+// extension or settlement that found the row gone returns it. It matches
+// [ErrLeaseLost] too: code written for a lost lease, which stops the
+// handler and settles nothing, reads a cancel as one. Batched settlements
+// ([Batcher]) report a cancelled job as ErrLeaseLost only.
+var ErrCancelled error = cancelled{}
+
+type cancelled struct{}
+
+func (cancelled) Error() string { return "inbox: job cancelled" }
+
+func (cancelled) Is(target error) bool { return target == ErrLeaseLost }
+
 // errSettledLost is what a delivery finished by a lost lease answers: one
-// error, on one line, matching both ErrSettled and ErrLeaseLost.
-var errSettledLost error = settledLost{}
+// error, on one line, matching both ErrSettled and ErrLeaseLost;
+// errSettledCancelled one finished by a cancel, matching ErrCancelled too.
+var (
+	errSettledLost      error = settledLost{}
+	errSettledCancelled error = settledLost{cancelled: true}
+)
 
-type settledLost struct{}
+type settledLost struct{ cancelled bool }
 
-func (settledLost) Error() string { return "inbox: delivery already settled: its lease was lost" }
+func (s settledLost) Error() string {
+	if s.cancelled {
+		return "inbox: delivery already settled: its job was cancelled"
+	}
+	return "inbox: delivery already settled: its lease was lost"
+}
 
-func (settledLost) Is(target error) bool { return target == ErrSettled || target == ErrLeaseLost }
+func (s settledLost) Is(target error) bool {
+	return target == ErrSettled || target == ErrLeaseLost || s.cancelled && target == ErrCancelled
+}
 
 // opError is the error of one operation: "inbox: <op>: <cause>", the
 // cause's own "inbox: " dropped, so that every message reads on one line

@@ -119,7 +119,9 @@ const (
 // Keep starts a keeper for the delivery and returns the context the handler
 // should run under. Under the lease form the keeper extends the lease every
 // half lease; it cancels the returned context with cause [ErrLeaseLost] when
-// an extension finds the lease gone, or when no extension has succeeded by
+// an extension finds the lease gone ([ErrCancelled], which matches
+// ErrLeaseLost, when the row is gone within the lease: [Queue.Cancel]), or
+// when no extension has succeeded by
 // the last expiry it knows of, less [Config.KeepMargin], measured from when
 // that extension was sent: the holder stops before anyone else may start.
 // That deadline holds in every path where nobody extends the lease any more
@@ -408,6 +410,9 @@ func (k *keeper) run(ctx context.Context, sentAt time.Time) {
 		case err == nil:
 			next, giveUp = sent.Add(half), sent.Add(q.lease-q.margin)
 		case errors.Is(err, ErrSettled):
+			return
+		case errors.Is(err, ErrCancelled):
+			k.cancel(ErrCancelled)
 			return
 		case errors.Is(err, ErrLeaseLost):
 			k.cancel(ErrLeaseLost)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/DATA-DOG/go-sqlmock"
+
 	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
@@ -139,10 +141,13 @@ func TestKeeperLeaseLost(t *testing.T) {
 	clk.Next(t)
 	m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(utc0.Add(90*time.Second)), int64(7), int64(2), at(utc0.Add(time.Minute))).
 		WillReturnResult(affected(0))
+	// Within the lease the row is read: there, another's (a later attempt).
+	m.ExpectQuery(q.Statements().Verdict.SQL).WithArgs(int64(7)).
+		WillReturnRows(sqlmock.NewRows([]string{"attempt", "locked_until"}).AddRow(int64(3), utc0.Add(2*time.Minute)))
 	clk.Advance(30 * time.Second)
 	done(t, ctx)
-	if cause := context.Cause(ctx); !errors.Is(cause, inbox.ErrLeaseLost) {
-		t.Fatalf("cause = %v, want ErrLeaseLost", cause)
+	if cause := context.Cause(ctx); !errors.Is(cause, inbox.ErrLeaseLost) || errors.Is(cause, inbox.ErrCancelled) {
+		t.Fatalf("cause = %v, want ErrLeaseLost alone", cause)
 	}
 	m.Quiet(t, "Ack after a lost lease", func() {
 		if err := d.Ack(context.Background()); !errors.Is(err, inbox.ErrSettled) {
@@ -152,6 +157,45 @@ func TestKeeperLeaseLost(t *testing.T) {
 	keeperGone(t, id)
 	if q.InWork() != 0 {
 		t.Errorf("InWork() = %d after the keeper ended", q.InWork())
+	}
+	m.Met(t)
+}
+
+// An extension that finds the row gone within the lease (Queue.Cancel
+// deleted it: no other claim could have taken it) cancels the handler's
+// context with cause ErrCancelled, which matches ErrLeaseLost too.
+func TestKeeperCancelled(t *testing.T) {
+	clk := fakeclock.New(t0)
+	m, q, d := keeperSetup(t, clk, 0)
+	ctx, stop := d.Keep(context.Background())
+	defer stop()
+	clk.Next(t)
+	m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(utc0.Add(90*time.Second)), int64(7), int64(2), at(utc0.Add(time.Minute))).
+		WillReturnResult(affected(0))
+	m.ExpectQuery(q.Statements().Verdict.SQL).WithArgs(int64(7)).WillReturnRows(sqlmock.NewRows([]string{"attempt", "locked_until"}))
+	clk.Advance(30 * time.Second)
+	done(t, ctx)
+	if cause := context.Cause(ctx); !errors.Is(cause, inbox.ErrCancelled) || !errors.Is(cause, inbox.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want ErrCancelled, matching ErrLeaseLost", cause)
+	}
+	m.Quiet(t, "Ack after a cancel", func() {
+		if err := d.Ack(context.Background()); !errors.Is(err, inbox.ErrSettled) || !errors.Is(err, inbox.ErrCancelled) {
+			t.Errorf("Ack after a cancel = %v, want ErrSettled and ErrCancelled", err)
+		}
+	})
+	m.Met(t)
+}
+
+// Past the lease a row gone may be another claim's acknowledged job: no
+// read, ErrLeaseLost.
+func TestExtendGoneAfterLease(t *testing.T) {
+	clk := fakeclock.New(t0)
+	m, _, d := keeperSetup(t, clk, 0)
+	clk.Advance(time.Minute)
+	m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(utc0.Add(2*time.Minute)), int64(7), int64(2), at(utc0.Add(time.Minute))).
+		WillReturnResult(affected(0))
+	if err := d.Extend(context.Background()); !errors.Is(err, inbox.ErrLeaseLost) || errors.Is(err, inbox.ErrCancelled) {
+		t.Fatalf("Extend past the lease = %v, want ErrLeaseLost alone", err)
 	}
 	m.Met(t)
 }

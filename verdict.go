@@ -193,16 +193,28 @@ func (q *Queue) forgetUnconfirmed(d *Delivery) {
 // when a settlement of d was pending, it reads the row through ex and, if
 // the row shows that settlement's effect, finishes d as settled by it and
 // returns ErrSettled. Otherwise the lease is lost: d is finished so and
-// ErrLeaseLost returned.
+// ErrLeaseLost returned, or ErrCancelled when the row is gone while no
+// other claim could have taken it: under the lease before d's lease could
+// have run out (the deadline measured from when its expiry was sent, and
+// learnt now, later than the statement that found the token gone), under
+// an advisory lock always (d holds the key).
 func (d *Delivery) learn(ctx context.Context, ex Executor) error {
-	if p := d.pending; p != nil {
-		r, err := d.readRow(ctx, ex)
-		if err == nil && d.judge(p.o, r, p.until) == applied {
+	q := d.q
+	held := q.names.Form == Advisory || q.names.Form == Lease && q.monoNow().Before(d.sentAt.Add(q.lease))
+	var r rowState
+	var err error
+	if p := d.pending; p != nil || held {
+		r, err = d.readRow(ctx, ex)
+		if p != nil && err == nil && d.judge(p.o, r, p.until) == applied {
 			d.settled, d.pending = true, nil
 			return ErrSettled
 		}
 	}
 	d.settled, d.lost, d.pending = true, true, nil
+	if held && err == nil && !r.found {
+		d.gone = true
+		return ErrCancelled
+	}
 	return ErrLeaseLost
 }
 

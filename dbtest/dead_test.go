@@ -195,7 +195,7 @@ func TestDeadJobs(t *testing.T) {
 // TestCancel cancels a waiting job on every engine and form; a job in work
 // is left to its holder under the row lock (ErrInWork) and deleted under
 // the lease and advisory forms, whose holder's settlement then fails with
-// ErrLeaseLost; an unknown id is ErrNotFound, and nothing else changes.
+// ErrCancelled (matching ErrLeaseLost); an unknown id is ErrNotFound, and nothing else changes.
 func TestCancel(t *testing.T) {
 	for _, e := range Engines {
 		for _, form := range e.Forms() {
@@ -233,8 +233,8 @@ func TestCancel(t *testing.T) {
 					if err != nil {
 						t.Fatalf("cancel of a job in work: %v", err)
 					}
-					if err := ds[0].Ack(ctx); !errors.Is(err, inbox.ErrLeaseLost) {
-						t.Fatalf("the holder's ack after a cancel = %v, want ErrLeaseLost", err)
+					if err := ds[0].Ack(ctx); !errors.Is(err, inbox.ErrCancelled) || !errors.Is(err, inbox.ErrLeaseLost) {
+						t.Fatalf("the holder's ack after a cancel = %v, want ErrCancelled, matching ErrLeaseLost", err)
 					}
 				}
 				var left int

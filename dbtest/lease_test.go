@@ -163,6 +163,9 @@ func TestLeaseKeeperLost(t *testing.T) {
 			// Either the keeper cancels, or it extended and waits again.
 			clock.WaitAftersOr(t, n+2, kctx.Done())
 			cancelled(t, kctx, "lease taken")
+			if cause := context.Cause(kctx); errors.Is(cause, inbox.ErrCancelled) {
+				t.Fatalf("lease taken: cause %v: the row is there, another's", cause)
+			}
 			if err := d.Ack(ctx); !errors.Is(err, inbox.ErrSettled) && !errors.Is(err, inbox.ErrLeaseLost) {
 				t.Fatalf("ack after the keeper lost the lease: %v", err)
 			}
@@ -170,6 +173,48 @@ func TestLeaseKeeperLost(t *testing.T) {
 				t.Fatalf("%d rows, want the other holder's job", n)
 			}
 			stop()
+			mustBeIdle(t, db, q)
+		})
+		t.Run("cancelled", func(t *testing.T) {
+			// Queue.Cancel deletes the job in work: the keeper's next
+			// extension finds the row gone within the lease, a cause of
+			// its own that reads as a lost lease too.
+			emptyTables(t, db, table)
+			id := enqueueOne(t, q, db, "cancelled")
+			d := claimOne(t, q)
+			n := clock.Afters()
+			kctx, stop := d.Keep(ctx)
+			defer stop()
+			clock.WaitAfters(t, n+1)
+			if err := q.Cancel(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(30 * time.Second)
+			clock.WaitAftersOr(t, n+2, kctx.Done())
+			cancelled(t, kctx, "cancelled")
+			if cause := context.Cause(kctx); !errors.Is(cause, inbox.ErrCancelled) {
+				t.Fatalf("cancelled: cause %v, want ErrCancelled", cause)
+			}
+			if err := d.Ack(ctx); !errors.Is(err, inbox.ErrCancelled) || !errors.Is(err, inbox.ErrSettled) {
+				t.Fatalf("ack after the keeper found the job cancelled = %v, want ErrSettled and ErrCancelled", err)
+			}
+			stop()
+			mustBeIdle(t, db, q)
+		})
+		t.Run("gone after expiry", func(t *testing.T) {
+			// Past the lease the job may have been claimed and acked by
+			// another: a row gone is then a lost lease, not a cancel.
+			emptyTables(t, db, table)
+			enqueueOne(t, q, db, "expired")
+			d := claimOne(t, q)
+			clock.Advance(time.Minute + time.Second)
+			other := claimOne(t, q)
+			if err := other.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Extend(ctx); !errors.Is(err, inbox.ErrLeaseLost) || errors.Is(err, inbox.ErrCancelled) {
+				t.Fatalf("extend after another acked the job = %v, want ErrLeaseLost alone", err)
+			}
 			mustBeIdle(t, db, q)
 		})
 		t.Run("unreachable", func(t *testing.T) {

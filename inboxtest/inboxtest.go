@@ -309,7 +309,9 @@ func (m *Mock) ExpectExtend(id any) { m.expect(id, Extend, false) }
 
 // ExpectLeaseLost expects call on the job id to find its hold gone. Lease
 // and advisory: the statement that checks the delivery's token finds no row,
-// and the call returns [inbox.ErrLeaseLost]. Row lock: the first statement
+// the row is read back (Statements.Verdict; the lease only while it is in
+// force) and found another claim's, and the call returns
+// [inbox.ErrLeaseLost]. Row lock: the first statement
 // on the held transaction fails with [ErrSessionLost], which the call
 // returns. It panics for a call that sends nothing that could find the hold
 // gone: Extend under the row lock and advisory forms, Retry without a delay

@@ -104,10 +104,12 @@ func TestSequenceMySQLClock(t *testing.T) {
 		"exec "+st.DeadDelete.SQL+" [7 2 2024-01-01 12:00:32.000000]",
 		"commit")
 	m.ExpectClaim(1, job7)
+	// Within the lease the row is read back: gone would be a cancel.
 	want(t, "dead, lost", record(m, func() { m.ExpectLeaseLost(7, Dead) }),
 		"begin",
 		"exec "+st.DeadInsert.SQL+" [1 7 2 2024-01-01 12:00:33.000000]",
-		"rollback")
+		"rollback",
+		"query "+st.Verdict.SQL+" [7]")
 
 	// The caller's clock: no read, its reading in UTC to the microsecond.
 	m = recorder(t, inbox.Config{Dialect: inbox.MySQL, Table: pgLease, Now: func() time.Time { return t0 }})

@@ -404,6 +404,15 @@ func (s *standIn) answerQuery(c *call) {
 			s.hit, n = true, 0
 		}
 		c.cols, c.rows = []string{"count"}, [][]driver.Value{{n}}
+	case c.is("Verdict") && lost:
+		// A hold found gone within the lease (or the advisory lock) is
+		// read back: the row is there, another claim's (a later attempt),
+		// so the call returns ErrLeaseLost rather than ErrCancelled.
+		c.cols, c.rows = []string{s.table.Attempt}, [][]driver.Value{{int64(1 << 20)}}
+		if s.form == inbox.Lease {
+			c.cols = append(c.cols, s.table.LockedUntil)
+			c.rows[0] = append(c.rows[0], s.d.TimeArg(dbNow.Add(time.Hour)))
+		}
 	case c.is("ClaimsCount", "ClaimsRead"):
 		c.cols, c.rows = []string{"claims"}, [][]driver.Value{{int64(1)}}
 	case c.is("Relock"):
