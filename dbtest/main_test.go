@@ -55,14 +55,12 @@ func TestMain(m *testing.M) {
 // at the end of the package's run, with or without -v, unless
 // INBOX_REQUIRE_DBS=1 (then a missing database failed the tests instead).
 //
-// The line goes to the controlling terminal, /dev/tty, when there is one:
 // `go test` with several packages (the README's command) shows nothing a
-// passing package printed, on stdout or stderr, so a skip said there, or by
-// t.Skip, would go unseen. Without a terminal (CI, a pipe without one) the
-// line goes to stderr, where `go test` shows it for a failing package or in
-// a run of the current directory; under -v always to stderr, in order with
-// the tests' output (optin.Notice). A result `go test` took from its cache
-// runs no binary and says nothing: -count=1 runs the suites again.
+// passing package printed, so a skip said by t.Skip would go unseen: the
+// line goes to the go command's own output, just before the package's ok
+// line, in a terminal, a pipe or a CI log (optin.Notice, which says where
+// else it goes when that cannot be reached). A result `go test` took from
+// its cache runs no binary and says nothing: -count=1 runs the suites again.
 //
 // Rejected: printing from a test (swallowed like the rest) and failing the
 // package (a newcomer without databases must see the command pass).

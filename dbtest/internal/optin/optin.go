@@ -7,6 +7,9 @@ package optin
 
 import (
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -27,15 +30,30 @@ func Require(t testing.TB, suite string) {
 	}
 }
 
-// Notice writes line, one line ending in a newline, where a person running
-// the README's test command sees it at the end of the package's run, with
-// or without -v. Under -v it goes to stderr, which go test shows in order
-// with the tests' output. Without -v, go test with several packages shows
-// nothing a passing package printed, so it goes to the controlling terminal
-// when there is one (/dev/tty), else to stderr, shown for a failing package
-// or a run of the current directory (as dbtest's skipNotice does).
+// Notice writes line, one line ending in a newline, where a person or a CI
+// log running the README's test command sees it, with or without -v; a
+// TestMain calls it after m.Run, so that it comes at the end of the
+// package's run.
+//
+// Under -v it goes to stderr, which go test shows in order with the tests'
+// output. Without -v, go test with a list of packages shows nothing a
+// passing package printed, on stdout or stderr: the line goes instead to
+// the output of the go command that runs the test binary, its parent
+// (goOutput), where it stands just before the package's ok line, in a
+// terminal, a pipe or a CI log alike. Where that cannot be reached (another
+// system, a go command writing to a file, a binary not run by go test) it
+// goes to the controlling terminal when there is one, else to stderr, shown
+// for a failing package or a run of the current directory.
+//
+// A result go test took from its cache runs no binary and says nothing:
+// -count=1 runs the suites again.
 func Notice(line string) {
 	if !testing.Verbose() {
+		if out := goOutput(); out != nil {
+			_, _ = out.WriteString(line)
+			_ = out.Close()
+			return
+		}
 		if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
 			_, _ = tty.WriteString(line)
 			_ = tty.Close()
@@ -43,4 +61,26 @@ func Notice(line string) {
 		}
 	}
 	_, _ = os.Stderr.WriteString(line)
+}
+
+// goOutput opens the standard output of the go command that runs this
+// binary, through Linux's /proc, when it is a pipe or a terminal. A regular
+// file is left alone: opened again it would have an offset of its own, and
+// the go command's next lines would overwrite the notice.
+func goOutput() *os.File {
+	ppid := strconv.Itoa(os.Getppid())
+	exe, err := os.Readlink("/proc/" + ppid + "/exe")
+	if err != nil || strings.TrimSuffix(filepath.Base(exe), ".exe") != "go" {
+		return nil
+	}
+	name := "/proc/" + ppid + "/fd/1"
+	fi, err := os.Stat(name)
+	if err != nil || fi.Mode()&(os.ModeNamedPipe|os.ModeCharDevice) == 0 {
+		return nil
+	}
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return nil
+	}
+	return f
 }
