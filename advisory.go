@@ -10,6 +10,25 @@ import (
 	"time"
 )
 
+// advisoryForm holds a job by a session lock on its key ([form]).
+type advisoryForm struct{}
+
+func (advisoryForm) claim(ctx context.Context, q *Queue, max int) ([]*Delivery, error) {
+	return q.claimAdvisory(ctx, max)
+}
+
+// refuse: a delay needs the not-before column.
+func (advisoryForm) refuse(q *Queue, _ *sql.Tx, o outcome, after time.Duration) error {
+	return refuseDelay(q, o, after)
+}
+
+func (advisoryForm) settle(ctx context.Context, d *Delivery, tx *sql.Tx, o outcome, after time.Duration) error {
+	return d.settleAdvisory(ctx, tx, o, after)
+}
+
+// shutdown lets the lock and connection go, as Release does.
+func (advisoryForm) shutdown(ctx context.Context, d *Delivery) error { return d.Release(ctx) }
+
 // claimAdvisory claims up to max jobs whose keys no one holds: candidates are
 // read without locks, a page at a time, and each is locked by one call from
 // Go, re-read and its attempt counted. A lock function beside a LIMIT in one

@@ -220,7 +220,7 @@ func (b *Batcher) settleAll(ctx context.Context, ds []*Delivery, o outcome) []er
 		if errs[i] != nil {
 			continue
 		}
-		if errs[i] = b.recheck(ctx, d, o, 0); errs[i] == nil {
+		if errs[i] = recheck(ctx, d, o); errs[i] == nil {
 			items[i] = &slab[len(own)]
 			*items[i] = itemOf(d, o, 0)
 			own = append(own, items[i])
@@ -239,7 +239,7 @@ func (b *Batcher) settleAll(ctx context.Context, ds []*Delivery, o outcome) []er
 	}
 	for i, it := range items {
 		if it != nil {
-			errs[i] = finish(ctx, ds[i], it)
+			errs[i] = ds[i].close(o, verdictOf(ctx, ds[i], it))
 		}
 	}
 	return errs
@@ -279,9 +279,8 @@ func errForeign(o outcome) error {
 	return fmt.Errorf("inbox: %v: the delivery belongs to another queue than the batcher's", o)
 }
 
-// settle mirrors Delivery.settle: the keeper's extensions stop first, then
-// d's lock is held until the verdict, so that no extension moves the token
-// meanwhile.
+// settle is Delivery.settle's protocol with the statements sent in a
+// batch.
 func (b *Batcher) settle(ctx context.Context, d *Delivery, o outcome, after time.Duration) error {
 	if d.q != b.q {
 		return errForeign(o)
@@ -292,7 +291,7 @@ func (b *Batcher) settle(ctx context.Context, d *Delivery, o outcome, after time
 	d.pauseKeeper()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := b.recheck(ctx, d, o, after); err != nil {
+	if err := recheck(ctx, d, o); err != nil {
 		return err
 	}
 	it := itemOf(d, o, after)
@@ -300,43 +299,39 @@ func (b *Batcher) settle(ctx context.Context, d *Delivery, o outcome, after time
 	if err := b.run(ctx, own[:]); err != nil {
 		return opErr(o.String(), err)
 	}
-	return finish(ctx, d, own[0])
+	return d.close(o, verdictOf(ctx, d, own[0]))
 }
 
 // precheck refuses a settlement before the keeper is paused, so that a
-// refused one changes nothing; recheck looks again once d.mu is held.
+// refused one changes nothing: as Delivery.settle does, and a finished
+// delivery, an ended context and a closed batcher too, before it is
+// queued.
 func (b *Batcher) precheck(ctx context.Context, d *Delivery, o outcome, after time.Duration) error {
-	d.mu.Lock()
-	err := b.check(ctx, d, o, after)
-	d.mu.Unlock()
-	if err == nil {
-		b.mu.Lock()
-		if b.closed {
-			err = opErr(o.String(), ErrBatcherClosed)
-		}
-		b.mu.Unlock()
-	}
-	return err
-}
-
-// recheck is check once the keeper is paused and d.mu held: a settlement
-// that finished d meanwhile has a verdict, and its keeper is ended.
-func (b *Batcher) recheck(ctx context.Context, d *Delivery, o outcome, after time.Duration) error {
-	err := b.check(ctx, d, o, after)
-	if d.settled {
-		d.endKeeper()
-	}
-	return err
-}
-
-// check refuses a settlement before it is queued, in the order
-// Delivery.settle does; d.mu is held.
-func (b *Batcher) check(ctx context.Context, d *Delivery, o outcome, after time.Duration) error {
 	if err := d.refuse(nil, o, after); err != nil {
 		return opErr(o.String(), err)
 	}
-	if d.settled {
+	d.mu.Lock()
+	settled := d.settled
+	d.mu.Unlock()
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	switch {
+	case settled:
 		return opErr(o.String(), d.finishedErr())
+	case ctx.Err() != nil:
+		return opErr(o.String(), ctx.Err())
+	case closed:
+		return opErr(o.String(), ErrBatcherClosed)
+	}
+	return nil
+}
+
+// recheck looks again once the keeper is paused and d.mu held: a
+// settlement may have finished d meanwhile, or ctx ended.
+func recheck(ctx context.Context, d *Delivery, o outcome) error {
+	if err := d.open(o); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return opErr(o.String(), err)
@@ -349,25 +344,21 @@ func itemOf(d *Delivery, o outcome, after time.Duration) batchItem {
 	return batchItem{id: d.id, attempt: d.attempt, expiry: d.expiry, o: o, after: after}
 }
 
-// finish records the verdict of it on d, as Delivery.settle does; d.mu is
-// held. An item sent without a verdict (its caller's context ended while
-// its batch was in flight, or the batch failed) reads its outcome back as
-// a settlement of the delivery does: the lease extended by its token,
-// which also fences the batch's statement should it still run, and the row
-// read when the token is gone.
-func finish(ctx context.Context, d *Delivery, it *batchItem) error {
+// verdictOf returns the result of it for d and finishes d on a verdict;
+// d.mu is held. An item sent without a verdict (its caller's context ended
+// while its batch was in flight, or the batch failed) reads its outcome
+// back as a settlement of the delivery does: the lease extended by its
+// token, which also fences the batch's statement should it still run, and
+// the row read when the token is gone.
+func verdictOf(ctx context.Context, d *Delivery, it *batchItem) error {
 	err := it.out
 	if !verdict(err) && it.sent {
 		err = d.readBack(ctx, it.o, time.Time{}, err, nil)
 	}
 	if verdict(err) {
 		d.settled, d.lost = true, err != nil
-		d.endKeeper()
 	}
-	if err != nil {
-		return opErr(it.o.String(), err)
-	}
-	return nil
+	return err
 }
 
 // verdict tells whether err settles a delivery: done, or the lease lost.

@@ -398,13 +398,17 @@ func (d *Delivery) refuse(tx *sql.Tx, o outcome, after time.Duration) error {
 		return ErrNoDeadTable
 	case after < 0:
 		return fmt.Errorf("delay %v is negative", after)
-	case o == outRetry && after > 0 && d.q.names.Form != Lease && d.q.names.NotBefore == "":
-		return ErrNoNotBefore
-	case tx != nil && d.q.names.Form == RowLock:
-		return ErrOwnTx
 	}
-	return nil
+	return d.q.form.refuse(d.q, tx, o, after)
 }
+
+// A settlement's protocol, one for a delivery alone (settle) and for one in
+// a batch (Batcher.settle, Batcher.settleAll): it is refused before
+// anything moves (refuse, which leaves the keeper extending); the keeper's
+// extensions stop (pauseKeeper); under d.mu, held until the verdict so that
+// no extension moves the token meanwhile, a delivery already finished
+// answers so (open); the statements run; and the result is recorded
+// (close).
 
 // settle runs outcome o, inside tx when not nil. A settlement that reached a
 // verdict (done, or the lease lost) finishes the delivery; one that failed on
@@ -412,31 +416,34 @@ func (d *Delivery) refuse(tx *sql.Tx, o outcome, after time.Duration) error {
 // allows, once the row read back says it did not take effect; one in tx
 // leaves it pending until tx is known to have committed.
 func (d *Delivery) settle(ctx context.Context, tx *sql.Tx, o outcome, after time.Duration) error {
-	// A settlement refused before it starts leaves the keeper extending.
 	if err := d.refuse(tx, o, after); err != nil {
 		return opErr(o.String(), err)
 	}
 	d.pauseKeeper()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	defer func() {
-		// With a verdict the keeper's work is over; without one its
-		// deadline stays armed, the lease perhaps still ours.
-		if d.settled {
-			d.endKeeper()
-		}
-	}()
+	if err := d.open(o); err != nil {
+		return err
+	}
+	return d.close(o, d.q.form.settle(ctx, d, tx, o, after))
+}
+
+// open refuses a settlement of a finished delivery, whose keeper it ends;
+// d.mu is held.
+func (d *Delivery) open(o outcome) error {
 	if d.settled {
+		d.endKeeper()
 		return opErr(o.String(), d.finishedErr())
 	}
-	var err error
-	switch d.q.names.Form {
-	case Lease:
-		err = d.settleLease(ctx, tx, o, after)
-	case RowLock:
-		err = d.settleRowLock(ctx, o, after)
-	case Advisory:
-		err = d.settleAdvisory(ctx, tx, o, after)
+	return nil
+}
+
+// close records the result err of a settlement; d.mu is held. With a
+// verdict (the delivery settled) the keeper's work is over; without one its
+// deadline stays armed, the lease perhaps still ours.
+func (d *Delivery) close(o outcome, err error) error {
+	if d.settled {
+		d.endKeeper()
 	}
 	if err != nil {
 		return opErr(o.String(), err)

@@ -154,6 +154,7 @@ type Queue struct {
 	dialect Dialect
 	names   Names
 	st      *Statements
+	form    form // what the claim form does differently
 	locker  Locker
 	lease   time.Duration
 	// leaseMicros is the lease in microseconds, boxed once for the
@@ -232,7 +233,7 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, opErr("new: "+cfg.Dialect.Name(), err)
 	}
-	q.names = n
+	q.names, q.form = n, formOf(n.Form)
 	if l, ok := capability[Locker](cfg.Dialect); ok && n.Form == Advisory {
 		q.locker = l
 	}
@@ -373,21 +374,7 @@ func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, opErr("claim", err)
 	}
-	var ds []*Delivery
-	var err error
-	switch q.names.Form {
-	case Lease:
-		// A lease claim is one statement or one transaction: as a
-		// deadlock's victim it claimed nothing and may run again.
-		err = q.retryDeadlock(func() (err error) {
-			ds, err = q.claimLease(ctx, max)
-			return err
-		})
-	case RowLock:
-		ds, err = q.claimRowLock(ctx, max)
-	case Advisory:
-		ds, err = q.claimAdvisory(ctx, max)
-	}
+	ds, err := q.form.claim(ctx, q, max)
 	if err == nil && len(ds) > 0 {
 		// A context cancelled while a statement ran can break the
 		// connection a delivery holds even though the statement succeeded
@@ -420,13 +407,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	q.mu.Unlock()
 	var first error
 	for _, d := range held {
-		if q.names.Form == Lease {
-			// The job keeps its lease and may still settle: the keeper
-			// extends no more, and stops the handler by the lease's end.
-			d.pauseKeeper()
-			continue
-		}
-		if err := d.Release(ctx); err != nil && !errors.Is(err, ErrSettled) && first == nil {
+		if err := q.form.shutdown(ctx, d); err != nil && !errors.Is(err, ErrSettled) && first == nil {
 			first = err
 		}
 	}

@@ -9,6 +9,34 @@ import (
 	"time"
 )
 
+// leaseForm holds a job by an expiry written into its row ([form]).
+type leaseForm struct{}
+
+// claim: a lease claim is one statement or one transaction: as a deadlock's
+// victim it claimed nothing and may run again.
+func (leaseForm) claim(ctx context.Context, q *Queue, max int) (ds []*Delivery, err error) {
+	err = q.retryDeadlock(func() (err error) {
+		ds, err = q.claimLease(ctx, max)
+		return err
+	})
+	return ds, err
+}
+
+// refuse: a lease carries a Retry's delay as its expiry, and its
+// settlements run in the caller's transaction too.
+func (leaseForm) refuse(*Queue, *sql.Tx, outcome, time.Duration) error { return nil }
+
+func (leaseForm) settle(ctx context.Context, d *Delivery, tx *sql.Tx, o outcome, after time.Duration) error {
+	return d.settleLease(ctx, tx, o, after)
+}
+
+// shutdown: the job keeps its lease and may still settle: the keeper
+// extends no more, and stops the handler by the lease's end.
+func (leaseForm) shutdown(_ context.Context, d *Delivery) error {
+	d.pauseKeeper()
+	return nil
+}
+
 // claimLease claims up to max jobs by writing their leases: one statement
 // where the engine returns what it wrote, else a locking SELECT and one
 // UPDATE per claimMarkIDs rows in a READ COMMITTED transaction.

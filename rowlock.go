@@ -8,6 +8,32 @@ import (
 	"time"
 )
 
+// rowLockForm holds a job by the claim's transaction ([form]).
+type rowLockForm struct{}
+
+func (rowLockForm) claim(ctx context.Context, q *Queue, max int) ([]*Delivery, error) {
+	return q.claimRowLock(ctx, max)
+}
+
+// refuse: a delay needs the not-before column, and the held transaction is
+// the delivery's own, so a settlement cannot run in the caller's.
+func (rowLockForm) refuse(q *Queue, tx *sql.Tx, o outcome, after time.Duration) error {
+	if err := refuseDelay(q, o, after); err != nil {
+		return err
+	}
+	if tx != nil {
+		return ErrOwnTx
+	}
+	return nil
+}
+
+func (rowLockForm) settle(ctx context.Context, d *Delivery, _ *sql.Tx, o outcome, after time.Duration) error {
+	return d.settleRowLock(ctx, o, after)
+}
+
+// shutdown rolls the held transaction back, as Release does.
+func (rowLockForm) shutdown(ctx context.Context, d *Delivery) error { return d.Release(ctx) }
+
 // claimRowLock claims up to max jobs, each in a transaction of its own that
 // stays open, holding the row's lock and a connection, until the settlement.
 func (q *Queue) claimRowLock(ctx context.Context, max int) ([]*Delivery, error) {

@@ -1,0 +1,43 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// form is what the claim forms do differently, chosen once by [New]: each
+// concern a form changes is one method here, and a new form is one more
+// implementation beside leaseForm (lease.go), rowLockForm (rowlock.go) and
+// advisoryForm (advisory.go), in place of a switch on the form per concern.
+type form interface {
+	// claim claims up to max jobs, max already checked.
+	claim(ctx context.Context, q *Queue, max int) ([]*Delivery, error)
+	// refuse returns why outcome o cannot run under the form, before
+	// anything is sent or paused; the checks every form shares ran first.
+	refuse(q *Queue, tx *sql.Tx, o outcome, after time.Duration) error
+	// settle runs outcome o of d, inside tx when not nil; d.mu is held.
+	// It finishes d (d.settled) when it reaches a verdict.
+	settle(ctx context.Context, d *Delivery, tx *sql.Tx, o outcome, after time.Duration) error
+	// shutdown gives d back for Queue.Shutdown.
+	shutdown(ctx context.Context, d *Delivery) error
+}
+
+func formOf(f Form) form {
+	switch f {
+	case Lease:
+		return leaseForm{}
+	case Advisory:
+		return advisoryForm{}
+	}
+	return rowLockForm{}
+}
+
+// refuseDelay refuses a Retry with a delay under a form that writes it in
+// the not-before column, when the description names none.
+func refuseDelay(q *Queue, o outcome, after time.Duration) error {
+	if o == outRetry && after > 0 && q.names.NotBefore == "" {
+		return ErrNoNotBefore
+	}
+	return nil
+}
