@@ -19,9 +19,9 @@ import (
 	"github.com/sqlinbox/inbox/worker"
 )
 
-// TestWorkEvents: eight loops of batches of two over two pools drain a
-// table, each loop's context ended at a random point and the loop run
-// again. A fifth of the jobs' handlers fail (MaxAttempts 2). Each handler run
+// TestWorkEvents: eight loops of batches of two over two pools, four Run
+// calls of two Workers, drain a table, each call's context ended at a
+// random point and the call made again. A fifth of the jobs' handlers fail (MaxAttempts 2). Each handler run
 // has one EventStart before it and one EventEnd of its attempt; a job that
 // succeeds ends acked once; one that fails ends retried at attempt 1 and
 // dead at attempt 2, once each, and released in between as often as its
@@ -60,8 +60,9 @@ func (r *workXEvents) on(e worker.Event) {
 
 func workEvents(t *testing.T, e Engine, form string, jobs int) {
 	const (
-		loops = 8 // four per pool
-		batch = 2
+		loops   = 8 // four per pool
+		workers = 2 // loops per Run call
+		batch   = 2
 	)
 	db1, db2 := openTwo(t, e, loops/2*batch+2)
 	table := concTable(t, e, db1, "work_events_"+form)
@@ -73,7 +74,7 @@ func workEvents(t *testing.T, e Engine, form string, jobs int) {
 	}
 
 	r := &workXEvents{events: map[string][]worker.Event{}, runs: map[string]int{}, running: map[string]bool{}}
-	cfg := worker.Config{Poll: workXPoll, Batch: batch, MaxAttempts: 2, OnEvent: r.on,
+	cfg := worker.Config{Workers: workers, Poll: workXPoll, Batch: batch, MaxAttempts: 2, OnEvent: r.on,
 		Backoff: func(int) time.Duration { return 0 }}
 	handle := func(ctx context.Context, d *inbox.Delivery) error {
 		id := concKey(d.ID())
@@ -111,7 +112,7 @@ func workEvents(t *testing.T, e Engine, form string, jobs int) {
 		}
 		return nil
 	}
-	workXRunCut(t, []*inbox.Queue{q1, q2}, loops, cfg, handle, func() bool { return countRows(t, db1, table) == 0 })
+	workXRunCut(t, []*inbox.Queue{q1, q2}, loops/workers, cfg, handle, func() bool { return countRows(t, db1, table) == 0 })
 	dead, released := 0, 0
 	for _, es := range r.events {
 		for _, ev := range es {
@@ -135,12 +136,13 @@ func workEvents(t *testing.T, e Engine, form string, jobs int) {
 	}
 }
 
-// workXRunCut runs loops over qs (in turn) until drained reports true, each
-// run of a loop cut off after a random stretch, and then stops them.
-func workXRunCut(t *testing.T, qs []*inbox.Queue, loops int, cfg worker.Config, handle worker.Handler, drained func() bool) {
+// workXRunCut makes calls Run calls over qs (in turn) until drained reports
+// true, each call cut off after a random stretch and made again, and then
+// stops them.
+func workXRunCut(t *testing.T, qs []*inbox.Queue, calls int, cfg worker.Config, handle worker.Handler, drained func() bool) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	for i := range loops {
+	for i := range calls {
 		q := qs[i%len(qs)]
 		wg.Add(1)
 		go func() {

@@ -74,11 +74,11 @@ func run(ctx context.Context, path string) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var handled atomic.Int32
-	// The loop claims, runs the handler and settles by its result: nil
+	// Eight loops claim, run the handler and settle by its result: nil
 	// acks, an error retries after a backoff, and after the last attempt
 	// moves the job to jobs_dead. An idle loop waits for the next Enqueue.
-	// It returns when ctx ends.
-	return worker.Run(ctx, q, worker.Config{}, func(ctx context.Context, d *inbox.Delivery) error {
+	// Run returns when ctx ends.
+	return worker.Run(ctx, q, worker.Config{Workers: 8}, func(ctx context.Context, d *inbox.Delivery) error {
 		var name []byte
 		if err := d.Scan(&name); err != nil {
 			return err
