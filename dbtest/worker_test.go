@@ -1424,6 +1424,7 @@ func TestWorkRefuses(t *testing.T) {
 		cases := []refusal{
 			{noDead, worker.Config{}, "name inbox.Table.DeadTable"},
 			{Table(table, form), worker.Config{Poll: time.Microsecond}, "Config.Poll 1µs"},
+			{Table(table, form), worker.Config{Workers: -1}, "Config.Workers -1 is negative"},
 		}
 		if form != "lease" {
 			noDelay := Table(table, form)
