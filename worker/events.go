@@ -115,9 +115,10 @@ func (w *loop) since(start time.Time) time.Duration {
 
 // ended reports what became of d, whose handler ran for took and returned
 // herr: OnError gets the settlement's error, OnEvent the end. A settlement
-// that finds d settled already was the handler's own.
+// that finds d settled already was the handler's own, unless what settled
+// it was a lost lease (the error matches ErrLeaseLost too).
 func (w *loop) ended(d *inbox.Delivery, took time.Duration, herr error, o Outcome, delay time.Duration, serr error) {
-	if errors.Is(serr, inbox.ErrSettled) {
+	if errors.Is(serr, inbox.ErrSettled) && !errors.Is(serr, inbox.ErrLeaseLost) {
 		o, delay, serr = OutcomeSettled, 0, nil
 	}
 	w.count(serr)

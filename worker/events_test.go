@@ -111,6 +111,40 @@ func TestEventsNoAlloc(t *testing.T) {
 	}
 }
 
+// settledLost matches ErrSettled and ErrLeaseLost, as a late settlement of a
+// delivery whose lease was lost answers.
+type settledLost struct{}
+
+func (settledLost) Error() string { return "settled: lease lost" }
+func (settledLost) Is(target error) bool {
+	return target == inbox.ErrSettled || target == inbox.ErrLeaseLost
+}
+
+// TestEndedSettled (issue 22 items 5, 6): a settlement answered ErrSettled
+// ends the job settled by its handler, reported to nobody; one whose
+// delivery was finished by a lost lease keeps its outcome and its error,
+// and OnError gets it.
+func TestEndedSettled(t *testing.T) {
+	f := fakedb.NewLease()
+	q := btQueue(t, f)
+	ds, err := q.Claim(context.Background(), 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("claim: %d, %v", len(ds), err)
+	}
+	var got []Event
+	var reported []error
+	w := &loop{name: "jobs", onEvent: func(e Event) { got = append(got, e) }, onError: func(err error) { reported = append(reported, err) }}
+	w.ended(ds[0], time.Second, nil, OutcomeAcked, 0, inbox.ErrSettled)
+	w.ended(ds[0], time.Second, errors.New("no"), OutcomeRetried, time.Minute, settledLost{})
+	if len(got) != 2 || got[0].Outcome != OutcomeSettled || got[0].SettleErr != nil ||
+		got[1].Outcome != OutcomeRetried || got[1].Delay != time.Minute || !errors.Is(got[1].SettleErr, inbox.ErrLeaseLost) {
+		t.Errorf("events %+v; want settled without error, then retried with the lost lease", got)
+	}
+	if len(reported) != 1 || !errors.Is(reported[0], inbox.ErrLeaseLost) {
+		t.Errorf("OnError got %v, want the lost lease alone", reported)
+	}
+}
+
 // TestSlogEvents (issue 22 item 6): the adapter's lines, level and
 // attributes, and nothing below the logger's level.
 func TestSlogEvents(t *testing.T) {
