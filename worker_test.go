@@ -218,9 +218,41 @@ func TestWorkPostgresLeaseShutdown(t *testing.T) {
 	}
 }
 
+// Lease form past the grace period: the handler's context lives on through
+// Config.Grace, the lease still held, then ends with cause
+// worker.ErrShutdown; the handler's failure then releases the job (its
+// attempt given back) instead of retrying it, and Run returns.
+func TestWorkPostgresLeaseGraceEnds(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
+	exp := utc0.Add(time.Minute)
+	m.ExpectQuery(pgLeaseClaim).WithArgs(1, 1, 1, minute).WillReturnRows(rows("id,attempt,locked_until,payload", row(int64(7), int64(1), exp, []byte("p"))))
+	m.ExpectExec(pgLeaseRelease).WithArgs(int64(7), int64(2), at(exp)).WillReturnResult(affected(1))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var atShutdown, cause error
+	done := workRun(ctx, q, worker.Config{Grace: 50 * time.Millisecond}, func(hctx context.Context, d *inbox.Delivery) error {
+		cancel()
+		atShutdown = hctx.Err()
+		<-hctx.Done()
+		cause = context.Cause(hctx)
+		return fmt.Errorf("stopped: %w", hctx.Err())
+	})
+	workDone(t, done)
+	if atShutdown != nil {
+		t.Errorf("the handler's context ended (%v) with the loop's, before the grace period", atShutdown)
+	}
+	if !errors.Is(cause, worker.ErrShutdown) {
+		t.Errorf("the handler's context ended with cause %v, want worker.ErrShutdown", cause)
+	}
+	m.Since(t, 0, "query "+pgLeaseClaim, "exec "+pgLeaseRelease)
+	m.Met(t)
+}
+
 // Row-lock form: each outcome commits the held transaction; at shutdown the
-// handler's context ends and the job is released, its transaction rolled
-// back, the attempt not spent.
+// handler runs on for Config.Grace, then its context ends with cause
+// worker.ErrShutdown and the job is released, its transaction rolled back,
+// the attempt not spent.
 func TestWorkPostgresRowLock(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: rowLockTable})
@@ -244,23 +276,27 @@ func TestWorkPostgresRowLock(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var log workLog
-	var cause error
-	done := workRun(ctx, q, worker.Config{MaxAttempts: 3, Backoff: log.backoff}, func(hctx context.Context, d *inbox.Delivery) error {
+	var cause, atShutdown error
+	done := workRun(ctx, q, worker.Config{MaxAttempts: 3, Backoff: log.backoff, Grace: 50 * time.Millisecond}, func(hctx context.Context, d *inbox.Delivery) error {
 		log.handle(d)
 		switch d.ID() {
 		case int64(7):
 			return nil
 		case int64(10):
 			cancel() // the shutdown, mid-handler
+			atShutdown = hctx.Err()
 			<-hctx.Done()
-			cause = hctx.Err()
+			cause = context.Cause(hctx)
 			return hctx.Err()
 		}
 		return errors.New("failed")
 	})
 	workDone(t, done)
-	if !errors.Is(cause, context.Canceled) {
-		t.Errorf("the handler's context ended with %v, want context.Canceled", cause)
+	if atShutdown != nil {
+		t.Errorf("the handler's context ended (%v) with the loop's, before the grace period", atShutdown)
+	}
+	if !errors.Is(cause, worker.ErrShutdown) {
+		t.Errorf("the handler's context ended with cause %v, want worker.ErrShutdown", cause)
 	}
 	m.Since(t, 0,
 		"begin", "query "+pgRowLockClaim, "exec "+pgRowLockAck, "commit",
@@ -344,7 +380,9 @@ func TestWorkPostgresRowLockNoDelay(t *testing.T) {
 }
 
 // Advisory form: each outcome runs on the pinned connection, then unlocks;
-// at shutdown the job is released (its attempt given back) and unlocked.
+// at shutdown without a grace period (Config.Grace < 0) the handler's
+// context ends at once with cause worker.ErrShutdown, and the job is
+// released (its attempt given back) and unlocked.
 func TestWorkPostgresAdvisory(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
@@ -373,7 +411,8 @@ func TestWorkPostgresAdvisory(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var log workLog
-	done := workRun(ctx, q, worker.Config{MaxAttempts: 3, Backoff: log.backoff}, func(hctx context.Context, d *inbox.Delivery) error {
+	var cause error
+	done := workRun(ctx, q, worker.Config{MaxAttempts: 3, Backoff: log.backoff, Grace: -1}, func(hctx context.Context, d *inbox.Delivery) error {
 		log.handle(d)
 		switch d.ID() {
 		case int64(1):
@@ -381,11 +420,15 @@ func TestWorkPostgresAdvisory(t *testing.T) {
 		case int64(4):
 			cancel()
 			<-hctx.Done()
+			cause = context.Cause(hctx)
 			return hctx.Err()
 		}
 		return errors.New("failed")
 	})
 	workDone(t, done)
+	if !errors.Is(cause, worker.ErrShutdown) {
+		t.Errorf("the handler's context ended with cause %v, want worker.ErrShutdown", cause)
+	}
 	claim := []string{"query " + pgAdvCandidates, "query " + pgTryLock, "query " + pgAdvClaim}
 	var want []string
 	want = append(want, "query "+pgIdentity)

@@ -716,7 +716,9 @@ func TestRowLockFailedAttemptsCut(t *testing.T) {
 		var mu sync.Mutex
 		var failures []error
 		runs := 0
-		cfg := worker.Config{Poll: workXPoll, Backoff: func(int) time.Duration { return 0 }, OnError: func(err error) {
+		// No grace period: a cut ends the handler's context, and may land
+		// on its statement through the held transaction.
+		cfg := worker.Config{Poll: workXPoll, Grace: -1, Backoff: func(int) time.Duration { return 0 }, OnError: func(err error) {
 			mu.Lock()
 			failures = append(failures, err)
 			mu.Unlock()

@@ -74,8 +74,10 @@ func workEvents(t *testing.T, e Engine, form string, jobs int) {
 	}
 
 	r := &workXEvents{events: map[string][]worker.Event{}, runs: map[string]int{}, running: map[string]bool{}}
+	// No grace period: a cut ends the handlers' contexts at once, so that
+	// some jobs end released.
 	cfg := worker.Config{Workers: workers, Poll: workXPoll, Batch: batch, MaxAttempts: 2, OnEvent: r.on,
-		Backoff: func(int) time.Duration { return 0 }}
+		Backoff: func(int) time.Duration { return 0 }, Grace: -1}
 	handle := func(ctx context.Context, d *inbox.Delivery) error {
 		id := concKey(d.ID())
 		r.mu.Lock()
@@ -98,9 +100,8 @@ func workEvents(t *testing.T, e Engine, form string, jobs int) {
 			r.running[id] = false
 			r.mu.Unlock()
 		}()
-		// A moment's work, cut short when the handler's context ends
-		// (row lock and advisory, when the loop stops): a failure then
-		// releases the job.
+		// A moment's work, cut short when the handler's context ends (the
+		// loop stops): a failure then releases the job.
 		work := time.NewTimer(time.Duration(rand.IntN(2000)) * time.Microsecond)
 		defer work.Stop()
 		select {

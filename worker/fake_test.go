@@ -73,7 +73,7 @@ func TestWorkBatchSharesStatements(t *testing.T) {
 		if err != nil || len(ds) != 3 {
 			t.Fatalf("Claim: %d jobs, %v", len(ds), err)
 		}
-		w.handleAll(context.Background(), ds)
+		w.handleAll(ds)
 		for _, d := range ds {
 			if err := d.Release(context.Background()); !errors.Is(err, inbox.ErrSettled) {
 				t.Errorf("job %v not settled: Release says %v", d.ID(), err)

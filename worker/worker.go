@@ -21,8 +21,8 @@ import (
 
 // A Handler handles one job. Returning nil acknowledges it; an error retries
 // it after a backoff, or moves it to the dead table once its attempts run
-// out. ctx ends when the lease is lost (cause [inbox.ErrLeaseLost]) or, under
-// the row lock and advisory forms, when the loop shuts down.
+// out. ctx ends when the lease is lost (cause [inbox.ErrLeaseLost]) and when
+// the loop's grace period ends at shutdown (cause [ErrShutdown]).
 type Handler func(ctx context.Context, d *inbox.Delivery) error
 
 // Config configures [Run]. Its zero value means the defaults.
@@ -77,12 +77,32 @@ type Config struct {
 	// next job while it runs. [SlogEvents] logs them; package metrics
 	// counts them. Unset, the loop reads no clock for it.
 	OnEvent func(Event)
+	// Grace is how long the handlers running when Run's context ends may
+	// run on: the loops stop claiming at once, and once Grace has passed
+	// the context of every handler still running ends with cause
+	// [ErrShutdown]. A job whose handler then fails goes back at once
+	// without spending its attempt, under every form; one whose handler
+	// returns nil is acknowledged. Lease jobs keep being extended during
+	// the grace period. Zero means [DefaultGrace]; a negative Grace ends
+	// the handlers' contexts with Run's (River's StopAndCancel). Run
+	// returns once the handlers have: one that ignores its context holds
+	// it.
+	Grace time.Duration
 }
+
+// ErrShutdown is the cause ([context.Cause]) of a handler's context ended
+// because its loop is shutting down and [Config.Grace] has passed: the job
+// goes back without spending its attempt unless the handler returns nil.
+var ErrShutdown = errors.New("worker: shutting down")
 
 // Defaults and bounds of [Config].
 const (
 	DefaultPoll        = time.Second
 	DefaultMaxAttempts = 25
+	// DefaultGrace is Config.Grace's default: under the 30 s a Kubernetes
+	// pod or an ECS task gets from SIGTERM to SIGKILL, with room left for
+	// the releases and the process's exit.
+	DefaultGrace = 10 * time.Second
 	// MinPoll is the shortest Config.Poll: a shorter one would make an
 	// idle loop a hot one.
 	MinPoll = time.Millisecond
@@ -116,10 +136,13 @@ const (
 // into a retry whose error carries the panic's text. Each handler runs under
 // a keeper ([inbox.Delivery.Keep]).
 //
-// When ctx ends, row-lock and advisory jobs are given back at once: their
-// handlers' contexts end, and a job whose handler then fails is released,
-// its attempt not spent. Lease jobs keep their leases: their handlers run
-// on, stopped only by the lease's end, and settle if they can.
+// Shutdown takes two steps. When ctx ends the loops claim no more (a claim
+// answered after it is given back), and the running handlers go on for
+// [Config.Grace], lease jobs still extended, settling as usual. Then each
+// handler still running has its context ended with cause [ErrShutdown], and
+// its job, should the handler fail, goes back at once without spending its
+// attempt (Release), under every form. A handler that had not started by
+// then does not start: its job goes back the same way.
 //
 // An idle loop waits for a wake-up ([inbox.Queue.NextWake]):
 // [inbox.Queue.Enqueue] through a *sql.DB or *sql.Conn wakes the loops of the
@@ -152,6 +175,9 @@ func Run(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) error 
 // run is one loop of Run.
 func (w *loop) run(ctx context.Context) error {
 	q := w.q
+	var stopGrace func()
+	w.hard, stopGrace = w.graceful(ctx)
+	defer stopGrace()
 	w.duty = acquireDuty(q, w.poll)
 	defer func() {
 		w.duty.release()
@@ -191,13 +217,44 @@ func (w *loop) run(ctx context.Context) error {
 				// There may be more: idle loops lend a hand.
 				q.Wake()
 			}
-			w.handleAll(ctx, ds)
+			w.handleAll(ds)
 			probe = false
 			continue
 		}
 		probe = w.idle(ctx, rang)
 	}
 	return nil
+}
+
+// graceful returns the context the handlers run under: Run's without its
+// cancellation, ended with cause ErrShutdown once w.grace has passed since
+// ctx ended (at once for a negative grace). stop lets its timer go; the
+// loop calls it once its handlers have returned.
+func (w *loop) graceful(ctx context.Context) (hard context.Context, stop func()) {
+	hard, cancel := context.WithCancelCause(w.detached)
+	var (
+		mu    sync.Mutex
+		timer *time.Timer
+	)
+	shut := func() { cancel(ErrShutdown) }
+	stopAfter := context.AfterFunc(ctx, func() {
+		if w.grace < 0 {
+			shut()
+			return
+		}
+		mu.Lock()
+		timer = time.AfterFunc(w.grace, shut)
+		mu.Unlock()
+	})
+	return hard, func() {
+		stopAfter()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel(context.Canceled)
+	}
 }
 
 // claimBackoff is the wait after the nth claim failed in a row: 10 ms
@@ -308,10 +365,14 @@ type loop struct {
 	// where the dialect has batched statements; nil otherwise.
 	batchers  map[int]*inbox.Batcher
 	batchWait time.Duration // how long a batch's settlements wait for their siblings
-	// detached is Run's ctx without its cancellation: lease handlers and
-	// every settlement run under it.
+	// detached is Run's ctx without its cancellation: every settlement
+	// runs under it.
 	detached context.Context
-	duty     *pollDuty // shared with the other loops of the queue and interval
+	// hard is detached, ended with cause ErrShutdown once the grace
+	// period after Run's ctx has passed: the handlers run under it.
+	hard  context.Context
+	grace time.Duration
+	duty  *pollDuty // shared with the other loops of the queue and interval
 	// failures counts the errors reported; at nextCheck of them the loop
 	// checks the schema (unhealable).
 	failures  atomic.Int64
@@ -355,10 +416,14 @@ func newLoop(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) (*
 	case cfg.Workers < 0:
 		return nil, fmt.Errorf("worker: run: Config.Workers %d is negative", cfg.Workers)
 	}
+	if cfg.Grace == 0 {
+		cfg.Grace = DefaultGrace
+	}
 	tb := q.Config().Table
 	w := &loop{q: q, lease: q.Form() == inbox.Lease, dead: tb.DeadTable != "",
 		handle: handle, batch: cfg.Batch, poll: cfg.Poll, attempts: cfg.MaxAttempts, backoff: cfg.Backoff, onError: cfg.OnError,
-		onEvent: cfg.OnEvent, name: tb.Name, detached: context.WithoutCancel(ctx)}
+		onEvent: cfg.OnEvent, name: tb.Name, detached: context.WithoutCancel(ctx), grace: cfg.Grace}
+	w.hard = w.detached
 	w.delays = w.lease || tb.NotBefore != ""
 	w.nextCheck = 1
 	switch {
@@ -443,28 +508,30 @@ func (w *loop) idle(ctx context.Context, rang <-chan struct{}) (interval bool) {
 
 // handleAll runs the handler of each delivery and waits for them: a lease
 // batch through runBatch, other batches each job in a goroutine of its own.
-func (w *loop) handleAll(ctx context.Context, ds []*inbox.Delivery) {
+func (w *loop) handleAll(ds []*inbox.Delivery) {
 	var g *inbox.KeepGroup
 	if w.lease {
-		// One hook for the claim pauses its keepers at shutdown, in place
-		// of one per job, those started after it included; one timer
-		// starts the keepers of a batch, claimed together.
+		// One hook for the claim pauses its keepers when the grace period
+		// ends, in place of one per job, those started after it included:
+		// a handler that ignores its context then holds its job no longer
+		// than its lease. One timer starts the keepers of a batch, claimed
+		// together.
 		g = inbox.NewKeepGroup(ds)
 		defer g.Stop()
-		defer context.AfterFunc(ctx, g.Pause)()
+		defer context.AfterFunc(w.hard, g.Pause)()
 	}
 	if len(ds) == 1 {
-		w.handleOne(ctx, ds[0], nil, g)
+		w.handleOne(ds[0], nil, g)
 		return
 	}
 	if b := w.batcherFor(len(ds)); b != nil {
-		w.runBatch(ctx, b, ds, g)
+		w.runBatch(b, ds, g)
 		return
 	}
 	done := make(chan struct{}, len(ds))
 	for _, d := range ds {
 		go func(d *inbox.Delivery) {
-			w.handleOne(ctx, d, nil, g)
+			w.handleOne(d, nil, g)
 			done <- struct{}{}
 		}(d)
 	}
@@ -493,7 +560,7 @@ type succeeded struct {
 // commit gathers with its siblings' (up to w.batchWait). So no job waits
 // longer than w.batchWait for a sibling's handler, before its own starts or
 // before its acknowledgement is sent.
-func (w *loop) runBatch(ctx context.Context, b *inbox.Batcher, ds []*inbox.Delivery, g *inbox.KeepGroup) {
+func (w *loop) runBatch(b *inbox.Batcher, ds []*inbox.Delivery, g *inbox.KeepGroup) {
 	n := len(ds)
 	var (
 		next   atomic.Int32 // index of the next job to start
@@ -519,7 +586,7 @@ func (w *loop) runBatch(ctx context.Context, b *inbox.Batcher, ds []*inbox.Deliv
 			go func() {
 				defer jobs.Done()
 				if i := int(next.Add(1)) - 1; i < n {
-					w.ackGroup(b, w.handleOne(ctx, ds[i], b, g))
+					w.ackGroup(b, w.handleOne(ds[i], b, g))
 				}
 			}()
 		}
@@ -531,7 +598,7 @@ func (w *loop) runBatch(ctx context.Context, b *inbox.Batcher, ds []*inbox.Deliv
 		if i >= n {
 			break
 		}
-		s := w.handleOne(ctx, ds[i], b, g)
+		s := w.handleOne(ds[i], b, g)
 		mu.Lock()
 		if spread {
 			mu.Unlock()
@@ -605,15 +672,21 @@ func (w *loop) batcherFor(n int) *inbox.Batcher {
 // batch (b not nil) whose handler succeeded is returned instead, its keeper
 // on, for the caller to acknowledge with its siblings'; otherwise the result
 // is empty.
-func (w *loop) handleOne(ctx context.Context, d *inbox.Delivery, b *inbox.Batcher, g *inbox.KeepGroup) succeeded {
+func (w *loop) handleOne(d *inbox.Delivery, b *inbox.Batcher, g *inbox.KeepGroup) succeeded {
+	if w.hard.Err() != nil {
+		// The grace period ended before the handler started: the job goes
+		// back unrun, as one claimed after the loop's context ended.
+		w.report(d.Release(w.detached))
+		return succeeded{}
+	}
 	var hctx context.Context
 	var stopKeeper func()
 	if w.lease {
-		// A lease job keeps its lease at shutdown: its handler runs on,
-		// and the keeper stops extending (g.Pause), its deadline armed.
-		hctx, stopKeeper = g.Keep(w.detached, d)
+		// The keeper extends the lease through the grace period, and
+		// stops (g.Pause) when it ends, its deadline armed.
+		hctx, stopKeeper = g.Keep(w.hard, d)
 	} else {
-		hctx, stopKeeper = d.Keep(ctx)
+		hctx, stopKeeper = d.Keep(w.hard)
 	}
 	start := w.began(d)
 	err := runHandler(hctx, w.handle, d)
@@ -621,44 +694,59 @@ func (w *loop) handleOne(ctx context.Context, d *inbox.Delivery, b *inbox.Batche
 	if err == nil && b != nil {
 		return succeeded{d: d, stopKeeper: stopKeeper, took: took}
 	}
-	o, delay, serr := w.settle(ctx, d, b, err)
+	o, delay := w.fate(d.Attempt(), err, context.Cause(hctx))
+	serr := w.settle(d, b, err, o, delay)
 	stopKeeper()
 	w.ended(d, took, err, o, delay, serr)
 	return succeeded{}
 }
 
-// settle settles d by its handler's result err, through b when b is not
-// nil, and returns what it did, the retry's delay and the settlement's error.
-func (w *loop) settle(ctx context.Context, d *inbox.Delivery, b *inbox.Batcher, err error) (Outcome, time.Duration, error) {
-	settle := w.detached
+// fate is what the loop does with a job delivered for its attempt-th time
+// whose handler returned err, its context ended with cause (nil while it
+// had not ended), and the retry's delay.
+func (w *loop) fate(attempt int, err, cause error) (Outcome, time.Duration) {
 	switch {
 	case err == nil:
-		return OutcomeAcked, 0, d.Ack(settle)
-	case ctx.Err() != nil && !w.lease:
-		return OutcomeReleased, 0, d.Release(settle)
-	case d.Attempt() >= w.attempts && w.dead:
-		d.SetError(err)
-		return OutcomeDead, 0, d.Dead(settle)
-	default:
-		d.SetError(err)
-		after := w.backoff(d.Attempt())
-		if !w.delays {
-			after = 0
-		}
-		after = max(after, 0)
-		var err error
-		if b != nil {
-			err = b.Retry(settle, d, after)
-		} else {
-			err = d.Retry(settle, after)
-		}
-		if err == nil && after > 0 && w.duty != nil {
-			// The loops wake when the job is due, not at their next poll;
-			// a few milliseconds late, for the database's clock.
-			w.duty.due.add(time.Now().Add(after + dueMargin))
-		}
-		return OutcomeRetried, after, err
+		return OutcomeAcked, 0
+	case errors.Is(cause, ErrShutdown):
+		// Stopped by the loop, not failed: the attempt is not spent.
+		return OutcomeReleased, 0
+	case attempt >= w.attempts && w.dead:
+		return OutcomeDead, 0
 	}
+	after := max(w.backoff(attempt), 0)
+	if !w.delays {
+		after = 0
+	}
+	return OutcomeRetried, after
+}
+
+// settle sends outcome o for d, whose handler returned err, through b when
+// b is not nil, and returns the settlement's error.
+func (w *loop) settle(d *inbox.Delivery, b *inbox.Batcher, err error, o Outcome, after time.Duration) error {
+	ctx := w.detached
+	switch o {
+	case OutcomeAcked:
+		return d.Ack(ctx)
+	case OutcomeReleased:
+		return d.Release(ctx)
+	case OutcomeDead:
+		d.SetError(err)
+		return d.Dead(ctx)
+	}
+	d.SetError(err)
+	var serr error
+	if b != nil {
+		serr = b.Retry(ctx, d, after)
+	} else {
+		serr = d.Retry(ctx, after)
+	}
+	if serr == nil && after > 0 && w.duty != nil {
+		// The loops wake when the job is due, not at their next poll;
+		// a few milliseconds late, for the database's clock.
+		w.duty.due.add(time.Now().Add(after + dueMargin))
+	}
+	return serr
 }
 
 // runHandler runs handle, turning a panic into an error that carries its
