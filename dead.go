@@ -22,6 +22,12 @@ var (
 	// ErrNoDeadAt is returned by [Queue.PurgeDead] with a cutoff when the
 	// description names no Table.DeadAt. Nothing was changed.
 	ErrNoDeadAt = errors.New("inbox: purging by age needs Table.DeadAt")
+	// ErrDeadID is returned by [Queue.Enqueue] and [Queue.EnqueueMany] for
+	// a Job.ID that a job of the dead table has: ids are never reused (a
+	// stale holder's token, or the caller's own rows keyed on the id, could
+	// match the new job). [Queue.RequeueDead] brings a dead job back under
+	// a new id. Nothing was inserted.
+	ErrDeadID = errors.New("inbox: the id is a dead job's: ids are never reused (RequeueDead gives a dead job a new id)")
 )
 
 // DeadJob is one row of the dead table as [Queue.ListDead] read it.
@@ -269,6 +275,32 @@ func (q *Queue) cancelHeld(ctx context.Context, tx Executor, v *values) error {
 	}
 	_, err = q.exec(ctx, tx, q.st.Cancel, v)
 	return err
+}
+
+// checkNotDead refuses the ids of jobs that the dead table holds, looked up
+// through ex before anything is inserted: one primary-key probe per job
+// given an id, where a dead table is named. A job that dies between the
+// probe and the insert is not seen (the probe locks nothing).
+func (q *Queue) checkNotDead(ctx context.Context, ex Executor, jobs []Job) error {
+	if q.st.DeadHas.SQL == "" {
+		return nil
+	}
+	for i, job := range jobs {
+		if job.ID == nil {
+			continue
+		}
+		var one int
+		err := q.queryRow(ctx, ex, q.st.DeadHas, &values{id: job.ID}).Scan(&one)
+		switch {
+		case err == nil && len(jobs) > 1:
+			return fmt.Errorf("job %d: id %v: %w", i, job.ID, ErrDeadID)
+		case err == nil:
+			return fmt.Errorf("id %v: %w", job.ID, ErrDeadID)
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+	}
+	return nil
 }
 
 // deadOp refuses a dead-job operation the queue cannot run.

@@ -7,6 +7,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -226,6 +227,47 @@ func TestListDeadAfterMySQL(t *testing.T) {
 	}
 	if len(jobs) != 1 || jobs[0].ID != int64(8) || jobs[0].LastError != "boom" || !jobs[0].DeadAt.Equal(at.Add(-time.Minute).Truncate(time.Second)) {
 		t.Errorf("ListDead = %+v", jobs)
+	}
+	m.Met(t)
+}
+
+// An id a dead job has is refused before anything is inserted: Enqueue and
+// EnqueueMany (the job named by its index); without a dead table nothing is
+// probed.
+func TestEnqueueDeadID(t *testing.T) {
+	m := newMock(t)
+	ctx := context.Background()
+	q, err := inbox.New(m.DB, inbox.Config{Dialect: inbox.Postgres, Table: deadDesc("lease")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := q.Statements().DeadHas.SQL
+	if probe != `SELECT 1 FROM "dead_jobs" WHERE "id" = $1` {
+		t.Errorf("DeadHas = %s", probe)
+	}
+	m.ExpectQuery(probe).WithArgs(int64(7)).WillReturnRows(sqlmock.NewRows([]string{"1"}).AddRow(1))
+	if _, err := q.Enqueue(ctx, m.DB, inbox.Job{ID: int64(7), Data: []any{[]byte("p")}}); !errors.Is(err, inbox.ErrDeadID) || !strings.Contains(err.Error(), "id 7") {
+		t.Errorf("Enqueue of a dead job's id = %v, want ErrDeadID naming it", err)
+	}
+	m.ExpectQuery(probe).WithArgs(int64(8)).WillReturnRows(sqlmock.NewRows([]string{"1"}))
+	m.ExpectQuery(probe).WithArgs(int64(7)).WillReturnRows(sqlmock.NewRows([]string{"1"}).AddRow(1))
+	_, err = q.EnqueueMany(ctx, m.DB, []inbox.Job{{Data: []any{[]byte("a")}}, {ID: int64(8), Data: []any{[]byte("b")}}, {ID: int64(7), Data: []any{[]byte("c")}}})
+	if !errors.Is(err, inbox.ErrDeadID) || !strings.Contains(err.Error(), "job 2: id 7") {
+		t.Errorf("EnqueueMany with a dead job's id = %v, want ErrDeadID naming job 2", err)
+	}
+	m.Met(t)
+
+	noDead, err := inbox.New(m.DB, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if noDead.Statements().DeadHas.SQL != "" {
+		t.Errorf("DeadHas without a dead table: %s", noDead.Statements().DeadHas.SQL)
+	}
+	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload") VALUES ($1, $2) RETURNING "id"`).WithArgs(int64(7), []byte("p")).
+		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(7)))
+	if _, err := noDead.Enqueue(ctx, m.DB, inbox.Job{ID: int64(7), Data: []any{[]byte("p")}}); err != nil {
+		t.Errorf("Enqueue without a dead table: %v", err)
 	}
 	m.Met(t)
 }

@@ -409,7 +409,9 @@ type Statements struct {
 	// DeadPurge deletes every dead job, DeadPurgeBefore those whose DeadAt
 	// is before ArgNotBefore. RequeueError writes ArgError into the
 	// LastError of the job ArgID, for a requeued job that keeps its text.
-	DeadList, DeadListAfter, DeadTake, DeadTakeDelete, DeadPurge, DeadPurgeBefore, RequeueError Stmt
+	// DeadHas returns a row when the dead table holds the job ArgID: an
+	// Enqueue given that id is refused ([ErrDeadID]).
+	DeadList, DeadListAfter, DeadTake, DeadTakeDelete, DeadPurge, DeadPurgeBefore, RequeueError, DeadHas Stmt
 	// Cancelling a job that waits ([Queue.Cancel]). Cancel deletes the job
 	// ArgID (lease: under any lease, the holder learns by its keeper).
 	// CancelLock (row lock) locks the row ArgID without waiting, returning

@@ -74,7 +74,9 @@ const manyRows = 1000
 // LastInsertId, the id of a statement's first row, and
 // @@auto_increment_increment: InnoDB reserves the ids of a multi-row
 // INSERT … VALUES at once, consecutive in every innodb_autoinc_lock_mode.
-// A job given an id keeps it.
+// A job given an id keeps it; ids of dead jobs are refused as
+// [Queue.Enqueue] refuses them ([ErrDeadID], the job named by its index),
+// one probe per job given an id, before anything is inserted.
 func (q *Queue) EnqueueMany(ctx context.Context, ex Executor, jobs []Job) ([]any, error) {
 	for i, job := range jobs {
 		if len(job.Data) != len(q.names.Data) {
@@ -86,6 +88,9 @@ func (q *Queue) EnqueueMany(ctx context.Context, ex Executor, jobs []Job) ([]any
 	}
 	if len(jobs) == 0 {
 		return []any{}, nil
+	}
+	if err := q.checkNotDead(ctx, ex, jobs); err != nil {
+		return nil, opErr("enqueue many", err)
 	}
 	ids := make([]any, len(jobs))
 	chunks := q.manyChunks(jobs)

@@ -39,6 +39,9 @@ func TestEnqueueManyPostgres(t *testing.T) {
 	m.Since(t, n, `query INSERT INTO "jobs" ("payload") VALUES ($1), ($2), ($3) RETURNING "id"`)
 
 	later := t0.Add(time.Hour)
+	// The ids given are first looked for among the dead jobs.
+	m.ExpectQuery(`SELECT 1 FROM "dead_jobs" WHERE "id" = $1`).WithArgs("x").WillReturnRows(rows("1"))
+	m.ExpectQuery(`SELECT 1 FROM "dead_jobs" WHERE "id" = $1`).WithArgs("y").WillReturnRows(rows("1"))
 	m.ExpectBegin()
 	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload") VALUES ($1, $2), ($3, $4) RETURNING "id"`).WithArgs("x", a, "y", b).
 		WillReturnRows(rows("id", row([]byte("x")), row([]byte("y"))))
@@ -75,6 +78,9 @@ func TestEnqueueManyMySQL(t *testing.T) {
 	m.ExpectBegin()
 	tx, err := m.DB.Begin()
 	ok(t, "Begin", err)
+	// The ids given are first looked for among the dead jobs.
+	m.ExpectQuery("SELECT 1 FROM `dead_jobs` WHERE `id` = ?").WithArgs(int64(100)).WillReturnRows(rows("1"))
+	m.ExpectQuery("SELECT 1 FROM `dead_jobs` WHERE `id` = ?").WithArgs(int64(101)).WillReturnRows(rows("1"))
 	m.ExpectExec("INSERT INTO `jobs` (`payload`) VALUES (?), (?), (?)").WithArgs(a, b, c).WillReturnResult(sqlmock.NewResult(41, 3))
 	m.ExpectQuery("SELECT @@auto_increment_increment").WillReturnRows(rows("step", row(int64(2))))
 	m.ExpectExec("INSERT INTO `jobs` (`id`, `payload`, `not_before`) VALUES (?, ?, ?), (?, ?, ?)").

@@ -297,7 +297,10 @@ type Job struct {
 
 // Enqueue inserts job through ex (a *sql.DB, *sql.Tx or *sql.Conn, so that it
 // commits with the caller's own writes) and returns its id: an int64 or a
-// string.
+// string. A Job.ID must be one no job has had: where Table.DeadTable is
+// named, the dead table is probed for it first (one primary-key read) and
+// a dead job's id is refused ([ErrDeadID]); an id in the queue table is
+// the database's duplicate-key error.
 func (q *Queue) Enqueue(ctx context.Context, ex Executor, job Job) (any, error) {
 	if len(job.Data) != len(q.names.Data) {
 		return nil, fmt.Errorf("inbox: enqueue: %d data values for the %d data columns %v", len(job.Data), len(q.names.Data), q.names.Raw.Data)
@@ -313,6 +316,9 @@ func (q *Queue) Enqueue(ctx context.Context, ex Executor, job Job) (any, error) 
 	}
 	if !job.NotBefore.IsZero() && s.SQL == "" {
 		return nil, fmt.Errorf("inbox: enqueue: a not-before time needs Table.NotBefore under the %s form", q.names.Form)
+	}
+	if err := q.checkNotDead(ctx, ex, []Job{job}); err != nil {
+		return nil, opErr("enqueue", err)
 	}
 	id, err := q.insert(ctx, ex, s, job)
 	if err != nil {

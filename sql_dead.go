@@ -44,6 +44,9 @@ func deadJobs(t *sqlTemplate, n *Names, st *Statements, returning, rowSeek bool)
 		st.DeadTake = t.query("SELECT {id}{, data}{, lastError} FROM {dead} WHERE {id} = $id FOR UPDATE")
 		st.DeadTakeDelete = t.exec("DELETE FROM {dead} WHERE {id} = $id")
 	}
+	// Ids are never reused: an id given to Enqueue is looked up here first,
+	// one probe of the dead table's primary key.
+	st.DeadHas = t.query("SELECT 1 FROM {dead} WHERE {id} = $id")
 	st.DeadPurge = t.exec("DELETE FROM {dead}")
 	if n.DeadAt != "" {
 		st.DeadPurgeBefore = t.exec("DELETE FROM {dead} WHERE {deadAt} < $at")

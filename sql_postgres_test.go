@@ -780,6 +780,9 @@ func TestPostgresEnqueue(t *testing.T) {
 	tx, err := m.DB.Begin()
 	ok(t, "Begin", err)
 	const uuid = "0190c0de-0000-7000-8000-000000000001"
+	// A given id is first looked for among the dead jobs: ids are never
+	// reused.
+	m.ExpectQuery(`SELECT 1 FROM "dead_jobs" WHERE "id" = $1`).WithArgs(uuid).WillReturnRows(rows("1"))
 	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload") VALUES ($1, $2) RETURNING "id"`).WithArgs(uuid, p).
 		WillReturnRows(rows("id", row([]byte(uuid))))
 	enqueue(leaseQ, tx, inbox.Job{ID: uuid, Data: []any{p}}, uuid)
@@ -793,6 +796,7 @@ func TestPostgresEnqueue(t *testing.T) {
 	m.ExpectQuery(`INSERT INTO "jobs" ("payload", "locked_until") VALUES ($1, $2) RETURNING "id"`).WithArgs(p, at(later)).
 		WillReturnRows(rows("id", row(int64(43))))
 	enqueue(leaseQ, conn, inbox.Job{Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(43))
+	m.ExpectQuery(`SELECT 1 FROM "dead_jobs" WHERE "id" = $1`).WithArgs(int64(44)).WillReturnRows(rows("1"))
 	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload", "locked_until") VALUES ($1, $2, $3) RETURNING "id"`).WithArgs(int64(44), p, at(later)).
 		WillReturnRows(rows("id", row(int64(44))))
 	enqueue(leaseQ, conn, inbox.Job{ID: int64(44), Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(44))
@@ -802,6 +806,7 @@ func TestPostgresEnqueue(t *testing.T) {
 	m.ExpectQuery(`INSERT INTO "jobs" ("payload", "not_before") VALUES ($1, $2) RETURNING "id"`).WithArgs(p, at(later)).
 		WillReturnRows(rows("id", row(int64(45))))
 	enqueue(rowQ, m.DB, inbox.Job{Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(45))
+	m.ExpectQuery(`SELECT 1 FROM "dead_jobs" WHERE "id" = $1`).WithArgs(int64(46)).WillReturnRows(rows("1"))
 	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload", "not_before") VALUES ($1, $2, $3) RETURNING "id"`).WithArgs(int64(46), p, at(later)).
 		WillReturnRows(rows("id", row(int64(46))))
 	enqueue(rowQ, m.DB, inbox.Job{ID: int64(46), Data: []any{p}, NotBefore: t0.Add(time.Hour)}, int64(46))

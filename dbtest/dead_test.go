@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -311,5 +312,61 @@ func TestListDeadTies(t *testing.T) {
 				t.Errorf("listed %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// TestEnqueueDeadID: ids are never reused. On every engine and form, the id
+// of a dead job given to Enqueue (through the pool and in the caller's
+// transaction) or to EnqueueMany is refused with ErrDeadID and nothing is
+// inserted; a fresh id is taken; the dead job comes back by RequeueDead,
+// under a new id.
+func TestEnqueueDeadID(t *testing.T) {
+	for _, e := range Engines {
+		for _, form := range e.Forms() {
+			t.Run(e.Name+"/"+form, func(t *testing.T) {
+				ctx := context.Background()
+				db := e.Open(t, 4)
+				table := "dead_reuse"
+				tb := deadOpsTable(t, e, db, table, form)
+				dropAtEnd(t, e, db, table, table+"_dead", table+"_claims")
+				q, err := inbox.New(db, inbox.Config{Dialect: e.Dialect, Table: tb})
+				if err != nil {
+					t.Fatal(err)
+				}
+				dead := enqueueOne(t, q, db, "dies")
+				deadOpsKill(t, q, 1)
+				job := inbox.Job{ID: dead, Data: []any{[]byte("again")}}
+				if _, err := q.Enqueue(ctx, db, job); !errors.Is(err, inbox.ErrDeadID) {
+					t.Fatalf("Enqueue of a dead job's id = %v, want ErrDeadID", err)
+				}
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := q.Enqueue(ctx, tx, job); !errors.Is(err, inbox.ErrDeadID) {
+					t.Fatalf("Enqueue in a transaction of a dead job's id = %v, want ErrDeadID", err)
+				}
+				if err := tx.Rollback(); err != nil {
+					t.Fatal(err)
+				}
+				fresh := dead.(int64) + 1000
+				_, err = q.EnqueueMany(ctx, db, []inbox.Job{{ID: fresh, Data: []any{[]byte("a")}}, job})
+				if !errors.Is(err, inbox.ErrDeadID) || !strings.Contains(err.Error(), "job 1") {
+					t.Fatalf("EnqueueMany with a dead job's id = %v, want ErrDeadID naming job 1", err)
+				}
+				if n := countRows(t, db, table); n != 0 {
+					t.Fatalf("%d jobs inserted after the refusals, want none", n)
+				}
+				if id, err := q.Enqueue(ctx, db, inbox.Job{ID: fresh, Data: []any{[]byte("a")}}); err != nil || id != fresh {
+					t.Fatalf("Enqueue of a fresh id = %v, %v", id, err)
+				}
+				if id, err := q.RequeueDead(ctx, dead); err != nil || id == dead {
+					t.Fatalf("RequeueDead = %v, %v; want a new id", id, err)
+				}
+				if n := countRows(t, db, table); n != 2 {
+					t.Fatalf("%d jobs, want the fresh one and the requeued one", n)
+				}
+			})
+		}
 	}
 }

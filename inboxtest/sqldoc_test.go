@@ -135,6 +135,8 @@ var stmtDocs = map[string]stmtDoc{
 		"`Queue.PurgeDead` with a zero time."},
 	"DeadPurgeBefore": {"Deletes the dead jobs that died before the time given.",
 		"`Queue.PurgeDead(ctx, t)`."},
+	"DeadHas": {"Tells whether the dead table holds a job with the id given.",
+		"`Queue.Enqueue` and `Queue.EnqueueMany` with `Job.ID`, before the insert: a dead job's id is refused."},
 	"RequeueError": {"Writes a requeued job's last error text back.",
 		"`Queue.RequeueDead`, after the insert, when the dead job had an error text."},
 	"Cancel": {"Deletes a job that waits (under the lease, whatever its lease: the holder learns by its keeper).",
