@@ -40,8 +40,9 @@ type Driver struct {
 	// tests and of the enqueuing process use it.
 	Connector func(dsn string) (driver.Connector, error)
 	// Listener makes the listener under test, reconnecting after 10 ms
-	// doubled up to 200 ms, reporting its errors to onError.
-	Listener func(dsn string, onError func(error)) worker.Listener
+	// doubled up to 200 ms, pinging a connection silent for health (zero:
+	// the listener's default), reporting its errors to onError.
+	Listener func(dsn string, health time.Duration, onError func(error)) worker.Listener
 	// NoLeaks is called once a test has set up its pools; the function it
 	// returns fails the test if a goroutine started since is still running
 	// (the listener modules pass goleak.VerifyNone with IgnoreCurrent).
@@ -251,7 +252,7 @@ func NotifyFromAnotherProcess(t *testing.T, d Driver) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	wakes := make(chan struct{}, 8)
-	listened := started(func() error { return worker.Listen(ctx, wq, observed{d.Listener(dsn(t), nil), wakes}) })
+	listened := started(func() error { return worker.Listen(ctx, wq, observed{d.Listener(dsn(t), 0, nil), wakes}) })
 	recv(t, wakes, "the listener to listen")
 	handled := make(chan string, 1)
 	worked := started(func() error {
@@ -300,7 +301,7 @@ func Reconnect(t *testing.T, d Driver) {
 	defer cancel()
 	wakes := make(chan struct{}, 8)
 	lost := make(chan error, 8)
-	l := d.Listener(withAppName(t, dsn(t), app), report(lost))
+	l := d.Listener(withAppName(t, dsn(t), app), 0, report(lost))
 	listened := started(func() error { return worker.Listen(ctx, wq, observed{l, wakes}) })
 	recv(t, wakes, "the listener to listen")
 	handled := make(chan any, 2)
@@ -369,13 +370,15 @@ func enqueueQuietly(t *testing.T, db *sql.DB, q *inbox.Queue) any {
 }
 
 // listenerPID polls for the session named app that has run LISTEN and is
-// idle, other than not, and returns its pid.
+// idle, other than not, and returns its pid. The listeners ping only once
+// they listen, so a ping as the last statement (lib/pq's empty query,
+// pgx's "-- ping") says so too.
 func listenerPID(t *testing.T, db *sql.DB, app string, not int) int {
 	t.Helper()
 	var pid int
 	untilOK(t, "the listener's session", func() error {
 		err := db.QueryRow(`SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND pid <> $2
-			AND state = 'idle' AND query LIKE 'LISTEN %'`, app, not).Scan(&pid)
+			AND state = 'idle' AND (query LIKE 'LISTEN %' OR query IN ('', '-- ping'))`, app, not).Scan(&pid)
 		if errors.Is(err, sql.ErrNoRows) {
 			return errors.New("no session named " + app + " listening")
 		}
@@ -392,7 +395,7 @@ func Unreachable(t *testing.T, d Driver) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	failures := make(chan error, 16)
-	l := d.Listener("postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=5", report(failures))
+	l := d.Listener("postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=5", 0, report(failures))
 	wakes := make(chan struct{}, 1)
 	listened := started(func() error { return l.Listen(ctx, channel, func() { wakes <- struct{}{} }) })
 	for i := 0; i < 3; i++ {

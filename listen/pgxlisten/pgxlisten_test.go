@@ -25,8 +25,9 @@ var pgxDriver = listentest.Driver{
 	Connector: func(dsn string) (driver.Connector, error) {
 		return stdlib.GetDefaultDriver().(driver.DriverContext).OpenConnector(dsn)
 	},
-	Listener: func(dsn string, onError func(error)) worker.Listener {
-		return pgxlisten.Listener{ConnString: dsn, MinReconnect: 10 * time.Millisecond, MaxReconnect: 200 * time.Millisecond, OnError: onError}
+	Listener: func(dsn string, health time.Duration, onError func(error)) worker.Listener {
+		return pgxlisten.Listener{ConnString: dsn, MinReconnect: 10 * time.Millisecond, MaxReconnect: 200 * time.Millisecond,
+			HealthCheck: health, OnError: onError}
 	},
 	NoLeaks: func(t *testing.T) func() {
 		before := goleak.IgnoreCurrent()
@@ -41,6 +42,8 @@ func TestNotifyFromAnotherProcess(t *testing.T) { listentest.NotifyFromAnotherPr
 func TestReconnect(t *testing.T) { listentest.Reconnect(t, pgxDriver) }
 
 func TestUnreachable(t *testing.T) { listentest.Unreachable(t, pgxDriver) }
+
+func TestHalfOpen(t *testing.T) { listentest.HalfOpen(t, pgxDriver) }
 
 // A ConnString that does not parse is an error at once, naming the package.
 func TestBadConnString(t *testing.T) {

@@ -17,6 +17,11 @@
 // waiting. A connection that stays silent for HealthCheck is pinged, so that
 // one that died without a word (a half-open TCP connection) is found.
 //
+// lib/pq's own ping waits for its answer without a deadline, so the
+// listener's connections fail a read or write that has waited twice
+// HealthCheck: a connection lost without a word otherwise blocks the
+// pq.Listener, its reconnection and its Close, for good.
+//
 // The listener holds a session for as long as it runs: through PgBouncer it
 // needs session pooling, as LISTEN does not work in transaction pooling.
 //
@@ -57,7 +62,9 @@ type Listener struct {
 	// Zero means [DefaultMinReconnect] and [DefaultMaxReconnect].
 	MinReconnect, MaxReconnect time.Duration
 	// HealthCheck is how long the connection may stay silent before it is
-	// pinged, as lib/pq advises. Zero means [DefaultHealthCheck].
+	// pinged, as lib/pq advises; a connection that then stays silent, twice
+	// HealthCheck without a byte from the server, is closed and replaced.
+	// Zero means [DefaultHealthCheck].
 	HealthCheck time.Duration
 	// OnError, when not nil, is called with every error that cost the
 	// listener its connection or a connection attempt, from lib/pq's
@@ -81,7 +88,9 @@ func (l Listener) Listen(ctx context.Context, channel string, wake func()) error
 			l.OnError(fmt.Errorf("pqlisten: %s: %w", ev, err))
 		}
 	}
-	pl := pq.NewListener(l.DSN, minWait, maxWait, events)
+	// Pinged every health of silence, a live connection is never idle for
+	// twice as long.
+	pl := pq.NewDialListener(idleDialer{idle: 2 * health}, l.DSN, minWait, maxWait, events)
 	var pings sync.WaitGroup
 	// Close unblocks a Listen call still waiting for a first connection.
 	stop := context.AfterFunc(ctx, func() { _ = pl.Close() })

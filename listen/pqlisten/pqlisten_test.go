@@ -25,8 +25,9 @@ var pqDriver = listentest.Driver{
 	Connector: func(dsn string) (driver.Connector, error) {
 		return pq.NewConnector(dsn)
 	},
-	Listener: func(dsn string, onError func(error)) worker.Listener {
-		return pqlisten.Listener{DSN: dsn, MinReconnect: 10 * time.Millisecond, MaxReconnect: 200 * time.Millisecond, OnError: onError}
+	Listener: func(dsn string, health time.Duration, onError func(error)) worker.Listener {
+		return pqlisten.Listener{DSN: dsn, MinReconnect: 10 * time.Millisecond, MaxReconnect: 200 * time.Millisecond,
+			HealthCheck: health, OnError: onError}
 	},
 	NoLeaks: func(t *testing.T) func() {
 		before := goleak.IgnoreCurrent()
@@ -41,6 +42,8 @@ func TestNotifyFromAnotherProcess(t *testing.T) { listentest.NotifyFromAnotherPr
 func TestReconnect(t *testing.T) { listentest.Reconnect(t, pqDriver) }
 
 func TestUnreachable(t *testing.T) { listentest.Unreachable(t, pqDriver) }
+
+func TestHalfOpen(t *testing.T) { listentest.HalfOpen(t, pqDriver) }
 
 // A DSN that does not parse is an error at once, naming the package.
 func TestBadDSN(t *testing.T) {
