@@ -318,7 +318,33 @@ func (m *Mock) ExpectExtend(id any) { m.expect(id, Extend, false) }
 // under the advisory form.
 func (m *Mock) ExpectLeaseLost(id any, call Call) { m.expect(id, call, true) }
 
+// ExpectCancelled expects call on the job id to find the job deleted while
+// held ([inbox.Queue.Cancel]), lease and advisory forms: the statement that
+// checks the delivery's token finds no row, the row read back is gone, and
+// the call returns [inbox.ErrCancelled]. It panics under the row lock,
+// whose held jobs Cancel refuses, and where ExpectLeaseLost panics.
+func (m *Mock) ExpectCancelled(id any, call Call) {
+	if m.q.Form() == inbox.RowLock {
+		panic(fmt.Sprintf("inboxtest: expect cancelled: %v: Queue.Cancel refuses a job a row-lock claim holds (inbox.ErrInWork)", call))
+	}
+	m.expectOp(id, call, opCancelled)
+}
+
 func (m *Mock) expect(id any, c Call, lost bool) {
+	op := opSettle
+	if lost {
+		op = opLost
+		if m.q.Form() == inbox.RowLock {
+			op = opSessionLost
+		}
+	}
+	m.expectOp(id, c, op)
+}
+
+// expectOp runs call c on the job id as op says, records its calls and
+// expects them on the sqlmock.
+func (m *Mock) expectOp(id any, c Call, op op) {
+	lost := op != opSettle
 	key, err := normID(id)
 	if err != nil {
 		panic(fmt.Sprintf("inboxtest: expect %v: %v", c, err))
@@ -326,13 +352,6 @@ func (m *Mock) expect(id any, c Call, lost bool) {
 	d := m.held[key]
 	if d == nil {
 		panic(fmt.Sprintf("inboxtest: expect %v: job %v is not held: expect its claim first", c, id))
-	}
-	op := opSettle
-	if lost {
-		op = opLost
-		if m.q.Form() == inbox.RowLock {
-			op = opSessionLost
-		}
 	}
 	m.db.begin(op, nil)
 	ctx := context.Background()
@@ -358,6 +377,8 @@ func (m *Mock) expect(id any, c Call, lost bool) {
 	case lost && op == opSessionLost && !errors.Is(err, ErrSessionLost),
 		lost && op == opLost && !errors.Is(err, inbox.ErrLeaseLost):
 		panic(fmt.Sprintf("inboxtest: expect lease lost: %v returns %v", c, err))
+	case op == opCancelled && !errors.Is(err, inbox.ErrCancelled):
+		panic(fmt.Sprintf("inboxtest: expect cancelled: %v returns %v (a lease past its expiry by Config.Now is lost, not cancelled)", c, err))
 	case !lost && err != nil:
 		panic(fmt.Sprintf("inboxtest: expect %v: the queue's %v fails: %v", c, c, err))
 	}

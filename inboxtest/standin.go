@@ -35,6 +35,7 @@ const (
 	opSettle         // a settlement that finds its row
 	opLost           // a settlement whose token finds no row
 	opSessionLost    // a row-lock settlement whose held transaction's session is gone
+	opCancelled      // a settlement whose token finds no row, the row deleted (Queue.Cancel)
 )
 
 // call is one call that reached the stand-in, with its answer.
@@ -336,7 +337,7 @@ func (c *call) arg(a inbox.Arg) driver.Value {
 }
 
 func (s *standIn) answerQuery(c *call) {
-	lost := s.op == opLost
+	lost := s.op == opLost || s.op == opCancelled
 	switch {
 	case c.is("Now"):
 		c.cols, c.rows = []string{"now"}, [][]driver.Value{{s.d.TimeArg(s.engineNow())}}
@@ -407,10 +408,16 @@ func (s *standIn) answerQuery(c *call) {
 	case c.is("Verdict") && lost:
 		// A hold found gone within the lease (or the advisory lock) is
 		// read back: the row is there, another claim's (a later attempt),
-		// so the call returns ErrLeaseLost rather than ErrCancelled.
-		c.cols, c.rows = []string{s.table.Attempt}, [][]driver.Value{{int64(1 << 20)}}
+		// so the call returns ErrLeaseLost; or gone, a cancel.
+		c.cols = []string{s.table.Attempt}
 		if s.form == inbox.Lease {
 			c.cols = append(c.cols, s.table.LockedUntil)
+		}
+		if s.op == opCancelled {
+			return
+		}
+		c.rows = [][]driver.Value{{int64(1 << 20)}}
+		if s.form == inbox.Lease {
 			c.rows[0] = append(c.rows[0], s.d.TimeArg(dbNow.Add(time.Hour)))
 		}
 	case c.is("ClaimsCount", "ClaimsRead"):
@@ -443,7 +450,7 @@ func (s *standIn) answerExec(c *call) {
 		}
 	case c.is("Ack", "Retry", "Release", "DeadInsert", "DeadDelete", "Extend"):
 		c.affected = 1
-		if s.op == opLost {
+		if s.op == opLost || s.op == opCancelled {
 			s.hit, c.affected = true, 0
 		}
 	case c.is("ClaimsCount", "ClaimsGiveBack", "ClaimsClear"):

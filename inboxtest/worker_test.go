@@ -259,6 +259,47 @@ func TestWorkerLeaseLost(t *testing.T) {
 	})
 }
 
+// A job Queue.Cancel deleted while held: each settlement of the lease and
+// advisory forms returns ErrCancelled, which matches ErrLeaseLost.
+func TestWorkerCancelled(t *testing.T) {
+	settlements := []struct {
+		name    string
+		call    inboxtest.Call
+		handler func([]byte) error
+		did     string
+	}{
+		{"ack", inboxtest.Ack, verdict(nil), "ack"},
+		{"retry", inboxtest.Retry(time.Minute), verdict(retryError{time.Minute}), "retry"},
+		{"dead", inboxtest.Dead, verdict(errPoison), "dead"},
+	}
+	each(t, func(t *testing.T, cfg inbox.Config) {
+		if cfg.Table.LockedUntil == "" && cfg.Table.AdvisoryKey == "" {
+			// The row lock's Cancel refuses a held job: nothing to expect.
+			_, m, _ := setup(t, cfg)
+			m.ExpectClaim(1, inboxtest.Job{ID: 7, Data: []any{[]byte("p")}})
+			defer func() {
+				if r := fmt.Sprint(recover()); !strings.Contains(r, "ErrInWork") {
+					t.Errorf("ExpectCancelled under the row lock: panic %q, want one naming ErrInWork", r)
+				}
+			}()
+			m.ExpectCancelled(7, inboxtest.Ack)
+			return
+		}
+		for _, s := range settlements {
+			t.Run(s.name, func(t *testing.T) {
+				q, m, mock := setup(t, cfg)
+				m.ExpectClaim(1, inboxtest.Job{ID: 7, Attempt: 2, Data: []any{[]byte("p")}})
+				m.ExpectCancelled(7, s.call)
+				did, err := work(context.Background(), q, s.handler)
+				if did != s.did || !errors.Is(err, inbox.ErrCancelled) || !errors.Is(err, inbox.ErrLeaseLost) {
+					t.Errorf("work = %q, %v, want %s and ErrCancelled", did, err, s.did)
+				}
+				met(t, mock)
+			})
+		}
+	})
+}
+
 // A retry to the very expiry the lease already has changes no row, which
 // MySQL reports as none affected: the lost lease is then confirmed by
 // counting the token, which the helper expects too.
