@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/sqlinbox/inbox"
@@ -17,29 +18,18 @@ var config = inbox.Config{
 	NotifyChannel: "listen_jobs_ready",
 }
 
-// workers is the number of worker loops of the process.
-const workers = 8
-
-// serve runs the worker loops and one listener until ctx ends or one of
-// them fails, which stops the others.
+// serve runs eight worker loops and one listener until ctx ends or either
+// fails, which stops the other.
 func serve(ctx context.Context, q *inbox.Queue, dsn string, handle worker.Handler) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, workers+1)
+	listened := make(chan error, 1)
 	go func() {
-		errs <- worker.Listen(ctx, q, pgxlisten.Listener{ConnString: dsn})
+		err := worker.Listen(ctx, q, pgxlisten.Listener{ConnString: dsn})
+		cancel()
+		listened <- err
 	}()
-	for range workers {
-		go func() {
-			errs <- worker.Run(ctx, q, worker.Config{Poll: time.Minute}, handle)
-		}()
-	}
-	var first error
-	for range workers + 1 {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-			cancel()
-		}
-	}
-	return first
+	err := worker.Run(ctx, q, worker.Config{Workers: 8, Poll: time.Minute}, handle)
+	cancel()
+	return errors.Join(err, <-listened)
 }
