@@ -10,8 +10,10 @@ import (
 // A Listener relays wake-ups from other processes: on PostgreSQL, the
 // notifications that Enqueue sends when [inbox.Config.NotifyChannel] is
 // set. Listening needs the driver's own API (pgx's WaitForNotification,
-// lib/pq's Listener), so this package defines only the interface; the
-// modules under listen/ implement it for each driver.
+// lib/pq's Listener), so this package defines only the interface; a module
+// per driver implements it, importing that driver only:
+// github.com/sqlinbox/inbox/listen/pgxlisten and
+// github.com/sqlinbox/inbox/listen/pqlisten.
 type Listener interface {
 	// Listen calls wake for every notification on channel until ctx ends,
 	// reconnecting when its connection is lost, and then returns. A
