@@ -363,9 +363,7 @@ func (k *keeper) wait(d time.Duration) <-chan time.Time {
 func (k *keeper) run(ctx context.Context, sentAt time.Time) {
 	defer close(k.done)
 	q := k.d.q
-	half := q.lease / 2
-	retry := q.lease / 10
-	next := sentAt.Add(half)
+	next := sentAt.Add(q.lease / 2)
 	giveUp := sentAt.Add(q.lease - q.margin)
 	pause := k.pause
 	paused, signalled := false, false
@@ -401,26 +399,34 @@ func (k *keeper) run(ctx context.Context, sentAt time.Time) {
 		if paused || q.monoNow().Before(next) {
 			continue
 		}
-		sent, answered, err := k.extend(ctx, giveUp)
-		if !answered {
-			k.cancel(ErrLeaseLost)
+		var more bool
+		if next, giveUp, more = k.extendOnce(ctx, next, giveUp); !more {
 			return
-		}
-		switch {
-		case err == nil:
-			next, giveUp = sent.Add(half), sent.Add(q.lease-q.margin)
-		case errors.Is(err, ErrSettled):
-			return
-		case errors.Is(err, ErrCancelled):
-			k.cancel(ErrCancelled)
-			return
-		case errors.Is(err, ErrLeaseLost):
-			k.cancel(ErrLeaseLost)
-			return
-		default:
-			next = q.monoNow().Add(retry)
 		}
 	}
+}
+
+// extendOnce sends one extension and returns when the next is due and the
+// deadline it moved; more is false when the keeper ends, its handler
+// cancelled with the cause when the lease is lost or the job cancelled.
+func (k *keeper) extendOnce(ctx context.Context, next, giveUp time.Time) (time.Time, time.Time, bool) {
+	q := k.d.q
+	sent, answered, err := k.extend(ctx, giveUp)
+	switch {
+	case !answered:
+		k.cancel(ErrLeaseLost)
+	case err == nil:
+		return sent.Add(q.lease / 2), sent.Add(q.lease - q.margin), true
+	case errors.Is(err, ErrSettled):
+	case errors.Is(err, ErrCancelled):
+		k.cancel(ErrCancelled)
+	case errors.Is(err, ErrLeaseLost):
+		k.cancel(ErrLeaseLost)
+	default:
+		// Retried a tenth of a lease later, the deadline unmoved.
+		return q.monoNow().Add(q.lease / 10), giveUp, true
+	}
+	return next, giveUp, false
 }
 
 // extend runs one extension and returns when the expiry was sent, whether an

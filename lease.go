@@ -108,6 +108,20 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 		}
 	}
 	v.until = v.now.Add(q.lease)
+	claimed, err := q.markClaimed(ctx, ex, ds, v, sent)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	return claimed, nil
+}
+
+// markClaimed marks the rows of ds with the claim's expiry by ClaimMark, as
+// many a statement as it names, and returns the deliveries whose rows it
+// marked.
+func (q *Queue) markClaimed(ctx context.Context, ex Executor, ds []*Delivery, v *values, sent time.Time) ([]*Delivery, error) {
 	per := 0 // rows one ClaimMark marks
 	for _, a := range q.st.ClaimMark.Args {
 		if a == ArgID {
@@ -140,9 +154,6 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 			}
 		}
 		claimed = append(claimed, chunk...)
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, err
 	}
 	return claimed, nil
 }

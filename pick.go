@@ -25,19 +25,7 @@ import (
 // first PickLock that returned rows.
 func (q *Queue) pick(ctx context.Context, ex Executor, want int, now time.Time, clock *time.Time) ([]*Delivery, error) {
 	ds := make([]*Delivery, 0, want)
-	srcs := []*pickSource{{first: q.st.Pick, after: q.st.PickAfter}}
-	if q.st.PickMore.SQL != "" {
-		srcs = append(srcs, &pickSource{first: q.st.PickMore, after: q.st.PickMoreAfter})
-	}
-	// The first page passes the rows this queue's jobs in work hold (row
-	// lock), which are at the head of the queue, in one read.
-	first := 2*want + 8
-	if q.names.Form == RowLock {
-		first += q.InWork()
-	}
-	for _, s := range srcs {
-		s.limit = first
-	}
+	srcs := q.pickSources(want)
 	per := 0 // candidates one PickLock names
 	for _, a := range q.st.PickLock.Args {
 		if a == ArgID {
@@ -57,11 +45,7 @@ func (q *Queue) pick(ctx context.Context, ex Executor, want int, now time.Time, 
 		return err
 	}
 	for len(ds) < want {
-		reading := false
-		for _, s := range srcs {
-			reading = reading || s.needsRead()
-		}
-		if reading && len(chunk) > 0 {
+		if len(chunk) > 0 && needRead(srcs) {
 			// The candidates in hand first: a page read costs a round
 			// trip that a free job among them makes needless.
 			if err := lock(); err != nil {
@@ -69,39 +53,73 @@ func (q *Queue) pick(ctx context.Context, ex Executor, want int, now time.Time, 
 			}
 			continue
 		}
-		var best *pickSource
-		for _, s := range srcs {
-			if s.needsRead() {
-				if err := q.readPicks(ctx, ex, s, now); err != nil {
-					return ds, err
-				}
-			}
-			if s.pos < len(s.buf) && (best == nil || s.buf[s.pos].before(best.buf[best.pos])) {
-				best = s
-			}
+		c, ok, err := q.nextPick(ctx, ex, srcs, now)
+		if err != nil {
+			return ds, err
 		}
-		if best == nil {
-			break
+		if !ok {
+			if len(chunk) > 0 {
+				err = lock()
+			}
+			return ds, err
 		}
-		c := best.buf[best.pos]
-		best.pos++
 		if len(chunk) > 0 && (len(chunk) == per || c.priority != priority) {
-			if err := lock(); err != nil {
+			if err := lock(); err != nil || len(ds) == want {
 				return ds, err
-			}
-			if len(ds) == want {
-				break
 			}
 		}
 		chunk = append(chunk, token{id: c.id})
 		priority = c.priority
 	}
-	if len(ds) < want && len(chunk) > 0 {
-		if err := lock(); err != nil {
-			return ds, err
+	return ds, nil
+}
+
+// pickSources returns the sources of a pick's candidates, each read from
+// its first page. The first page passes the rows this queue's jobs in work
+// hold (row lock), which are at the head of the queue, in one read.
+func (q *Queue) pickSources(want int) []*pickSource {
+	srcs := []*pickSource{{first: q.st.Pick, after: q.st.PickAfter}}
+	if q.st.PickMore.SQL != "" {
+		srcs = append(srcs, &pickSource{first: q.st.PickMore, after: q.st.PickMoreAfter})
+	}
+	first := 2*want + 8
+	if q.names.Form == RowLock {
+		first += q.InWork()
+	}
+	for _, s := range srcs {
+		s.limit = first
+	}
+	return srcs
+}
+
+func needRead(srcs []*pickSource) bool {
+	for _, s := range srcs {
+		if s.needsRead() {
+			return true
 		}
 	}
-	return ds, nil
+	return false
+}
+
+// nextPick takes the next candidate in claim order among srcs, reading the
+// next page of those that need one; ok is false once they are all spent.
+func (q *Queue) nextPick(ctx context.Context, ex Executor, srcs []*pickSource, now time.Time) (c pickCandidate, ok bool, err error) {
+	var best *pickSource
+	for _, s := range srcs {
+		if s.needsRead() {
+			if err := q.readPicks(ctx, ex, s, now); err != nil {
+				return c, false, err
+			}
+		}
+		if s.pos < len(s.buf) && (best == nil || s.buf[s.pos].before(best.buf[best.pos])) {
+			best = s
+		}
+	}
+	if best == nil {
+		return c, false, nil
+	}
+	best.pos++
+	return best.buf[best.pos-1], true, nil
 }
 
 // pickSource is one set of candidates of a pick: the page in hand and
