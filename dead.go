@@ -74,39 +74,9 @@ func (q *Queue) ListDead(ctx context.Context, limit int, after *DeadJob) ([]Dead
 	defer rows.Close()
 	var jobs []DeadJob
 	for rows.Next() {
-		var (
-			j       DeadJob
-			id      any
-			attempt int64
-			lastErr sql.NullString
-			deadAt  rawValue
-		)
-		j.Data = make([]any, len(q.names.Data))
-		dest := []any{&id, &attempt}
-		for i := range j.Data {
-			dest = append(dest, &j.Data[i])
-		}
-		if q.names.LastError != "" {
-			dest = append(dest, &lastErr)
-		}
-		if q.names.DeadAt != "" {
-			dest = append(dest, &deadAt)
-		}
-		if err := rows.Scan(dest...); err != nil {
-			return nil, opErr("list dead", err)
-		}
-		j.ID, j.Attempt, j.LastError = normID(id), int(attempt), lastErr.String
-		if q.names.DeadAt != "" && deadAt.v != nil {
-			if j.DeadAt, err = q.dialect.ScanTime(deadAt.v); err != nil {
-				return nil, opErr("list dead: Table.DeadAt", err)
-			}
-			j.DeadAt = micro(j.DeadAt)
-		}
-		for i, d := range j.Data {
-			if b, ok := d.([]byte); ok {
-				// The driver may reuse the bytes at the next row.
-				j.Data[i] = append([]byte(nil), b...)
-			}
+		j, err := q.scanDeadJob(rows)
+		if err != nil {
+			return nil, err
 		}
 		jobs = append(jobs, j)
 	}
@@ -114,6 +84,46 @@ func (q *Queue) ListDead(ctx context.Context, limit int, after *DeadJob) ([]Dead
 		return nil, opErr("list dead", err)
 	}
 	return jobs, nil
+}
+
+// scanDeadJob reads one row of DeadList.
+func (q *Queue) scanDeadJob(rows *sql.Rows) (DeadJob, error) {
+	var (
+		j       DeadJob
+		id      any
+		attempt int64
+		lastErr sql.NullString
+		deadAt  rawValue
+		err     error
+	)
+	j.Data = make([]any, len(q.names.Data))
+	dest := []any{&id, &attempt}
+	for i := range j.Data {
+		dest = append(dest, &j.Data[i])
+	}
+	if q.names.LastError != "" {
+		dest = append(dest, &lastErr)
+	}
+	if q.names.DeadAt != "" {
+		dest = append(dest, &deadAt)
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return j, opErr("list dead", err)
+	}
+	j.ID, j.Attempt, j.LastError = normID(id), int(attempt), lastErr.String
+	if q.names.DeadAt != "" && deadAt.v != nil {
+		if j.DeadAt, err = q.dialect.ScanTime(deadAt.v); err != nil {
+			return j, opErr("list dead: Table.DeadAt", err)
+		}
+		j.DeadAt = micro(j.DeadAt)
+	}
+	for i, d := range j.Data {
+		if b, ok := d.([]byte); ok {
+			// The driver may reuse the bytes at the next row.
+			j.Data[i] = append([]byte(nil), b...)
+		}
+	}
+	return j, nil
 }
 
 // RequeueDead puts the dead job id back into the queue and returns its new
