@@ -7,6 +7,15 @@ import (
 	"time"
 )
 
+// idleFor is how long a connection pinged after health of silence may wait
+// for a byte: twice health, as a live one answers its ping well before.
+func idleFor(health time.Duration) time.Duration {
+	if idle := 2 * health; idle > health {
+		return idle
+	}
+	return health // 2 × health overflowed
+}
+
 // idleDialer dials as lib/pq's own dialer does, and gives each connection
 // a deadline from every read and write. The listener's pings keep a live
 // connection talking; one that went silent without a word (a half-open

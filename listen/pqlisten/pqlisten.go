@@ -88,9 +88,7 @@ func (l Listener) Listen(ctx context.Context, channel string, wake func()) error
 			l.OnError(fmt.Errorf("pqlisten: %s: %w", ev, err))
 		}
 	}
-	// Pinged every health of silence, a live connection is never idle for
-	// twice as long.
-	pl := pq.NewDialListener(idleDialer{idle: 2 * health}, l.DSN, minWait, maxWait, events)
+	pl := pq.NewDialListener(idleDialer{idle: idleFor(health)}, l.DSN, minWait, maxWait, events)
 	var pings sync.WaitGroup
 	// Close unblocks a Listen call still waiting for a first connection.
 	stop := context.AfterFunc(ctx, func() { _ = pl.Close() })
