@@ -30,7 +30,8 @@ type Config struct {
 	// Workers is how many loops Run runs side by side on the queue, each
 	// claiming up to Batch jobs at a time: up to Workers × Batch jobs in
 	// work. Zero means 1. Under the row lock and advisory forms Run
-	// refuses a pool too small for them (see Run).
+	// refuses a pool too small for them (see Run); it counts the loops of
+	// its own call, not those of other calls on the same pool.
 	Workers int
 	// Batch is how many jobs one claim takes, handled side by side (see
 	// Run; a job waits at most a millisecond for its handler to start).
