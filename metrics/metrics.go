@@ -25,7 +25,7 @@ import (
 // outcomeLabels are the values of inbox_worker_ended_total's outcome label,
 // indexed by [worker.Outcome] less one, then lost: a settlement that
 // failed, whatever it meant to do.
-var outcomeLabels = [...]string{"acked", "retried", "dead", "released", "settled", "lost"}
+var outcomeLabels = [...]string{"acked", "retried", "dead", "released", "settled", "snoozed", "dropped", "lost"}
 
 const lost = len(outcomeLabels) - 1
 
@@ -91,7 +91,7 @@ func bucket(d time.Duration) int {
 // Snapshot is a reading of [Counters].
 type Snapshot struct {
 	Started  uint64            // handlers started
-	Ended    map[string]uint64 // jobs ended, by outcome: acked, retried, dead, released, settled, lost
+	Ended    map[string]uint64 // jobs ended, by outcome: acked, retried, dead, released, settled, snoozed, dropped, lost
 	InFlight int64             // handlers started and not ended
 	Errors   uint64            // the loops' errors (worker.EventError)
 	// Buckets count the handlers by duration, within 5 ms, 10 ms, 25 ms,
@@ -249,7 +249,7 @@ func writeWorkers(p *printer, queues []Queue) {
 	each(func(name string, s *Snapshot) {
 		p.sample("inbox_worker_started_total", name, "", "", float64(s.Started))
 	})
-	p.family("inbox_worker_ended_total", "counter", "Jobs whose handling ended, by outcome (acked, retried, dead, released, settled by the handler, lost: the settlement failed).")
+	p.family("inbox_worker_ended_total", "counter", "Jobs whose handling ended, by outcome (acked, retried, dead, released, settled by the handler, snoozed, dropped, lost: the settlement failed).")
 	each(func(name string, s *Snapshot) {
 		for _, o := range outcomeLabels {
 			p.sample("inbox_worker_ended_total", name, "outcome", o, float64(s.Ended[o]))

@@ -67,13 +67,15 @@ inbox_process_in_work{queue="mail"} 3
 # HELP inbox_worker_started_total Handlers this process's worker loops started.
 # TYPE inbox_worker_started_total counter
 inbox_worker_started_total{queue="mail"} 5
-# HELP inbox_worker_ended_total Jobs whose handling ended, by outcome (acked, retried, dead, released, settled by the handler, lost: the settlement failed).
+# HELP inbox_worker_ended_total Jobs whose handling ended, by outcome (acked, retried, dead, released, settled by the handler, snoozed, dropped, lost: the settlement failed).
 # TYPE inbox_worker_ended_total counter
 inbox_worker_ended_total{queue="mail",outcome="acked"} 1
 inbox_worker_ended_total{queue="mail",outcome="retried"} 1
 inbox_worker_ended_total{queue="mail",outcome="dead"} 1
 inbox_worker_ended_total{queue="mail",outcome="released"} 0
 inbox_worker_ended_total{queue="mail",outcome="settled"} 0
+inbox_worker_ended_total{queue="mail",outcome="snoozed"} 0
+inbox_worker_ended_total{queue="mail",outcome="dropped"} 0
 inbox_worker_ended_total{queue="mail",outcome="lost"} 1
 # HELP inbox_worker_in_flight Handlers running in this process.
 # TYPE inbox_worker_in_flight gauge

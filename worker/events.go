@@ -52,11 +52,17 @@ const (
 	// OutcomeSettled: the handler settled the job itself (Ack, Retry,
 	// Release or Dead on its delivery); the loop sent nothing.
 	OutcomeSettled
+	// OutcomeSnoozed: the handler returned [Snooze]; the job comes back
+	// after Event.Delay, its attempt spent, no error recorded.
+	OutcomeSnoozed
+	// OutcomeDropped: the handler returned a [Permanent] error and no
+	// dead table is named; the job was deleted.
+	OutcomeDropped
 )
 
-var outcomeNames = [...]string{"", "acked", "retried", "dead", "released", "settled"}
+var outcomeNames = [...]string{"", "acked", "retried", "dead", "released", "settled", "snoozed", "dropped"}
 
-// String is acked, retried, dead, released or settled.
+// String is acked, retried, dead, released, settled, snoozed or dropped.
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) && o > 0 {
 		return outcomeNames[o]
@@ -82,7 +88,8 @@ type Event struct {
 	// Outcome is what the loop did with the job (EventEnd). OutcomeDead
 	// is the job going dead.
 	Outcome Outcome
-	// Delay is the wait before the next attempt (OutcomeRetried).
+	// Delay is the wait before the next attempt (OutcomeRetried,
+	// OutcomeSnoozed).
 	Delay time.Duration
 	// Err is the handler's error, nil when it returned nil (EventEnd), or
 	// the loop's error (EventError).

@@ -6,10 +6,10 @@ import (
 )
 
 // SlogEvents returns a [Config.OnEvent] that logs each event to l: a job's
-// start at Debug; its end at Info when acked, released or settled by its
-// handler, at Warn when retried, at Error when it went dead or its
-// settlement failed; the loop's errors at Error. The attributes are queue,
-// id, attempt, outcome, duration, delay (a retry), error (the handler's or
+// start at Debug; its end at Info when acked, released, snoozed or settled
+// by its handler, at Warn when retried, at Error when it went dead, was
+// dropped or its settlement failed; the loop's errors at Error. The attributes are queue,
+// id, attempt, outcome, duration, delay (a retry or snooze), error (the handler's or
 // the loop's) and settle_error. Nothing is formatted for a level l does not
 // enable.
 func SlogEvents(l *slog.Logger) func(Event) {
@@ -26,7 +26,7 @@ func SlogEvents(l *slog.Logger) func(Event) {
 		}
 		if e.Kind == EventEnd {
 			attrs = append(attrs, slog.String("outcome", e.Outcome.String()), slog.Duration("duration", e.Duration))
-			if e.Outcome == OutcomeRetried {
+			if e.Outcome == OutcomeRetried || e.Outcome == OutcomeSnoozed {
 				attrs = append(attrs, slog.Duration("delay", e.Delay))
 			}
 		}
@@ -51,6 +51,10 @@ func eventLevel(e Event) (slog.Level, string) {
 		return slog.LevelError, "job settlement failed"
 	case e.Outcome == OutcomeDead:
 		return slog.LevelError, "job dead"
+	case e.Outcome == OutcomeDropped:
+		return slog.LevelError, "job dropped: it cannot succeed and no dead table is named"
+	case e.Outcome == OutcomeSnoozed:
+		return slog.LevelInfo, "job snoozed"
 	case e.Outcome == OutcomeRetried:
 		return slog.LevelWarn, "job retried"
 	case e.Outcome == OutcomeReleased:

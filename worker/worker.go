@@ -21,8 +21,12 @@ import (
 
 // A Handler handles one job. Returning nil acknowledges it; an error retries
 // it after a backoff, or moves it to the dead table once its attempts run
-// out. ctx ends when the lease is lost (cause [inbox.ErrLeaseLost]) and when
-// the loop's grace period ends at shutdown (cause [ErrShutdown]).
+// out; an error made by [Permanent] moves it there at once, and one made by
+// [Snooze] delays it. A handler may also settle its delivery itself (Ack,
+// Retry, Release, Dead or their Tx forms, committed): the loop then sends
+// nothing ([OutcomeSettled]). ctx ends when the lease is lost (cause
+// [inbox.ErrLeaseLost]), when [Config.Timeout] runs out (cause [ErrTimeout])
+// and when the loop's grace period ends at shutdown (cause [ErrShutdown]).
 type Handler func(ctx context.Context, d *inbox.Delivery) error
 
 // Config configures [Run]. Its zero value means the defaults.
@@ -89,12 +93,13 @@ type Config struct {
 	// returns once the handlers have: one that ignores its context holds
 	// it.
 	Grace time.Duration
+	// Timeout, when positive, bounds each run of the handler: its
+	// context then ends with cause [ErrTimeout], and a handler that
+	// returns an error has failed its attempt as any other (a retry after
+	// Backoff, or the dead table past MaxAttempts), the error wrapped to
+	// match ErrTimeout. Zero means no bound.
+	Timeout time.Duration
 }
-
-// ErrShutdown is the cause ([context.Cause]) of a handler's context ended
-// because its loop is shutting down and [Config.Grace] has passed: the job
-// goes back without spending its attempt unless the handler returns nil.
-var ErrShutdown = errors.New("worker: shutting down")
 
 // Defaults and bounds of [Config].
 const (
@@ -371,9 +376,10 @@ type loop struct {
 	detached context.Context
 	// hard is detached, ended with cause ErrShutdown once the grace
 	// period after Run's ctx has passed: the handlers run under it.
-	hard  context.Context
-	grace time.Duration
-	duty  *pollDuty // shared with the other loops of the queue and interval
+	hard    context.Context
+	grace   time.Duration
+	timeout time.Duration // Config.Timeout
+	duty    *pollDuty     // shared with the other loops of the queue and interval
 	// failures counts the errors reported; at nextCheck of them the loop
 	// checks the schema (unhealable).
 	failures  atomic.Int64
@@ -416,6 +422,8 @@ func newLoop(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) (*
 		return nil, fmt.Errorf("worker: run: Config.MaxAttempts %d is negative", cfg.MaxAttempts)
 	case cfg.Workers < 0:
 		return nil, fmt.Errorf("worker: run: Config.Workers %d is negative", cfg.Workers)
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("worker: run: Config.Timeout %v is negative", cfg.Timeout)
 	}
 	if cfg.Grace == 0 {
 		cfg.Grace = DefaultGrace
@@ -423,7 +431,7 @@ func newLoop(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) (*
 	tb := q.Config().Table
 	w := &loop{q: q, lease: q.Form() == inbox.Lease, dead: tb.DeadTable != "",
 		handle: handle, batch: cfg.Batch, poll: cfg.Poll, attempts: cfg.MaxAttempts, backoff: cfg.Backoff, onError: cfg.OnError,
-		onEvent: cfg.OnEvent, name: tb.Name, detached: context.WithoutCancel(ctx), grace: cfg.Grace}
+		onEvent: cfg.OnEvent, name: tb.Name, detached: context.WithoutCancel(ctx), grace: cfg.Grace, timeout: cfg.Timeout}
 	w.hard = w.detached
 	w.delays = w.lease || tb.NotBefore != ""
 	w.nextCheck = 1
@@ -690,36 +698,65 @@ func (w *loop) handleOne(d *inbox.Delivery, b *inbox.Batcher, g *inbox.KeepGroup
 		hctx, stopKeeper = d.Keep(w.hard)
 	}
 	start := w.began(d)
-	err := runHandler(hctx, w.handle, d)
+	err, cause := w.run1(hctx, d)
 	took := w.since(start)
 	if err == nil && b != nil {
 		return succeeded{d: d, stopKeeper: stopKeeper, took: took}
 	}
-	o, delay := w.fate(d.Attempt(), err, context.Cause(hctx))
+	o, delay := w.fate(d.Attempt(), err, cause)
 	serr := w.settle(d, b, err, o, delay)
 	stopKeeper()
 	w.ended(d, took, err, o, delay, serr)
 	return succeeded{}
 }
 
+// run1 runs the handler on d under ctx, bounded by Config.Timeout, and
+// returns its error and the cause its context ended with (nil while it had
+// not). A failure after the timeout matches ErrTimeout.
+func (w *loop) run1(ctx context.Context, d *inbox.Delivery) (err, cause error) {
+	if w.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, w.timeout, ErrTimeout)
+		defer cancel()
+	}
+	err = runHandler(ctx, w.handle, d)
+	cause = context.Cause(ctx)
+	if err != nil && errors.Is(cause, ErrTimeout) && !errors.Is(err, ErrTimeout) {
+		err = fmt.Errorf("%w after %v: %w", ErrTimeout, w.timeout, err)
+	}
+	return err, cause
+}
+
 // fate is what the loop does with a job delivered for its attempt-th time
 // whose handler returned err, its context ended with cause (nil while it
 // had not ended), and the retry's delay.
 func (w *loop) fate(attempt int, err, cause error) (Outcome, time.Duration) {
+	var sn *snoozeError
 	switch {
 	case err == nil:
 		return OutcomeAcked, 0
+	case errors.As(err, &sn):
+		return OutcomeSnoozed, w.delay(sn.after)
+	case errors.Is(err, ErrNoRetry) && w.dead:
+		return OutcomeDead, 0
+	case errors.Is(err, ErrNoRetry):
+		return OutcomeDropped, 0
 	case errors.Is(cause, ErrShutdown):
 		// Stopped by the loop, not failed: the attempt is not spent.
 		return OutcomeReleased, 0
 	case attempt >= w.attempts && w.dead:
 		return OutcomeDead, 0
 	}
-	after := max(w.backoff(attempt), 0)
+	return OutcomeRetried, w.delay(w.backoff(attempt))
+}
+
+// delay is the delay a retry can have: none under the row lock and
+// advisory forms without a not-before column.
+func (w *loop) delay(after time.Duration) time.Duration {
 	if !w.delays {
-		after = 0
+		return 0
 	}
-	return OutcomeRetried, after
+	return max(after, 0)
 }
 
 // settle sends outcome o for d, whose handler returned err, through b when
@@ -734,8 +771,11 @@ func (w *loop) settle(d *inbox.Delivery, b *inbox.Batcher, err error, o Outcome,
 	case OutcomeDead:
 		d.SetError(err)
 		return d.Dead(ctx)
+	case OutcomeDropped:
+		return d.Ack(ctx)
+	case OutcomeRetried:
+		d.SetError(err)
 	}
-	d.SetError(err)
 	var serr error
 	if b != nil {
 		serr = b.Retry(ctx, d, after)
