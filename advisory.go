@@ -26,6 +26,8 @@ func (advisoryForm) settle(ctx context.Context, d *Delivery, tx *sql.Tx, o outco
 	return d.settleAdvisory(ctx, tx, o, after)
 }
 
+func (advisoryForm) leased() bool { return false }
+
 // shutdown lets the lock and connection go, as Release does.
 func (advisoryForm) shutdown(ctx context.Context, d *Delivery) error { return d.Release(ctx) }
 

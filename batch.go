@@ -102,7 +102,7 @@ type flight struct {
 // lease form, when q's dialect is not a [BatchDialect], or when cfg is out of
 // range.
 func (q *Queue) NewBatcher(cfg BatchConfig) (*Batcher, error) {
-	if q.names.Form != Lease {
+	if !q.form.leased() {
 		return nil, fmt.Errorf("inbox: new batcher: batched settlement is for the lease form, not the %s form", q.names.Form)
 	}
 	bd, ok := capability[BatchDialect](q.dialect)

@@ -21,6 +21,11 @@ type form interface {
 	settle(ctx context.Context, d *Delivery, tx *sql.Tx, o outcome, after time.Duration) error
 	// shutdown gives d back for Queue.Shutdown.
 	shutdown(ctx context.Context, d *Delivery) error
+	// leased reports a job held by an expiry in its row, which a keeper
+	// extends, a Batcher settles, and a read back compares with the
+	// delivery's token; other forms hold a job by a session, so that
+	// neither the job nor a delivery's outcome can move while it lives.
+	leased() bool
 }
 
 func formOf(f Form) form {

@@ -28,7 +28,7 @@ type KeepGroup struct {
 // NewKeepGroup returns a group for ds, the deliveries of one Claim call.
 func NewKeepGroup(ds []*Delivery) *KeepGroup {
 	g := &KeepGroup{}
-	if len(ds) > 1 && ds[0].q.names.Form == Lease {
+	if len(ds) > 1 && ds[0].q.form.leased() {
 		g.starter = newKeepStarter(ds[0].q, ds[0].sentAt, len(ds))
 		g.kept = make([]*Delivery, 0, len(ds))
 	}
@@ -40,7 +40,7 @@ func NewKeepGroup(ds []*Delivery) *KeepGroup {
 // the keeper starts paused.
 func (g *KeepGroup) Keep(ctx context.Context, d *Delivery) (context.Context, func()) {
 	kctx, stop := d.keep(ctx, g.starter)
-	if d.q.names.Form != Lease {
+	if !d.q.form.leased() {
 		return kctx, stop
 	}
 	g.mu.Lock()
@@ -144,7 +144,7 @@ func (d *Delivery) Keep(ctx context.Context) (context.Context, func()) {
 func (d *Delivery) keep(ctx context.Context, s *keepStarter) (context.Context, func()) {
 	kctx, cancel := context.WithCancelCause(ctx)
 	d.mu.Lock()
-	if d.q.names.Form != Lease || d.settled || d.keeper != nil {
+	if !d.q.form.leased() || d.settled || d.keeper != nil {
 		d.mu.Unlock()
 		return kctx, func() { cancel(context.Canceled) }
 	}

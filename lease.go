@@ -30,6 +30,8 @@ func (leaseForm) settle(ctx context.Context, d *Delivery, tx *sql.Tx, o outcome,
 	return d.settleLease(ctx, tx, o, after)
 }
 
+func (leaseForm) leased() bool { return true }
+
 // shutdown: the job keeps its lease and may still settle: the keeper
 // extends no more, and stops the handler by the lease's end.
 func (leaseForm) shutdown(_ context.Context, d *Delivery) error {
@@ -254,7 +256,7 @@ func (d *Delivery) Extend(ctx context.Context) error {
 	if d.settled {
 		return opErr("extend", d.finishedErr())
 	}
-	if d.q.names.Form != Lease {
+	if !d.q.form.leased() {
 		return nil
 	}
 	if err := d.extendLocked(ctx); err != nil {

@@ -31,6 +31,8 @@ func (rowLockForm) settle(ctx context.Context, d *Delivery, _ *sql.Tx, o outcome
 	return d.settleRowLock(ctx, o, after)
 }
 
+func (rowLockForm) leased() bool { return false }
+
 // shutdown rolls the held transaction back, as Release does.
 func (rowLockForm) shutdown(ctx context.Context, d *Delivery) error { return d.Release(ctx) }
 

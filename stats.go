@@ -80,7 +80,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		}
 		st.InWork = int64(q.keys.count(ident + "\x00"))
 	}
-	if q.names.Form != Lease && st.InWork > 0 {
+	if !q.form.leased() && st.InWork > 0 {
 		st.Ready = max(st.Ready-st.InWork, 0)
 	}
 	if age.Valid && age.Int64 > 0 {

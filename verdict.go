@@ -63,7 +63,7 @@ func (d *Delivery) readRow(ctx context.Context, ex Executor) (rowState, error) {
 	}
 	var raw any
 	dest := []any{&r.attempt, &raw}
-	if q.names.Form != Lease {
+	if !q.form.leased() {
 		dest = dest[:1]
 	}
 	err := q.queryRow(ctx, ex, q.st.Verdict, &values{id: d.id}).Scan(dest...)
@@ -99,7 +99,7 @@ const (
 // the expiry a lease Retry wrote, when the package computed it (zero when
 // the engine's clock chose it).
 func (d *Delivery) judge(o outcome, r rowState, until time.Time) verdictKind {
-	lease := d.q.names.Form == Lease
+	lease := d.q.form.leased()
 	stored := d.attempt + 1
 	switch {
 	case !r.found:
@@ -200,7 +200,7 @@ func (q *Queue) forgetUnconfirmed(d *Delivery) {
 // an advisory lock always (d holds the key).
 func (d *Delivery) learn(ctx context.Context, ex Executor) error {
 	q := d.q
-	held := q.names.Form == Advisory || q.names.Form == Lease && q.monoNow().Before(d.sentAt.Add(q.lease))
+	held := q.names.Form == Advisory || q.form.leased() && q.monoNow().Before(d.sentAt.Add(q.lease))
 	var r rowState
 	var err error
 	if p := d.pending; p != nil || held {
@@ -242,7 +242,7 @@ func (d *Delivery) readBack(ctx context.Context, o outcome, until time.Time, err
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), verdictTimeout)
 	defer cancel()
 	d.setPending(o, nil, until)
-	if d.q.names.Form == Lease {
+	if d.q.form.leased() {
 		switch xerr := d.extendLocked(rctx); {
 		case xerr == nil:
 			// The token was in place: the settlement did not take effect.
