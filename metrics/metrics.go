@@ -115,10 +115,11 @@ func (c *Counters) Snapshot() Snapshot {
 	return s
 }
 
-// Done is the number of jobs that left the queue through this process: acked
-// or moved to the dead table. The dashboard's throughput reads it.
+// Done is the number of jobs that left the queue through this process:
+// acked, moved to the dead table, or dropped (a permanent failure without a
+// dead table). The dashboard's throughput reads it.
 func (c *Counters) Done() uint64 {
-	return c.ended[worker.OutcomeAcked-1].Load() + c.ended[worker.OutcomeDead-1].Load()
+	return c.ended[worker.OutcomeAcked-1].Load() + c.ended[worker.OutcomeDead-1].Load() + c.ended[worker.OutcomeDropped-1].Load()
 }
 
 // StatsReader reads a queue's state: *inbox.Queue is one.

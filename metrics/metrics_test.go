@@ -164,3 +164,31 @@ func TestObserveNoAlloc(t *testing.T) {
 		t.Errorf("%v allocations per Observe", n)
 	}
 }
+
+// TestOutcomeLabels: the outcome labels are worker.Outcome's names, in its
+// order, every outcome the worker package has included, then lost; an
+// outcome added to package worker without a label fails here.
+func TestOutcomeLabels(t *testing.T) {
+	for i, l := range outcomeLabels[:lost] {
+		if o := worker.Outcome(i + 1); o.String() != l {
+			t.Errorf("label %d is %q, worker.Outcome(%d) is %q", i, l, i+1, o)
+		}
+	}
+	if o := worker.Outcome(lost + 1); !strings.HasPrefix(o.String(), "outcome(") {
+		t.Errorf("worker.Outcome(%d) is %q and has no label", lost+1, o)
+	}
+}
+
+// TestDone: the jobs that left the queue, acked, dead or dropped; not those
+// that come back, nor a settlement that failed.
+func TestDone(t *testing.T) {
+	var c Counters
+	for _, o := range []worker.Outcome{worker.OutcomeAcked, worker.OutcomeDead, worker.OutcomeDropped,
+		worker.OutcomeRetried, worker.OutcomeReleased, worker.OutcomeSnoozed, worker.OutcomeSettled} {
+		c.Observe(worker.Event{Kind: worker.EventEnd, Outcome: o})
+	}
+	c.Observe(worker.Event{Kind: worker.EventEnd, Outcome: worker.OutcomeAcked, SettleErr: inbox.ErrLeaseLost})
+	if n := c.Done(); n != 3 {
+		t.Errorf("Done = %d, want 3", n)
+	}
+}
