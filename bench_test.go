@@ -27,6 +27,19 @@ func btQueue(tb testing.TB, f *fakedb.Lease) *Queue {
 	return q
 }
 
+// claimJobs claims n jobs, 64 at a time, before a benchmark's timer starts.
+func claimJobs(b *testing.B, q *Queue, n int) []*Delivery {
+	ds := make([]*Delivery, 0, n+64)
+	for len(ds) < n {
+		got, err := q.Claim(context.Background(), 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, got...)
+	}
+	return ds[:n]
+}
+
 // allocsPerJob reports a custom metric: heap allocations per job, over the
 // timed part of the benchmark.
 func allocsPerJob(b *testing.B, jobs int, run func()) {
@@ -63,15 +76,7 @@ func BenchmarkAck(b *testing.B) {
 	f := fakedb.NewLease()
 	q := btQueue(b, f)
 	ctx := context.Background()
-	ds := make([]*Delivery, 0, b.N)
-	for len(ds) < b.N {
-		got, err := q.Claim(ctx, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ds = append(ds, got...)
-	}
-	ds = ds[:b.N]
+	ds := claimJobs(b, q, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
 	allocsPerJob(b, b.N, func() {
@@ -109,14 +114,7 @@ func BenchmarkBatcherAck16(b *testing.B) {
 		}()
 	}
 	defer close(work)
-	ds := make([]*Delivery, 0, 16*b.N)
-	for len(ds) < 16*b.N {
-		got, err := q.Claim(ctx, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ds = append(ds, got...)
-	}
+	ds := claimJobs(b, q, 16*b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
 	allocsPerJob(b, 16*b.N, func() {
@@ -153,14 +151,7 @@ func btQueueBatcher16(b *testing.B) (*Queue, *Batcher) {
 func BenchmarkBatcherAckAll16(b *testing.B) {
 	q, bt := btQueueBatcher16(b)
 	ctx := context.Background()
-	ds := make([]*Delivery, 0, 16*b.N)
-	for len(ds) < 16*b.N {
-		got, err := q.Claim(ctx, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ds = append(ds, got...)
-	}
+	ds := claimJobs(b, q, 16*b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
 	allocsPerJob(b, 16*b.N, func() {

@@ -344,28 +344,18 @@ func TestMySQLLeaseTx(t *testing.T) {
 	m.ExpectCommit()
 	ds := claim(t, q, 4, 1, 2, 3, 4)
 	ctx := context.Background()
-	inTx := func(name string, expect func(), settle func(tx *sql.Tx) error) {
-		t.Helper()
-		m.ExpectBegin()
-		tx, err := m.DB.Begin()
-		ok(t, "Begin", err)
-		expect()
-		ok(t, name, settle(tx))
-		m.ExpectCommit()
-		ok(t, name+" commit", tx.Commit())
-	}
-	inTx("AckTx", func() {
+	settleInTx(t, m, "AckTx", func() {
 		m.ExpectExec(myLeaseAck).WithArgs(int64(1), int64(2), exp).WillReturnResult(affected(1))
 	}, func(tx *sql.Tx) error { return ds[0].AckTx(ctx, tx) })
 	// The clock is read inside the caller's transaction.
-	inTx("RetryTx", func() {
+	settleInTx(t, m, "RetryTx", func() {
 		myClock(m, []byte("2024-03-01 12:00:10.000000"))
 		m.ExpectExec(myLeaseExtend).WithArgs("2024-03-01 12:00:40.000000", int64(2), int64(2), exp).WillReturnResult(affected(1))
 	}, func(tx *sql.Tx) error { return ds[1].RetryTx(ctx, tx, 30*time.Second) })
-	inTx("ReleaseTx", func() {
+	settleInTx(t, m, "ReleaseTx", func() {
 		m.ExpectExec(myLeaseRelease).WithArgs(int64(3), int64(2), exp).WillReturnResult(affected(1))
 	}, func(tx *sql.Tx) error { return ds[2].ReleaseTx(ctx, tx) })
-	inTx("DeadTx", func() {
+	settleInTx(t, m, "DeadTx", func() {
 		m.ExpectExec(myLeaseDeadInsert).WithArgs(int64(1), int64(4), int64(2), exp).WillReturnResult(affected(1))
 		m.ExpectExec(myLeaseAck).WithArgs(int64(4), int64(2), exp).WillReturnResult(affected(1))
 	}, func(tx *sql.Tx) error { return ds[3].DeadTx(ctx, tx) })

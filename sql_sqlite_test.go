@@ -141,26 +141,16 @@ func TestSQLiteLeaseTx(t *testing.T) {
 	m.ExpectQuery(sqLeaseClaim).WithArgs(exp, "2024-03-01T12:00:00.123456Z", 4, 4, 4).WillReturnRows(r)
 	ds := claim(t, q, 4, 1, 2, 3, 4)
 	ctx := context.Background()
-	inTx := func(name string, expect func(), settle func(tx *sql.Tx) error) {
-		t.Helper()
-		m.ExpectBegin()
-		tx, err := m.DB.Begin()
-		ok(t, "Begin", err)
-		expect()
-		ok(t, name, settle(tx))
-		m.ExpectCommit()
-		ok(t, name+" commit", tx.Commit())
-	}
-	inTx("AckTx", func() {
+	settleInTx(t, m, "AckTx", func() {
 		m.ExpectExec(sqLeaseAck).WithArgs(int64(1), int64(2), exp).WillReturnResult(affected(1))
 	}, func(tx *sql.Tx) error { return ds[0].AckTx(ctx, tx) })
-	inTx("RetryTx", func() {
+	settleInTx(t, m, "RetryTx", func() {
 		m.ExpectExec(sqLeaseExtend).WithArgs("2024-03-01T12:00:30.123456Z", int64(2), int64(2), exp).WillReturnResult(affected(1))
 	}, func(tx *sql.Tx) error { return ds[1].RetryTx(ctx, tx, 30*time.Second) })
-	inTx("ReleaseTx", func() {
+	settleInTx(t, m, "ReleaseTx", func() {
 		m.ExpectExec(sqLeaseRelease).WithArgs(int64(3), int64(2), exp).WillReturnResult(affected(1))
 	}, func(tx *sql.Tx) error { return ds[2].ReleaseTx(ctx, tx) })
-	inTx("DeadTx", func() {
+	settleInTx(t, m, "DeadTx", func() {
 		m.ExpectExec(sqLeaseDeadInsert).WithArgs(int64(1), int64(4), int64(2), exp).WillReturnResult(affected(1))
 		m.ExpectExec(sqLeaseAck).WithArgs(int64(4), int64(2), exp).WillReturnResult(affected(1))
 	}, func(tx *sql.Tx) error { return ds[3].DeadTx(ctx, tx) })

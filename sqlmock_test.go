@@ -7,6 +7,7 @@ package inbox_test
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"fmt"
 	"reflect"
@@ -89,6 +90,19 @@ func claim(t testing.TB, q *inbox.Queue, max int, want ...int64) []*inbox.Delive
 		t.Fatalf("Claim(%d) ids = %v, want %v", max, got, wantIDs)
 	}
 	return ds
+}
+
+// settleInTx begins a transaction, sets expect's expectations, runs settle
+// in it and commits, failing the test on an error.
+func settleInTx(t testing.TB, m *mock, name string, expect func(), settle func(tx *sql.Tx) error) {
+	t.Helper()
+	m.ExpectBegin()
+	tx, err := m.DB.Begin()
+	ok(t, "Begin", err)
+	expect()
+	ok(t, name, settle(tx))
+	m.ExpectCommit()
+	ok(t, name+" commit", tx.Commit())
 }
 
 // ok fails the test if err is not nil.

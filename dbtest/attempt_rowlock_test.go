@@ -11,7 +11,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -735,37 +734,10 @@ func TestRowLockFailedAttemptsCut(t *testing.T) {
 			}
 			return nil
 		}
-		var wg sync.WaitGroup
-		stop := make(chan struct{})
-		for i := range attXLoops {
-			q := []*inbox.Queue{q1, q2}[i%2]
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(uint64(i), 21))
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(20_000))*time.Microsecond)
-					if err := worker.Run(ctx, q, cfg, handle); err != nil {
-						t.Errorf("worker.Run: %v", err)
-					}
-					cancel()
-				}
-			}()
-		}
 		start := time.Now()
-		workXUntil(t, "the drain", func() error {
-			if n := countRows(t, db1, plain) + countRows(t, db1, plain+"_dead"); n != 0 {
-				return fmt.Errorf("%d jobs left", n)
-			}
-			return nil
+		workXRunCut(t, []*inbox.Queue{q1, q2}, attXLoops, cfg, handle, func() int {
+			return countRows(t, db1, plain) + countRows(t, db1, plain+"_dead")
 		})
-		close(stop)
-		wg.Wait()
 		mu.Lock()
 		defer mu.Unlock()
 		// A cut that lands on a handler's statement through the held

@@ -4,8 +4,6 @@ package dbtest
 // again as a child in a role (INBOX_CHILD), which the tests kill.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -13,12 +11,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dbtest/internal/child"
 )
 
 // realLease is the real lease of the crash and load tests' lease form:
@@ -128,126 +125,15 @@ func childHold(cfg childConfig) error {
 }
 
 // childProc is a running worker process.
-type childProc struct {
-	name   string
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string // its stdout, line by line; closed at EOF
-	stderr *syncBuffer
-	done   chan struct{} // closed once it exited
-	err    error         // Wait's result, set before done closes
-	killed bool
-}
-
-// syncBuffer is a bytes.Buffer safe for the writer os/exec runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+type childProc = child.Proc
 
 // startChild starts the test binary as a worker in role. The process is
 // killed, if still running, when the test ends.
 func startChild(t testing.TB, name, role string, cfg childConfig) *childProc {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	js, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &childProc{name: name, lines: make(chan string, 64), stderr: &syncBuffer{}, done: make(chan struct{})}
-	// -test.run matches nothing, should the switch ever be missed.
-	p.cmd = exec.Command(exe, "-test.run=^$")
-	p.cmd.Env = append(os.Environ(), "INBOX_CHILD="+role, "INBOX_CHILD_CONFIG="+string(js))
-	p.cmd.Stderr = p.stderr
-	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-		// Wait only after stdout is read to its end, as os/exec asks.
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.Kill()
-		}
-	})
-	return p
-}
-
-// Line waits for the next line the worker prints, failing t if it exits or
-// timeout passes first.
-func (p *childProc) Line(t testing.TB, timeout time.Duration) string {
-	t.Helper()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case l, ok := <-p.lines:
-		if !ok {
-			<-p.done
-			t.Fatalf("%s exited (%v) before printing a line; stderr:\n%s", p.name, p.err, p.stderr)
-		}
-		return l
-	case <-timer.C:
-		t.Fatalf("%s printed nothing in %v; stderr:\n%s", p.name, timeout, p.stderr)
-	}
-	return ""
-}
-
-// Kill sends SIGKILL and waits for the process to be gone.
-func (p *childProc) Kill() {
-	p.killed = true
-	_ = p.cmd.Process.Kill()
-	for range p.lines {
-		// Drain what it printed so that the reader can reach Wait.
-	}
-	<-p.done
-}
-
-// Stop closes the worker's stdin, its signal to finish, and waits up to
-// timeout for it to exit, returning its exit error.
-func (p *childProc) Stop(timeout time.Duration) error {
-	p.stdin.Close()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	go func() {
-		for range p.lines {
-		}
-	}()
-	select {
-	case <-p.done:
-		return p.err
-	case <-timer.C:
-		p.Kill()
-		return fmt.Errorf("%s did not exit within %v of being asked to stop", p.name, timeout)
-	}
+	return child.Start(t, name, nil, "INBOX_CHILD="+role, "INBOX_CHILD_CONFIG="+string(js))
 }

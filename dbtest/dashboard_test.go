@@ -40,31 +40,7 @@ func dashLoad(t testing.TB, e Engine, db *sql.DB, table string, n, dead int, now
 			db.Exec("DROP TABLE IF EXISTS " + table + "_claims")
 		})
 	}
-	var stmts []string
-	switch {
-	case e.IsPostgres():
-		stmts = []string{
-			"ALTER TABLE " + table + " ADD COLUMN last_error text, ADD COLUMN enqueued_at timestamptz",
-			"ALTER TABLE " + table + "_dead ADD COLUMN last_error text, ADD COLUMN dead_at timestamptz",
-		}
-	case e.IsMySQL():
-		stmts = []string{
-			"ALTER TABLE " + table + " ADD COLUMN last_error text NULL, ADD COLUMN enqueued_at DATETIME(6) NULL",
-			"ALTER TABLE " + table + "_dead ADD COLUMN last_error text NULL, ADD COLUMN dead_at DATETIME(6) NULL",
-		}
-	default:
-		stmts = []string{
-			"ALTER TABLE " + table + " ADD COLUMN last_error TEXT",
-			"ALTER TABLE " + table + " ADD COLUMN enqueued_at TEXT",
-			"ALTER TABLE " + table + "_dead ADD COLUMN last_error TEXT",
-			"ALTER TABLE " + table + "_dead ADD COLUMN dead_at TEXT",
-		}
-	}
-	for _, s := range stmts {
-		if _, err := db.Exec(s); err != nil {
-			t.Fatalf("%s: %v", s, err)
-		}
-	}
+	addColumns(t, e, db, table, "last_error", "enqueued_at", "dead.last_error", "dead.dead_at")
 	payload := []byte(strings.Repeat("p", 128))
 	enq := opsTime(e, now.Add(-time.Hour))
 	parts := []struct {
@@ -106,7 +82,7 @@ func dashLoad(t testing.TB, e Engine, db *sql.DB, table string, n, dead int, now
 	idx := func(name, def string) string {
 		return "CREATE INDEX " + table + "_" + name + " ON " + table + " " + def
 	}
-	stmts = []string{"CREATE INDEX " + table + "_dead_at ON " + table + "_dead (dead_at, id)"}
+	stmts := []string{"CREATE INDEX " + table + "_dead_at ON " + table + "_dead (dead_at, id)"}
 	if e.IsPostgres() {
 		stmts = append(stmts, idx("free", "(id) WHERE locked_until IS NULL"), idx("lu", "(locked_until)"), idx("free_age", "(enqueued_at) WHERE locked_until IS NULL"))
 	} else {

@@ -97,40 +97,8 @@ func opsShape(form string) []opsPart {
 func opsExplainTable(t *testing.T, e Engine, db *sql.DB, form, table string, now time.Time, stats bool) {
 	t.Helper()
 	e.CreateTable(t, db, table)
-	if !e.IsSQLite() {
-		t.Cleanup(func() {
-			if !t.Failed() {
-				db.Exec("DROP TABLE IF EXISTS " + table)
-				db.Exec("DROP TABLE IF EXISTS " + table + "_dead")
-				db.Exec("DROP TABLE IF EXISTS " + table + "_claims")
-			}
-		})
-	}
-	var alter []string
-	switch {
-	case e.IsPostgres():
-		alter = []string{
-			"ALTER TABLE " + table + " ADD COLUMN last_error text, ADD COLUMN priority integer NOT NULL DEFAULT 0, ADD COLUMN enqueued_at timestamptz",
-			"ALTER TABLE " + table + "_dead ADD COLUMN last_error text",
-		}
-	case e.IsMySQL():
-		alter = []string{
-			"ALTER TABLE " + table + " ADD COLUMN last_error text NULL, ADD COLUMN priority integer NOT NULL DEFAULT 0, ADD COLUMN enqueued_at DATETIME(6) NULL",
-			"ALTER TABLE " + table + "_dead ADD COLUMN last_error text NULL",
-		}
-	default:
-		alter = []string{
-			"ALTER TABLE " + table + " ADD COLUMN last_error TEXT",
-			"ALTER TABLE " + table + " ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
-			"ALTER TABLE " + table + " ADD COLUMN enqueued_at TEXT",
-			"ALTER TABLE " + table + "_dead ADD COLUMN last_error TEXT",
-		}
-	}
-	for _, s := range alter {
-		if _, err := db.Exec(s); err != nil {
-			t.Fatalf("%s: %v", s, err)
-		}
-	}
+	dropAtEnd(t, e, db, table, table+"_dead", table+"_claims")
+	addColumns(t, e, db, table, "last_error", "priority", "enqueued_at", "dead.last_error")
 	col := "not_before"
 	if form == "lease" {
 		col = "locked_until"

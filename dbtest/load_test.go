@@ -329,7 +329,7 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 	}
 	var claimErrors int
 	countClaimErrors := func(p *childProc) {
-		for _, l := range strings.Split(p.stderr.String(), "\n") {
+		for _, l := range strings.Split(p.Stderr(), "\n") {
 			if n, ok := strings.CutPrefix(l, "CLAIMERRS "); ok {
 				c, _ := strconv.Atoi(n)
 				claimErrors += c
@@ -351,7 +351,7 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 		// others start.
 		p := startProc(int(min(loadXHoldAfter+1, jobs)))
 		if l := p.Line(t, loadXHoldWait); !strings.HasPrefix(l, "HOLDING ") {
-			t.Fatalf("%s said %q, want HOLDING id attempt; stderr:\n%s", p.name, l, p.stderr)
+			t.Fatalf("%s said %q, want HOLDING id attempt; stderr:\n%s", p.Name, l, p.Stderr())
 		}
 		killProc(p)
 	}
@@ -374,8 +374,8 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 		}
 		for p := range live {
 			select {
-			case <-p.done:
-				t.Fatalf("%s exited on its own (%v) with %d jobs left; stderr:\n%s%s", p.name, p.err, left, p.stderr, loadXTrail(procs, p.stderr.String()))
+			case <-p.Done():
+				t.Fatalf("%s exited on its own (%v) with %d jobs left; stderr:\n%s%s", p.Name, p.Err(), left, p.Stderr(), loadXTrail(procs, p.Stderr()))
 			default:
 			}
 		}
@@ -399,7 +399,7 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 	}
 	for p := range live {
 		if err := p.Stop(time.Minute); err != nil {
-			t.Fatalf("%s: %v; stderr:\n%s", p.name, err, p.stderr)
+			t.Fatalf("%s: %v; stderr:\n%s", p.Name, err, p.Stderr())
 		}
 		countClaimErrors(p)
 	}

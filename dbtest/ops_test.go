@@ -17,32 +17,10 @@ import (
 func opsTable(t *testing.T, e Engine, db *sql.DB, form string) string {
 	t.Helper()
 	table := newTable(t, e, db, "ops_"+strings.ReplaceAll(form, "-", "_"))
-	var stmts []string
-	switch {
-	case e.IsPostgres():
-		stmts = []string{
-			"ALTER TABLE " + table + " ADD COLUMN last_error text, ADD COLUMN priority integer NOT NULL DEFAULT 0, ADD COLUMN enqueued_at timestamptz",
-			"ALTER TABLE " + table + "_dead ADD COLUMN last_error text",
-		}
-	case e.IsMySQL():
-		stmts = []string{
-			"ALTER TABLE " + table + " ADD COLUMN last_error text NULL, ADD COLUMN priority integer NOT NULL DEFAULT 0, ADD COLUMN enqueued_at DATETIME(6) NULL",
-			"ALTER TABLE " + table + "_dead ADD COLUMN last_error text NULL",
-		}
-	default:
-		stmts = []string{
-			"ALTER TABLE " + table + " ADD COLUMN last_error TEXT",
-			"ALTER TABLE " + table + " ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
-			"ALTER TABLE " + table + " ADD COLUMN enqueued_at TEXT",
-			"ALTER TABLE " + table + "_dead ADD COLUMN last_error TEXT",
-		}
-	}
+	addColumns(t, e, db, table, "last_error", "priority", "enqueued_at", "dead.last_error")
 	// The claim order's index: MySQL's SKIP LOCKED after a filesort
 	// returns no row when the first in order is held.
-	stmts = append(stmts, "CREATE INDEX "+table+"_prio ON "+table+" (priority DESC, id)")
-	for _, s := range stmts {
-		mustExec(t, e, db, s)
-	}
+	mustExec(t, e, db, "CREATE INDEX "+table+"_prio ON "+table+" (priority DESC, id)")
 	return table
 }
 

@@ -85,6 +85,40 @@ func newTable(t *testing.T, e Engine, db *sql.DB, what string) string {
 	return table
 }
 
+// addColumns adds optional columns to table in each engine's type:
+// last_error, priority (NOT NULL DEFAULT 0) and enqueued_at, and on the
+// dead table dead.last_error and dead.dead_at.
+func addColumns(t testing.TB, e Engine, db *sql.DB, table string, cols ...string) {
+	t.Helper()
+	for _, c := range cols {
+		tb := table
+		if name, ok := strings.CutPrefix(c, "dead."); ok {
+			tb, c = table+"_dead", name
+		}
+		types, ok := columnTypes[c]
+		if !ok {
+			t.Fatalf("addColumns: no column %q", c)
+		}
+		typ := types[0]
+		switch {
+		case e.IsMySQL():
+			typ = types[1]
+		case e.IsSQLite():
+			typ = types[2]
+		}
+		mustExec(t, e, db, "ALTER TABLE "+tb+" ADD COLUMN "+c+" "+typ)
+	}
+}
+
+// columnTypes are the optional columns' types on PostgreSQL, MySQL and
+// SQLite.
+var columnTypes = map[string][3]string{
+	"last_error":  {"text", "text NULL", "TEXT"},
+	"priority":    {"integer NOT NULL DEFAULT 0", "integer NOT NULL DEFAULT 0", "INTEGER NOT NULL DEFAULT 0"},
+	"enqueued_at": {"timestamptz", "DATETIME(6) NULL", "TEXT"},
+	"dead_at":     {"timestamptz", "DATETIME(6) NULL", "TEXT"},
+}
+
 // dropAtEnd drops tables after a passing test; a failing one leaves them
 // to look at.
 func dropAtEnd(t *testing.T, e Engine, db *sql.DB, tables ...string) {

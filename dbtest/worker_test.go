@@ -15,7 +15,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -1065,37 +1064,7 @@ func workBatchTwoPools(t *testing.T, e Engine, jobs int, prepare bool) {
 		mu.Unlock()
 		return nil
 	}
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for i := range loops {
-		q := []*inbox.Queue{q1, q2}[i%2]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(i), 7))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				// Each run is cut off after a random stretch.
-				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(20_000))*time.Microsecond)
-				if err := worker.Run(ctx, q, cfg, handle); err != nil {
-					t.Errorf("Work: %v", err)
-				}
-				cancel()
-			}
-		}()
-	}
-	workXUntil(t, "the drain", func() error {
-		if n := countRows(t, db1, table); n != 0 {
-			return fmt.Errorf("%d rows left", n)
-		}
-		return nil
-	})
-	close(stop)
-	wg.Wait()
+	workXRunCut(t, []*inbox.Queue{q1, q2}, loops, cfg, handle, func() int { return countRows(t, db1, table) })
 	mu.Lock()
 	defer mu.Unlock()
 	for _, err := range failures {

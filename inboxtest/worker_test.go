@@ -321,13 +321,19 @@ func TestWorkerLeaseLostSameExpiry(t *testing.T) {
 
 // workAll claims up to max jobs and acks each; it returns the ids.
 func workAll(ctx context.Context, q *inbox.Queue, max int) ([]any, error) {
+	return settleAll(ctx, q, max, (*inbox.Delivery).Ack)
+}
+
+// settleAll claims up to max jobs and settles each with settle; it returns
+// the ids settled.
+func settleAll(ctx context.Context, q *inbox.Queue, max int, settle func(*inbox.Delivery, context.Context) error) ([]any, error) {
 	ds, err := q.Claim(ctx, max)
 	if err != nil {
 		return nil, err
 	}
 	var ids []any
 	for _, d := range ds {
-		if err := d.Ack(ctx); err != nil {
+		if err := settle(d, ctx); err != nil {
 			return ids, err
 		}
 		ids = append(ids, d.ID())
@@ -648,27 +654,11 @@ func TestWorkerPoolRoom(t *testing.T) {
 		m.ExpectClaim(2, inboxtest.Job{ID: 1, Data: []any{nil}}, inboxtest.Job{ID: 2, Data: []any{nil}})
 		m.ExpectRelease(1)
 		m.ExpectRelease(2)
-		if ids, err := releaseAll(context.Background(), q, 2); err != nil || len(ids) != 2 {
+		if ids, err := settleAll(context.Background(), q, 2, (*inbox.Delivery).Release); err != nil || len(ids) != 2 {
 			t.Fatalf("%v: claimed %v, %v", q.Form(), ids, err)
 		}
 		met(t, mock)
 	}
-}
-
-// releaseAll claims up to max jobs and releases each; it returns the ids.
-func releaseAll(ctx context.Context, q *inbox.Queue, max int) ([]any, error) {
-	ds, err := q.Claim(ctx, max)
-	if err != nil {
-		return nil, err
-	}
-	var ids []any
-	for _, d := range ds {
-		if err := d.Release(ctx); err != nil {
-			return ids, err
-		}
-		ids = append(ids, d.ID())
-	}
-	return ids, nil
 }
 
 // The expectations are tight: a worker that does something else than

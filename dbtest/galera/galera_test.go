@@ -364,9 +364,9 @@ func runDrain(t *testing.T, h *harness, kill bool) {
 	if kill {
 		for _, f := range forms {
 			p := newProc("holder", f, victim)
-			l := p.line(t, 2*time.Minute)
+			l := p.Line(t, 2*time.Minute)
 			if !strings.HasPrefix(l, "HOLDING ") {
-				t.Fatalf("%s said %q, want HOLDING id attempt; stderr:\n%s", p.name, l, p.stderr)
+				t.Fatalf("%s said %q, want HOLDING id attempt; stderr:\n%s", p.Name, l, p.Stderr())
 			}
 			held[f.form] = strings.TrimPrefix(l, "HOLDING ")
 			holders = append(holders, p)
@@ -414,8 +414,8 @@ func runDrain(t *testing.T, h *harness, kill bool) {
 		}
 		for _, f := range forms {
 			for _, p := range f.procs {
-				if p.exited() {
-					t.Fatalf("%s exited on its own (%v) with %d jobs left; stderr:\n%s", p.name, p.err, all, p.stderr)
+				if p.Exited() {
+					t.Fatalf("%s exited on its own (%v) with %d jobs left; stderr:\n%s", p.Name, p.Err(), all, p.Stderr())
 				}
 			}
 		}
@@ -431,13 +431,13 @@ func runDrain(t *testing.T, h *harness, kill bool) {
 			killAt = time.Since(start)
 			heldUntil = leaseOf(t, first, forms[0].table, held["lease"])
 			for _, p := range holders {
-				fmt.Fprintln(p.stdin, "ACK")
+				fmt.Fprintln(p.Stdin(), "ACK")
 			}
 			for _, p := range holders {
-				l := p.line(t, 2*time.Minute)
+				l := p.Line(t, 2*time.Minute)
 				end, ok := strings.CutPrefix(l, "DONE ")
 				if !ok {
-					t.Fatalf("%s said %q, want DONE op; stderr:\n%s", p.name, l, p.stderr)
+					t.Fatalf("%s said %q, want DONE op; stderr:\n%s", p.Name, l, p.Stderr())
 				}
 				holderEnds = append(holderEnds, p.cfg.Form+":"+end)
 			}
@@ -469,14 +469,14 @@ func runDrain(t *testing.T, h *harness, kill bool) {
 	wall := time.Since(start)
 	for _, f := range forms {
 		for _, p := range f.procs {
-			if err := p.stop(time.Minute); err != nil {
-				t.Fatalf("%s: %v; stderr:\n%s", p.name, err, p.stderr)
+			if err := p.Stop(time.Minute); err != nil {
+				t.Fatalf("%s: %v; stderr:\n%s", p.Name, err, p.Stderr())
 			}
 		}
 	}
 	for _, p := range holders {
-		if err := p.stop(time.Minute); err != nil {
-			t.Fatalf("%s: %v; stderr:\n%s", p.name, err, p.stderr)
+		if err := p.Stop(time.Minute); err != nil {
+			t.Fatalf("%s: %v; stderr:\n%s", p.Name, err, p.Stderr())
 		}
 	}
 

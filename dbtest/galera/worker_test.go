@@ -2,7 +2,6 @@ package galera
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +20,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dbtest/internal/child"
 	"github.com/sqlinbox/inbox/dbtest/internal/ledger"
 )
 
@@ -421,34 +420,10 @@ func (w *worker) hold() error {
 	return nil
 }
 
-// proc is a running worker process.
+// proc is a running worker process and what it was told.
 type proc struct {
-	name   string
-	cfg    childConfig
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string // stdout, line by line; closed at EOF
-	stderr *syncBuffer
-	done   chan struct{} // closed once it exited
-	err    error         // Wait's result, set before done closes
-}
-
-// syncBuffer is a bytes.Buffer safe for os/exec's copying goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	*child.Proc
+	cfg childConfig
 }
 
 // startProc starts the test binary as a worker. It is killed, if still
@@ -456,102 +431,18 @@ func (b *syncBuffer) String() string {
 // also stops by itself when its stdin closes.
 func startProc(t testing.TB, name string, cfg childConfig) *proc {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	js, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{name: name, cfg: cfg, lines: make(chan string, 16), stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(exe, "-test.run=^$")
-	p.cmd.Env = append(os.Environ(), childEnv+"="+string(js))
-	p.cmd.Stderr = p.stderr
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			for range p.lines {
-			}
-			<-p.done
-		}
-	})
-	return p
-}
-
-// line waits for the worker's next line on stdout.
-func (p *proc) line(t testing.TB, timeout time.Duration) string {
-	t.Helper()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case l, ok := <-p.lines:
-		if !ok {
-			<-p.done
-			t.Fatalf("%s exited (%v) before printing a line; stderr:\n%s", p.name, p.err, p.stderr)
-		}
-		return l
-	case <-timer.C:
-		t.Fatalf("%s printed nothing in %v; stderr:\n%s", p.name, timeout, p.stderr)
-	}
-	return ""
-}
-
-// exited reports whether the worker has exited.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop closes the worker's stdin and waits up to timeout for it to exit.
-func (p *proc) stop(timeout time.Duration) error {
-	p.stdin.Close()
-	go func() {
-		for range p.lines {
-		}
-	}()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case <-p.done:
-		return p.err
-	case <-timer.C:
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return fmt.Errorf("%s did not exit within %v of being asked to stop", p.name, timeout)
-	}
+	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return &proc{Proc: child.Start(t, name, attr, childEnv+"="+string(js)), cfg: cfg}
 }
 
 // stats parses the worker's STATS line.
 func (p *proc) stats() map[string]int {
 	m := map[string]int{}
-	for _, l := range strings.Split(p.stderr.String(), "\n") {
+	for _, l := range strings.Split(p.Stderr(), "\n") {
 		rest, ok := strings.CutPrefix(l, "STATS ")
 		if !ok {
 			continue
