@@ -28,6 +28,12 @@ func (advisoryForm) settle(ctx context.Context, d *Delivery, tx *sql.Tx, o outco
 
 func (advisoryForm) leased() bool { return false }
 
+// held: the delivery holds the key's lock until it lets it go.
+func (advisoryForm) held(*Delivery) bool { return true }
+
+// finished lets the key's lock and the connection go.
+func (advisoryForm) finished(ctx context.Context, d *Delivery) { d.unlock(ctx) }
+
 // shutdown lets the lock and connection go, as Release does.
 func (advisoryForm) shutdown(ctx context.Context, d *Delivery) error { return d.Release(ctx) }
 

@@ -26,6 +26,12 @@ type form interface {
 	// delivery's token; other forms hold a job by a session, so that
 	// neither the job nor a delivery's outcome can move while it lives.
 	leased() bool
+	// held reports that no other claim can have taken d's job by now, so
+	// that a row gone is a job cancelled, not a lease lost.
+	held(d *Delivery) bool
+	// finished lets go of what the form still holds for d once d is
+	// settled by a verdict learnt later; d.mu is held.
+	finished(ctx context.Context, d *Delivery)
 }
 
 func formOf(f Form) form {

@@ -32,6 +32,12 @@ func (leaseForm) settle(ctx context.Context, d *Delivery, tx *sql.Tx, o outcome,
 
 func (leaseForm) leased() bool { return true }
 
+// held: until its lease could have run out, measured from when its expiry
+// was sent.
+func (leaseForm) held(d *Delivery) bool { return d.q.monoNow().Before(d.sentAt.Add(d.q.lease)) }
+
+func (leaseForm) finished(context.Context, *Delivery) {}
+
 // shutdown: the job keeps its lease and may still settle: the keeper
 // extends no more, and stops the handler by the lease's end.
 func (leaseForm) shutdown(_ context.Context, d *Delivery) error {

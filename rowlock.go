@@ -33,6 +33,12 @@ func (rowLockForm) settle(ctx context.Context, d *Delivery, _ *sql.Tx, o outcome
 
 func (rowLockForm) leased() bool { return false }
 
+// held: a row-lock settlement learns nothing later; it ends the
+// transaction that held the row.
+func (rowLockForm) held(*Delivery) bool { return false }
+
+func (rowLockForm) finished(context.Context, *Delivery) {}
+
 // shutdown rolls the held transaction back, as Release does.
 func (rowLockForm) shutdown(ctx context.Context, d *Delivery) error { return d.Release(ctx) }
 

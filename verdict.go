@@ -200,7 +200,7 @@ func (q *Queue) forgetUnconfirmed(d *Delivery) {
 // an advisory lock always (d holds the key).
 func (d *Delivery) learn(ctx context.Context, ex Executor) error {
 	q := d.q
-	held := q.names.Form == Advisory || q.form.leased() && q.monoNow().Before(d.sentAt.Add(q.lease))
+	held := q.form.held(d)
 	var r rowState
 	var err error
 	if p := d.pending; p != nil || held {
@@ -365,8 +365,6 @@ func (d *Delivery) Committed(tx *sql.Tx) error {
 // advisory delivery lets its lock go.
 func (d *Delivery) finish(ctx context.Context) {
 	d.settled = true
-	if d.q.names.Form == Advisory {
-		d.unlock(ctx)
-	}
+	d.q.form.finished(ctx, d)
 	d.endKeeper()
 }
