@@ -11,10 +11,11 @@
 // only where asked to: a [Batcher] holds a settlement up to its MaxWait to
 // gather others. Nothing it holds is let go by the garbage collector:
 // [Queue.Close] closes what [Config.Prepare] prepared, and its process-wide
-// state (the connections and advisory keys of jobs in work, the channels
-// of [Queue.NextWake]) lasts only while a job or a wait uses it. The worker
-// loop that polls and sleeps is package github.com/sqlinbox/inbox/worker,
-// written on this package's exported API.
+// state lasts only while something uses it: the connections and advisory
+// keys of jobs in work until they settle, a table's [Queue.NextWake]
+// channel from a wait to the next wake-up. The worker loop that polls and
+// sleeps is package github.com/sqlinbox/inbox/worker, written on this
+// package's exported API.
 package inbox
 
 import (
