@@ -425,9 +425,10 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 // [Config.Prepare], which database/sql keeps until they are closed: those
 // shared with queues [Queue.WithLease] made are closed with the last of
 // them. A queue without Config.Prepare holds nothing Close lets go of.
-// Close neither settles nor gives back jobs in work ([Queue.Shutdown]
-// does); a queue used after it sends its statements as text. Closing twice
-// does nothing more.
+// Call it once no call of the queue is running: a statement in flight may
+// fail with database/sql's "statement is closed". Close neither settles nor
+// gives back jobs in work ([Queue.Shutdown] does); a queue used after it
+// sends its statements as text. Closing twice does nothing more.
 func (q *Queue) Close() error {
 	if q.stmts == nil || q.closed.Swap(true) {
 		return nil
