@@ -213,3 +213,58 @@ func workXShutdownCut(t *testing.T, qs []*inbox.Queue, loops int, handle worker.
 	close(stop)
 	wg.Wait()
 }
+
+// TestWorkShutdownLeaseExtended: a lease job's lease (2 s, extended each
+// second) is still extended through a grace period longer than it (3 s):
+// the lease stored moves past the one held when the loops' context ended,
+// and the handler's context ends with worker.ErrShutdown, not with
+// inbox.ErrLeaseLost at the lease's end, as it did when a shutdown paused
+// the keepers. The job is then released, its attempt not spent.
+func TestWorkShutdownLeaseExtended(t *testing.T) {
+	const lease, grace = 2 * time.Second, 3 * time.Second
+	eachEngine(t, nil, func(t *testing.T, e Engine) {
+		db := e.Open(t, workXLoops+2)
+		table := newTable(t, e, db, "work_shutdown_extended")
+		cfg := queueConfig(e, Table(table, "lease"), nil)
+		cfg.Lease = lease
+		q := newQueue(t, db, cfg)
+		id := enqueueOne(t, q, db, "extended")
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		started, cause := make(chan struct{}, 1), make(chan error, 1)
+		returned := make(chan error, workXLoops)
+		for range workXLoops {
+			go func() {
+				returned <- worker.Run(ctx, q, worker.Config{Poll: workXNever, Grace: grace}, func(hctx context.Context, d *inbox.Delivery) error {
+					started <- struct{}{}
+					<-hctx.Done()
+					cause <- context.Cause(hctx)
+					return hctx.Err()
+				})
+			}()
+		}
+		workXRecv(t, started, "the handler")
+		held := lockedUntilOf(t, e, db, table, id)
+		cancel()
+		workXUntil(t, "an extension during the grace period", func() error {
+			if now := lockedUntilOf(t, e, db, table, id); !now.After(held) {
+				return fmt.Errorf("lease %v, still the %v held at the shutdown", now, held)
+			}
+			return nil
+		})
+		if err := workXRecv(t, cause, "the handler's cause"); !errors.Is(err, worker.ErrShutdown) {
+			t.Errorf("the handler's context ended with cause %v, want worker.ErrShutdown", err)
+		}
+		for range workXLoops {
+			if err := workXRecv(t, returned, "the loops' return"); err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}
+		if n := attemptOf(t, e, db, table, id); n != 1 {
+			t.Errorf("attempt %d after the shutdown, want 1", n)
+		}
+		if until := lockedUntilOf(t, e, db, table, id); !until.IsZero() {
+			t.Errorf("lease %v after the shutdown, want NULL", until)
+		}
+	})
+}
