@@ -8,10 +8,11 @@ package main
 import (
 	"context"
 	"database/sql"
-	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sqlinbox/inbox/internal/optin"
 )
 
 func TestDrain(t *testing.T) {
@@ -84,11 +85,8 @@ func needEngine(t *testing.T, name string) engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.env != "" && os.Getenv(e.env) == "" {
-		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-			t.Fatalf("%s is not set and INBOX_REQUIRE_DBS=1", e.env)
-		}
-		t.Skipf("%s is not set: skipping %s on %s (set INBOX_REQUIRE_DBS=1 to make this a failure)", e.env, t.Name(), name)
+	if e.env != "" {
+		optin.DSN(t, e.env, "the bench runs on "+name)
 	}
 	return e
 }

@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/sqlinbox/inbox/dbtest/internal/optin"
+	"github.com/sqlinbox/inbox/internal/optin"
 )
 
 // TestMain runs the suite, then checks its hygiene: no goroutine left

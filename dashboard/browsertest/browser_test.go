@@ -31,6 +31,7 @@ import (
 
 	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/dashboard"
+	"github.com/sqlinbox/inbox/internal/optin"
 	"github.com/sqlinbox/inbox/metrics"
 	"github.com/sqlinbox/inbox/worker"
 )
@@ -52,7 +53,7 @@ func browser(t *testing.T) context.Context {
 		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
 			t.Fatal("no chromium on PATH (apt-get install -y chromium), and INBOX_REQUIRE_DBS=1")
 		}
-		t.Skip("no chromium on PATH: apt-get install -y chromium (set INBOX_REQUIRE_DBS=1 to make this a failure)")
+		optin.Skip(t, "no chromium on PATH: skipped the browser tests; apt-get install -y chromium (INBOX_REQUIRE_DBS=1 makes that a failure)")
 	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
@@ -175,7 +176,7 @@ func newFixture(t *testing.T, e engine, dashNow func() time.Time) *fixture {
 		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
 			t.Fatalf("%s: no DSN and INBOX_REQUIRE_DBS=1", e.name)
 		}
-		t.Skipf("%s: no DSN (INBOX_POSTGRES_DSN, INBOX_MYSQL_DSN)", e.name)
+		optin.Skip(t, e.name+": no DSN (INBOX_POSTGRES_DSN, INBOX_MYSQL_DSN): skipped the browser tests on it (INBOX_REQUIRE_DBS=1 makes that a failure)")
 	}
 	db, err := sql.Open(e.driver, dsn)
 	if err != nil {

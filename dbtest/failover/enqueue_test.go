@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
-	"github.com/sqlinbox/inbox/dbtest/internal/optin"
+	"github.com/sqlinbox/inbox/internal/optin"
 )
 
 // TestFailoverEnqueue enqueues and acknowledges flat out on the primary up

@@ -24,7 +24,7 @@ import (
 
 	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/dbtest/internal/ledger"
-	"github.com/sqlinbox/inbox/dbtest/internal/optin"
+	"github.com/sqlinbox/inbox/internal/optin"
 )
 
 // TestMain checks that a passing run leaves no goroutine behind: keepers,

@@ -40,7 +40,7 @@ import (
 
 	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/dbtest/internal/ledger"
-	"github.com/sqlinbox/inbox/dbtest/internal/optin"
+	"github.com/sqlinbox/inbox/internal/optin"
 )
 
 // TestMain runs the suite, or a worker process when childEnv is set, and

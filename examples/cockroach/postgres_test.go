@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/optin"
 )
 
 // TestOnPostgres runs the dialect's statements on the PostgreSQL server of
@@ -22,13 +22,7 @@ import (
 // plans or how it retries. Its tables stand for Schema's, in PostgreSQL's
 // types.
 func TestOnPostgres(t *testing.T) {
-	dsn := os.Getenv("INBOX_POSTGRES_DSN")
-	if dsn == "" {
-		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-			t.Fatal("INBOX_POSTGRES_DSN is not set and INBOX_REQUIRE_DBS=1")
-		}
-		t.Skip("INBOX_POSTGRES_DSN is not set: skipping the run of the statements on PostgreSQL (set INBOX_REQUIRE_DBS=1 to make this a failure)")
-	}
+	dsn := optin.DSN(t, "INBOX_POSTGRES_DSN", "the run of the statements on PostgreSQL")
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)

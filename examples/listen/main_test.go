@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"database/sql"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/optin"
 )
 
 // TestListen runs the worker process and, in the same test, the enqueuing
@@ -17,13 +17,7 @@ import (
 // relayed the notification. The worker then returns nil when its context
 // ends.
 func TestListen(t *testing.T) {
-	dsn := os.Getenv("INBOX_POSTGRES_DSN")
-	if dsn == "" {
-		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-			t.Fatal("INBOX_POSTGRES_DSN is not set and INBOX_REQUIRE_DBS=1: the listen example must run")
-		}
-		t.Skip("INBOX_POSTGRES_DSN is not set: skipping the listen example (set INBOX_REQUIRE_DBS=1 to make this a failure)")
-	}
+	dsn := optin.DSN(t, "INBOX_POSTGRES_DSN", "the listen example")
 	dropTables(t, dsn)
 	t.Cleanup(func() { dropTables(t, dsn) })
 	ctx, cancel := context.WithCancel(context.Background())

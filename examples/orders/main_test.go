@@ -5,24 +5,18 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sqlinbox/inbox/internal/optin"
 )
 
 // dsn returns the DSN in env, skipping the test when it is unset, or failing
 // it under INBOX_REQUIRE_DBS=1.
 func dsn(t *testing.T, env string) string {
 	t.Helper()
-	v := os.Getenv(env)
-	if v == "" {
-		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-			t.Fatalf("%s is not set and INBOX_REQUIRE_DBS=1: the orders example must run", env)
-		}
-		t.Skipf("%s is not set: skipping the orders example on this database (set INBOX_REQUIRE_DBS=1 to make this a failure)", env)
-	}
-	return v
+	return optin.DSN(t, env, "the orders example on its database")
 }
 
 // TestOrders runs the example on PostgreSQL with both drivers and on

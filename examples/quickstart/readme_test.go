@@ -16,6 +16,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/optin"
 )
 
 // The repository's documents and schema files, relative to this directory.
@@ -618,12 +619,5 @@ func open(t *testing.T, driver, dsn string) *sql.DB {
 // it under INBOX_REQUIRE_DBS=1.
 func dsn(t *testing.T, env string) string {
 	t.Helper()
-	v := os.Getenv(env)
-	if v == "" {
-		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-			t.Fatalf("%s is not set and INBOX_REQUIRE_DBS=1: the schema files must be tried on it", env)
-		}
-		t.Skipf("%s is not set: skipping the schema file on it (set INBOX_REQUIRE_DBS=1 to make this a failure)", env)
-	}
-	return v
+	return optin.DSN(t, env, "the schema files on its database")
 }

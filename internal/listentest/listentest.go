@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/optin"
 	"github.com/sqlinbox/inbox/worker"
 )
 
@@ -91,14 +92,7 @@ func childEnqueue(d Driver, table string) error {
 // under INBOX_REQUIRE_DBS=1).
 func dsn(t *testing.T) string {
 	t.Helper()
-	v := os.Getenv("INBOX_POSTGRES_DSN")
-	if v == "" {
-		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-			t.Fatal("INBOX_POSTGRES_DSN is not set and INBOX_REQUIRE_DBS=1")
-		}
-		t.Skip("INBOX_POSTGRES_DSN is not set: skipping the listener tests")
-	}
-	return v
+	return optin.DSN(t, "INBOX_POSTGRES_DSN", "the listener tests")
 }
 
 // withAppName names the sessions a DSN opens, so that the test can find the

@@ -1,8 +1,11 @@
-// Package optin gates the suites that boot servers of their own (a Galera
-// cluster, a PostgreSQL primary and standby): they run only when
-// INBOX_CLUSTER_SUITES=1, which CI sets, so that the README's test command
-// starts nothing a newcomer did not ask for. A skipped suite says so at the
-// end of its package's run (Notice).
+// Package optin says which suites the README's test command skipped, where
+// its reader sees it, and gates the suites that boot servers of their own
+// (a Galera cluster, a PostgreSQL primary and standby): they run only when
+// INBOX_CLUSTER_SUITES=1, which CI sets, so that the command starts nothing
+// a newcomer did not ask for. A suite skipped for want of a database or a
+// tool says so with Skip; a package whose whole suite skipped says so at
+// the end of its run with Notice. It is test support for every module of
+// the repository (dbtest, the examples, bench, the listener modules).
 package optin
 
 import (
@@ -10,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -27,6 +31,58 @@ func Require(t testing.TB, suite string) {
 	t.Helper()
 	if !Enabled() {
 		t.Skipf("%s: skipped; set %s=1 to run it", suite, Env)
+	}
+}
+
+// DSN returns the variable env, a database's data source. Without it, t
+// fails under INBOX_REQUIRE_DBS=1, as in CI, where a missing database is a
+// defect; otherwise it skips, saying that env is not set and that it
+// skipped what (Skip).
+func DSN(t testing.TB, env, what string) string {
+	t.Helper()
+	v := os.Getenv(env)
+	if v == "" {
+		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
+			t.Fatalf("%s is not set and INBOX_REQUIRE_DBS=1: %s must run", env, what)
+		}
+		Skip(t, env+" is not set: skipped "+what+" (INBOX_REQUIRE_DBS=1 makes that a failure)")
+	}
+	return v
+}
+
+// Skip skips t with why, which it also says once per test binary through
+// Notice, after the package's directory: without -v, go test on a list of
+// packages shows no t.Skip message of a passing package. Under -v the
+// skip's message is shown as it is.
+func Skip(t testing.TB, why string) {
+	t.Helper()
+	if _, said := skipsSaid.LoadOrStore(why, true); !said && !testing.Verbose() {
+		Notice(packageDir() + ": " + why + "\n")
+	}
+	t.Skip(why)
+}
+
+var skipsSaid sync.Map
+
+// packageDir is the directory of the package under test, which go test
+// runs its binary in, from the repository's root (the directory of
+// go.work); its last element when there is no such root.
+func packageDir() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return filepath.Base(os.Args[0])
+	}
+	for dir := wd; ; {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			if rel, err := filepath.Rel(dir, wd); err == nil {
+				return filepath.ToSlash(rel)
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return filepath.Base(wd)
+		}
+		dir = parent
 	}
 }
 

@@ -7,14 +7,19 @@ import (
 	"testing"
 )
 
-const notice = "skipping: skipped the example suite: set INBOX_CLUSTER_SUITES=1 to run it."
+// The lines testdata/skipping says: Notice's at its end, Skip's at its
+// database tests' skip.
+const (
+	notice     = "skipping: skipped the example suite: set INBOX_CLUSTER_SUITES=1 to run it."
+	skipNotice = "internal/optin/testdata/skipping: INBOX_POSTGRES_DSN is not set: skipped the example database tests (INBOX_REQUIRE_DBS=1 makes that a failure)"
+)
 
 // TestNoticeInPipedRun runs go test as the README's command does, on a list
-// of packages whose first skips its suite (testdata/skipping), with the
-// output in a pipe as in a CI log, without the variables: the notice must
-// be in the captured output once, after the skipped suite's test and before
-// its package's ok line, with or without -v. (Before, it went to /dev/tty
-// and a pipe never saw it.)
+// of packages whose first skips its suites (testdata/skipping), with the
+// output in a pipe as in a CI log, without the variables: Notice's line
+// must be in the captured output once, just before the package's ok line,
+// with or without -v (before, it went to /dev/tty and a pipe never saw
+// it), and Skip's reason, given by two tests, once before it without -v.
 func TestNoticeInPipedRun(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -32,11 +37,13 @@ func TestNoticeInPipedRun(t *testing.T) {
 			t.Fatalf("go %s: %v\n%s", strings.Join(cmd.Args[1:], " "), err, out)
 		}
 		lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-		at, ok, seen := -1, -1, 0
+		at, ok, seen, skipAt, skips := -1, -1, 0, -1, 0
 		for i, l := range lines {
 			switch {
 			case l == notice:
 				at, seen = i, seen+1
+			case l == skipNotice:
+				skipAt, skips = i, skips+1
 			case strings.HasPrefix(l, "ok  \t") && strings.HasSuffix(strings.Fields(l)[1], "/testdata/skipping"):
 				ok = i
 			}
@@ -44,6 +51,9 @@ func TestNoticeInPipedRun(t *testing.T) {
 		if seen != 1 || at > ok || ok != at+1 {
 			t.Errorf("-v %v: the notice %d times, at line %d, the skipping package's ok at %d; want it once, just before the ok line:\n%s",
 				verbose, seen, at, ok, out)
+		}
+		if !verbose && (skips != 1 || skipAt > at) {
+			t.Errorf("the skip's reason %d times, at line %d; want it once, before line %d:\n%s", skips, skipAt, at, out)
 		}
 	}
 }
