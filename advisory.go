@@ -28,6 +28,10 @@ func (advisoryForm) settle(ctx context.Context, d *Delivery, tx *sql.Tx, o outco
 
 func (advisoryForm) leased() bool { return false }
 
+// holdsConn: the session of the key's lock, where the engine has session
+// locks; SQLite's keys are held by the process alone.
+func (advisoryForm) holdsConn(q *Queue) bool { return q.locker != nil }
+
 // held: the delivery holds the key's lock until it lets it go.
 func (advisoryForm) held(*Delivery) bool { return true }
 

@@ -26,6 +26,9 @@ type form interface {
 	// delivery's token; other forms hold a job by a session, so that
 	// neither the job nor a delivery's outcome can move while it lives.
 	leased() bool
+	// holdsConn reports that each job in work holds a connection of q's
+	// pool until it settles (the pool rule: Claim never takes the last).
+	holdsConn(q *Queue) bool
 	// held reports that no other claim can have taken d's job by now, so
 	// that a row gone is a job cancelled, not a lease lost.
 	held(d *Delivery) bool

@@ -32,6 +32,8 @@ func (leaseForm) settle(ctx context.Context, d *Delivery, tx *sql.Tx, o outcome,
 
 func (leaseForm) leased() bool { return true }
 
+func (leaseForm) holdsConn(*Queue) bool { return false }
+
 // held: until its lease could have run out, measured from when its expiry
 // was sent.
 func (leaseForm) held(d *Delivery) bool { return d.q.monoNow().Before(d.sentAt.Add(d.q.lease)) }

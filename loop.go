@@ -29,7 +29,7 @@ func (q *Queue) Config() Config {
 // SQLite's advisory form and a pool without a limit are unbounded. A loop
 // reads it to refuse more workers than the pool can serve.
 func (q *Queue) MaxInWork() int {
-	if q.form.leased() || (q.names.Form == Advisory && q.locker == nil) {
+	if !q.form.holdsConn(q) {
 		return -1
 	}
 	max := q.db.Stats().MaxOpenConnections

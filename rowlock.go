@@ -33,6 +33,9 @@ func (rowLockForm) settle(ctx context.Context, d *Delivery, _ *sql.Tx, o outcome
 
 func (rowLockForm) leased() bool { return false }
 
+// holdsConn: the held transaction's.
+func (rowLockForm) holdsConn(*Queue) bool { return true }
+
 // held: a row-lock settlement learns nothing later; it ends the
 // transaction that held the row.
 func (rowLockForm) held(*Delivery) bool { return false }
