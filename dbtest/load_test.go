@@ -2,7 +2,6 @@ package dbtest
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -311,7 +310,9 @@ func loadXRun(t *testing.T, e Engine, form string, jobs int64, kill bool) loadXR
 			t.Fatalf("%s: %v", s, err)
 		}
 	}
-	loadXFill(t, e, db, table, jobs)
+	if err := ledger.Fill(db, table, jobs, []byte("load"), func(q string) string { return bind(e, q) }); err != nil {
+		t.Fatal(err)
+	}
 
 	shape := loadXShapeOf(e, form)
 	ledgers := t.TempDir()
@@ -487,28 +488,6 @@ func loadXIndexes(e Engine, form, table string) []string {
 			"CREATE INDEX " + table + "_lu ON " + table + " (locked_until)"}
 	}
 	return []string{"CREATE INDEX " + table + "_claimable ON " + table + " (locked_until, id)"}
-}
-
-// loadXFill inserts jobs 1..n into table, a few hundred rows per statement.
-func loadXFill(t testing.TB, e Engine, db *sql.DB, table string, n int64) {
-	t.Helper()
-	const chunk = 500
-	for lo := int64(1); lo <= n; lo += chunk {
-		hi := min(lo+chunk-1, n)
-		var b strings.Builder
-		args := make([]any, 0, 2*chunk)
-		b.WriteString("INSERT INTO " + table + " (id, payload) VALUES ")
-		for id := lo; id <= hi; id++ {
-			if id > lo {
-				b.WriteString(", ")
-			}
-			b.WriteString("(?, ?)")
-			args = append(args, id, []byte("load"))
-		}
-		if _, err := db.Exec(bind(e, b.String()), args...); err != nil {
-			t.Fatalf("filling %s: %v", table, err)
-		}
-	}
 }
 
 // loadXTrail returns, for the job a worker's error names ("job N"), every

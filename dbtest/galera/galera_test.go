@@ -579,25 +579,11 @@ func btoi(b bool) int {
 	return 0
 }
 
-// fill inserts jobs 1..n into table, a few hundred rows per statement.
+// fill inserts jobs 1..n into table.
 func fill(t testing.TB, db *sql.DB, table string, n int64) {
 	t.Helper()
-	const chunk = 500
-	for lo := int64(1); lo <= n; lo += chunk {
-		hi := min(lo+chunk-1, n)
-		var b strings.Builder
-		args := make([]any, 0, 2*chunk)
-		b.WriteString("INSERT INTO " + table + " (id, payload) VALUES ")
-		for id := lo; id <= hi; id++ {
-			if id > lo {
-				b.WriteString(", ")
-			}
-			b.WriteString("(?, ?)")
-			args = append(args, id, []byte("galera"))
-		}
-		if _, err := db.Exec(b.String(), args...); err != nil {
-			t.Fatalf("filling %s: %v", table, err)
-		}
+	if err := ledger.Fill(db, table, n, []byte("galera"), nil); err != nil {
+		t.Fatal(err)
 	}
 }
 

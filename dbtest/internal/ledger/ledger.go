@@ -12,6 +12,7 @@ package ledger
 
 import (
 	"bufio"
+	"database/sql"
 	"fmt"
 	"os"
 	"sort"
@@ -277,4 +278,32 @@ func unrecordedAck(procs []Proc, ds []*delivery) *delivery {
 		}
 	}
 	return best
+}
+
+// Fill inserts the jobs a run checks, ids 1..n, into table with payload, a
+// few hundred rows per statement; bind rewrites its ? placeholders for the
+// engine, nil for none.
+func Fill(db *sql.DB, table string, n int64, payload []byte, bind func(string) string) error {
+	const chunk = 500
+	for lo := int64(1); lo <= n; lo += chunk {
+		hi := min(lo+chunk-1, n)
+		var b strings.Builder
+		args := make([]any, 0, 2*chunk)
+		b.WriteString("INSERT INTO " + table + " (id, payload) VALUES ")
+		for id := lo; id <= hi; id++ {
+			if id > lo {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?)")
+			args = append(args, id, payload)
+		}
+		q := b.String()
+		if bind != nil {
+			q = bind(q)
+		}
+		if _, err := db.Exec(q, args...); err != nil {
+			return fmt.Errorf("filling %s: %w", table, err)
+		}
+	}
+	return nil
 }
