@@ -83,7 +83,7 @@ func (dialect) Statements(n *inbox.Names) (*inbox.Statements, error) {
 			"FOR UPDATE locks best-effort under SERIALIZABLE: use the lease form (Table.LockedUntil)")
 	}
 	for _, c := range []struct{ field, col string }{
-		{"LastError", n.LastError}, {"Priority", n.Priority}, {"EnqueuedAt", n.EnqueuedAt}, {"NotifyChannel", n.NotifyChannel},
+		{"Priority", n.Priority}, {"EnqueuedAt", n.EnqueuedAt}, {"NotifyChannel", n.NotifyChannel},
 	} {
 		if c.col != "" {
 			return nil, fmt.Errorf("cockroachdb: this dialect has no statements for %s (%s)", c.field, c.col)
@@ -188,6 +188,16 @@ func leaseStatements(n *inbox.Names) *inbox.Statements {
 	}
 	now, until, token := clock(n)
 	st := &inbox.Statements{}
+	// The optional last error: a claim returns it after the data, and a
+	// Retry or Dead that records none keeps the row's. Its parameter is
+	// cast: NULL for none has no type of its own.
+	extra, setError, deadError := "", func(s *stmt) *stmt { return s }, ""
+	if le := n.LastError; le != "" {
+		extra, deadError = ", "+le, ", "+le
+		setError = func(s *stmt) *stmt {
+			return s.sql(", ", le, " = COALESCE(").cast(inbox.ArgError, "TEXT").sql(", ", le, ")")
+		}
+	}
 
 	// Claim: one statement, an implicit transaction, which CockroachDB
 	// retries by itself on a conflict while its result stays under 16 KiB
@@ -204,7 +214,7 @@ func leaseStatements(n *inbox.Names) *inbox.Statements {
 	c.sql("UPDATE ", t, " SET ", att, " = ", att, " + 1, ", lease, " = ")
 	until(c).sql(" WHERE ", id, " IN (SELECT ", id, " FROM ", t, " WHERE ", lease, " IS NULL OR ", lease, " <= ")
 	now(c).sql(" ORDER BY ", id, " LIMIT ").arg(inbox.ArgLimit).sql(" FOR UPDATE SKIP LOCKED) AND (", lease, " IS NULL OR ", lease, " <= ")
-	now(c).sql(") RETURNING ", id, ", ", att, " - 1, ", lease, data)
+	now(c).sql(") RETURNING ", id, ", ", att, " - 1, ", lease, data, extra)
 	st.Claim = c.query()
 
 	// Extend: with the engine's clock the new expiry is the engine's to
@@ -221,7 +231,7 @@ func leaseStatements(n *inbox.Names) *inbox.Statements {
 
 	st.Ack = token((&stmt{}).sql("DELETE FROM ", t, " WHERE ")).exec()
 	r := &stmt{}
-	until(r.sql("UPDATE ", t, " SET ", lease, " = "))
+	setError(until(r.sql("UPDATE ", t, " SET ", lease, " = ")))
 	st.Retry = token(r.sql(" WHERE ")).exec()
 	st.Release = token((&stmt{}).sql("UPDATE ", t, " SET ", lease, " = NULL, ", att, " = ", att, " - 1 WHERE ")).exec()
 
@@ -234,8 +244,12 @@ func leaseStatements(n *inbox.Names) *inbox.Statements {
 		// type from.
 		d := &stmt{}
 		token(d.sql("WITH gone AS (DELETE FROM ", t, " WHERE "))
-		d.sql(" RETURNING ", id, data, ") INSERT INTO ", n.Dead, " (", id, ", ", att, data, ") SELECT ", id, ", ")
-		st.DeadInsert = d.cast(inbox.ArgDelivered, "INT8").sql(data, " FROM gone").exec()
+		d.sql(" RETURNING ", id, data, extra, ") INSERT INTO ", n.Dead, " (", id, ", ", att, data, deadError, ") SELECT ", id, ", ")
+		d.cast(inbox.ArgDelivered, "INT8").sql(data)
+		if n.LastError != "" {
+			d.sql(", COALESCE(").cast(inbox.ArgError, "TEXT").sql(", ", n.LastError, ")")
+		}
+		st.DeadInsert = d.sql(" FROM gone").exec()
 	}
 
 	// Enqueue: RETURNING gives the id, whatever generates it
@@ -312,6 +326,11 @@ func (dialect) CheckSchema(ctx context.Context, db *sql.DB, n *inbox.Names) ([]s
 			schema, name string
 			cols         []string
 		}{n.DeadSchema, n.DeadName, append([]string{n.ID, n.Attempt}, n.Data...)})
+	}
+	if n.LastError != "" {
+		for i := range tables {
+			tables[i].cols = append(tables[i].cols, n.LastError)
+		}
 	}
 	const q = "SELECT column_name, data_type FROM information_schema.columns " +
 		"WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2"

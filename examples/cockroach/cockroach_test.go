@@ -384,3 +384,50 @@ func TestBatch(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestLastError: with Table.LastError a claim returns the text, a Retry or
+// Dead writes the one the handler recorded (SetError) and keeps the row's
+// without one.
+func TestLastError(t *testing.T) {
+	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	table := jobsTable
+	table.LastError = "last_error"
+	q, err := inbox.New(db, inbox.Config{Dialect: Dialect, Table: table, Lease: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	exp := time.Date(2025, 3, 14, 9, 27, 23, 0, time.UTC)
+	claim := strings.Replace(claimSQL, `"payload"`, `"payload", "last_error"`, 1)
+	mock.ExpectQuery(claim).WithArgs(leaseMicros, 1).WillReturnRows(sqlmock.NewRows([]string{"id", "attempt", "locked_until", "payload", "last_error"}).
+		AddRow(int64(7), int64(1), exp, []byte("x"), "boom"))
+	ds, err := q.Claim(ctx, 1)
+	if err != nil || len(ds) != 1 || ds[0].LastError() != "boom" {
+		t.Fatalf("Claim = %d, %v; want job 7 with its last error", len(ds), err)
+	}
+	mock.ExpectExec(`UPDATE "jobs" SET "locked_until" = statement_timestamp() + $1::INT8 * INTERVAL '1 microsecond', `+
+		`"last_error" = COALESCE($2::TEXT, "last_error") WHERE "id" = $3 AND "attempt" = $4 AND "locked_until" = $5`).
+		WithArgs(int64(time.Second/time.Microsecond), "again", int64(7), int64(2), exp).WillReturnResult(sqlmock.NewResult(0, 1))
+	ds[0].SetError(errors.New("again"))
+	if err := ds[0].Retry(ctx, time.Second); err != nil {
+		t.Fatalf("Retry = %v", err)
+	}
+	mock.ExpectQuery(claim).WithArgs(leaseMicros, 1).WillReturnRows(sqlmock.NewRows([]string{"id", "attempt", "locked_until", "payload", "last_error"}).
+		AddRow(int64(7), int64(2), exp, []byte("x"), "again"))
+	mock.ExpectExec(`WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 AND "locked_until" = $3 RETURNING "id", "payload", "last_error") `+
+		`INSERT INTO "jobs_dead" ("id", "attempt", "payload", "last_error") SELECT "id", $4::INT8, "payload", COALESCE($5::TEXT, "last_error") FROM gone`).
+		WithArgs(int64(7), int64(3), exp, int64(2), nil).WillReturnResult(sqlmock.NewResult(0, 1))
+	if ds, err = q.Claim(ctx, 1); err != nil || len(ds) != 1 {
+		t.Fatalf("Claim = %d, %v", len(ds), err)
+	}
+	if err := ds[0].Dead(ctx); err != nil {
+		t.Fatalf("Dead = %v", err)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Error(err)
+	}
+}

@@ -14,6 +14,18 @@ import (
 	"github.com/sqlinbox/inbox/internal/optin"
 )
 
+// postgresDB opens the PostgreSQL server of INBOX_POSTGRES_DSN.
+func postgresDB(t *testing.T) *sql.DB {
+	t.Helper()
+	dsn := optin.DSN(t, "INBOX_POSTGRES_DSN", "the run of the statements on PostgreSQL")
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
 // TestOnPostgres runs the dialect's statements on the PostgreSQL server of
 // INBOX_POSTGRES_DSN, whose grammar they also fit. No CockroachDB server
 // runs here: this shows the statements well formed, their parameters typed,
@@ -22,12 +34,7 @@ import (
 // plans or how it retries. Its tables stand for Schema's, in PostgreSQL's
 // types.
 func TestOnPostgres(t *testing.T) {
-	dsn := optin.DSN(t, "INBOX_POSTGRES_DSN", "the run of the statements on PostgreSQL")
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := postgresDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const jobs, dead = "ex_crdb_jobs", "ex_crdb_jobs_dead"
@@ -166,5 +173,50 @@ func TestOnPostgres(t *testing.T) {
 	}
 	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+jobs+" WHERE locked_until IS NULL AND attempt = 1").Scan(&left); err != nil || left != 1 {
 		t.Fatalf("%d released rows left (%v), want the one released", left, err)
+	}
+}
+
+// TestLastErrorOnPostgres: the error text a Retry records comes back with
+// the next claim, and a Dead without one moves the row's to the dead table.
+func TestLastErrorOnPostgres(t *testing.T) {
+	db := postgresDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const jobs, dead = "ex_crdb_errs", "ex_crdb_errs_dead"
+	for _, s := range []string{
+		"DROP TABLE IF EXISTS " + jobs + ", " + dead,
+		"CREATE TABLE " + jobs + " (id bigserial PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, locked_until timestamptz, payload bytea NOT NULL, last_error text)",
+		"CREATE TABLE " + dead + " (id bigint PRIMARY KEY, attempt integer NOT NULL, payload bytea NOT NULL, last_error text)",
+	} {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+jobs+", "+dead)
+	q, err := inbox.New(db, inbox.Config{Dialect: Dialect, Lease: 30 * time.Second,
+		Table: inbox.Table{Name: jobs, LockedUntil: "locked_until", DeadTable: dead, LastError: "last_error"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Enqueue(ctx, db, inbox.Job{Data: []any{[]byte("job")}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Claim(ctx, 1)
+	if err != nil || len(ds) != 1 || ds[0].LastError() != "" {
+		t.Fatalf("Claim = %d, %v", len(ds), err)
+	}
+	ds[0].SetError(errors.New("boom"))
+	if err := ds[0].Retry(ctx, 0); err != nil {
+		t.Fatalf("Retry = %v", err)
+	}
+	if ds, err = q.Claim(ctx, 1); err != nil || len(ds) != 1 || ds[0].LastError() != "boom" {
+		t.Fatalf("Claim after Retry = %d, %v; want the job with its error", len(ds), err)
+	}
+	if err := ds[0].Dead(ctx); err != nil {
+		t.Fatalf("Dead = %v", err)
+	}
+	var text string
+	if err := db.QueryRowContext(ctx, "SELECT last_error FROM "+dead).Scan(&text); err != nil || text != "boom" {
+		t.Fatalf("dead job's error %q, %v; want the row's boom", text, err)
 	}
 }
