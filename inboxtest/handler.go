@@ -97,6 +97,11 @@ func RunHandler(t testing.TB, handle worker.Handler, job Job, opts HandlerOption
 		t.Fatalf("inboxtest: run handler: %v", err)
 	}
 	r := Result{Outcome: end.Outcome, Delay: end.Delay, Err: end.Err, Attempt: d.Attempt()}
+	if end.Kind == 0 {
+		// The grace period had ended (a cancelled Context, Grace < 0):
+		// the job went back unrun.
+		r.Outcome = worker.OutcomeReleased
+	}
 	if end.SettleErr != nil {
 		t.Fatalf("inboxtest: run handler: the loop's settlement failed: %v", end.SettleErr)
 	}

@@ -102,6 +102,14 @@ func TestRunHandlerCauses(t *testing.T) {
 	if r.Outcome != worker.OutcomeRetried || r.Err == nil || !strings.Contains(r.Err.Error(), "kaboom") {
 		t.Errorf("panic: %+v, want retried with its text", r)
 	}
+	r = inboxtest.RunHandler(t, func(context.Context, *inbox.Delivery) error {
+		t.Error("the handler ran after the shutdown")
+		return nil
+	},
+		inboxtest.Job{Data: []any{[]byte("x")}}, inboxtest.HandlerOptions{Context: ctx, Worker: worker.Config{Grace: -1}})
+	if r.Outcome != worker.OutcomeReleased {
+		t.Errorf("a shutdown before the start: %+v, want released unrun", r)
+	}
 	noDead := inbox.Config{Dialect: inbox.SQLite, Lease: time.Minute, Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until"}}
 	r = inboxtest.RunHandler(t, func(context.Context, *inbox.Delivery) error { return worker.Permanent(errors.New("bad")) },
 		inboxtest.Job{Data: []any{[]byte("x")}}, inboxtest.HandlerOptions{Queue: noDead, Worker: worker.Config{RetryForever: true}})

@@ -252,6 +252,11 @@ func (w *loop) graceful(ctx context.Context) (hard context.Context, stop func())
 		timer = time.AfterFunc(w.grace, shut)
 		mu.Unlock()
 	})
+	if w.grace < 0 && ctx.Err() != nil {
+		// AfterFunc runs its function in a goroutine of its own: a ctx
+		// ended already ends hard before any handler may start.
+		shut()
+	}
 	return hard, func() {
 		stopAfter()
 		mu.Lock()
