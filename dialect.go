@@ -16,7 +16,8 @@ import (
 // The contract is open: another engine is added from outside the package by
 // implementing this interface with the exported types alone, as
 // examples/cockroach does for CockroachDB (the lease form, the only one its
-// engine can hold a job by, with its batched statements). It is a contract
+// engine can hold a job by, with its batched statements and the optional
+// columns). It is a contract
 // that grows, as goose's Querier does: a new optional column or feature
 // adds a field to [Names] and the statements that write it to
 // [Statements]. A dialect that does not write what a description names

@@ -71,8 +71,10 @@ func (dialect) ScanTime(src any) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("cockroachdb: time column returned %T, want time.Time (is the column TIMESTAMPTZ?)", src)
 }
 
-// Statements refuses every form but the lease, and the optional columns
-// these statements do not write, naming what to use instead.
+// Statements refuses every form but the lease, naming what to use instead,
+// and Config.NotifyChannel: CockroachDB has no LISTEN/NOTIFY. The optional
+// columns (LastError, Priority, EnqueuedAt, which Queue.Stats needs) are
+// written.
 func (dialect) Statements(n *inbox.Names) (*inbox.Statements, error) {
 	switch n.Form {
 	case inbox.Advisory:
@@ -82,12 +84,8 @@ func (dialect) Statements(n *inbox.Names) (*inbox.Statements, error) {
 		return nil, errors.New("cockroachdb: the row-lock form holds a transaction for a whole handler, and CockroachDB keeps " +
 			"FOR UPDATE locks best-effort under SERIALIZABLE: use the lease form (Table.LockedUntil)")
 	}
-	for _, c := range []struct{ field, col string }{
-		{"Priority", n.Priority}, {"EnqueuedAt", n.EnqueuedAt}, {"NotifyChannel", n.NotifyChannel},
-	} {
-		if c.col != "" {
-			return nil, fmt.Errorf("cockroachdb: this dialect has no statements for %s (%s)", c.field, c.col)
-		}
+	if n.NotifyChannel != "" {
+		return nil, fmt.Errorf("cockroachdb: this dialect has no statements for NotifyChannel (%s): CockroachDB has no LISTEN/NOTIFY", n.NotifyChannel)
 	}
 	return leaseStatements(n), nil
 }
@@ -188,6 +186,11 @@ func leaseStatements(n *inbox.Names) *inbox.Statements {
 	}
 	now, until, token := clock(n)
 	st := &inbox.Statements{}
+	st.Enqueue, st.EnqueueID = insert(n, false, false), insert(n, true, false)
+	st.EnqueueAt, st.EnqueueIDAt = insert(n, false, true), insert(n, true, true)
+	if n.EnqueuedAt != "" {
+		st.Stats = stats(n)
+	}
 	// The optional last error: a claim returns it after the data, and a
 	// Retry or Dead that records none keeps the row's. Its parameter is
 	// cast: NULL for none has no type of its own.
@@ -197,6 +200,13 @@ func leaseStatements(n *inbox.Names) *inbox.Statements {
 		setError = func(s *stmt) *stmt {
 			return s.sql(", ", le, " = COALESCE(").cast(inbox.ArgError, "TEXT").sql(", ", le, ")")
 		}
+	}
+	// The optional priority: claimed highest first, then by id, and
+	// returned after the last error.
+	order := id
+	if n.Priority != "" {
+		order = n.Priority + " DESC, " + id
+		extra += ", " + n.Priority
 	}
 
 	// Claim: one statement, an implicit transaction, which CockroachDB
@@ -213,7 +223,7 @@ func leaseStatements(n *inbox.Names) *inbox.Statements {
 	c := &stmt{}
 	c.sql("UPDATE ", t, " SET ", att, " = ", att, " + 1, ", lease, " = ")
 	until(c).sql(" WHERE ", id, " IN (SELECT ", id, " FROM ", t, " WHERE ", lease, " IS NULL OR ", lease, " <= ")
-	now(c).sql(" ORDER BY ", id, " LIMIT ").arg(inbox.ArgLimit).sql(" FOR UPDATE SKIP LOCKED) AND (", lease, " IS NULL OR ", lease, " <= ")
+	now(c).sql(" ORDER BY ", order, " LIMIT ").arg(inbox.ArgLimit).sql(" FOR UPDATE SKIP LOCKED) AND (", lease, " IS NULL OR ", lease, " <= ")
 	now(c).sql(") RETURNING ", id, ", ", att, " - 1, ", lease, data, extra)
 	st.Claim = c.query()
 
@@ -252,37 +262,76 @@ func leaseStatements(n *inbox.Names) *inbox.Statements {
 		st.DeadInsert = d.sql(" FROM gone").exec()
 	}
 
-	// Enqueue: RETURNING gives the id, whatever generates it
-	// (unique_rowid() in the schema below). A lease-form job delayed by
-	// Job.NotBefore is written with that time as its lease.
-	insert := func(withID, withAt bool) inbox.Stmt {
-		var cols []string
-		var args []inbox.Arg
-		if withID {
-			cols, args = append(cols, id), append(args, inbox.ArgID)
-		}
-		for i, col := range n.Data {
-			cols, args = append(cols, col), append(args, inbox.ArgData+inbox.Arg(i))
-		}
-		if withAt {
-			cols, args = append(cols, lease), append(args, inbox.ArgNotBefore)
-		}
-		s := (&stmt{}).sql("INSERT INTO ", t)
-		if len(cols) == 0 {
-			return s.sql(" DEFAULT VALUES RETURNING ", id).query()
-		}
-		s.sql(" (", strings.Join(cols, ", "), ") VALUES (")
-		for i, a := range args {
-			if i > 0 {
-				s.sql(", ")
-			}
-			s.arg(a)
-		}
-		return s.sql(") RETURNING ", id).query()
-	}
-	st.Enqueue, st.EnqueueID = insert(false, false), insert(true, false)
-	st.EnqueueAt, st.EnqueueIDAt = insert(false, true), insert(true, true)
 	return st
+}
+
+// stats writes Stats' statement for n (Queue.Stats needs Table.EnqueuedAt):
+// jobs ready (free, or their lease run out), waiting (a lease or a delay
+// beyond one lease from now), in work (a lease ending within one), dead (-1
+// without a dead table), and the age in microseconds of the oldest ready
+// job, read in one condition rather than as the least of two minimums.
+func stats(n *inbox.Names) inbox.Stmt {
+	t, lease := n.Table, n.LockedUntil
+	now, until, _ := clock(n)
+	s := &stmt{}
+	s.sql("SELECT (SELECT count(*) FROM ", t, " WHERE ", lease, " IS NULL OR ", lease, " <= ")
+	now(s).sql("), (SELECT count(*) FROM ", t, " WHERE ", lease, " > ")
+	until(s).sql("), (SELECT count(*) FROM ", t, " WHERE ", lease, " > ")
+	now(s).sql(" AND ", lease, " <= ")
+	until(s).sql("), ")
+	if n.Dead != "" {
+		s.sql("(SELECT count(*) FROM ", n.Dead, "), ")
+	} else {
+		s.sql("-1, ")
+	}
+	s.sql("CAST(EXTRACT(EPOCH FROM (")
+	now(s).sql(" - (SELECT min(", n.EnqueuedAt, ") FROM ", t, " WHERE ", lease, " IS NULL OR ", lease, " <= ")
+	now(s).sql("))) * 1000000 AS INT8)")
+	return s.query()
+}
+
+// insert writes Enqueue's statement for n, with an id given (withID) and a
+// not-before time (withAt) or not. RETURNING gives the id, whatever
+// generates it (unique_rowid() in the schema below). A lease-form job
+// delayed by Job.NotBefore is written with that time as its lease. The
+// optional priority is the job's; the optional enqueue time the clock's.
+func insert(n *inbox.Names, withID, withAt bool) inbox.Stmt {
+	var cols []string
+	var args []inbox.Arg
+	if withID {
+		cols, args = append(cols, n.ID), append(args, inbox.ArgID)
+	}
+	for i, col := range n.Data {
+		cols, args = append(cols, col), append(args, inbox.ArgData+inbox.Arg(i))
+	}
+	if withAt {
+		cols, args = append(cols, n.LockedUntil), append(args, inbox.ArgNotBefore)
+	}
+	if n.Priority != "" {
+		cols, args = append(cols, n.Priority), append(args, inbox.ArgPriority)
+	}
+	s := (&stmt{}).sql("INSERT INTO ", n.Table)
+	if len(cols) == 0 && n.EnqueuedAt == "" {
+		return s.sql(" DEFAULT VALUES RETURNING ", n.ID).query()
+	}
+	if n.EnqueuedAt != "" {
+		cols = append(cols, n.EnqueuedAt)
+	}
+	s.sql(" (", strings.Join(cols, ", "), ") VALUES (")
+	for i, a := range args {
+		if i > 0 {
+			s.sql(", ")
+		}
+		s.arg(a)
+	}
+	if n.EnqueuedAt != "" {
+		if len(args) > 0 {
+			s.sql(", ")
+		}
+		now, _, _ := clock(n)
+		now(s)
+	}
+	return s.sql(") RETURNING ", n.ID).query()
 }
 
 // IsDeadlock reports CockroachDB's transaction retry errors (SQLSTATE

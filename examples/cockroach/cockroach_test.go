@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -279,7 +280,6 @@ func TestRefusals(t *testing.T) {
 	}{
 		{inbox.Table{Name: "jobs"}, inbox.Config{}, []string{"row-lock form", "best-effort", "lease form"}},
 		{inbox.Table{Name: "jobs", AdvisoryKey: "id"}, inbox.Config{}, []string{"advisory form", "#13546", "lease form"}},
-		{inbox.Table{Name: "jobs", LockedUntil: "locked_until", Priority: "priority"}, inbox.Config{}, []string{"Priority"}},
 		{inbox.Table{Name: "jobs", LockedUntil: "locked_until"}, inbox.Config{NotifyChannel: "jobs"}, []string{"NotifyChannel"}},
 	} {
 		cfg := tc.cfg
@@ -426,6 +426,52 @@ func TestLastError(t *testing.T) {
 	}
 	if err := ds[0].Dead(ctx); err != nil {
 		t.Fatalf("Dead = %v", err)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestPriority: with Table.Priority and Table.EnqueuedAt, Enqueue writes
+// the job's priority and the clock, and a claim takes the highest first and
+// returns the priority.
+func TestPriority(t *testing.T) {
+	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	table := jobsTable
+	table.Priority, table.EnqueuedAt = "priority", "enqueued_at"
+	q, err := inbox.New(db, inbox.Config{Dialect: Dialect, Table: table, Lease: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	mock.ExpectQuery(`INSERT INTO "jobs" ("payload", "priority", "enqueued_at") VALUES ($1, $2, statement_timestamp()) RETURNING "id"`).
+		WithArgs([]byte("x"), int64(5)).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(7)))
+	if _, err := q.Enqueue(ctx, db, inbox.Job{Data: []any{[]byte("x")}, Priority: 5}); err != nil {
+		t.Fatalf("Enqueue = %v", err)
+	}
+	claim := strings.Replace(claimSQL, `ORDER BY "id"`, `ORDER BY "priority" DESC, "id"`, 1)
+	claim = strings.Replace(claim, `"payload"`, `"payload", "priority"`, 1)
+	exp := time.Date(2025, 3, 14, 9, 27, 23, 0, time.UTC)
+	mock.ExpectQuery(claim).WithArgs(leaseMicros, 1).WillReturnRows(sqlmock.NewRows([]string{"id", "attempt", "locked_until", "payload", "priority"}).
+		AddRow(int64(7), int64(1), exp, []byte("x"), int64(5)))
+	ds, err := q.Claim(ctx, 1)
+	if err != nil || len(ds) != 1 || ds[0].Priority() != 5 {
+		t.Fatalf("Claim = %d, %v; want job 7 with priority 5", len(ds), err)
+	}
+	until := `statement_timestamp() + $%d::INT8 * INTERVAL '1 microsecond'`
+	ready := `"locked_until" IS NULL OR "locked_until" <= statement_timestamp()`
+	mock.ExpectQuery(`SELECT (SELECT count(*) FROM "jobs" WHERE `+ready+`), `+
+		`(SELECT count(*) FROM "jobs" WHERE "locked_until" > `+fmt.Sprintf(until, 1)+`), `+
+		`(SELECT count(*) FROM "jobs" WHERE "locked_until" > statement_timestamp() AND "locked_until" <= `+fmt.Sprintf(until, 2)+`), `+
+		`(SELECT count(*) FROM "jobs_dead"), `+
+		`CAST(EXTRACT(EPOCH FROM (statement_timestamp() - (SELECT min("enqueued_at") FROM "jobs" WHERE `+ready+`))) * 1000000 AS INT8)`).
+		WithArgs(leaseMicros, leaseMicros).WillReturnRows(sqlmock.NewRows([]string{"r", "w", "i", "d", "a"}).AddRow(1, 0, 2, 0, 1500))
+	if st, err := q.Stats(ctx); err != nil || st.Ready != 1 || st.InWork != 2 || st.OldestReady != 1500*time.Microsecond {
+		t.Fatalf("Stats = %+v, %v", st, err)
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Error(err)

@@ -220,3 +220,44 @@ func TestLastErrorOnPostgres(t *testing.T) {
 		t.Fatalf("dead job's error %q, %v; want the row's boom", text, err)
 	}
 }
+
+// TestPriorityOnPostgres: the claim takes the highest priority first.
+func TestPriorityOnPostgres(t *testing.T) {
+	db := postgresDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const jobs = "ex_crdb_prio"
+	for _, s := range []string{
+		"DROP TABLE IF EXISTS " + jobs,
+		"CREATE TABLE " + jobs + " (id bigserial PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, locked_until timestamptz, " +
+			"payload bytea NOT NULL, priority integer NOT NULL DEFAULT 0, enqueued_at timestamptz NOT NULL)",
+	} {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+jobs)
+	q, err := inbox.New(db, inbox.Config{Dialect: Dialect, Lease: 30 * time.Second,
+		Table: inbox.Table{Name: jobs, LockedUntil: "locked_until", Priority: "priority", EnqueuedAt: "enqueued_at"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []int{1, 5, 3} {
+		if _, err := q.Enqueue(ctx, db, inbox.Job{Data: []any{[]byte("job")}, Priority: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, err := q.Claim(ctx, 2)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("Claim(2) = %d, %v", len(ds), err)
+	}
+	got := map[int]bool{ds[0].Priority(): true, ds[1].Priority(): true}
+	if !got[5] || !got[3] {
+		t.Fatalf("claimed priorities %d and %d, want 5 and 3", ds[0].Priority(), ds[1].Priority())
+	}
+	// Stats: one ready, two in work, no dead table, and an age.
+	st, err := q.Stats(ctx)
+	if err != nil || st.Ready != 1 || st.InWork != 2 || st.Waiting != 0 || st.Dead != -1 || st.OldestReady <= 0 {
+		t.Fatalf("Stats = %+v, %v; want 1 ready, 2 in work, no dead table, an age", st, err)
+	}
+}
