@@ -35,6 +35,10 @@ func (advisoryForm) holdsConn(q *Queue) bool { return q.locker != nil }
 // held: the delivery holds the key's lock until it lets it go.
 func (advisoryForm) held(*Delivery) bool { return true }
 
+// unconfirmed: the delivery holds a lock and a connection out of the pool
+// until it is known to be settled: the queue's next claim looks.
+func (advisoryForm) unconfirmed(d *Delivery) { d.awaitCommit() }
+
 // finished lets the key's lock and the connection go.
 func (advisoryForm) finished(ctx context.Context, d *Delivery) { d.unlock(ctx) }
 

@@ -32,6 +32,9 @@ type form interface {
 	// held reports that no other claim can have taken d's job by now, so
 	// that a row gone is a job cancelled, not a lease lost.
 	held(d *Delivery) bool
+	// unconfirmed is told of d, settled in a caller's transaction not yet
+	// known to have committed; d.mu is held.
+	unconfirmed(d *Delivery)
 	// finished lets go of what the form still holds for d once d is
 	// settled by a verdict learnt later; d.mu is held.
 	finished(ctx context.Context, d *Delivery)

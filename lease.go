@@ -40,6 +40,10 @@ func (leaseForm) held(d *Delivery) bool { return d.q.monoNow().Before(d.sentAt.A
 
 func (leaseForm) finished(context.Context, *Delivery) {}
 
+// unconfirmed: the keeper's deadline, armed while the settlement is
+// pending, stops the handler should the commit never come.
+func (leaseForm) unconfirmed(*Delivery) {}
+
 // shutdown: the job keeps its lease and may still settle: the keeper
 // extends no more, and stops the handler by the lease's end.
 func (leaseForm) shutdown(_ context.Context, d *Delivery) error {

@@ -42,6 +42,10 @@ func (rowLockForm) held(*Delivery) bool { return false }
 
 func (rowLockForm) finished(context.Context, *Delivery) {}
 
+// unconfirmed: never told, a settlement in the caller's transaction being
+// refused (ErrOwnTx).
+func (rowLockForm) unconfirmed(*Delivery) {}
+
 // shutdown rolls the held transaction back, as Release does.
 func (rowLockForm) shutdown(ctx context.Context, d *Delivery) error { return d.Release(ctx) }
 

@@ -135,15 +135,21 @@ func (d *Delivery) judge(o outcome, r rowState, until time.Time) verdictKind {
 // is held.
 func (d *Delivery) setPending(o outcome, tx *sql.Tx, until time.Time) {
 	d.pending = &pendingSettlement{o: o, tx: tx, until: until}
-	if tx != nil && d.q.names.Form == Advisory {
-		q := d.q
-		q.mu.Lock()
-		if q.unconfirmed == nil {
-			q.unconfirmed = map[*Delivery]struct{}{}
-		}
-		q.unconfirmed[d] = struct{}{}
-		q.mu.Unlock()
+	if tx != nil {
+		d.q.form.unconfirmed(d)
 	}
+}
+
+// awaitCommit records d, settled in a caller's transaction not yet known
+// to have committed, for the queue's next claim to look (sweepUnconfirmed).
+func (d *Delivery) awaitCommit() {
+	q := d.q
+	q.mu.Lock()
+	if q.unconfirmed == nil {
+		q.unconfirmed = map[*Delivery]struct{}{}
+	}
+	q.unconfirmed[d] = struct{}{}
+	q.mu.Unlock()
 }
 
 // sweepUnconfirmed finishes the advisory deliveries whose settlement in a
