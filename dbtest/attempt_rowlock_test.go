@@ -653,7 +653,7 @@ func TestRowLockClaimDeadline(t *testing.T) {
 // and the claims table keeps its count, so that a job whose holders keep
 // being cut reaches MaxClaims and the dead table.
 func TestCutRowLockClaimsRelease(t *testing.T) {
-	for _, e := range cutXServerEngines() {
+	for _, e := range serverEngines() {
 		t.Run(e.Name, func(t *testing.T) {
 			ctx := context.Background()
 			db := e.Open(t, 4)
@@ -673,7 +673,7 @@ func TestCutRowLockClaimsRelease(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				cutXTerminate(t, e, admin, sid)
+				terminateSession(t, e, admin, sid)
 				err = ds[0].Release(ctx)
 				claims := claimsCounted(t, e, admin, table, id)
 				t.Logf("FIGURE: %s: cut %d: Release: %v; claims counted %d", e.Name, cut, err, claims)

@@ -51,7 +51,7 @@ func childMain(role string) int {
 	case "crash":
 		err = childHold(cfg)
 	case "load":
-		err = loadXChild(cfg)
+		err = childLoad(cfg)
 	default:
 		err = fmt.Errorf("unknown INBOX_CHILD role %q", role)
 	}

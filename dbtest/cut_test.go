@@ -17,32 +17,6 @@ import (
 // a job (pg_terminate_backend, MariaDB KILL CONNECTION), as a network cut, a
 // server restart or an operator would, while the holder's process lives on.
 
-// cutXServerEngines lists the engines with server sessions to cut.
-func cutXServerEngines() []Engine {
-	var es []Engine
-	for _, e := range Engines {
-		if !e.IsSQLite() {
-			es = append(es, e)
-		}
-	}
-	return es
-}
-
-// cutXTerminate ends session id from admin, a pool of its own.
-func cutXTerminate(t testing.TB, e Engine, admin *sql.DB, id string) {
-	t.Helper()
-	if e.IsPostgres() {
-		var ok bool
-		if err := admin.QueryRow("SELECT pg_terminate_backend($1)", id).Scan(&ok); err != nil || !ok {
-			t.Fatalf("pg_terminate_backend(%s): %v, %v", id, ok, err)
-		}
-		return
-	}
-	if _, err := admin.Exec("KILL CONNECTION " + id); err != nil {
-		t.Fatalf("KILL CONNECTION %s: %v", id, err)
-	}
-}
-
 // cutXSetup makes a table for form, the holder's queue on a pool of conns
 // connections, another worker's queue on a pool of its own (as another
 // process would have: the holder's process still counts the job in work)
@@ -68,32 +42,12 @@ func cutXSetup(t *testing.T, e Engine, form string, lease time.Duration, conns i
 	return db, admin, q, other, table, id
 }
 
-// cutXReclaim polls q until it claims a job, returning it and how long it
-// took.
-func cutXReclaim(t *testing.T, q *inbox.Queue, timeout time.Duration) (*inbox.Delivery, time.Duration) {
-	t.Helper()
-	start := time.Now()
-	for {
-		ds, err := q.Claim(context.Background(), 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ds) == 1 {
-			return ds[0], time.Since(start)
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("no job claimable %v after the cut", timeout)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // TestCutRowLock cuts the session of a row-lock transaction: the job is
 // claimable again at once with the same attempt, the holder's writes are
 // gone, and its Ack fails and changes nothing.
 func TestCutRowLock(t *testing.T) {
 	logWall(t)
-	for _, e := range cutXServerEngines() {
+	for _, e := range serverEngines() {
 		t.Run(e.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -118,8 +72,8 @@ func TestCutRowLock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cutXTerminate(t, e, admin, sid)
-			d2, delay := cutXReclaim(t, other, inbox.DefaultLease)
+			terminateSession(t, e, admin, sid)
+			d2, delay := claimSoon(t, other, inbox.DefaultLease)
 			if fmt.Sprint(d2.ID()) != fmt.Sprint(id) || d2.Attempt() != 1 {
 				t.Fatalf("after the cut: job %v attempt %d, want job %v attempt 1", d2.ID(), d2.Attempt(), id)
 			}
@@ -177,7 +131,7 @@ func cutXLockHolder(t *testing.T, e Engine, admin *sql.DB, table, key string) st
 // and changes nothing.
 func TestCutAdvisory(t *testing.T) {
 	logWall(t)
-	for _, e := range cutXServerEngines() {
+	for _, e := range serverEngines() {
 		t.Run(e.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -189,8 +143,8 @@ func TestCutAdvisory(t *testing.T) {
 				t.Fatalf("claim: %d, %v", len(ds), err)
 			}
 			d := ds[0]
-			cutXTerminate(t, e, admin, cutXLockHolder(t, e, admin, table, d.Key()))
-			d2, delay := cutXReclaim(t, other, inbox.DefaultLease)
+			terminateSession(t, e, admin, cutXLockHolder(t, e, admin, table, d.Key()))
+			d2, delay := claimSoon(t, other, inbox.DefaultLease)
 			if fmt.Sprint(d2.ID()) != fmt.Sprint(id) || d2.Attempt() != 2 {
 				t.Fatalf("after the cut: job %v attempt %d, want job %v attempt 2", d2.ID(), d2.Attempt(), id)
 			}
@@ -229,7 +183,7 @@ const cutXKeeperLease = 4 * time.Second
 // keep the lease, without cancelling the handler.
 func TestCutLeaseKeeper(t *testing.T) {
 	logWall(t)
-	for _, e := range cutXServerEngines() {
+	for _, e := range serverEngines() {
 		t.Run(e.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -248,7 +202,7 @@ func TestCutLeaseKeeper(t *testing.T) {
 				t.Fatal(err)
 			}
 			atCut := d.Expiry()
-			cutXTerminate(t, e, admin, sid)
+			terminateSession(t, e, admin, sid)
 			cutAt := time.Now()
 			eventually(t, 3*cutXKeeperLease, "an extension after the cut", func() error {
 				if err := context.Cause(hctx); err != nil {

@@ -110,7 +110,7 @@ func FuzzTableNames(f *testing.F) {
 // table.
 func TestFuzzSeedsServers(t *testing.T) {
 	logWall(t)
-	for _, e := range cutXServerEngines() {
+	for _, e := range serverEngines() {
 		t.Run(e.Name, func(t *testing.T) {
 			t.Parallel()
 			db := e.Open(t, 4)

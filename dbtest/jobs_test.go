@@ -171,3 +171,23 @@ func runWorkers(t *testing.T, q *inbox.Queue, n, workers, batch int, handle func
 		t.Fatalf("workers stalled: %d of %d jobs delivered before the deadline", delivered, n)
 	}
 }
+
+// claimSoon polls q until it claims a job, returning it and how long it
+// took.
+func claimSoon(t *testing.T, q *inbox.Queue, timeout time.Duration) (*inbox.Delivery, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	for {
+		ds, err := q.Claim(context.Background(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 1 {
+			return ds[0], time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("no job claimable %v after the cut", timeout)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -94,7 +94,7 @@ func loadXShapeOf(e Engine, form string) loadXShape {
 	return s
 }
 
-// loadXChild is a load worker: goroutines claim, write the ledger, (row
+// childLoad is a load worker: goroutines claim, write the ledger, (row
 // lock) write an effect row through the claim's transaction, and ack, until
 // stdin closes. A failed Ack ends the process with an error: no worker of
 // this load ever loses a job it holds, so that is a failure of the test.
@@ -102,7 +102,7 @@ func loadXShapeOf(e Engine, form string) loadXShape {
 // With cfg.Hold > 0 the handler of the Hold-th delivery, and of every later
 // one, blocks after its claim line (and effect row) until the process is
 // killed, holding its job; the first to block prints "HOLDING id attempt".
-func loadXChild(cfg childConfig) error {
+func childLoad(cfg childConfig) error {
 	db, q, e, err := childQueue(cfg)
 	if err != nil {
 		return err

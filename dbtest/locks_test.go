@@ -429,3 +429,18 @@ func noKeyLocks(t testing.TB, e Engine, db *sql.DB, table string, maxID int64) {
 		t.Fatalf("%s: advisory locks left held:\n%s", e.Name, strings.Join(problems, "\n"))
 	}
 }
+
+// terminateSession ends session id from admin, a pool of its own.
+func terminateSession(t testing.TB, e Engine, admin *sql.DB, id string) {
+	t.Helper()
+	if e.IsPostgres() {
+		var ok bool
+		if err := admin.QueryRow("SELECT pg_terminate_backend($1)", id).Scan(&ok); err != nil || !ok {
+			t.Fatalf("pg_terminate_backend(%s): %v, %v", id, ok, err)
+		}
+		return
+	}
+	if _, err := admin.Exec("KILL CONNECTION " + id); err != nil {
+		t.Fatalf("KILL CONNECTION %s: %v", id, err)
+	}
+}

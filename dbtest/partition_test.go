@@ -55,7 +55,7 @@ func partXVia(t *testing.T, e Engine, dsn, addr string) (string, string) {
 // ErrLeaseLost and changes nothing.
 func TestPartitionLeaseHolder(t *testing.T) {
 	logWall(t)
-	for _, e := range cutXServerEngines() {
+	for _, e := range serverEngines() {
 		t.Run(e.Name, func(t *testing.T) {
 			t.Parallel()
 			logWall(t)
@@ -119,7 +119,7 @@ func TestPartitionLeaseHolder(t *testing.T) {
 			early := expiry.Sub(serverNow)
 
 			// Another worker claims the job only once the lease has run out.
-			d2, _ := cutXReclaim(t, wq, partXLease+time.Minute)
+			d2, _ := claimSoon(t, wq, partXLease+time.Minute)
 			if fmt.Sprint(d2.ID()) != fmt.Sprint(id) || d2.Attempt() != 2 {
 				t.Fatalf("other worker claimed job %v attempt %d, want job %v attempt 2", d2.ID(), d2.Attempt(), id)
 			}

@@ -267,3 +267,14 @@ func dropNow(t testing.TB, db *sql.DB, tables ...string) {
 		}
 	}
 }
+
+// serverEngines lists the engines with server sessions to cut.
+func serverEngines() []Engine {
+	var es []Engine
+	for _, e := range Engines {
+		if !e.IsSQLite() {
+			es = append(es, e)
+		}
+	}
+	return es
+}
