@@ -92,7 +92,11 @@ func (s keySet) drop(key string) {
 	}
 }
 
-func (s keySet) size() int { return s.count("") }
+func (s keySet) size() int {
+	inWork.mu.Lock()
+	defer inWork.mu.Unlock()
+	return len(inWork.keys[s.scope])
+}
 
 // count counts the keys in work that begin with prefix.
 func (s keySet) count(prefix string) int {
