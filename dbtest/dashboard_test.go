@@ -94,18 +94,7 @@ func dashLoad(t testing.TB, e Engine, db *sql.DB, table string, n, dead int, now
 		}
 	}
 	for _, tb := range []string{table, table + "_dead"} {
-		s := "ANALYZE"
-		switch {
-		case e.IsPostgres():
-			s = "VACUUM ANALYZE " + tb
-		case e.IsMySQL():
-			s = "ANALYZE TABLE " + tb
-		}
-		rows, err := db.Query(s)
-		if err != nil {
-			t.Fatalf("%s: %v", s, err)
-		}
-		rows.Close()
+		explainAnalyze(t, e, db, tb)
 	}
 }
 

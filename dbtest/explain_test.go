@@ -67,7 +67,8 @@ func explainLoad(t *testing.T, e Engine, db *sql.DB, table string, leased, pendi
 	explainAnalyze(t, e, db, table)
 }
 
-func explainAnalyze(t *testing.T, e Engine, db *sql.DB, table string) {
+// explainAnalyze refreshes the statistics of table.
+func explainAnalyze(t testing.TB, e Engine, db *sql.DB, table string) {
 	t.Helper()
 	s := "ANALYZE"
 	switch {
