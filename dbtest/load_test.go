@@ -3,7 +3,6 @@ package dbtest
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dbtest/internal/child"
 	"github.com/sqlinbox/inbox/dbtest/internal/ledger"
 )
 
@@ -113,12 +113,8 @@ func childLoad(cfg childConfig) error {
 		return err
 	}
 	defer w.Close()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := child.StopContext()
 	defer cancel()
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		cancel()
-	}()
 	var (
 		wg        sync.WaitGroup
 		fatalMu   sync.Mutex

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -300,12 +299,8 @@ func (w *worker) drain() error {
 		return err
 	}
 	defer w.close()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := child.StopContext()
 	defer cancel()
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		cancel()
-	}()
 	var (
 		wg      sync.WaitGroup
 		fatalMu sync.Mutex

@@ -8,6 +8,7 @@ package child
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +18,18 @@ import (
 	"testing"
 	"time"
 )
+
+// StopContext returns, in a worker process, a context cancelled once the
+// parent closes the worker's stdin: it asks the worker to stop, or it went
+// away and no orphan should linger.
+func StopContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	return ctx, cancel
+}
 
 // Proc is a running worker process.
 type Proc struct {
