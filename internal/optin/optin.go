@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -120,9 +121,10 @@ func Notice(line string) {
 }
 
 // goOutput opens the standard output of the go command that runs this
-// binary, through Linux's /proc, when it is a pipe or a terminal. A regular
-// file is left alone: opened again it would have an offset of its own, and
-// the go command's next lines would overwrite the notice.
+// binary, through Linux's /proc, when it is a pipe, a terminal or a file
+// the go command appends to (>>). A file written at an offset (>) is left
+// alone: opened again it would have an offset of its own, and the go
+// command's next lines would overwrite the notice.
 func goOutput() *os.File {
 	ppid := strconv.Itoa(os.Getppid())
 	exe, err := os.Readlink("/proc/" + ppid + "/exe")
@@ -131,7 +133,8 @@ func goOutput() *os.File {
 	}
 	name := "/proc/" + ppid + "/fd/1"
 	fi, err := os.Stat(name)
-	if err != nil || fi.Mode()&(os.ModeNamedPipe|os.ModeCharDevice) == 0 {
+	if err != nil || fi.Mode().IsRegular() && !appends(ppid) ||
+		!fi.Mode().IsRegular() && fi.Mode()&(os.ModeNamedPipe|os.ModeCharDevice) == 0 {
 		return nil
 	}
 	f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0)
@@ -139,4 +142,20 @@ func goOutput() *os.File {
 		return nil
 	}
 	return f
+}
+
+// appends reports whether process pid writes its standard output with
+// O_APPEND, from the octal flags of /proc/pid/fdinfo/1.
+func appends(pid string) bool {
+	info, err := os.ReadFile("/proc/" + pid + "/fdinfo/1")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(info), "\n") {
+		if v, ok := strings.CutPrefix(line, "flags:"); ok {
+			flags, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
+			return err == nil && flags&syscall.O_APPEND != 0
+		}
+	}
+	return false
 }
