@@ -127,17 +127,37 @@ func btMet(t *testing.T, sm sqlmock.Sqlmock) {
 	}
 }
 
-// A batch smaller than its statement is padded with its last token; the ids
-// returned name the jobs acknowledged, and the others lost their leases.
-// Every delivery is finished: settling again changes nothing.
-func TestBatchAckPostgresPadded(t *testing.T) {
+// pgBatchWhere is the Postgres batch statements' condition: the tokens as
+// three arrays, the ids given thrice (the $n after it counting on).
+func pgBatchWhere(n int) string {
+	p := func(k int) string { return fmt.Sprintf("$%d", n+k) }
+	return `"id" = ANY (` + p(0) + `) AND "attempt" = (CAST(` + p(1) + ` AS bigint[]))[array_position(` + p(2) + `, "id")]` +
+		` AND "locked_until" = (CAST(` + p(3) + ` AS timestamptz[]))[array_position(` + p(4) + `, "id")]`
+}
+
+// pgBatchArgs are the arrays of pgBatchWhere: ids, stored attempts, ids,
+// expiries (UTC, microseconds), ids.
+func pgBatchArgs(ids, attempts, expiries string) []driver.Value {
+	return []driver.Value{ids, attempts, ids, expiries, ids}
+}
+
+// btExps is the expiries' array of n tokens expiring at btExp.
+func btExps(n int) string {
+	return "{" + strings.TrimSuffix(strings.Repeat(`"2024-03-01 12:00:30.123456+00",`, n), ",") + "}"
+}
+
+// A batch of any size is one statement of three arrays, one place per
+// token; the ids returned name the jobs acknowledged, and the others lost
+// their leases. Every delivery is finished: settling again changes nothing.
+func TestBatchAckPostgresArrays(t *testing.T) {
 	db, sm := btMock(t)
 	q := btNew(t, db, Postgres, false)
 	b := btBatcher(t, q, BatchConfig{MaxBatch: 8, MaxWait: time.Hour})
 	e3 := btExp.Add(time.Microsecond)
 	ds := []*Delivery{btDel(q, int64(1), 1, btExp), btDel(q, int64(2), 1, btExp), btDel(q, int64(3), 2, e3)}
-	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6), ($7, $8, $9), ($10, $11, $12)) RETURNING "id"`).
-		WithArgs(int64(1), int64(2), btExp, int64(2), int64(2), btExp, int64(3), int64(3), e3, int64(3), int64(3), e3).
+	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`).
+		WithArgs(pgBatchArgs("{1,2,3}", "{2,2,3}",
+			`{"2024-03-01 12:00:30.123456+00","2024-03-01 12:00:30.123456+00","2024-03-01 12:00:30.123457+00"}`)...).
 		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)).AddRow(int64(3)))
 	var res []<-chan error
 	for _, d := range ds {
@@ -155,13 +175,40 @@ func TestBatchAckPostgresPadded(t *testing.T) {
 	btMet(t, sm)
 }
 
+// The arrays are text that the server reads whatever the session's time
+// zone: an expiry given in another zone is written in UTC with its offset,
+// to the microsecond; text ids are quoted, their quotes and backslashes
+// escaped.
+func TestPgTokenArray(t *testing.T) {
+	east := time.FixedZone("UTC+05:30", 5*3600+1800)
+	toks := []token{
+		{id: `a"b\c`, attempt: 1, expiry: time.Date(2024, 3, 1, 17, 30, 0, 1000, east)},
+		{id: "d,e} f", attempt: 41, expiry: time.Date(2024, 3, 1, 12, 0, 0, 999999000, time.UTC)},
+	}
+	for _, c := range []struct {
+		a    Arg
+		want string
+	}{
+		{ArgIDs, `{"a\"b\\c","d,e} f"}`},
+		{ArgAttempts, "{2,42}"},
+		{ArgExpiries, `{"2024-03-01 12:00:00.000001+00","2024-03-01 12:00:00.999999+00"}`},
+	} {
+		if got := pgTokenArray(c.a, toks, token{}); got != c.want {
+			t.Errorf("arg %d: got %s, want %s", c.a, got, c.want)
+		}
+	}
+	if got := pgTokenArray(ArgIDs, nil, token{id: int64(-7)}); got != "{-7}" {
+		t.Errorf("the single token: got %s, want {-7}", got)
+	}
+}
+
 // Text ids come back as bytes from some drivers: they are matched as text.
 func TestBatchAckTextIDs(t *testing.T) {
 	db, sm := btMock(t)
 	q := btNew(t, db, Postgres, true)
 	b := btBatcher(t, q, BatchConfig{MaxBatch: 2, MaxWait: time.Hour})
-	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6)) RETURNING "id"`).
-		WithArgs("a", int64(2), btExp, "b", int64(2), btExp).
+	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`).
+		WithArgs(pgBatchArgs(`{"a","b"}`, "{2,2}", `{"2024-03-01 12:00:30.123456+00","2024-03-01 12:00:30.123456+00"}`)...).
 		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow([]byte("b")))
 	ra := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, "a", 1, btExp)) })
 	rb := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, "b", 1, btExp)) })
@@ -233,7 +280,11 @@ func TestBatchOutcomesPostgres(t *testing.T) {
 	db, sm := btMock(t)
 	q := btNew(t, db, Postgres, false)
 	b := btBatcher(t, q, BatchConfig{MaxBatch: 6, MaxWait: time.Hour})
-	tok := func(id int64) []driver.Value { return []driver.Value{id, int64(2), btExp} }
+	exp := `"2024-03-01 12:00:30.123456+00"`
+	toks := func(ids string, n int) []driver.Value {
+		return pgBatchArgs("{"+ids+"}", "{"+strings.TrimSuffix(strings.Repeat("2,", n), ",")+"}",
+			"{"+strings.TrimSuffix(strings.Repeat(exp+",", n), ",")+"}")
+	}
 	cat := func(parts ...[]driver.Value) []driver.Value {
 		var out []driver.Value
 		for _, p := range parts {
@@ -248,14 +299,15 @@ func TestBatchOutcomesPostgres(t *testing.T) {
 		}
 		return r
 	}
-	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6)) RETURNING "id"`).
-		WithArgs(cat(tok(1), tok(6))...).WillReturnRows(ids(1, 6))
-	sm.ExpectQuery(`UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE ("id", "attempt", "locked_until") IN (($2, $3, $4), ($5, $6, $7)) RETURNING "id"`).
-		WithArgs(cat([]driver.Value{int64(5000000)}, tok(2), tok(4))...).WillReturnRows(ids(2))
-	sm.ExpectQuery(`UPDATE "jobs" SET "locked_until" = NULL, "attempt" = "attempt" - 1 WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3)) RETURNING "id"`).
-		WithArgs(tok(3)...).WillReturnRows(ids(3))
-	sm.ExpectQuery(`UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE ("id", "attempt", "locked_until") IN (($2, $3, $4)) RETURNING "id"`).
-		WithArgs(cat([]driver.Value{int64(1000000)}, tok(5))...).WillReturnRows(ids(5))
+	retry := `UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE ` + pgBatchWhere(2) + ` RETURNING "id"`
+	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`).
+		WithArgs(toks("1,6", 2)...).WillReturnRows(ids(1, 6))
+	sm.ExpectQuery(retry).
+		WithArgs(cat([]driver.Value{int64(5000000)}, toks("2,4", 2))...).WillReturnRows(ids(2))
+	sm.ExpectQuery(`UPDATE "jobs" SET "locked_until" = NULL, "attempt" = "attempt" - 1 WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`).
+		WithArgs(toks("3", 1)...).WillReturnRows(ids(3))
+	sm.ExpectQuery(retry).
+		WithArgs(cat([]driver.Value{int64(1000000)}, toks("5", 1))...).WillReturnRows(ids(5))
 	ctx := context.Background()
 	d := func(id int64) *Delivery { return btDel(q, id, 1, btExp) }
 	r1 := btStart(t, b, func() error { return b.Ack(ctx, d(1)) })
@@ -337,9 +389,9 @@ func TestBatchDuplicateIDs(t *testing.T) {
 	q := btNew(t, db, Postgres, false)
 	b := btBatcher(t, q, BatchConfig{MaxBatch: 4, MaxWait: time.Hour, Flushers: 1})
 	e2 := btExp.Add(time.Second)
-	const one = `DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3)) RETURNING "id"`
-	sm.ExpectQuery(one).WithArgs(int64(7), int64(2), btExp).WillReturnRows(sqlmock.NewRows([]string{"id"}))
-	sm.ExpectQuery(one).WithArgs(int64(7), int64(3), e2).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(7)))
+	one := `DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`
+	sm.ExpectQuery(one).WithArgs(pgBatchArgs("{7}", "{2}", `{"2024-03-01 12:00:30.123456+00"}`)...).WillReturnRows(sqlmock.NewRows([]string{"id"}))
+	sm.ExpectQuery(one).WithArgs(pgBatchArgs("{7}", "{3}", `{"2024-03-01 12:00:31.123456+00"}`)...).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(7)))
 	stale := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(7), 1, btExp)) })
 	live := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(7), 2, e2)) })
 	b.Close() // sends what is pending, under MaxBatch, in two batches
@@ -355,8 +407,8 @@ func TestBatchDriverError(t *testing.T) {
 	q := btNew(t, db, Postgres, false)
 	b := btBatcher(t, q, BatchConfig{MaxBatch: 2, MaxWait: time.Hour})
 	boom := errors.New("connection reset")
-	const two = `DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6)) RETURNING "id"`
-	args := []driver.Value{int64(1), int64(2), btExp, int64(2), int64(2), btExp}
+	two := `DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`
+	args := pgBatchArgs("{1,2}", "{2,2}", btExps(2))
 	sm.ExpectQuery(two).WithArgs(args...).WillReturnError(boom)
 	sm.ExpectQuery(two).WithArgs(args...).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)).AddRow(int64(2)))
 	d1, d2 := btDel(q, int64(1), 1, btExp), btDel(q, int64(2), 1, btExp)
@@ -439,8 +491,8 @@ func TestBatchStopsKeeper(t *testing.T) {
 	if n := q.InWork(); n != 1 {
 		t.Fatalf("InWork %d with a keeper running, want 1", n)
 	}
-	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3)) RETURNING "id"`).
-		WithArgs(int64(1), int64(2), btExp).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)))
+	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`).
+		WithArgs(pgBatchArgs("{1}", "{2}", btExps(1))...).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)))
 	btWant(t, "ack", b.Ack(context.Background(), d), nil)
 	if n := q.InWork(); n != 0 {
 		t.Fatalf("InWork %d after the ack, want 0: the keeper still runs", n)
@@ -515,8 +567,8 @@ func TestBatchAckAll(t *testing.T) {
 	settled := btDel(q, int64(3), 1, btExp)
 	settled.settled = true
 	foreign := btDel(other, int64(4), 1, btExp)
-	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6)) RETURNING "id"`).
-		WithArgs(int64(1), int64(2), btExp, int64(2), int64(2), btExp).
+	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`).
+		WithArgs(pgBatchArgs("{1,2}", "{2,2}", btExps(2))...).
 		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)))
 	errs := b.AckAll(context.Background(), []*Delivery{d1, d2, settled, foreign, d1})
 	btWant(t, "ack 1", errs[0], nil)
@@ -688,10 +740,10 @@ func TestBatchSettledAsDelivery(t *testing.T) {
 	q := btNew(t, db, Postgres, false)
 	b := btBatcher(t, q, BatchConfig{MaxBatch: 1})
 	ctx := context.Background()
-	const one = `DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3)) RETURNING "id"`
-	sm.ExpectQuery(one).WithArgs(int64(1), int64(2), btExp).WillReturnRows(sqlmock.NewRows([]string{"id"}))
+	one := `DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`
+	sm.ExpectQuery(one).WithArgs(pgBatchArgs("{1}", "{2}", btExps(1))...).WillReturnRows(sqlmock.NewRows([]string{"id"}))
 	sm.ExpectExec(q.st.Ack.SQL).WithArgs(int64(2), int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, 0))
-	sm.ExpectQuery(one).WithArgs(int64(3), int64(2), btExp).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(3)))
+	sm.ExpectQuery(one).WithArgs(pgBatchArgs("{3}", "{2}", btExps(1))...).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(3)))
 	lostInBatch, lostAlone, acked := btDel(q, int64(1), 1, btExp), btDel(q, int64(2), 1, btExp), btDel(q, int64(3), 1, btExp)
 	btWant(t, "batch ack of a lost lease", b.Ack(ctx, lostInBatch), ErrLeaseLost)
 	btWant(t, "plain ack of a lost lease", lostAlone.Ack(ctx), ErrLeaseLost)
@@ -740,7 +792,7 @@ func TestBatchKeeper(t *testing.T) {
 	}
 	b := btBatcher(t, q, BatchConfig{})
 	ctx := context.Background()
-	const one = `DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3)) RETURNING "id"`
+	one := `DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`
 	boom := errors.New("driver: bad connection")
 
 	d := btDel(q, int64(1), 1, btExp)
@@ -748,7 +800,7 @@ func TestBatchKeeper(t *testing.T) {
 	handler, stop := d.Keep(ctx)
 	defer stop()
 	clk.WaitAfters(t, 1) // the first extension, due at half the lease
-	sm.ExpectQuery(one).WithArgs(int64(1), int64(2), btExp).WillReturnError(boom)
+	sm.ExpectQuery(one).WithArgs(pgBatchArgs("{1}", "{2}", btExps(1))...).WillReturnError(boom)
 	btWant(t, "ack failing", b.Ack(ctx, d), boom)
 	clk.WaitAfters(t, 2) // paused: the deadline alone
 	clk.Advance(time.Minute)
@@ -760,7 +812,7 @@ func TestBatchKeeper(t *testing.T) {
 	if cause := context.Cause(handler); !errors.Is(cause, ErrLeaseLost) {
 		t.Fatalf("handler cancelled with %v, want ErrLeaseLost", cause)
 	}
-	sm.ExpectQuery(one).WithArgs(int64(1), int64(2), btExp).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)))
+	sm.ExpectQuery(one).WithArgs(pgBatchArgs("{1}", "{2}", btExps(1))...).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)))
 	btWant(t, "ack after the failure", b.Ack(ctx, d), nil)
 	if n := q.InWork(); n != 0 {
 		t.Fatalf("InWork %d after the ack, want 0", n)
@@ -771,7 +823,7 @@ func TestBatchKeeper(t *testing.T) {
 	handler2, stop2 := d2.Keep(ctx)
 	defer stop2()
 	clk.WaitAfters(t, 3)
-	sm.ExpectQuery(one).WithArgs(int64(2), int64(2), btExp.Add(time.Minute)).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(2)))
+	sm.ExpectQuery(one).WithArgs(pgBatchArgs("{2}", "{2}", `{"2024-03-01 12:01:30.123456+00"}`)...).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(2)))
 	btWant(t, "ack", b.Ack(ctx, d2), nil)
 	if n := q.InWork(); n != 0 {
 		t.Fatalf("InWork %d after the ack, want 0: the keeper still runs", n)

@@ -165,8 +165,8 @@ func BenchmarkBatcherAckAll16(b *testing.B) {
 	})
 }
 
-// BenchmarkRawAck16 is one statement acknowledging 16 tokens by hand, the
-// floor under BenchmarkBatcherAckAll16.
+// BenchmarkRawAck16 is one statement acknowledging 16 tokens, its arguments
+// bound as the Batcher binds them, the floor under BenchmarkBatcherAckAll16.
 func BenchmarkRawAck16(b *testing.B) {
 	f := fakedb.NewLease()
 	q := btQueue(b, f)
@@ -175,16 +175,17 @@ func BenchmarkRawAck16(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	args := make([]any, 0, 48)
+	toks := make([]token, 16)
 	b.ReportAllocs()
 	b.ResetTimer()
 	allocsPerJob(b, 16*b.N, func() {
 		for i := 0; i < b.N; i++ {
-			args = args[:0]
-			for k := 0; k < 16; k++ {
-				args = append(args, int64(16*i+k), int64(2), f.Expiry)
+			for k := range toks {
+				toks[k] = token{id: int64(16*i + k), attempt: 1, expiry: f.Expiry}
 			}
-			rows, err := q.db.QueryContext(ctx, st.Ack.SQL, args...)
+			args := q.args(st.Ack, &values{tokens: toks})
+			rows, err := q.db.QueryContext(ctx, st.Ack.SQL, *args...)
+			freeArgs(args)
 			if err != nil {
 				b.Fatal(err)
 			}

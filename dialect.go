@@ -145,7 +145,8 @@ type BatchDialect interface {
 // settlements are. A statement takes each token's ArgID, ArgAttempt and
 // ArgExpiry in turn: the n-th of each is the n-th token's, and the last
 // token fills the places past the batch, so a statement's size need not
-// match the batch's exactly.
+// match the batch's exactly. Or it takes the whole batch as ArgIDs,
+// ArgAttempts and ArgExpiries, each once or more, whatever its size.
 type BatchStatements struct {
 	Size int
 	// Ack deletes the rows; Release clears their leases and gives their
@@ -249,6 +250,9 @@ const (
 	ArgNotBefore                // a time the caller gave: Enqueue's not-before, ListDead's cursor, PurgeDead's cutoff
 	ArgError                    // the error text a Retry or Dead records (NULL for none: the row keeps its own)
 	ArgPriority                 // a job's priority: Enqueue's, or the last candidate's for the next page
+	ArgIDs                      // a batch's ids, one PostgreSQL array literal ("{1,2}"): a batch statement's per-row fence in three parameters
+	ArgAttempts                 // a batch's stored attempts (ArgAttempt of each token), an array literal as ArgIDs
+	ArgExpiries                 // a batch's expiries, an array literal as ArgIDs of timestamptz text in UTC to the microsecond
 	ArgData                     // ArgData+i is the value of the i-th data column (Enqueue)
 )
 
@@ -478,7 +482,7 @@ func question(int) string { return "?" }
 // and {, set error} the error a Retry or Dead writes; all empty or plain
 // without the columns.
 // Parameters: $id $attempt $delivered $expiry $now $until $micros $limit
-// $error $priority.
+// $error $priority $ids $attempts $expiries.
 type sqlTemplate struct {
 	mark  func(int) string
 	frags map[string]string
@@ -488,6 +492,7 @@ var templateArgs = map[string]Arg{
 	"id": ArgID, "attempt": ArgAttempt, "delivered": ArgDelivered, "expiry": ArgExpiry,
 	"now": ArgNow, "until": ArgUntil, "micros": ArgMicros, "limit": ArgLimit,
 	"error": ArgError, "priority": ArgPriority, "at": ArgNotBefore,
+	"ids": ArgIDs, "attempts": ArgAttempts, "expiries": ArgExpiries,
 }
 
 // newTemplate returns the templates of n, with now and until the SQL of the

@@ -44,8 +44,8 @@ func TestWrappedDialectBatcher(t *testing.T) {
 	q := btNew(t, db, wrapped{Postgres}, false)
 	b := btBatcher(t, q, BatchConfig{MaxBatch: 4})
 	d1, d2 := btDel(q, int64(1), 1, btExp), btDel(q, int64(2), 1, btExp)
-	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6)) RETURNING "id"`).
-		WithArgs(int64(1), int64(2), btExp, int64(2), int64(2), btExp).
+	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`).
+		WithArgs(pgBatchArgs("{1,2}", "{2,2}", btExps(2))...).
 		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)).AddRow(int64(2)))
 	for i, err := range b.AckAll(context.Background(), []*Delivery{d1, d2}) {
 		btWant(t, "ack "+string(rune('1'+i)), err, nil)

@@ -66,7 +66,8 @@ func (q *Queue) args(s Stmt, v *values) *[]any {
 	out := (*list)[:len(s.Args)]
 	*list = out
 	single := token{v.id, v.attempt, v.expiry}
-	var nth [3]int // occurrences so far of ArgID, ArgAttempt or ArgDelivered, ArgExpiry
+	var nth [3]int    // occurrences so far of ArgID, ArgAttempt or ArgDelivered, ArgExpiry
+	var arrays [3]any // ArgIDs, ArgAttempts, ArgExpiries, each built once
 	tok := func(k int) token {
 		if len(v.tokens) == 0 {
 			return single
@@ -103,6 +104,11 @@ func (q *Queue) args(s Stmt, v *values) *[]any {
 			out[i] = v.errText
 		case ArgPriority:
 			out[i] = v.priority
+		case ArgIDs, ArgAttempts, ArgExpiries:
+			if arrays[a-ArgIDs] == nil {
+				arrays[a-ArgIDs] = pgTokenArray(a, v.tokens, single)
+			}
+			out[i] = arrays[a-ArgIDs]
 		default:
 			out[i] = v.data[a-ArgData]
 		}

@@ -6,3 +6,10 @@ const (
 	ServerProbe = serverProbe
 	SQLiteProbe = sqliteProbe
 )
+
+// The Postgres batch statements' condition and arguments (batch_test.go),
+// for the loop's pins.
+var (
+	PgBatchWhere = pgBatchWhere
+	PgBatchArgs  = pgBatchArgs
+)

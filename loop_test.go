@@ -62,13 +62,13 @@ func TestQueueConfig(t *testing.T) {
 // ReleaseAll gives a claim's lease jobs back in one statement, their
 // attempts restored, each token checked.
 func TestReleaseAll(t *testing.T) {
-	const batchRelease = `UPDATE "jobs" SET "locked_until" = NULL, "attempt" = "attempt" - 1 WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6)) RETURNING "id"`
+	batchRelease := `UPDATE "jobs" SET "locked_until" = NULL, "attempt" = "attempt" - 1 WHERE ` + inbox.PgBatchWhere(1) + ` RETURNING "id"`
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
 	exp := utc0.Add(time.Minute)
 	m.ExpectQuery(pgLeaseClaim).WithArgs(2, 2, 2, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
 		row(int64(1), int64(1), exp, []byte("p")), row(int64(2), int64(1), exp, []byte("p"))))
-	m.ExpectQuery(batchRelease).WithArgs(int64(1), int64(2), at(exp), int64(2), int64(2), at(exp)).
+	m.ExpectQuery(batchRelease).WithArgs(inbox.PgBatchArgs("{1,2}", "{2,2}", `{"2024-03-01 12:01:00.123456+00","2024-03-01 12:01:00.123456+00"}`)...).
 		WillReturnRows(rows("id", row(int64(1))))
 	ds := claim(t, q, 2, 1, 2)
 	b, err := q.NewBatcher(inbox.BatchConfig{MaxBatch: 2})

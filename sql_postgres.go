@@ -203,9 +203,12 @@ func (postgres) Unlock(ctx context.Context, conn *sql.Conn, table, key string) e
 
 // BatchStatements builds the lease settlements of size tokens at once
 // ([BatchDialect]). RETURNING names the rows settled, so one statement,
-// committed on its own, gives every token its own verdict. The tokens are
-// compared as row values, which the planner expands into one primary-key
-// probe per token (a BitmapOr of index scans).
+// committed on its own, gives every token its own verdict. The tokens come
+// as three arrays (ids, stored attempts, expiries), one statement text for
+// every size: the ids are probed by the primary key, and each row found
+// must carry the attempt and expiry at its id's place. Against 48 scalar
+// parameters for 16 tokens (row values), this costs the server less to
+// parse and plan, and the client fewer allocations.
 func (postgres) BatchStatements(n *Names, size int) (*BatchStatements, error) {
 	if n.Form != Lease {
 		return nil, fmt.Errorf("batched settlement is for the lease form")
@@ -215,7 +218,7 @@ func (postgres) BatchStatements(n *Names, size int) (*BatchStatements, error) {
 		until = "$until"
 	}
 	t := newTemplate(n, dollar, "", until)
-	where := " WHERE " + tokensIn(size) + " RETURNING {id}"
+	where := " WHERE " + pgTokensArray + " RETURNING {id}"
 	return &BatchStatements{
 		Size:    size,
 		Ack:     t.query("DELETE FROM {table}" + where),
@@ -223,6 +226,59 @@ func (postgres) BatchStatements(n *Names, size int) (*BatchStatements, error) {
 		// One delay for the whole statement: retries are grouped by delay.
 		Retry: t.query("UPDATE {table} SET {lease} = {until}" + where),
 	}, nil
+}
+
+// pgTokensArray compares each row with the token at its id's place in the
+// arrays. The first "= ANY ($ids)" gives $ids the id column's array type
+// (bigint[], text[], uuid[]...), which the later copies of $ids take too.
+const pgTokensArray = "{id} = ANY ($ids)" +
+	" AND {attempt} = (CAST($attempts AS bigint[]))[array_position($ids, {id})]" +
+	" AND {lease} = (CAST($expiries AS timestamptz[]))[array_position($ids, {id})]"
+
+// pgTokenArray is one of ArgIDs, ArgAttempts or ArgExpiries of toks (of the
+// single token when toks is empty) as a PostgreSQL array literal, text that
+// lib/pq and pgx both send as it is, the server reading it as the array
+// type the statement gives its parameter. An expiry is written in UTC with
+// its offset, so that the session's time zone cannot shift it.
+func pgTokenArray(a Arg, toks []token, single token) string {
+	if len(toks) == 0 {
+		toks = []token{single}
+	}
+	b := make([]byte, 0, 32*len(toks))
+	b = append(b, '{')
+	for i, t := range toks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		switch a {
+		case ArgIDs:
+			b = pgArrayID(b, t.id)
+		case ArgAttempts:
+			b = strconv.AppendInt(b, t.attempt+1, 10)
+		case ArgExpiries:
+			b = append(t.expiry.UTC().AppendFormat(append(b, '"'), "2006-01-02 15:04:05.000000"), `+00"`...)
+		}
+	}
+	return string(append(b, '}'))
+}
+
+// pgArrayID writes an id as an array element: an integer as it is, text
+// quoted with its quotes and backslashes escaped.
+func pgArrayID(b []byte, id any) []byte {
+	switch x := id.(type) {
+	case int64:
+		return strconv.AppendInt(b, x, 10)
+	case string:
+		b = append(b, '"')
+		for i := 0; i < len(x); i++ {
+			if x[i] == '"' || x[i] == '\\' {
+				b = append(b, '\\')
+			}
+			b = append(b, x[i])
+		}
+		return append(b, '"')
+	}
+	return pgArrayID(b, fmt.Sprint(id))
 }
 
 // IsDeadlock reports PostgreSQL's deadlock victim (SQLSTATE 40P01), from

@@ -449,9 +449,10 @@ func TestWorkPostgresAdvisory(t *testing.T) {
 // other's settlement, so each goes alone); a full batch is claimed again at
 // once.
 func TestWorkBatch(t *testing.T) {
-	const (
-		batchAck   = `DELETE FROM "jobs" WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3)) RETURNING "id"`
-		batchRetry = `UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE ("id", "attempt", "locked_until") IN (($2, $3, $4)) RETURNING "id"`
+	var (
+		batchAck   = `DELETE FROM "jobs" WHERE ` + inbox.PgBatchWhere(1) + ` RETURNING "id"`
+		batchRetry = `UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE ` + inbox.PgBatchWhere(2) + ` RETURNING "id"`
+		exps       = `{"2024-03-01 12:01:00.123456+00"}`
 	)
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
@@ -459,9 +460,9 @@ func TestWorkBatch(t *testing.T) {
 	cols := "id,attempt,locked_until,payload"
 	m.ExpectQuery(pgLeaseClaim).WithArgs(3, 3, 3, minute).WillReturnRows(rows(cols,
 		row(int64(1), int64(1), exp, []byte("p")), row(int64(2), int64(1), exp, []byte("p")), row(int64(3), int64(1), exp, []byte("p"))))
-	m.ExpectQuery(batchAck).WithArgs(int64(1), int64(2), at(exp)).WillReturnRows(rows("id", row(int64(1))))
-	m.ExpectQuery(batchRetry).WithArgs(int64(90_000_000), int64(2), int64(2), at(exp)).WillReturnRows(rows("id", row(int64(2))))
-	m.ExpectQuery(batchAck).WithArgs(int64(3), int64(2), at(exp)).WillReturnRows(rows("id", row(int64(3))))
+	m.ExpectQuery(batchAck).WithArgs(inbox.PgBatchArgs("{1}", "{2}", exps)...).WillReturnRows(rows("id", row(int64(1))))
+	m.ExpectQuery(batchRetry).WithArgs(append([]driver.Value{int64(90_000_000)}, inbox.PgBatchArgs("{2}", "{2}", exps)...)...).WillReturnRows(rows("id", row(int64(2))))
+	m.ExpectQuery(batchAck).WithArgs(inbox.PgBatchArgs("{3}", "{2}", exps)...).WillReturnRows(rows("id", row(int64(3))))
 	// The batch was full: the loop claims again before it idles. That claim
 	// ends the test.
 	m.ExpectQuery(pgLeaseClaim).WithArgs(3, 3, 3, minute).WillReturnRows(rows(cols))
@@ -704,13 +705,14 @@ func TestWorkRecordsErrors(t *testing.T) {
 // none of its handlers runs: a lease batch in one statement, its attempts
 // not spent.
 func TestWorkGivesBackLateClaim(t *testing.T) {
-	const batchRelease = `UPDATE "jobs" SET "locked_until" = NULL, "attempt" = "attempt" - 1 WHERE ("id", "attempt", "locked_until") IN (($1, $2, $3), ($4, $5, $6), ($7, $8, $9)) RETURNING "id"`
+	batchRelease := `UPDATE "jobs" SET "locked_until" = NULL, "attempt" = "attempt" - 1 WHERE ` + inbox.PgBatchWhere(1) + ` RETURNING "id"`
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
 	exp := utc0.Add(time.Minute)
 	m.ExpectQuery(pgLeaseClaim).WithArgs(3, 3, 3, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
 		row(int64(1), int64(1), exp, []byte("p")), row(int64(2), int64(1), exp, []byte("p")), row(int64(3), int64(1), exp, []byte("p"))))
-	m.ExpectQuery(batchRelease).WithArgs(int64(1), int64(2), at(exp), int64(2), int64(2), at(exp), int64(3), int64(2), at(exp)).
+	m.ExpectQuery(batchRelease).WithArgs(inbox.PgBatchArgs("{1,2,3}", "{2,2,2}",
+		`{"2024-03-01 12:01:00.123456+00","2024-03-01 12:01:00.123456+00","2024-03-01 12:01:00.123456+00"}`)...).
 		WillReturnRows(rows("id", row(int64(1)), row(int64(2)), row(int64(3))))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -514,6 +514,12 @@ func docArg(m *Mock, c call, i int, prefer string) string {
 		return "attempt"
 	case inbox.ArgExpiry:
 		return "expiry"
+	case inbox.ArgIDs:
+		return "{id, …}"
+	case inbox.ArgAttempts:
+		return "{attempt+1, …}"
+	case inbox.ArgExpiries:
+		return "{expiry, …}"
 	case inbox.ArgNow:
 		return "now"
 	case inbox.ArgUntil:

@@ -49,11 +49,13 @@ func TestWorkBatchSharesStatements(t *testing.T) {
 			if !strings.HasPrefix(query, "DELETE") {
 				return
 			}
+			batch, err := fakedb.BatchIDs(args)
+			if err != nil {
+				t.Error(err)
+			}
 			var ids []any
-			for i := 0; i < len(args); i += 3 {
-				if len(ids) == 0 || ids[len(ids)-1] != args[i].Value {
-					ids = append(ids, args[i].Value)
-				}
+			for _, id := range batch {
+				ids = append(ids, id)
 			}
 			mu.Lock()
 			acks = append(acks, ids)

@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,7 +14,7 @@ import (
 
 // Lease answers the lease form's statements of the Postgres dialect from
 // memory: a claim returns as many rows as its limit, with ids counting
-// from 1, a batch Ack returns the ids it was given (every token matches), a
+// from 1, a batch Ack returns the ids of its array (every token matches), a
 // plain settlement affects one row. When Block is set, a query (but an
 // UPDATE: a lease extension) signals on it and waits for its context to
 // end. Seen, when set, is called with each query before it is answered,
@@ -91,15 +92,33 @@ func (c *leaseConn) QueryContext(ctx context.Context, query string, args []drive
 			r.vals = append(r.vals, c.f.nextID.Add(1))
 		}
 	case strings.HasPrefix(query, "DELETE"):
-		// A batch Ack: its ids are every third parameter.
 		r.cols = leaseIDCols
-		for i := 0; i < len(args); i += 3 {
-			r.vals = append(r.vals, args[i].Value)
+		ids, err := BatchIDs(args)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			r.vals = append(r.vals, id)
 		}
 	default:
 		return nil, errors.New("fakedb: Lease cannot answer " + query)
 	}
 	return r, nil
+}
+
+// BatchIDs returns the ids a batch statement of the Postgres dialect
+// settles: its first argument, an array literal of integers ("{1,2}").
+func BatchIDs(args []driver.NamedValue) ([]int64, error) {
+	text, _ := args[0].Value.(string)
+	var ids []int64
+	for _, id := range strings.Split(strings.Trim(text, "{}"), ",") {
+		n, err := strconv.ParseInt(id, 10, 64)
+		if err != nil {
+			return nil, errors.New("fakedb: not an array of integer ids: " + text)
+		}
+		ids = append(ids, n)
+	}
+	return ids, nil
 }
 
 type leaseRows struct {
