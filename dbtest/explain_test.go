@@ -362,7 +362,15 @@ func TestExplainLeaseClaim(t *testing.T) {
 					what := fmt.Sprintf("batch ack of %d, %s", size, when)
 					switch {
 					case e.IsPostgres():
-						plan = explainPlan(t, e, db, false, bst.Ack.SQL, tok...)
+						// The tokens go as array literals: ids, attempts, ids, expiries, ids.
+						var ids, atts, exps []string
+						for k := 0; k < size; k++ {
+							ids = append(ids, fmt.Sprint(100+k))
+							atts = append(atts, "1")
+							exps = append(exps, `"`+future.UTC().Format("2006-01-02 15:04:05.999999")+`+00"`)
+						}
+						arr := func(xs []string) string { return "{" + strings.Join(xs, ",") + "}" }
+						plan = explainPlan(t, e, db, false, bst.Ack.SQL, arr(ids), arr(atts), arr(ids), arr(exps), arr(ids))
 						explainMust(t, what, plan, []string{" using " + table + "_pkey"}, []string{"Seq Scan"})
 					case e.IsMySQL():
 						for _, st := range []inbox.Stmt{bst.Ack, bst.Release, bst.Lock} {
