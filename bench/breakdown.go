@@ -30,6 +30,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/sqlinbox/inbox/internal/connhook"
 )
 
 // breakdownJobs is the number of jobs each side works through.
@@ -487,7 +489,7 @@ func diffStatStatements(before, after map[int64]pgssRow) []pgssRow {
 	return out
 }
 
-// The timing driver: idle.go's countedConn, each call also timed and
+// The timing driver: idle.go's counting hooks, each call also timed and
 // recorded by its kind and SQL text.
 
 type stmtKey struct{ kind, text string }
@@ -535,156 +537,62 @@ func (r *stmtRecorder) snapshot() map[stmtKey]stmtStat {
 
 // openTimed opens e through the counting driver, timed into r.
 func openTimed(e engine, dir string, c *callCounter, r *stmtRecorder, maxConns int) (*sql.DB, error) {
-	inner, err := baseConnector(e, dir)
+	inner, err := connhook.Connector(e.driver, e.dsn(dir))
 	if err != nil {
 		return nil, err
 	}
-	db := sql.OpenDB(timedConnector{inner, c, r})
+	db := sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{
+		Before: c.before,
+		After: func(ctx context.Context, call connhook.Call, err error, d time.Duration) {
+			c.after(ctx, call, err, d)
+			r.after(call, err, d)
+		},
+		RowsClosed: r.rowsClosed,
+	}))
 	return e.ready(db, maxConns)
 }
 
-type timedConnector struct {
-	inner driver.Connector
-	c     *callCounter
-	r     *stmtRecorder
-}
-
-func (tc timedConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := tc.inner.Connect(ctx)
-	if err != nil {
-		return nil, err
+// after records a call that reached the driver, but a query that
+// returned rows: rowsClosed records it as its rows close, with the time
+// spent fetching them, for drivers that stream results (pgx, pq) wait for
+// the server there too. Each prepared statement's close is recorded:
+// go-sql-driver/mysql closes each statement it prepared for one call.
+func (r *stmtRecorder) after(call connhook.Call, err error, d time.Duration) {
+	switch call.Kind {
+	case connhook.Query:
+		// A driver.ErrSkip is prepared by database/sql instead: timed there.
+		if err != nil && !errors.Is(err, driver.ErrSkip) {
+			r.add("query", call.SQL, d)
+		}
+	case connhook.StmtQuery:
+		if err != nil {
+			r.add("query", call.SQL, d)
+		}
+	case connhook.Exec:
+		if !errors.Is(err, driver.ErrSkip) {
+			r.add("exec", call.SQL, d)
+		}
+	case connhook.StmtExec:
+		r.add("exec", call.SQL, d)
+	case connhook.Prepare:
+		r.add("prepare", call.SQL, d)
+	case connhook.StmtClose:
+		r.add("close", call.SQL, d)
+	case connhook.Begin:
+		what := "BEGIN"
+		if call.TxOptions.Isolation != driver.IsolationLevel(sql.LevelDefault) {
+			what += " " + strings.ToUpper(sql.IsolationLevel(call.TxOptions.Isolation).String())
+		}
+		r.add("tx", what, d)
+	case connhook.Commit:
+		r.add("tx", "COMMIT", d)
+	case connhook.Rollback:
+		r.add("tx", "ROLLBACK", d)
 	}
-	return &timedConn{&countedConn{Conn: conn, c: tc.c}, tc.r}, nil
 }
 
-func (tc timedConnector) Driver() driver.Driver { return tc.inner.Driver() }
-
-// timedConn times what countedConn counts.
-type timedConn struct {
-	*countedConn
-	r *stmtRecorder
-}
-
-func (c *timedConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	t := time.Now()
-	rows, err := c.countedConn.QueryContext(ctx, q, args)
-	if errors.Is(err, driver.ErrSkip) {
-		return nil, err // database/sql prepares it instead: timed there
-	}
-	if err != nil {
-		c.r.add("query", q, time.Since(t))
-		return nil, err
-	}
-	return &timedRows{Rows: rows, r: c.r, text: q, spent: time.Since(t)}, nil
-}
-
-func (c *timedConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	t := time.Now()
-	res, err := c.countedConn.ExecContext(ctx, q, args)
-	if !errors.Is(err, driver.ErrSkip) {
-		c.r.add("exec", q, time.Since(t))
-	}
-	return res, err
-}
-
-func (c *timedConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
-	t := time.Now()
-	st, err := c.countedConn.PrepareContext(ctx, q)
-	c.r.add("prepare", q, time.Since(t))
-	if err != nil {
-		return nil, err
-	}
-	return &timedStmt{st.(*countedStmt), c.r, q}, nil
-}
-
-func (c *timedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	t := time.Now()
-	tx, err := c.countedConn.BeginTx(ctx, opts)
-	what := "BEGIN"
-	if opts.Isolation != driver.IsolationLevel(sql.LevelDefault) {
-		what += " " + strings.ToUpper(sql.IsolationLevel(opts.Isolation).String())
-	}
-	c.r.add("tx", what, time.Since(t))
-	if err != nil {
-		return nil, err
-	}
-	return timedTx{tx, c.r}, nil
-}
-
-type timedTx struct {
-	tx driver.Tx
-	r  *stmtRecorder
-}
-
-func (t timedTx) Commit() error {
-	start := time.Now()
-	err := t.tx.Commit()
-	t.r.add("tx", "COMMIT", time.Since(start))
-	return err
-}
-
-func (t timedTx) Rollback() error {
-	start := time.Now()
-	err := t.tx.Rollback()
-	t.r.add("tx", "ROLLBACK", time.Since(start))
-	return err
-}
-
-// timedStmt times a prepared statement's runs and its close
-// (go-sql-driver/mysql closes each statement it prepared for one call).
-type timedStmt struct {
-	*countedStmt
-	r    *stmtRecorder
-	text string
-}
-
-func (s *timedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	t := time.Now()
-	rows, err := s.countedStmt.QueryContext(ctx, args)
-	if err != nil {
-		s.r.add("query", s.text, time.Since(t))
-		return nil, err
-	}
-	return &timedRows{Rows: rows, r: s.r, text: s.text, spent: time.Since(t)}, nil
-}
-
-func (s *timedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	t := time.Now()
-	res, err := s.countedStmt.ExecContext(ctx, args)
-	s.r.add("exec", s.text, time.Since(t))
-	return res, err
-}
-
-func (s *timedStmt) Close() error {
-	t := time.Now()
-	err := s.countedStmt.Close()
-	s.r.add("close", s.text, time.Since(t))
-	return err
-}
-
-// timedRows adds the time spent fetching rows to their query's, recorded
-// as one call when the rows close: drivers that stream results (pgx, pq)
-// wait for the server there too.
-type timedRows struct {
-	driver.Rows
-	r     *stmtRecorder
-	text  string
-	spent time.Duration
-}
-
-func (r *timedRows) Next(dest []driver.Value) error {
-	t := time.Now()
-	err := r.Rows.Next(dest)
-	r.spent += time.Since(t)
-	return err
-}
-
-func (r *timedRows) Close() error {
-	t := time.Now()
-	err := r.Rows.Close()
-	r.spent += time.Since(t)
-	r.r.add("query", r.text, r.spent)
-	return err
+func (r *stmtRecorder) rowsClosed(_ context.Context, call connhook.Call, spent time.Duration) {
+	r.add("query", call.SQL, spent)
 }
 
 // stmtLabel shortens a statement for the tables: its verb, its table, the

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/connhook"
 	"github.com/sqlinbox/inbox/worker"
 )
 
@@ -184,171 +185,30 @@ func (c *callCounter) snapshot() callCounts {
 
 // openCounted opens e through a driver wrapper counting into c.
 func openCounted(e engine, dir string, c *callCounter, maxConns int) (*sql.DB, error) {
-	inner, err := baseConnector(e, dir)
+	inner, err := connhook.Connector(e.driver, e.dsn(dir))
 	if err != nil {
 		return nil, err
 	}
-	db := sql.OpenDB(countedConnector{inner, c})
-	return e.ready(db, maxConns)
+	return e.ready(sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{Before: c.before, After: c.after})), maxConns)
 }
 
-// baseConnector is the engine's own connector, for a wrapper to sit on.
-func baseConnector(e engine, dir string) (driver.Connector, error) {
-	dsn := e.dsn(dir)
-	plain, err := sql.Open(e.driver, dsn)
-	if err != nil {
-		return nil, err
+// before counts the calls that reach the driver as they are sent: each run
+// of a prepared statement, BEGIN, COMMIT and ROLLBACK, each prepare.
+func (c *callCounter) before(_ context.Context, call connhook.Call) {
+	switch call.Kind {
+	case connhook.StmtQuery, connhook.StmtExec:
+		c.statements.Add(1)
+	case connhook.Begin, connhook.Commit, connhook.Rollback:
+		c.tx.Add(1)
+	case connhook.Prepare:
+		c.prepares.Add(1)
 	}
-	drv := plain.Driver()
-	plain.Close()
-	if dc, ok := drv.(driver.DriverContext); ok {
-		return dc.OpenConnector(dsn)
-	}
-	return dsnConnector{drv, dsn}, nil
 }
 
-type dsnConnector struct {
-	drv driver.Driver
-	dsn string
-}
-
-func (c dsnConnector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
-func (c dsnConnector) Driver() driver.Driver                        { return c.drv }
-
-type countedConnector struct {
-	inner driver.Connector
-	c     *callCounter
-}
-
-func (cc countedConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := cc.inner.Connect(ctx)
-	if err != nil {
-		return nil, err
+// after counts a statement that the driver took: one it answered with
+// driver.ErrSkip is prepared by database/sql and counted as it runs.
+func (c *callCounter) after(_ context.Context, call connhook.Call, err error, _ time.Duration) {
+	if (call.Kind == connhook.Query || call.Kind == connhook.Exec) && !errors.Is(err, driver.ErrSkip) {
+		c.statements.Add(1)
 	}
-	return &countedConn{Conn: conn, c: cc.c}, nil
-}
-
-func (cc countedConnector) Driver() driver.Driver { return cc.inner.Driver() }
-
-// countedConn passes every call on to the driver's connection, counting it.
-type countedConn struct {
-	driver.Conn
-	c *callCounter
-}
-
-func (c *countedConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	qc, ok := c.Conn.(driver.QueryerContext)
-	if !ok {
-		return nil, driver.ErrSkip
-	}
-	rows, err := qc.QueryContext(ctx, q, args)
-	if !errors.Is(err, driver.ErrSkip) {
-		c.c.statements.Add(1)
-	}
-	return rows, err
-}
-
-func (c *countedConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	ec, ok := c.Conn.(driver.ExecerContext)
-	if !ok {
-		return nil, driver.ErrSkip
-	}
-	res, err := ec.ExecContext(ctx, q, args)
-	if !errors.Is(err, driver.ErrSkip) {
-		c.c.statements.Add(1)
-	}
-	return res, err
-}
-
-func (c *countedConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
-	c.c.prepares.Add(1)
-	var st driver.Stmt
-	var err error
-	if pc, ok := c.Conn.(driver.ConnPrepareContext); ok {
-		st, err = pc.PrepareContext(ctx, q)
-	} else {
-		st, err = c.Conn.Prepare(q)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &countedStmt{Stmt: st, c: c.c}, nil
-}
-
-func (c *countedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	bt, ok := c.Conn.(driver.ConnBeginTx)
-	if !ok {
-		return nil, errors.New("bench: the driver has no BeginTx")
-	}
-	c.c.tx.Add(1)
-	tx, err := bt.BeginTx(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	return countedTx{tx, c.c}, nil
-}
-
-func (c *countedConn) CheckNamedValue(nv *driver.NamedValue) error {
-	if nc, ok := c.Conn.(driver.NamedValueChecker); ok {
-		return nc.CheckNamedValue(nv)
-	}
-	return driver.ErrSkip
-}
-
-func (c *countedConn) ResetSession(ctx context.Context) error {
-	if sr, ok := c.Conn.(driver.SessionResetter); ok {
-		return sr.ResetSession(ctx)
-	}
-	return nil
-}
-
-func (c *countedConn) IsValid() bool {
-	if v, ok := c.Conn.(driver.Validator); ok {
-		return v.IsValid()
-	}
-	return true
-}
-
-func (c *countedConn) Ping(ctx context.Context) error {
-	if p, ok := c.Conn.(driver.Pinger); ok {
-		return p.Ping(ctx)
-	}
-	return nil
-}
-
-type countedTx struct {
-	tx driver.Tx
-	c  *callCounter
-}
-
-func (t countedTx) Commit() error   { t.c.tx.Add(1); return t.tx.Commit() }
-func (t countedTx) Rollback() error { t.c.tx.Add(1); return t.tx.Rollback() }
-
-// countedStmt counts the runs of a prepared statement.
-type countedStmt struct {
-	driver.Stmt
-	c *callCounter
-}
-
-func (s *countedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	s.c.statements.Add(1)
-	if sq, ok := s.Stmt.(driver.StmtQueryContext); ok {
-		return sq.QueryContext(ctx, args)
-	}
-	return nil, errors.New("bench: the driver's statement has no QueryContext")
-}
-
-func (s *countedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	s.c.statements.Add(1)
-	if se, ok := s.Stmt.(driver.StmtExecContext); ok {
-		return se.ExecContext(ctx, args)
-	}
-	return nil, errors.New("bench: the driver's statement has no ExecContext")
-}
-
-func (s *countedStmt) CheckNamedValue(nv *driver.NamedValue) error {
-	if nc, ok := s.Stmt.(driver.NamedValueChecker); ok {
-		return nc.CheckNamedValue(nv)
-	}
-	return driver.ErrSkip
 }

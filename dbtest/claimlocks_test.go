@@ -15,8 +15,6 @@ package dbtest
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -25,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/connhook"
 )
 
 // lockShape is a claim-lock table: delayed rows (a not-before time or a
@@ -373,93 +372,20 @@ func TestClaimLocksLease(t *testing.T) {
 // pausingDB opens e's database through a driver wrapper that calls before
 // with the text of each statement before it is sent (client-side
 // parameters, so that every statement is one call, unless the queue
-// prepares its statements).
+// prepares its statements: before is then called at each run of the
+// prepared statement, for Config.Prepare under INBOX_TEST_PREPARE=1).
 func pausingDB(t *testing.T, e Engine, before func(query string)) *sql.DB {
 	t.Helper()
-	dsn := e.DSN(t, t.TempDir()) + "&interpolateParams=true"
-	plain, err := sql.Open(e.Driver, dsn)
+	inner, err := connhook.Connector(e.Driver, e.DSN(t, t.TempDir())+"&interpolateParams=true")
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv := plain.Driver()
-	plain.Close()
-	inner, err := drv.(driver.DriverContext).OpenConnector(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(pauseConnector{inner, before})
+	db := sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{Before: func(_ context.Context, call connhook.Call) {
+		if call.Kind.Runs() {
+			before(call.SQL)
+		}
+	}}))
 	db.SetMaxOpenConns(4)
 	t.Cleanup(func() { db.Close() })
 	return db
-}
-
-type pauseConnector struct {
-	inner  driver.Connector
-	before func(string)
-}
-
-func (p pauseConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	c, err := p.inner.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &pauseConn{c, p.before}, nil
-}
-
-func (p pauseConnector) Driver() driver.Driver { return p.inner.Driver() }
-
-type pauseConn struct {
-	driver.Conn
-	before func(string)
-}
-
-func (c *pauseConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	c.before(q)
-	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
-}
-
-func (c *pauseConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	c.before(q)
-	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
-}
-
-// PrepareContext serves Config.Prepare (INBOX_TEST_PREPARE=1): before is
-// called at each run of the prepared statement.
-func (c *pauseConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
-	st, err := c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	return &pauseStmt{st, q, c.before}, nil
-}
-
-type pauseStmt struct {
-	driver.Stmt
-	q      string
-	before func(string)
-}
-
-func (s *pauseStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	s.before(s.q)
-	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
-}
-
-func (s *pauseStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	s.before(s.q)
-	return s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
-}
-
-func (c *pauseConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	bt, ok := c.Conn.(driver.ConnBeginTx)
-	if !ok {
-		return nil, errors.New("pauseConn: the driver has no BeginTx")
-	}
-	return bt.BeginTx(ctx, opts)
-}
-
-func (c *pauseConn) ResetSession(ctx context.Context) error {
-	if r, ok := c.Conn.(driver.SessionResetter); ok {
-		return r.ResetSession(ctx)
-	}
-	return nil
 }

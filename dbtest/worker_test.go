@@ -12,7 +12,6 @@ package dbtest
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"runtime"
@@ -24,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/connhook"
 	"github.com/sqlinbox/inbox/worker"
 )
 
@@ -815,21 +815,12 @@ func (c *workXCounter) waitClaims(t testing.TB, n int) {
 // claim statements the counter watches.
 func workXOpenCounting(t *testing.T, e Engine, maxConns int) (*sql.DB, *workXCounter) {
 	t.Helper()
-	dsn := e.DSN(t, t.TempDir())
-	plain, err := sql.Open(e.Driver, dsn)
+	inner, err := connhook.Connector(e.Driver, e.DSN(t, t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv := plain.Driver()
-	plain.Close()
-	var inner driver.Connector = workXDSNConnector{drv, dsn}
-	if dc, ok := drv.(driver.DriverContext); ok {
-		if inner, err = dc.OpenConnector(dsn); err != nil {
-			t.Fatal(err)
-		}
-	}
 	c := &workXCounter{sqls: map[string]bool{}, changed: make(chan struct{})}
-	db := sql.OpenDB(workXConnector{inner: inner, c: c})
+	db := sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{Before: c.before, After: c.after}))
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
 	if err := db.Ping(); err != nil {
@@ -839,150 +830,22 @@ func workXOpenCounting(t *testing.T, e Engine, maxConns int) (*sql.DB, *workXCou
 	return db, c
 }
 
-type workXDSNConnector struct {
-	drv driver.Driver
-	dsn string
+// before counts the transactions begun.
+func (c *workXCounter) before(_ context.Context, call connhook.Call) {
+	if call.Kind == connhook.Begin {
+		c.mu.Lock()
+		c.begins++
+		c.mu.Unlock()
+	}
 }
 
-func (c workXDSNConnector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
-func (c workXDSNConnector) Driver() driver.Driver                        { return c.drv }
-
-type workXConnector struct {
-	inner driver.Connector
-	c     *workXCounter
-}
-
-func (w workXConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := w.inner.Connect(ctx)
-	if err != nil {
-		return nil, err
+// after counts the statements run without error, prepared or not
+// (go-sql-driver/mysql without interpolateParams prepares each statement
+// with arguments).
+func (c *workXCounter) after(_ context.Context, call connhook.Call, err error, _ time.Duration) {
+	if call.Kind.Runs() && err == nil {
+		c.sent(call.SQL)
 	}
-	return &workXConn{Conn: conn, c: w.c}, nil
-}
-
-func (w workXConnector) Driver() driver.Driver { return w.inner.Driver() }
-
-// workXConn passes every call on to the driver's connection, counting the
-// watched statements.
-type workXConn struct {
-	driver.Conn
-	c *workXCounter
-}
-
-func (c *workXConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	qc, ok := c.Conn.(driver.QueryerContext)
-	if !ok {
-		return nil, driver.ErrSkip
-	}
-	rows, err := qc.QueryContext(ctx, q, args)
-	if err == nil {
-		c.c.sent(q)
-	}
-	return rows, err
-}
-
-func (c *workXConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	ec, ok := c.Conn.(driver.ExecerContext)
-	if !ok {
-		return nil, driver.ErrSkip
-	}
-	res, err := ec.ExecContext(ctx, q, args)
-	if err == nil {
-		c.c.sent(q)
-	}
-	return res, err
-}
-
-// PrepareContext serves drivers that prepare statements with arguments
-// (go-sql-driver/mysql without interpolateParams).
-func (c *workXConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
-	var st driver.Stmt
-	var err error
-	if pc, ok := c.Conn.(driver.ConnPrepareContext); ok {
-		st, err = pc.PrepareContext(ctx, q)
-	} else {
-		st, err = c.Conn.Prepare(q)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &workXStmt{Stmt: st, q: q, c: c.c}, nil
-}
-
-// workXStmt counts the runs of a prepared watched statement.
-type workXStmt struct {
-	driver.Stmt
-	q string
-	c *workXCounter
-}
-
-func (s *workXStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	sq, ok := s.Stmt.(driver.StmtQueryContext)
-	if !ok {
-		return nil, errors.New("workXStmt: the driver has no StmtQueryContext")
-	}
-	rows, err := sq.QueryContext(ctx, args)
-	if err == nil {
-		s.c.sent(s.q)
-	}
-	return rows, err
-}
-
-func (s *workXStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	se, ok := s.Stmt.(driver.StmtExecContext)
-	if !ok {
-		return nil, errors.New("workXStmt: the driver has no StmtExecContext")
-	}
-	res, err := se.ExecContext(ctx, args)
-	if err == nil {
-		s.c.sent(s.q)
-	}
-	return res, err
-}
-
-func (s *workXStmt) CheckNamedValue(nv *driver.NamedValue) error {
-	if nc, ok := s.Stmt.(driver.NamedValueChecker); ok {
-		return nc.CheckNamedValue(nv)
-	}
-	return driver.ErrSkip
-}
-
-func (c *workXConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	if bt, ok := c.Conn.(driver.ConnBeginTx); ok {
-		c.c.mu.Lock()
-		c.c.begins++
-		c.c.mu.Unlock()
-		return bt.BeginTx(ctx, opts)
-	}
-	return nil, errors.New("workXConn: the driver has no BeginTx")
-}
-
-func (c *workXConn) CheckNamedValue(nv *driver.NamedValue) error {
-	if nc, ok := c.Conn.(driver.NamedValueChecker); ok {
-		return nc.CheckNamedValue(nv)
-	}
-	return driver.ErrSkip
-}
-
-func (c *workXConn) ResetSession(ctx context.Context) error {
-	if sr, ok := c.Conn.(driver.SessionResetter); ok {
-		return sr.ResetSession(ctx)
-	}
-	return nil
-}
-
-func (c *workXConn) IsValid() bool {
-	if v, ok := c.Conn.(driver.Validator); ok {
-		return v.IsValid()
-	}
-	return true
-}
-
-func (c *workXConn) Ping(ctx context.Context) error {
-	if p, ok := c.Conn.(driver.Pinger); ok {
-		return p.Ping(ctx)
-	}
-	return nil
 }
 
 // TestWorkBatchTwoPools: lease loops with batches, whose jobs settle

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/connhook"
 	"github.com/sqlinbox/inbox/internal/optin"
 	"github.com/sqlinbox/inbox/worker"
 )
@@ -459,77 +460,15 @@ func openCounting(t *testing.T, d Driver, dsn string) (*sql.DB, *counter) {
 		t.Fatal(err)
 	}
 	c := &counter{sqls: map[string]bool{}, changed: make(chan struct{})}
-	db := sql.OpenDB(countingConnector{inner, c})
+	db := sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{After: c.after}))
 	db.SetMaxOpenConns(4)
 	t.Cleanup(func() { db.Close() })
 	return db, c
 }
 
-type countingConnector struct {
-	inner driver.Connector
-	c     *counter
-}
-
-func (cc countingConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := cc.inner.Connect(ctx)
-	if err != nil {
-		return nil, err
+// after counts the queries that returned without error.
+func (c *counter) after(_ context.Context, call connhook.Call, err error, _ time.Duration) {
+	if call.Kind == connhook.Query && err == nil {
+		c.sent(call.SQL)
 	}
-	return &countingConn{conn, cc.c}, nil
-}
-
-func (cc countingConnector) Driver() driver.Driver { return cc.inner.Driver() }
-
-// countingConn passes calls on to the driver's connection, counting queries.
-type countingConn struct {
-	driver.Conn
-	c *counter
-}
-
-func (c *countingConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	rows, err := c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
-	if err == nil {
-		c.c.sent(q)
-	}
-	return rows, err
-}
-
-func (c *countingConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
-}
-
-func (c *countingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
-}
-
-func (c *countingConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
-	return c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
-}
-
-func (c *countingConn) CheckNamedValue(nv *driver.NamedValue) error {
-	if nc, ok := c.Conn.(driver.NamedValueChecker); ok {
-		return nc.CheckNamedValue(nv)
-	}
-	return driver.ErrSkip
-}
-
-func (c *countingConn) ResetSession(ctx context.Context) error {
-	if sr, ok := c.Conn.(driver.SessionResetter); ok {
-		return sr.ResetSession(ctx)
-	}
-	return nil
-}
-
-func (c *countingConn) IsValid() bool {
-	if v, ok := c.Conn.(driver.Validator); ok {
-		return v.IsValid()
-	}
-	return true
-}
-
-func (c *countingConn) Ping(ctx context.Context) error {
-	if p, ok := c.Conn.(driver.Pinger); ok {
-		return p.Ping(ctx)
-	}
-	return nil
 }
