@@ -746,12 +746,11 @@ func TestWorkFlood(t *testing.T) {
 
 // workXCounter counts the claim statements that reached the driver and
 // returned, so that a test can tell when every loop has made its first
-// claim. It is safe for concurrent use.
+// claim, and every statement run and transaction begun. It is safe for
+// concurrent use.
 type workXCounter struct {
+	claimed *connhook.Watch
 	mu      sync.Mutex
-	sqls    map[string]bool
-	n       int
-	changed chan struct{}  // closed and replaced at every count
 	all     int            // every statement run, watched or not
 	begins  int            // transactions begun
 	each    map[string]int // runs of each statement
@@ -761,54 +760,27 @@ type workXCounter struct {
 // form and engine.
 func (c *workXCounter) watch(q *inbox.Queue) {
 	st := q.Statements()
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, s := range []inbox.Stmt{st.Claim, st.ClaimSelect, st.Candidates, st.Pick} {
 		if s.SQL != "" {
-			c.sqls[s.SQL] = true
+			c.claimed.Add(s.SQL)
 		}
 	}
 }
 
 func (c *workXCounter) sent(query string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.all++
-	if c.each == nil {
-		c.each = map[string]int{}
-	}
 	c.each[query]++
-	if c.sqls[query] {
-		c.n++
-		close(c.changed)
-		c.changed = make(chan struct{})
-	}
+	c.mu.Unlock()
+	c.claimed.Saw(query)
 }
 
-func (c *workXCounter) claims() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
+func (c *workXCounter) claims() int { return c.claimed.Count() }
 
 // waitClaims waits until n claim statements have returned.
 func (c *workXCounter) waitClaims(t testing.TB, n int) {
 	t.Helper()
-	deadline := time.NewTimer(workXDeadline)
-	defer deadline.Stop()
-	for {
-		c.mu.Lock()
-		got, changed := c.n, c.changed
-		c.mu.Unlock()
-		if got >= n {
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			t.Fatalf("waited %v for %d claims, saw %d", workXDeadline, n, got)
-		}
-	}
+	c.claimed.Wait(t, n, workXDeadline)
 }
 
 // workXOpenCounting is Engine.Open through a driver wrapper that counts the
@@ -819,7 +791,7 @@ func workXOpenCounting(t *testing.T, e Engine, maxConns int) (*sql.DB, *workXCou
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &workXCounter{sqls: map[string]bool{}, changed: make(chan struct{})}
+	c := &workXCounter{claimed: connhook.NewWatch(), each: map[string]int{}}
 	db := sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{Before: c.before, After: c.after}))
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)

@@ -47,7 +47,7 @@ func HalfOpen(t *testing.T, d Driver) {
 			return nil
 		})
 	})
-	count.wait(t, 1)
+	count.Wait(t, 1, deadline)
 
 	old := listenerPID(t, odb, app, 0)
 	if n := p.blackhole(); n != 1 {

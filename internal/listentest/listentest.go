@@ -24,7 +24,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -120,7 +119,7 @@ func queueConfig(table string) inbox.Config {
 
 // setup creates a lease table and opens the worker's pool (counting its
 // claims) and another pool, each with a queue on the table.
-func setup(t *testing.T, d Driver, name string) (table string, wdb *sql.DB, wq *inbox.Queue, count *counter, odb *sql.DB, oq *inbox.Queue) {
+func setup(t *testing.T, d Driver, name string) (table string, wdb *sql.DB, wq *inbox.Queue, count *connhook.Watch, odb *sql.DB, oq *inbox.Queue) {
 	t.Helper()
 	table = fmt.Sprintf("listen_%s_%s_%d", name, d.Name, os.Getpid())
 	odb = open(t, d, dsn(t))
@@ -145,7 +144,7 @@ func setup(t *testing.T, d Driver, name string) (table string, wdb *sql.DB, wq *
 	if wq, err = inbox.New(wdb, queueConfig(table)); err != nil {
 		t.Fatal(err)
 	}
-	count.watch(wq.Statements().Claim.SQL)
+	count.Add(wq.Statements().Claim.SQL)
 	if oq, err = inbox.New(odb, queueConfig(table)); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +261,7 @@ func NotifyFromAnotherProcess(t *testing.T, d Driver) {
 	})
 	// The loop's first claim is done: it is idle, and only a wake-up makes
 	// it claim again.
-	count.wait(t, 1)
+	count.Wait(t, 1, deadline)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), enqueueEnv+"="+table)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -306,7 +305,7 @@ func Reconnect(t *testing.T, d Driver) {
 			return nil
 		})
 	})
-	count.wait(t, 1)
+	count.Wait(t, 1, deadline)
 
 	old := listenerPID(t, odb, app, 0)
 	var ended bool
@@ -408,67 +407,22 @@ func Unreachable(t *testing.T, d Driver) {
 	leaks()
 }
 
-// counter counts the runs of the statements it watches that reached the
-// driver and returned: the test's way to know an idle loop has claimed.
-type counter struct {
-	mu      sync.Mutex
-	sqls    map[string]bool
-	n       int
-	changed chan struct{}
-}
-
-func (c *counter) watch(q string) {
-	c.mu.Lock()
-	c.sqls[q] = true
-	c.mu.Unlock()
-}
-
-func (c *counter) sent(q string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.sqls[q] {
-		c.n++
-		close(c.changed)
-		c.changed = make(chan struct{})
-	}
-}
-
-// wait waits until n watched statements have returned.
-func (c *counter) wait(t *testing.T, n int) {
-	t.Helper()
-	timeout := time.After(deadline)
-	for {
-		c.mu.Lock()
-		got, changed := c.n, c.changed
-		c.mu.Unlock()
-		if got >= n {
-			return
-		}
-		select {
-		case <-changed:
-		case <-timeout:
-			t.Fatalf("waited %v for %d claims, saw %d", deadline, n, got)
-		}
-	}
-}
-
-// openCounting opens dsn with d's connector, wrapped in one that counts.
-func openCounting(t *testing.T, d Driver, dsn string) (*sql.DB, *counter) {
+// openCounting opens dsn with d's connector, wrapped in one that counts
+// the runs of the statements the Watch watches that reached the driver and
+// returned: the test's way to know an idle loop has claimed.
+func openCounting(t *testing.T, d Driver, dsn string) (*sql.DB, *connhook.Watch) {
 	t.Helper()
 	inner, err := d.Connector(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &counter{sqls: map[string]bool{}, changed: make(chan struct{})}
-	db := sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{After: c.after}))
+	w := connhook.NewWatch()
+	db := sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{After: func(_ context.Context, call connhook.Call, err error, _ time.Duration) {
+		if call.Kind == connhook.Query && err == nil {
+			w.Saw(call.SQL)
+		}
+	}}))
 	db.SetMaxOpenConns(4)
 	t.Cleanup(func() { db.Close() })
-	return db, c
-}
-
-// after counts the queries that returned without error.
-func (c *counter) after(_ context.Context, call connhook.Call, err error, _ time.Duration) {
-	if call.Kind == connhook.Query && err == nil {
-		c.sent(call.SQL)
-	}
+	return db, w
 }
