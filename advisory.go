@@ -80,11 +80,25 @@ func (q *Queue) claimAdvisory(ctx context.Context, max int) ([]*Delivery, error)
 	if err != nil {
 		return ds, err
 	}
+	if q.locker != nil && q.st.LockFirst.SQL != "" {
+		var walk bool
+		ds, walk, err = q.claimLockingFirst(ctx, ident, ds, got, now)
+		if err != nil || !walk {
+			return ds, err
+		}
+	}
+	ds, err = q.walkCandidates(ctx, ident, ds, got, now)
+	return ds, err
+}
+
+// walkCandidates claims up to got jobs into ds, reading candidates a page
+// at a time and taking each one's key from Go.
+func (q *Queue) walkCandidates(ctx context.Context, ident string, ds []*Delivery, got int, now time.Time) ([]*Delivery, error) {
 	busy := map[string]bool{} // keys found held during this claim
 	v := values{limit: 2*got + q.keys.size() + 8, now: now}
 	page := q.st.Candidates
 	for {
-		cands, err := q.readCandidates(ctx, page, &v)
+		cands, err := q.readCandidates(ctx, q.db, page, &v)
 		if err != nil {
 			return ds, err
 		}
@@ -114,6 +128,132 @@ func (q *Queue) claimAdvisory(ctx context.Context, max int) ([]*Delivery, error)
 	}
 }
 
+// claimLockingFirst claims up to got jobs into ds with LockFirst: one
+// statement a job, which the server answers with the first candidate whose
+// key it could lock. A full page without one sends the walk on to the next,
+// as walkCandidates's does, past the last row the statement returned. It
+// asks for the walk from Go (walk) when the server gave it twice running a
+// key this process holds without its session lock (a delivery whose session
+// ended under it): the statement would give that key again and again,
+// where the walk passes it over.
+func (q *Queue) claimLockingFirst(ctx context.Context, ident string, ds []*Delivery, got int, now time.Time) (_ []*Delivery, walk bool, err error) {
+	base := 2*got + q.keys.size() + 8
+	v := values{limit: max(base, int(q.lockPage.Load())), now: now, identity: ident}
+	lock := q.st.LockFirst
+	// A row settled or claimed between the statement's read and its lock
+	// was locked for nothing; each such miss is a race lost by a few
+	// microseconds, and a bound keeps a claim from chasing them forever.
+	misses := 0
+	var heldHere *string // the key last found held in this process
+	for len(ds) < got && misses <= got+8 {
+		d, res, last, err := q.lockFirst(ctx, ident, lock, &v)
+		switch {
+		case err != nil:
+			return ds, false, err
+		case d != nil:
+			ds = append(ds, d)
+			// A page that needed doubling starts the next claim; one that
+			// did not lets the start fall back by half toward base.
+			if lock.SQL == q.st.LockFirst.SQL {
+				q.lockPage.Store(int64(max(base, v.limit/2)))
+			} else {
+				q.lockPage.Store(int64(v.limit))
+			}
+			continue
+		case res == lockedHeldHere && heldHere != nil && *heldHere == last.key:
+			return ds, true, nil
+		case res == lockedHeldHere:
+			// Most often a race with a delivery of this process taking
+			// or letting go of the key; the same key twice is one held
+			// here without its session.
+			heldHere = &last.key
+			misses++
+			continue
+		case res == lockedGone:
+			misses++
+			continue
+		case last == nil:
+			return ds, false, nil // a short page: the table's end
+		}
+		v.id, v.priority = last.id, last.priority
+		v.limit = min(2*v.limit, maxCandidatePage)
+		lock = q.st.LockFirstAfter
+	}
+	return ds, false, nil
+}
+
+// lockResult is what a LockFirst statement came to when it delivered
+// nothing.
+type lockResult int
+
+const (
+	lockedNone     lockResult = iota // no key of the page was free
+	lockedGone                       // the row was settled or claimed again before its key was locked
+	lockedHeldHere                   // the key is held in this process
+)
+
+// lockFirst runs s on a connection of its own and claims the row whose key
+// it locked, or says why not: with lockedNone, last is the full page's last
+// candidate, nil when the page was short; with lockedHeldHere, the
+// candidate whose key this process holds.
+func (q *Queue) lockFirst(ctx context.Context, ident string, s Stmt, v *values) (_ *Delivery, _ lockResult, last *candidate, err error) {
+	conn, err := q.db.Conn(ctx)
+	if err != nil {
+		return nil, lockedNone, nil, err
+	}
+	c, locked, found, err := q.readLockFirst(ctx, conn, s, v)
+	if err != nil {
+		// The statement may have taken a lock before failing: the
+		// session ends, and the lock with it.
+		discard(conn)
+		return nil, lockedNone, nil, err
+	}
+	if !locked {
+		conn.Close()
+		if found {
+			return nil, lockedNone, &c, nil
+		}
+		return nil, lockedNone, nil, nil
+	}
+	inProcess := ident + "\x00" + c.key
+	if !q.keys.take(inProcess) {
+		q.letGo(ctx, conn, ident, c.key)
+		return nil, lockedHeldHere, &c, nil
+	}
+	d, err := q.claimLocked(ctx, conn, ident, c, v.now, inProcess)
+	if d == nil && err == nil {
+		return nil, lockedGone, nil, nil
+	}
+	return d, lockedNone, nil, err
+}
+
+// readLockFirst runs a LockFirst statement and reads its row, if any: a
+// candidate, and whether its key is now locked.
+func (q *Queue) readLockFirst(ctx context.Context, ex Executor, s Stmt, v *values) (c candidate, locked, found bool, err error) {
+	rows, err := q.query(ctx, ex, s, v)
+	if err != nil {
+		return c, false, false, err
+	}
+	defer rows.Close()
+	var id, key any
+	dest := []any{&id, &key, &c.attempt, &c.priority, &locked}
+	if q.names.Priority == "" {
+		dest = append(dest[:3], &locked)
+	}
+	if rows.Next() {
+		if err = rows.Scan(dest...); err != nil {
+			return c, false, false, err
+		}
+		c.id, c.key, found = normID(id), keyString(key), true
+	}
+	if err = rows.Err(); err != nil {
+		return c, false, false, err
+	}
+	// A failed close leaves the session's state unknown: the caller
+	// discards it, and a lock it took with it.
+	return c, locked, found, rows.Close()
+}
+
 // maxCandidatePage bounds one read of advisory candidates.
 const maxCandidatePage = 1 << 16
 
@@ -126,8 +266,8 @@ type candidate struct {
 	priority int64 // Table.Priority, for the next page's start
 }
 
-func (q *Queue) readCandidates(ctx context.Context, s Stmt, v *values) ([]candidate, error) {
-	rows, err := q.query(ctx, q.db, s, v)
+func (q *Queue) readCandidates(ctx context.Context, ex Executor, s Stmt, v *values) ([]candidate, error) {
+	rows, err := q.query(ctx, ex, s, v)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +317,6 @@ func (q *Queue) lockOne(ctx context.Context, ident string, c candidate, now time
 		return nil, true, nil
 	}
 	var conn *sql.Conn
-	var ex Executor = q.db
 	if q.locker != nil {
 		if conn, err = q.db.Conn(ctx); err != nil {
 			q.keys.drop(inProcess)
@@ -194,6 +333,18 @@ func (q *Queue) lockOne(ctx context.Context, ident string, c candidate, now time
 			q.keys.drop(inProcess)
 			return nil, err == nil, err
 		}
+	}
+	d, err = q.claimLocked(ctx, conn, ident, c, now, inProcess)
+	return d, false, err
+}
+
+// claimLocked claims candidate c, whose key this process holds (inProcess)
+// and, on engines with session locks, conn's session. It returns nil when
+// the row was settled or claimed again since the candidate was read; then,
+// as on an error, the key and conn are let go.
+func (q *Queue) claimLocked(ctx context.Context, conn *sql.Conn, ident string, c candidate, now time.Time, inProcess string) (d *Delivery, err error) {
+	var ex Executor = q.db
+	if conn != nil {
 		ex = conn
 	}
 	// Re-read under the lock: the row may have been settled meanwhile.
@@ -209,15 +360,16 @@ func (q *Queue) lockOne(ctx context.Context, ident string, c candidate, now time
 		}
 	}
 	if err != nil || d == nil {
+		// The process's hold goes first, as in unlock.
+		q.keys.drop(inProcess)
 		if conn != nil {
 			q.letGo(ctx, conn, ident, c.key)
 		}
-		q.keys.drop(inProcess)
-		return nil, false, err
+		return nil, err
 	}
 	d.key, d.inProcess, d.ident, d.conn = c.key, inProcess, ident, conn
 	q.track(d)
-	return d, false, nil
+	return d, nil
 }
 
 // letGo unlocks key on conn and returns conn to the pool, or discards conn
@@ -332,12 +484,14 @@ func (d *Delivery) sendAdvisory(ctx context.Context, ex Executor, o outcome, aft
 func (d *Delivery) unlock(ctx context.Context) {
 	q := d.q
 	d.settled = true
+	// The process's hold goes before the session's, so that whoever takes
+	// the session lock next finds the key free in the process too.
+	q.keys.drop(d.inProcess)
 	if d.conn != nil {
 		q.letGo(ctx, d.conn, d.ident, d.key)
 		d.conn = nil
 		q.holds.unreserve(1)
 	}
-	q.keys.drop(d.inProcess)
 	q.untrack(d)
 }
 

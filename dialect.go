@@ -253,6 +253,7 @@ const (
 	ArgIDs                      // a batch's ids, one PostgreSQL array literal ("{1,2}"): a batch statement's per-row fence in three parameters
 	ArgAttempts                 // a batch's stored attempts (ArgAttempt of each token), an array literal as ArgIDs
 	ArgExpiries                 // a batch's expiries, an array literal as ArgIDs of timestamptz text in UTC to the microsecond
+	ArgIdentity                 // the table's identity ([TableIdentifier]), which names its advisory locks
 	ArgData                     // ArgData+i is the value of the i-th data column (Enqueue)
 )
 
@@ -335,6 +336,19 @@ type Statements struct {
 	// ArgLimit claimable rows in id order, without locking them;
 	// CandidatesAfter the same past the id ArgID, for the next page.
 	Candidates, CandidatesAfter Stmt
+	// LockFirst and LockFirstAfter (advisory form, engines whose lock
+	// function SQL can call) read the candidates of Candidates and
+	// CandidatesAfter and try each key's session lock in claim order,
+	// stopping at the first taken. They return at most one row: the
+	// columns of Candidates and a boolean, true for the candidate whose
+	// lock the session on which they ran now holds; false for the page's
+	// last candidate, when no key was free in a full page (no lock taken:
+	// the next page starts past it). No row: no key free and the page
+	// short. The key is locked as [Locker] locks it (ArgIdentity names the
+	// table), so that [Locker.Unlock] lets it go.
+	// Set, they replace a lock call from Go per candidate: keys held
+	// elsewhere and rows settled since a page was read cost no round trip.
+	LockFirst, LockFirstAfter Stmt
 
 	// Extend (lease form) moves the expiry of the token's row. With Rows it
 	// returns the new expiry; otherwise it wrote ArgUntil.
@@ -482,7 +496,7 @@ func question(int) string { return "?" }
 // and {, set error} the error a Retry or Dead writes; all empty or plain
 // without the columns.
 // Parameters: $id $attempt $delivered $expiry $now $until $micros $limit
-// $error $priority $ids $attempts $expiries.
+// $error $priority $ids $attempts $expiries $identity.
 type sqlTemplate struct {
 	mark  func(int) string
 	frags map[string]string
@@ -492,7 +506,7 @@ var templateArgs = map[string]Arg{
 	"id": ArgID, "attempt": ArgAttempt, "delivered": ArgDelivered, "expiry": ArgExpiry,
 	"now": ArgNow, "until": ArgUntil, "micros": ArgMicros, "limit": ArgLimit,
 	"error": ArgError, "priority": ArgPriority, "at": ArgNotBefore,
-	"ids": ArgIDs, "attempts": ArgAttempts, "expiries": ArgExpiries,
+	"ids": ArgIDs, "attempts": ArgAttempts, "expiries": ArgExpiries, "identity": ArgIdentity,
 }
 
 // newTemplate returns the templates of n, with now and until the SQL of the

@@ -34,6 +34,7 @@ type values struct {
 	notBefore  time.Time
 	errText    any // the error text a settlement records: a string, or nil
 	priority   int64
+	identity   string // the table's, for statements that name its locks
 	data       []any
 	// tokens are several rows', for a statement that takes the token's
 	// parameters once per row: the n-th ArgID, ArgAttempt (or ArgDelivered)
@@ -104,6 +105,8 @@ func (q *Queue) args(s Stmt, v *values) *[]any {
 			out[i] = v.errText
 		case ArgPriority:
 			out[i] = v.priority
+		case ArgIdentity:
+			out[i] = v.identity
 		case ArgIDs, ArgAttempts, ArgExpiries:
 			if arrays[a-ArgIDs] == nil {
 				arrays[a-ArgIDs] = pgTokenArray(a, v.tokens, single)

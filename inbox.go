@@ -171,6 +171,10 @@ type Queue struct {
 
 	identMu sync.Mutex
 	ident   string // advisory: the table's identity, resolved at the first claim
+	// lockPage (advisory, LockFirst) is the page a claim last needed to find
+	// a free key: held keys of other processes stand ahead of it, which the
+	// keys this process holds do not count.
+	lockPage atomic.Int64
 
 	bell bell // wakes the idle loops of the table in this process (NextWake)
 

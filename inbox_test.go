@@ -321,8 +321,7 @@ func TestLeaseLostOtherPaths(t *testing.T) {
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
 		pgIdent(m, `"jobs"`)
-		m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(1))))
-		pgLocked(m, "3", true)
+		m.ExpectQuery(pgAdvLockFirst).WithArgs(10, "public.jobs", 10, 10).WillReturnRows(rows("id,k,a,locked", row(int64(3), int64(3), int64(1), true)))
 		m.ExpectQuery(pgAdvClaim).WithArgs(int64(3), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
 		d := claim(t, q, 1, 3)[0]
 		// The attempt moved on (a cut session's job claimed again): the
@@ -379,8 +378,7 @@ func TestSettleTwice(t *testing.T) {
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
 		pgIdent(m, `"jobs"`)
-		m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(1))))
-		pgLocked(m, "3", true)
+		m.ExpectQuery(pgAdvLockFirst).WithArgs(10, "public.jobs", 10, 10).WillReturnRows(rows("id,k,a,locked", row(int64(3), int64(3), int64(1), true)))
 		m.ExpectQuery(pgAdvClaim).WithArgs(int64(3), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
 		d := claim(t, q, 1, 3)[0]
 		m.ExpectQuery(pgUnlock).WithArgs(pgKey["3"]).WillReturnRows(rows("ok", row(true)))
@@ -549,8 +547,7 @@ func TestAdvisoryUnlockFailure(t *testing.T) {
 			m := newMock(t)
 			q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
 			pgIdent(m, `"jobs"`)
-			m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(1))))
-			pgLocked(m, "3", true)
+			m.ExpectQuery(pgAdvLockFirst).WithArgs(10, "public.jobs", 10, 10).WillReturnRows(rows("id,k,a,locked", row(int64(3), int64(3), int64(1), true)))
 			m.ExpectQuery(pgAdvClaim).WithArgs(int64(3), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
 			d := claim(t, q, 1, 3)[0]
 			pinned := m.ConnsOf(pgAdvClaim)[0]
@@ -572,10 +569,9 @@ func TestAdvisoryUnlockFailure(t *testing.T) {
 			})
 			// The key is free in the process again: the next claim tries
 			// its lock, on a new session.
-			m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(1))))
-			pgLocked(m, "3", false)
+			m.ExpectQuery(pgAdvLockFirst).WithArgs(10, "public.jobs", 10, 10).WillReturnRows(rows("id,k,a,locked")) // held elsewhere now
 			claim(t, q, 1)
-			if c := m.ConnsOf(pgTryLock); len(c) != 2 || c[1] == pinned {
+			if c := m.ConnsOf(pgAdvLockFirst); len(c) != 2 || c[1] == pinned {
 				t.Errorf("lock calls on connections %v: the discarded %d came back", c, pinned)
 			}
 			m.Met(t)

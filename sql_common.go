@@ -43,9 +43,14 @@ const (
 // key and attempt in id order, the first page and the pages after an id. The
 // attempt lets the claim refuse a row that changed since it was read.
 func candidates(t *sqlTemplate) (first, after Stmt) {
-	first = t.query("SELECT {id}, {key}, {attempt}{, priority} FROM {table}{where ready} ORDER BY {order} LIMIT $limit")
-	after = t.query("SELECT {id}, {key}, {attempt}{, priority} FROM {table} WHERE " + pastCandidate(t) + "{and ready} ORDER BY {order} LIMIT $limit")
-	return first, after
+	f, a := candidateTemplates(t)
+	return t.query(f), t.query(a)
+}
+
+// candidateTemplates are the templates of candidates.
+func candidateTemplates(t *sqlTemplate) (first, after string) {
+	return "SELECT {id}, {key}, {attempt}{, priority} FROM {table}{where ready} ORDER BY {order} LIMIT $limit",
+		"SELECT {id}, {key}, {attempt}{, priority} FROM {table} WHERE " + pastCandidate(t) + "{and ready} ORDER BY {order} LIMIT $limit"
 }
 
 // pastCandidate is the condition of the rows past the candidate $id (and

@@ -134,13 +134,16 @@ func pgRowLock(t *sqlTemplate, n *Names) *Statements {
 	return st
 }
 
-// pgAdvisory: the lock is taken from Go, one call per candidate; the claim
+// pgAdvisory: the lock is taken by LockFirst, which walks a page of
+// candidates on the server and stops at the first key it locks; the claim
 // then re-reads the row under it and commits the attempt, so a crash spends
 // it. The attempt must still be the one the candidate read saw: a row
 // settled and claimed again meanwhile is another delivery's.
 func pgAdvisory(t *sqlTemplate, n *Names) *Statements {
 	st := &Statements{}
 	st.Candidates, st.CandidatesAfter = candidates(t)
+	first, after := candidateTemplates(t)
+	st.LockFirst, st.LockFirstAfter = pgLockFirst(t, first), pgLockFirst(t, after)
 	st.Claim = t.query("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id AND {attempt} = $delivered{and ready}" +
 		" RETURNING {id}, {attempt} - 1{, data}{, extra}")
 	advisorySettlements(t, n, st)
@@ -174,6 +177,40 @@ func pgStats(t *sqlTemplate, n *Names) Stmt {
 func pgDeadMove(t *sqlTemplate, token string) Stmt {
 	return t.exec("WITH gone AS (DELETE FROM {table} WHERE " + token + " RETURNING {id}{, data}{, lastError})" +
 		" INSERT INTO {dead} ({id}, {attempt}{, data}{, lastError}{, deadAt}) SELECT {id}, $delivered{, data}{, error}{, deadAt now} FROM gone")
+}
+
+// pgLockFirst wraps a candidates read so that the server tries each key's
+// lock in claim order and stops at the first it takes. The order holds
+// because nothing above the page sorts or gathers: the subquery's rows reach
+// the filter one at a time and the LIMIT stops pulling at the first that
+// passes, so no key past it is tried (an ORDER BY above would sort after
+// filtering, trying every key). The key is PostgresLockKey's, hashed in
+// SQL: the first eight bytes of SHA-256 over the identity, a zero byte and
+// the key as text, the text every driver returns for the integer, text and
+// uuid keys CheckSchema accepts (and none for NULL, as keyString).
+//
+// The last column tells a locked row (true) from the page's last row
+// (false), which the second branch returns only when no key was taken and
+// the page is full: the walk goes on past it, and an idle claim of an empty
+// or short page costs this one statement. UNION ALL runs its branches in
+// turn, and the outer LIMIT ends the statement at the first row, so the
+// second branch runs only when the first found nothing.
+func pgLockFirst(t *sqlTemplate, page string) Stmt {
+	// The page's columns renamed: the key may be the id column itself.
+	cols := "id, k, a"
+	if t.frags["priority"] != "" {
+		cols += ", p"
+	}
+	from := " FROM (" + page + ") AS c (" + cols + ")"
+	return t.query("(SELECT " + cols + ", true" + from + " WHERE pg_try_advisory_lock(" + pgLockKeySQL("k") + ") LIMIT 1)" +
+		" UNION ALL (SELECT " + cols + ", false" + from + " OFFSET CAST($limit AS bigint) - 1) LIMIT 1")
+}
+
+// pgLockKeySQL is PostgresLockKey in SQL, of the key column col and the
+// table's identity.
+func pgLockKeySQL(col string) string {
+	return "CAST(CAST('x' || encode(substring(sha256(convert_to($identity, 'UTF8') || decode('00', 'hex') || convert_to(COALESCE(CAST(" +
+		col + " AS text), ''), 'UTF8')) FROM 1 FOR 8), 'hex') AS bit(64)) AS bigint)"
 }
 
 // PostgresLockKey is the 64-bit advisory lock key of one key value of a

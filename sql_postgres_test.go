@@ -83,6 +83,41 @@ const (
 
 // pgLocked and pgUnlocked expect the lock call of key k, answering got, and
 // its unlock.
+// LockFirst: the candidates' page inside, each key's lock tried in claim
+// order on the server and the first taken returned (true); else a full
+// page's last row (false), or nothing.
+func pgLockFirstOf(cols, page, identity, samePage, limit string) string {
+	return `(SELECT ` + cols + `, true FROM (` + page + `) AS c (` + cols + `) WHERE pg_try_advisory_lock(CAST(CAST('x' || encode(substring(sha256(convert_to(` + identity +
+		`, 'UTF8') || decode('00', 'hex') || convert_to(COALESCE(CAST(k AS text), ''), 'UTF8')) FROM 1 FOR 8), 'hex') AS bit(64)) AS bigint)) LIMIT 1)` +
+		` UNION ALL (SELECT ` + cols + `, false FROM (` + samePage + `) AS c (` + cols + `) OFFSET CAST(` + limit + ` AS bigint) - 1) LIMIT 1`
+}
+
+var (
+	pgAdvLockFirst = pgLockFirstOf("id, k, a", pgAdvCandidates, "$2",
+		`SELECT "id", "id", "attempt" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT $3`, "$4")
+	pgTenantLockFirst   = pgLockFirstOf("id, k, a", pgTenantCandidates, "$2", `SELECT "id", "tenant", "attempt" FROM "jobs" ORDER BY "id" LIMIT $3`, "$4")
+	pgTenantLockAfter   = pgLockFirstOf("id, k, a", pgTenantCandidatesAfter, "$3", `SELECT "id", "tenant", "attempt" FROM "jobs" WHERE "id" > $4 ORDER BY "id" LIMIT $5`, "$6")
+	pgPriorityLockFirst = pgLockFirstOf("id, k, a, p", `SELECT "id", "id", "attempt", "priority" FROM "jobs" ORDER BY "priority" DESC, "id" LIMIT $1`, "$2",
+		`SELECT "id", "id", "attempt", "priority" FROM "jobs" ORDER BY "priority" DESC, "id" LIMIT $3`, "$4")
+)
+
+// walkingPostgres is the PostgreSQL dialect without LockFirst: its advisory
+// claim walks the candidates from Go, one lock call a key, as MySQL's and a
+// dialect without LockFirst do. The walk's tests pin it on PostgreSQL's SQL.
+type walkingPostgres struct{ inbox.Dialect }
+
+func (w walkingPostgres) Unwrap() inbox.Dialect { return w.Dialect }
+
+func (w walkingPostgres) Statements(n *inbox.Names) (*inbox.Statements, error) {
+	st, err := w.Dialect.Statements(n)
+	if err == nil {
+		st.LockFirst, st.LockFirstAfter = inbox.Stmt{}, inbox.Stmt{}
+	}
+	return st, err
+}
+
+var walkPostgres = walkingPostgres{inbox.Postgres}
+
 func pgLocked(m *mock, k string, got bool) {
 	m.ExpectQuery(pgTryLock).WithArgs(pgKey[k]).WillReturnRows(rows("pg_try_advisory_lock", row(got)))
 }
@@ -489,7 +524,7 @@ func TestPostgresClaimsCounterInjectedClock(t *testing.T) {
 
 func TestPostgresAdvisory(t *testing.T) {
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
+	q := newQueue(t, m, inbox.Config{Dialect: walkPostgres, Table: advisoryTable})
 	cols := "id,attempt,payload"
 	// The first claim resolves the table's identity, which names the locks.
 	pgIdent(m, `"jobs"`)
@@ -541,7 +576,7 @@ func TestPostgresAdvisory(t *testing.T) {
 
 func TestPostgresAdvisoryInjectedClock(t *testing.T) {
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable, Now: fakeclock.New(t0).Now})
+	q := newQueue(t, m, inbox.Config{Dialect: walkPostgres, Table: advisoryTable, Now: fakeclock.New(t0).Now})
 	pgIdent(m, `"jobs"`)
 	m.ExpectQuery(pgAdvCandidatesInjected).WithArgs(at(utc0), 10).WillReturnRows(rows("id,id,attempt",
 		row(int64(1), int64(1), int64(1)), row(int64(2), int64(2), int64(1)), row(int64(3), int64(3), int64(1)),
@@ -572,7 +607,7 @@ func TestPostgresAdvisoryInjectedClock(t *testing.T) {
 // and a key found busy costs one lock call per claim, not one per job.
 func TestPostgresAdvisoryPages(t *testing.T) {
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "tenant"}})
+	q := newQueue(t, m, inbox.Config{Dialect: walkPostgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "tenant"}})
 	tenantA := func(from, to int64) *sqlmock.Rows {
 		r := rows("id,tenant,attempt")
 		for id := from; id <= to; id++ {
@@ -612,7 +647,7 @@ func TestPostgresAdvisoryPages(t *testing.T) {
 // lock let go.
 func TestPostgresAdvisoryAttemptCheck(t *testing.T) {
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
+	q := newQueue(t, m, inbox.Config{Dialect: walkPostgres, Table: advisoryTable})
 	pgIdent(m, `"jobs"`)
 	m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt",
 		row(int64(3), int64(3), int64(5)), row(int64(4), int64(4), int64(1))))
@@ -635,10 +670,10 @@ func TestPostgresAdvisoryAttemptCheck(t *testing.T) {
 // the same key, refuses it.
 func TestPostgresAdvisoryIdentity(t *testing.T) {
 	m := newMock(t)
-	plain := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "id"}})
-	qualified := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "public.jobs", AdvisoryKey: "id"}})
+	plain := newQueue(t, m, inbox.Config{Dialect: walkPostgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "id"}})
+	qualified := newQueue(t, m, inbox.Config{Dialect: walkPostgres, Table: inbox.Table{Name: "public.jobs", AdvisoryKey: "id"}})
 	m2 := newMock(t)
-	otherPool := newQueue(t, m2, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "public.jobs", AdvisoryKey: "id"}})
+	otherPool := newQueue(t, m2, inbox.Config{Dialect: walkPostgres, Table: inbox.Table{Name: "public.jobs", AdvisoryKey: "id"}})
 	const (
 		qualCandidates = `SELECT "id", "id", "attempt" FROM "public"."jobs" ORDER BY "id" LIMIT $1`
 		qualClaim      = `UPDATE "public"."jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND "attempt" = $2 RETURNING "id", "attempt" - 1, "payload"`
@@ -674,7 +709,7 @@ func TestPostgresAdvisoryIdentity(t *testing.T) {
 // and nothing kept: the next claim asks again.
 func TestPostgresAdvisoryIdentityUnresolved(t *testing.T) {
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
+	q := newQueue(t, m, inbox.Config{Dialect: walkPostgres, Table: advisoryTable})
 	m.ExpectQuery(pgIdentity).WithArgs(`"jobs"`).WillReturnRows(rows("ident", row(nil)))
 	ds, err := q.Claim(context.Background(), 1)
 	if err == nil || ds != nil || !strings.Contains(err.Error(), `no table "jobs"`) {
@@ -695,7 +730,7 @@ func TestPostgresAdvisoryIdentityUnresolved(t *testing.T) {
 // time: the second job of tenant "a" is passed over without a lock call.
 func TestPostgresAdvisorySharedKey(t *testing.T) {
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "tenant"}})
+	q := newQueue(t, m, inbox.Config{Dialect: walkPostgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "tenant"}})
 	pgIdent(m, `"jobs"`)
 	m.ExpectQuery(pgTenantCandidates).WithArgs(12).
 		WillReturnRows(rows("id,tenant,attempt", row(int64(1), []byte("a"), int64(1)), row(int64(2), []byte("a"), int64(1))))
@@ -715,7 +750,7 @@ func TestPostgresAdvisorySharedKey(t *testing.T) {
 // lock go on the pinned connection once Committed confirms the commit.
 func TestPostgresAdvisoryTx(t *testing.T) {
 	m := newMock(t)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
+	q := newQueue(t, m, inbox.Config{Dialect: walkPostgres, Table: advisoryTable})
 	pgIdent(m, `"jobs"`)
 	m.ExpectQuery(pgAdvCandidates).WithArgs(16).WillReturnRows(rows("id,id,attempt",
 		row(int64(1), int64(1), int64(1)), row(int64(2), int64(2), int64(1)), row(int64(3), int64(3), int64(1)), row(int64(4), int64(4), int64(1))))
@@ -843,4 +878,117 @@ func TestPostgresDeadlockRetried(t *testing.T) {
 	m.ExpectRollback()
 	ok(t, "Rollback", tx.Rollback())
 	m.Met(t)
+}
+
+// PostgreSQL's advisory claim locks in SQL: LockFirst walks a page of
+// candidates on the server and returns the first whose key it locked; the
+// claim re-reads that row under the lock on the same connection. No lock
+// call from Go. A row gone before its lock is let go and the next looked
+// for; a short page with no free key ends the claim in that one statement.
+func TestPostgresAdvisoryLockFirst(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
+	cols := "id,attempt,payload"
+	pgIdent(m, `"jobs"`)
+	// Max 2: twice max, the keys held here, and 8.
+	m.ExpectQuery(pgAdvLockFirst).WithArgs(12, "public.jobs", 12, 12).WillReturnRows(rows("id,k,a,locked", row(int64(2), int64(2), int64(1), true)))
+	m.ExpectQuery(pgAdvClaim).WithArgs(int64(2), int64(1)).WillReturnRows(rows(cols, row(int64(2), int64(1), []byte("p2"))))
+	m.ExpectQuery(pgAdvLockFirst).WithArgs(12, "public.jobs", 12, 12).WillReturnRows(rows("id,k,a,locked", row(int64(3), int64(3), int64(1), true)))
+	m.ExpectQuery(pgAdvClaim).WithArgs(int64(3), int64(1)).WillReturnRows(rows(cols)) // acked since the statement read it
+	pgUnlocked(m, "3")
+	// No key free and the page short (no last row): the table's end.
+	m.ExpectQuery(pgAdvLockFirst).WithArgs(12, "public.jobs", 12, 12).WillReturnRows(rows("id,k,a,locked"))
+	ds := claim(t, q, 2, 2)
+	if ds[0].Key() != "2" || ds[0].Attempt() != 1 {
+		t.Fatalf("key %q attempt %d", ds[0].Key(), ds[0].Attempt())
+	}
+	if lock, claimed := m.ConnsOf(pgAdvLockFirst), m.ConnsOf(pgAdvClaim); lock[0] != claimed[0] || lock[1] != claimed[1] {
+		t.Errorf("locked on connections %v, claimed on %v: the claim must run in the session holding the lock", lock[:2], claimed)
+	}
+	if n := len(m.ConnsOf(pgTryLock)); n != 0 {
+		t.Errorf("%d lock calls from Go, want none", n)
+	}
+	m.ExpectExec(pgAdvAck).WithArgs(int64(2), int64(2)).WillReturnResult(affected(1))
+	pgUnlocked(m, "2")
+	ok(t, "Ack", ds[0].Ack(context.Background()))
+	m.Met(t)
+}
+
+// A full page whose keys are all held elsewhere: the statement returns its
+// last row, unlocked, which starts the next page, twice as long, which the
+// server walks too.
+func TestPostgresAdvisoryLockFirstPages(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "tenant"}})
+	pgIdent(m, `"jobs"`)
+	m.ExpectQuery(pgTenantLockFirst).WithArgs(10, "public.jobs", 10, 10).WillReturnRows(rows("id,k,a,locked", row(int64(10), []byte("a"), int64(1), false)))
+	m.ExpectQuery(pgTenantLockAfter).WithArgs(int64(10), 20, "public.jobs", int64(10), 20, 20).
+		WillReturnRows(rows("id,k,a,locked", row(int64(32), []byte("b"), int64(2), true)))
+	m.ExpectQuery(pgPlainAdvClaim).WithArgs(int64(32), int64(2)).WillReturnRows(rows("id,attempt,payload", row(int64(32), int64(2), []byte("p"))))
+	d := claim(t, q, 1, 32)[0]
+	if d.Key() != "b" || d.Attempt() != 2 {
+		t.Fatalf("Key() %q Attempt() %d, want b 2", d.Key(), d.Attempt())
+	}
+	if lock, claimed := m.ConnsOf(pgTenantLockAfter), m.ConnsOf(pgPlainAdvClaim); lock[0] != claimed[0] {
+		t.Errorf("locked on connection %d, claimed on %d: the claim must run in the session holding the lock", lock[0], claimed[0])
+	}
+	m.ExpectExec(pgAdvAck).WithArgs(int64(32), int64(3)).WillReturnResult(affected(1))
+	pgUnlocked(m, "b")
+	ok(t, "Ack", d.Ack(context.Background()))
+
+	// The next claim starts with the page that found the key; found in
+	// that first page, the one after starts at half of it (no less than
+	// the claim's own size: twice max plus 8).
+	for _, limit := range []int{20, 10} {
+		m.ExpectQuery(pgTenantLockFirst).WithArgs(limit, "public.jobs", limit, limit).
+			WillReturnRows(rows("id,k,a,locked", row(int64(33), []byte("c"), int64(0), true)))
+		m.ExpectQuery(pgPlainAdvClaim).WithArgs(int64(33), int64(0)).WillReturnRows(rows("id,attempt,payload", row(int64(33), int64(0), []byte("p"))))
+		d := claim(t, q, 1, 33)[0]
+		m.ExpectExec(pgAdvAck).WithArgs(int64(33), int64(1)).WillReturnResult(affected(1))
+		m.ExpectQuery(pgUnlock).WillReturnRows(rows("pg_advisory_unlock", row(true)))
+		ok(t, "Ack", d.Ack(context.Background()))
+	}
+	m.Met(t)
+}
+
+// The server locked, twice running, a key this process holds without its
+// session lock (a delivery whose session ended under it): each lock is let
+// go and the claim walks from Go, which passes the key over without a call.
+func TestPostgresAdvisoryLockFirstHeldHere(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
+	cols := "id,attempt,payload"
+	pgIdent(m, `"jobs"`)
+	m.ExpectQuery(pgAdvLockFirst).WithArgs(10, "public.jobs", 10, 10).WillReturnRows(rows("id,k,a,locked", row(int64(1), int64(1), int64(1), true)))
+	m.ExpectQuery(pgAdvClaim).WithArgs(int64(1), int64(1)).WillReturnRows(rows(cols, row(int64(1), int64(1), []byte("p1"))))
+	first := claim(t, q, 1, 1)[0]
+
+	// Twice the same key: not a race with a delivery letting it go.
+	for i := 0; i < 2; i++ {
+		m.ExpectQuery(pgAdvLockFirst).WithArgs(11, "public.jobs", 11, 11).WillReturnRows(rows("id,k,a,locked", row(int64(1), int64(1), int64(2), true)))
+		pgUnlocked(m, "1")
+	}
+	m.ExpectQuery(pgAdvCandidates).WithArgs(11).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(2)), row(int64(2), int64(2), int64(1))))
+	pgLocked(m, "2", true)
+	m.ExpectQuery(pgAdvClaim).WithArgs(int64(2), int64(1)).WillReturnRows(rows(cols, row(int64(2), int64(1), []byte("p2"))))
+	second := claim(t, q, 1, 2)[0]
+	for _, d := range []*inbox.Delivery{first, second} {
+		m.ExpectExec(pgAdvAck).WithArgs(d.ID(), int64(2)).WillReturnResult(affected(1))
+		pgUnlocked(m, d.Key())
+		ok(t, "Ack", d.Ack(context.Background()))
+	}
+	m.Met(t)
+}
+
+// With priorities the page is in claim order, highest first; the outer
+// statement adds no ORDER BY, which would sort after the locks were tried.
+func TestPostgresAdvisoryLockFirstPriority(t *testing.T) {
+	q := newQueue(t, newMock(t), inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "id", Priority: "priority"}})
+	st := q.Statements()
+	if st.LockFirst.SQL != pgPriorityLockFirst {
+		t.Fatalf("LockFirst:\n%s\nwant\n%s", st.LockFirst.SQL, pgPriorityLockFirst)
+	}
+	if want := []inbox.Arg{inbox.ArgLimit, inbox.ArgIdentity, inbox.ArgLimit, inbox.ArgLimit}; fmt.Sprint(st.LockFirst.Args) != fmt.Sprint(want) {
+		t.Fatalf("LockFirst args %v, want %v", st.LockFirst.Args, want)
+	}
 }

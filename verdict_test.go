@@ -180,8 +180,7 @@ func TestAdvisoryReadBack(t *testing.T) {
 			m := newMock(t)
 			q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
 			pgIdent(m, `"jobs"`)
-			m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(1))))
-			pgLocked(m, "1", true)
+			m.ExpectQuery(pgAdvLockFirst).WithArgs(10, "public.jobs", 10, 10).WillReturnRows(rows("id,k,a,locked", row(int64(1), int64(1), int64(1), true)))
 			m.ExpectQuery(pgAdvClaim).WithArgs(int64(1), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(1), int64(1), []byte("p"))))
 			d := claim(t, q, 1, 1)[0]
 			m.ExpectExec(pgAdvAck).WithArgs(int64(1), int64(2)).WillReturnError(errCut)
@@ -207,8 +206,7 @@ func TestAdvisorySweep(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
 	pgIdent(m, `"jobs"`)
-	m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(1))))
-	pgLocked(m, "1", true)
+	m.ExpectQuery(pgAdvLockFirst).WithArgs(10, "public.jobs", 10, 10).WillReturnRows(rows("id,k,a,locked", row(int64(1), int64(1), int64(1), true)))
 	m.ExpectQuery(pgAdvClaim).WithArgs(int64(1), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(1), int64(1), []byte("p"))))
 	d := claim(t, q, 1, 1)[0]
 	ctx := context.Background()
@@ -225,7 +223,7 @@ func TestAdvisorySweep(t *testing.T) {
 	// The next claim reads the row: gone, the Ack committed.
 	m.ExpectQuery(pgAdvVerdict).WithArgs(int64(1)).WillReturnRows(rows("attempt"))
 	pgUnlocked(m, "1")
-	m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt"))
+	m.ExpectQuery(pgAdvLockFirst).WithArgs(10, "public.jobs", 10, 10).WillReturnRows(rows("id,k,a,locked"))
 	claim(t, q, 1)
 	if n := q.InWork(); n != 0 {
 		t.Fatalf("InWork %d after the claim, want 0", n)

@@ -389,10 +389,8 @@ func TestWorkPostgresAdvisory(t *testing.T) {
 	cols := "id,attempt,payload"
 	pgIdent(m, `"jobs"`)
 	claimRow := func(id, attempt int64) {
-		k := fmt.Sprint(id)
 		// Candidates for a batch of one: twice one, no key held, and 8.
-		m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(id, id, attempt)))
-		pgLocked(m, k, true)
+		m.ExpectQuery(pgAdvLockFirst).WithArgs(10, "public.jobs", 10, 10).WillReturnRows(rows("id,k,a,locked", row(id, id, attempt, true)))
 		m.ExpectQuery(pgAdvClaim).WithArgs(id, attempt).WillReturnRows(rows(cols, row(id, attempt, []byte("p"))))
 	}
 	claimRow(1, 1)
@@ -429,7 +427,7 @@ func TestWorkPostgresAdvisory(t *testing.T) {
 	if !errors.Is(cause, worker.ErrShutdown) {
 		t.Errorf("the handler's context ended with cause %v, want worker.ErrShutdown", cause)
 	}
-	claim := []string{"query " + pgAdvCandidates, "query " + pgTryLock, "query " + pgAdvClaim}
+	claim := []string{"query " + pgAdvLockFirst, "query " + pgAdvClaim}
 	var want []string
 	want = append(want, "query "+pgIdentity)
 	for _, settle := range []string{pgAdvAck, pgAdvRetry, pgAdvDead, pgAdvRelease} {

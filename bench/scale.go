@@ -161,7 +161,7 @@ func runScale(ctx context.Context, out, log io.Writer, es []engine, forms []stri
 		switch form {
 		case "lease":
 			batches = []int{1, 16}
-		case "rowlock", "advisory":
+		case "rowlock", "advisory", "advisory-walk":
 		default:
 			continue // lease-async shares one Batcher inside a process; the lease lines stand for it
 		}
@@ -476,7 +476,11 @@ func scaleChildMain(config string) int {
 	if err := warm(ctx, db, c.pool); err != nil {
 		return fail(err)
 	}
-	q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Table: benchTable(c.table, c.form)})
+	cfg := inbox.Config{Dialect: e.dialect, Table: benchTable(c.table, c.form)}
+	if c.form == "advisory-walk" {
+		cfg.Dialect, cfg.Table = walkDialect{e.dialect}, benchTable(c.table, "advisory")
+	}
+	q, err := inbox.New(db, cfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -523,4 +527,20 @@ func warm(ctx context.Context, db *sql.DB, n int) error {
 		conns = append(conns, c)
 	}
 	return nil
+}
+
+// walkDialect is a dialect without Statements.LockFirst: its advisory claim
+// takes each candidate's lock from Go, one round trip a key, as every
+// engine did before LockFirst. "-forms advisory,advisory-walk" measures the
+// two in one run.
+type walkDialect struct{ inbox.Dialect }
+
+func (w walkDialect) Unwrap() inbox.Dialect { return w.Dialect }
+
+func (w walkDialect) Statements(n *inbox.Names) (*inbox.Statements, error) {
+	st, err := w.Dialect.Statements(n)
+	if err == nil {
+		st.LockFirst, st.LockFirstAfter = inbox.Stmt{}, inbox.Stmt{}
+	}
+	return st, err
 }

@@ -39,7 +39,7 @@ func TestScaleRun(t *testing.T) {
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := runScale(ctx, &out, io.Discard, []engine{e}, []string{"lease", "rowlock", "advisory"}, 300*time.Millisecond, t.TempDir()); err != nil {
+	if err := runScale(ctx, &out, io.Discard, []engine{e}, []string{"lease", "rowlock", "advisory", "advisory-walk"}, 300*time.Millisecond, t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	var lines []string
@@ -48,8 +48,8 @@ func TestScaleRun(t *testing.T) {
 			lines = append(lines, l)
 		}
 	}
-	if len(lines) != 4 { // lease batch 1 and 16, row lock, advisory
-		t.Fatalf("%d lines in the table, want 4:\n%s", len(lines), out.String())
+	if len(lines) != 5 { // lease batch 1 and 16, row lock, advisory, advisory walked from Go
+		t.Fatalf("%d lines in the table, want 5:\n%s", len(lines), out.String())
 	}
 	for _, l := range lines {
 		f := strings.Split(l, "|")

@@ -519,6 +519,9 @@ func TestWorkIdlePolls(t *testing.T) {
 			pollSQL = st.Claim.SQL
 			if form == "advisory" {
 				pollSQL = st.Candidates.SQL
+				if st.LockFirst.SQL != "" {
+					pollSQL = st.LockFirst.SQL
+				}
 			}
 		}
 		snapshot := func() (all, begins, polled int) {
@@ -760,7 +763,7 @@ type workXCounter struct {
 // form and engine.
 func (c *workXCounter) watch(q *inbox.Queue) {
 	st := q.Statements()
-	for _, s := range []inbox.Stmt{st.Claim, st.ClaimSelect, st.Candidates, st.Pick} {
+	for _, s := range []inbox.Stmt{st.Claim, st.ClaimSelect, st.Candidates, st.LockFirst, st.Pick} {
 		if s.SQL != "" {
 			c.claimed.Add(s.SQL)
 		}

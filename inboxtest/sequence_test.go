@@ -197,22 +197,24 @@ func TestSequenceRowLock(t *testing.T) {
 		"commit")
 }
 
-// The advisory form reads the table's identity at its first claim, then
-// takes each candidate's lock by a call of its own, named by the identity.
+// The advisory form reads the table's identity at its first claim. On
+// PostgreSQL the server takes the first free candidate's lock (LockFirst,
+// named by the identity); elsewhere each candidate's lock is a call of its
+// own. Letting go is a call of its own everywhere.
 func TestSequenceAdvisory(t *testing.T) {
 	m := recorder(t, inbox.Config{Dialect: inbox.Postgres, Table: advisory})
 	st := m.q.Statements()
 	key := inbox.PostgresLockKey("jobs", "7")
 	want(t, "first claim", record(m, func() { m.ExpectClaim(1, job7) }),
 		`query SELECT (SELECT ns.nspname || '.' || c.relname FROM pg_catalog.pg_class c …`,
-		"query "+st.Candidates.SQL+" [10]",
-		fmt.Sprintf("query SELECT pg_try_advisory_lock($1) [%d]", key),
+		"query "+st.LockFirst.SQL+" [10 jobs 10 10]",
 		"query "+st.Claim.SQL+" [7 1]")
 	want(t, "ack", record(m, func() { m.ExpectAck(7) }),
 		"exec "+st.Ack.SQL+" [7 2]",
 		fmt.Sprintf("query SELECT pg_advisory_unlock($1) [%d]", key))
+	// No key free and no page's last row: nothing follows.
 	want(t, "second claim", record(m, func() { m.ExpectEmptyClaim(1) }),
-		"query "+st.Candidates.SQL+" [10]")
+		"query "+st.LockFirst.SQL+" [10 jobs 10 10]")
 
 	m = recorder(t, inbox.Config{Dialect: inbox.MySQL, Table: advisory})
 	st = m.q.Statements()

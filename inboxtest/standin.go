@@ -387,6 +387,23 @@ func (s *standIn) answerQuery(c *call) {
 			}
 			c.rows = append(c.rows, r)
 		}
+	case c.is("LockFirst", "LockFirstAfter"):
+		// The server's walk locks the next job's key: one job a call; then
+		// none, and the page short.
+		c.cols = []string{"id", "k", "a"}
+		if s.table.Priority != "" {
+			c.cols = append(c.cols, "p")
+		}
+		c.cols = append(c.cols, "locked")
+		if s.next < len(s.jobs) && c.is("LockFirst") {
+			j := s.jobs[s.next]
+			s.next++
+			r := []driver.Value{j.id, j.key, j.attempt}
+			if s.table.Priority != "" {
+				r = append(r, j.priority)
+			}
+			c.rows = append(c.rows, append(r, true))
+		}
 	case c.is("CandidatesAfter"):
 		c.cols = []string{s.table.ID, s.table.AdvisoryKey, s.table.Attempt}
 		if s.table.Priority != "" {
@@ -572,7 +589,7 @@ func (s *standIn) matchers(c call) []driver.Value {
 				out[i] = anyTime{s.d}
 			}
 		case inbox.ArgLimit:
-			if c.is("Candidates", "CandidatesAfter") {
+			if c.is("Candidates", "CandidatesAfter", "LockFirst", "LockFirstAfter") {
 				out[i] = above(len(c.rows))
 			}
 		case inbox.ArgError:

@@ -1,0 +1,296 @@
+package dbtest
+
+// PostgreSQL's advisory claim takes its lock in SQL (Statements.LockFirst):
+// the server walks a page of candidates and stops at the first key it
+// locks. These tests hold it to what the walk from Go promised: the lock
+// is PostgresLockKey's, one lock a job, held keys passed over however many
+// stand ahead, and a row gone before its lock costs nothing.
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/connhook"
+)
+
+func postgresOnly(e Engine) bool { return e.IsPostgres() }
+
+// lockFirstTable creates a plain advisory table whose key column k has the
+// given type, under both spellings a user writes: the name alone and
+// schema-qualified.
+func lockFirstTable(t *testing.T, e Engine, db *sql.DB, what, keyType string) string {
+	t.Helper()
+	table := tableName(e, what)
+	mustExec(t, e, db, "DROP TABLE IF EXISTS "+table)
+	mustExec(t, e, db, "CREATE TABLE "+table+" (id bigserial PRIMARY KEY, attempt integer NOT NULL DEFAULT 0, k "+keyType+", payload bytea)")
+	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS " + table) })
+	return table
+}
+
+// TestLockFirstLocksPostgresLockKey: the key the statement hashes in SQL is
+// the one PostgresLockKey names, for every key type CheckSchema accepts and
+// for keys of every shape (empty, spaces, quotes, non-ASCII, a NULL key):
+// another session sees exactly that lock held while the job is in work, and
+// the queue's Unlock (from Go) lets it go.
+func TestLockFirstLocksPostgresLockKey(t *testing.T) {
+	eachEngine(t, postgresOnly, func(t *testing.T, e Engine) {
+		db, db2 := openTwo(t, e, 4)
+		for _, c := range []struct {
+			typ  string
+			keys []any
+		}{
+			{"bigint", []any{int64(7), int64(-1), int64(1) << 40}},
+			{"integer", []any{int64(0), int64(2147483647)}},
+			{"smallint", []any{int64(-32768)}},
+			{"text", []any{"A", "", " spaced key ", "quote'd", "é日本", "null\\x"}},
+			{"character varying(40)", []any{"tenant-42"}},
+			{"uuid", []any{"0b8c2f1e-5d0a-4c3e-9f6b-1a2b3c4d5e6f"}},
+			{"text", []any{nil}},
+		} {
+			name := strings.NewReplacer(" ", "_", "(", "", ")", "").Replace(c.typ)
+			t.Run(name, func(t *testing.T) {
+				table := lockFirstTable(t, e, db, "lockfirst_"+name, c.typ)
+				for _, spelling := range []string{table, "public." + table} {
+					q := newQueue(t, db2, inbox.Config{Dialect: e.Dialect, Table: inbox.Table{Name: spelling, AdvisoryKey: "k"}})
+					if q.Statements().LockFirst.SQL == "" {
+						t.Fatal("the PostgreSQL dialect has no LockFirst: this test tests nothing")
+					}
+					for _, k := range c.keys {
+						mustExec(t, e, db, "INSERT INTO "+table+" (k) VALUES ($1)", k)
+						d := claimOne(t, q)
+						want := keyText(k)
+						if d.Key() != want {
+							t.Fatalf("%s: claimed key %q, want %q", spelling, d.Key(), want)
+						}
+						if n := locksHeld(t, e, db, table, []string{want}); n != 1 {
+							t.Fatalf("%s key %q: PostgresLockKey's lock held %d times, want 1: the SQL hash differs", spelling, want, n)
+						}
+						if err := d.Ack(context.Background()); err != nil {
+							t.Fatal(err)
+						}
+						if n := locksHeld(t, e, db, table, []string{want}); n != 0 {
+							t.Fatalf("%s key %q: the lock is held after the ack", spelling, want)
+						}
+					}
+					mustBeIdle(t, db2, q)
+				}
+			})
+		}
+	})
+}
+
+// keyString is the text the queue names a key by: a NULL key is "".
+func keyText(k any) string {
+	if k == nil {
+		return ""
+	}
+	return fmt.Sprint(k)
+}
+
+// TestLockFirstStopsAtFirst: among many free keys the statement locks the
+// first in claim order and no other, one lock a job for a claim of one and
+// of several; with priorities, the highest first.
+func TestLockFirstStopsAtFirst(t *testing.T) {
+	eachEngine(t, postgresOnly, func(t *testing.T, e Engine) {
+		db := e.Open(t, 12)
+		table := lockFirstTable(t, e, db, "lockfirst_first", "text")
+		mustExec(t, e, db, "ALTER TABLE "+table+" ADD COLUMN priority integer NOT NULL DEFAULT 0")
+		for i := range 60 {
+			mustExec(t, e, db, "INSERT INTO "+table+" (k, priority) VALUES ($1, $2)", fmt.Sprintf("k%02d", i), i%3)
+		}
+		keys := make([]string, 60)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("k%02d", i)
+		}
+		q := newQueue(t, db, inbox.Config{Dialect: e.Dialect, Table: inbox.Table{Name: table, AdvisoryKey: "k", Priority: "priority"}})
+		ctx := context.Background()
+		var got []string
+		for _, n := range []int{1, 4, 3} {
+			ds, err := q.Claim(ctx, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ds) != n {
+				t.Fatalf("Claim(%d) gave %d jobs", n, len(ds))
+			}
+			for _, d := range ds {
+				got = append(got, d.Key())
+			}
+			if held := locksHeld(t, e, db, table, keys); held != len(got) {
+				t.Fatalf("after claiming %d jobs, %d keys are locked: the walk went past the first free key", len(got), held)
+			}
+		}
+		// Priority 2 first (k02, k05, …), in id order.
+		want := []string{"k02", "k05", "k08", "k11", "k14", "k17", "k20", "k23"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("claimed %v, want %v", got, want)
+		}
+		if err := q.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if held := locksHeld(t, e, db, table, keys); held != 0 {
+			t.Fatalf("%d keys locked after Shutdown", held)
+		}
+	})
+}
+
+// TestLockFirstPastHeldPages: keys another session holds fill many pages
+// ahead; the claim walks past them all to the first free key, whichever
+// pool it comes from, and locks only that one.
+func TestLockFirstPastHeldPages(t *testing.T) {
+	eachEngine(t, postgresOnly, func(t *testing.T, e Engine) {
+		db, db2 := openTwo(t, e, 4)
+		table := lockFirstTable(t, e, db, "lockfirst_pages", "bigint")
+		const held = 300
+		mustExec(t, e, db, fmt.Sprintf("INSERT INTO %s (k) SELECT g FROM generate_series(1, %d) g", table, held+2))
+		ident := tableIdentity(t, e, db, table)
+		holder, err := db.Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			mustExecConn(t, holder, "SELECT pg_advisory_unlock_all()")
+			holder.Close()
+		}()
+		var keys []string
+		for i := 1; i <= held+2; i++ {
+			keys = append(keys, fmt.Sprint(i))
+		}
+		for _, k := range keys[:held] {
+			mustExecConn(t, holder, "SELECT pg_advisory_lock($1)", inbox.PostgresLockKey(ident, k))
+		}
+		for i, pool := range []*sql.DB{db, db2} {
+			q := newQueue(t, pool, inbox.Config{Dialect: e.Dialect, Table: inbox.Table{Name: table, AdvisoryKey: "k"}})
+			ds, err := q.Claim(context.Background(), 1)
+			if err != nil || len(ds) != 1 {
+				t.Fatalf("Claim(1): %d jobs, %v", len(ds), err)
+			}
+			if want := keys[held+i]; ds[0].Key() != want {
+				t.Fatalf("claimed key %s, want %s: the first key no one holds", ds[0].Key(), want)
+			}
+			if n := locksHeld(t, e, db, table, keys); n != held+i+1 {
+				t.Fatalf("%d keys locked, want %d", n, held+i+1)
+			}
+			defer func() {
+				if err := ds[0].Ack(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+	})
+}
+
+// mustExecConn runs a statement on one connection, failing the test on error.
+func mustExecConn(t testing.TB, conn *sql.Conn, query string, args ...any) {
+	t.Helper()
+	if _, err := conn.ExecContext(context.Background(), query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+// TestLockFirstMiss: a row deleted between the statement that locked its
+// key and the claim's re-read is not delivered; the claim lets the lock,
+// the key in the process and the connection go, and a new job of that key
+// is claimed next.
+func TestLockFirstMiss(t *testing.T) {
+	eachEngine(t, postgresOnly, func(t *testing.T, e Engine) {
+		inner, err := connhook.Connector(e.Driver, e.DSN(t, t.TempDir()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := e.Open(t, 2)
+		table := lockFirstTable(t, e, other, "lockfirst_miss", "text")
+		var armed atomic.Bool
+		db := sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{After: func(_ context.Context, call connhook.Call, _ error, _ time.Duration) {
+			if strings.Contains(call.SQL, "pg_try_advisory_lock(") && armed.CompareAndSwap(true, false) {
+				mustExec(t, e, other, "DELETE FROM "+table)
+			}
+		}}))
+		db.SetMaxOpenConns(4)
+		t.Cleanup(func() { db.Close() })
+		q := newQueue(t, db, inbox.Config{Dialect: e.Dialect, Table: inbox.Table{Name: table, AdvisoryKey: "k"}})
+		mustExec(t, e, other, "INSERT INTO "+table+" (k) VALUES ('A')")
+		armed.Store(true)
+		ds, err := q.Claim(context.Background(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if armed.Load() {
+			t.Fatal("the hook never ran: no LockFirst statement was sent")
+		}
+		if len(ds) != 0 {
+			t.Fatalf("claimed %v, a row deleted before the claim re-read it", ds[0].ID())
+		}
+		if n := locksHeld(t, e, other, table, []string{"A"}); n != 0 {
+			t.Fatal("the key's lock is left held")
+		}
+		mustBeIdle(t, db, q)
+		mustExec(t, e, other, "INSERT INTO "+table+" (k) VALUES ('A')")
+		d := claimOne(t, q)
+		if d.Key() != "A" {
+			t.Fatalf("claimed key %q, want A", d.Key())
+		}
+		if err := d.Ack(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		mustBeIdle(t, db, q)
+	})
+}
+
+// TestLockFirstKeyHeldHere: when the server lets go of a key whose job
+// this process still works on (its session ended under the handler), the
+// statement finds that key free and first; the claim passes over it as
+// the walk from Go does, and delivers the next key's job rather than none.
+func TestLockFirstKeyHeldHere(t *testing.T) {
+	eachEngine(t, postgresOnly, func(t *testing.T, e Engine) {
+		db := e.Open(t, 6)
+		table := lockFirstTable(t, e, db, "lockfirst_here", "text")
+		q := newQueue(t, db, inbox.Config{Dialect: e.Dialect, Table: inbox.Table{Name: table, AdvisoryKey: "k"}})
+		mustExec(t, e, db, "INSERT INTO "+table+" (k) VALUES ('A'), ('A'), ('B')")
+		ctx := context.Background()
+		first, err := q.Claim(ctx, 1)
+		if err != nil || len(first) != 1 || first[0].Key() != "A" {
+			t.Fatalf("first claim: %d jobs, %v", len(first), err)
+		}
+		pids := lockHolders(t, e, db, table, []string{"A"})
+		if len(pids) != 1 {
+			t.Fatalf("%d sessions hold key A, want 1", len(pids))
+		}
+		mustExec(t, e, db, "SELECT pg_terminate_backend($1)", pids[0])
+		deadline := time.Now().Add(10 * time.Second)
+		for locksHeld(t, e, db, table, []string{"A"}) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the terminated session still holds key A after 10s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		ds, err := q.Claim(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) != 1 || ds[0].Key() != "B" {
+			t.Fatalf("claimed %d jobs, want the job of key B: a key held here must be passed over", len(ds))
+		}
+		if err := ds[0].Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_ = first[0].Release(ctx) // its session is gone: the error says so
+		if n := q.InWork(); n != 0 {
+			t.Fatalf("%d jobs still in work", n)
+		}
+		// Key A is free again, in the process and on the server.
+		d := claimOne(t, q)
+		if d.Key() != "A" {
+			t.Fatalf("claimed key %q, want A", d.Key())
+		}
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
