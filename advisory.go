@@ -145,6 +145,7 @@ func (q *Queue) claimLockingFirst(ctx context.Context, ident string, ds []*Deliv
 	// microseconds, and a bound keeps a claim from chasing them forever.
 	misses := 0
 	var heldHere *string // the key last found held in this process
+	after := false       // a page past the first full one
 	for len(ds) < got && misses <= got+8 {
 		d, res, last, err := q.lockFirst(ctx, ident, lock, &v)
 		switch {
@@ -154,11 +155,15 @@ func (q *Queue) claimLockingFirst(ctx context.Context, ident string, ds []*Deliv
 			ds = append(ds, d)
 			// A page that needed doubling starts the next claim; one that
 			// did not lets the start fall back by half toward base.
-			if lock.SQL == q.st.LockFirst.SQL {
+			if !after {
 				q.lockPage.Store(int64(max(base, v.limit/2)))
 			} else {
 				q.lockPage.Store(int64(v.limit))
 			}
+			// The keys before this one were held a moment ago: the
+			// claim's next job is looked for past it, as the walk does.
+			v.id, v.priority = last.id, last.priority
+			lock = q.st.LockFirstAfter
 			continue
 		case res == lockedHeldHere && heldHere != nil && *heldHere == last.key:
 			return ds, true, nil
@@ -177,7 +182,7 @@ func (q *Queue) claimLockingFirst(ctx context.Context, ident string, ds []*Deliv
 		}
 		v.id, v.priority = last.id, last.priority
 		v.limit = min(2*v.limit, maxCandidatePage)
-		lock = q.st.LockFirstAfter
+		lock, after = q.st.LockFirstAfter, true
 	}
 	return ds, false, nil
 }
@@ -193,9 +198,9 @@ const (
 )
 
 // lockFirst runs s on a connection of its own and claims the row whose key
-// it locked, or says why not: with lockedNone, last is the full page's last
-// candidate, nil when the page was short; with lockedHeldHere, the
-// candidate whose key this process holds.
+// it locked, or says why not: with lockedNone, last is the candidate
+// delivered, or the full page's last, nil when the page was short; with
+// lockedHeldHere, the candidate whose key this process holds.
 func (q *Queue) lockFirst(ctx context.Context, ident string, s Stmt, v *values) (_ *Delivery, _ lockResult, last *candidate, err error) {
 	conn, err := q.db.Conn(ctx)
 	if err != nil {
@@ -224,7 +229,7 @@ func (q *Queue) lockFirst(ctx context.Context, ident string, s Stmt, v *values) 
 	if d == nil && err == nil {
 		return nil, lockedGone, nil, nil
 	}
-	return d, lockedNone, nil, err
+	return d, lockedNone, &c, err
 }
 
 // readLockFirst runs a LockFirst statement and reads its row, if any: a

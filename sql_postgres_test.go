@@ -95,6 +95,9 @@ func pgLockFirstOf(cols, page, identity, samePage, limit string) string {
 var (
 	pgAdvLockFirst = pgLockFirstOf("id, k, a", pgAdvCandidates, "$2",
 		`SELECT "id", "id", "attempt" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT $3`, "$4")
+	pgAdvLockFirstAfter = pgLockFirstOf("id, k, a",
+		`SELECT "id", "id", "attempt" FROM "jobs" WHERE "id" > $1 AND ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT $2`, "$3",
+		`SELECT "id", "id", "attempt" FROM "jobs" WHERE "id" > $4 AND ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT $5`, "$6")
 	pgTenantLockFirst   = pgLockFirstOf("id, k, a", pgTenantCandidates, "$2", `SELECT "id", "tenant", "attempt" FROM "jobs" ORDER BY "id" LIMIT $3`, "$4")
 	pgTenantLockAfter   = pgLockFirstOf("id, k, a", pgTenantCandidatesAfter, "$3", `SELECT "id", "tenant", "attempt" FROM "jobs" WHERE "id" > $4 ORDER BY "id" LIMIT $5`, "$6")
 	pgPriorityLockFirst = pgLockFirstOf("id, k, a, p", `SELECT "id", "id", "attempt", "priority" FROM "jobs" ORDER BY "priority" DESC, "id" LIMIT $1`, "$2",
@@ -883,8 +886,9 @@ func TestPostgresDeadlockRetried(t *testing.T) {
 // PostgreSQL's advisory claim locks in SQL: LockFirst walks a page of
 // candidates on the server and returns the first whose key it locked; the
 // claim re-reads that row under the lock on the same connection. No lock
-// call from Go. A row gone before its lock is let go and the next looked
-// for; a short page with no free key ends the claim in that one statement.
+// call from Go. Each next job is looked for past the last one claimed; a
+// row gone before its lock is let go and the next looked for; a short page
+// with no free key ends the claim in that one statement.
 func TestPostgresAdvisoryLockFirst(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: advisoryTable})
@@ -893,16 +897,17 @@ func TestPostgresAdvisoryLockFirst(t *testing.T) {
 	// Max 2: twice max, the keys held here, and 8.
 	m.ExpectQuery(pgAdvLockFirst).WithArgs(12, "public.jobs", 12, 12).WillReturnRows(rows("id,k,a,locked", row(int64(2), int64(2), int64(1), true)))
 	m.ExpectQuery(pgAdvClaim).WithArgs(int64(2), int64(1)).WillReturnRows(rows(cols, row(int64(2), int64(1), []byte("p2"))))
-	m.ExpectQuery(pgAdvLockFirst).WithArgs(12, "public.jobs", 12, 12).WillReturnRows(rows("id,k,a,locked", row(int64(3), int64(3), int64(1), true)))
+	// The next job is looked for past the one claimed.
+	m.ExpectQuery(pgAdvLockFirstAfter).WithArgs(int64(2), 12, "public.jobs", int64(2), 12, 12).WillReturnRows(rows("id,k,a,locked", row(int64(3), int64(3), int64(1), true)))
 	m.ExpectQuery(pgAdvClaim).WithArgs(int64(3), int64(1)).WillReturnRows(rows(cols)) // acked since the statement read it
 	pgUnlocked(m, "3")
 	// No key free and the page short (no last row): the table's end.
-	m.ExpectQuery(pgAdvLockFirst).WithArgs(12, "public.jobs", 12, 12).WillReturnRows(rows("id,k,a,locked"))
+	m.ExpectQuery(pgAdvLockFirstAfter).WithArgs(int64(2), 12, "public.jobs", int64(2), 12, 12).WillReturnRows(rows("id,k,a,locked"))
 	ds := claim(t, q, 2, 2)
 	if ds[0].Key() != "2" || ds[0].Attempt() != 1 {
 		t.Fatalf("key %q attempt %d", ds[0].Key(), ds[0].Attempt())
 	}
-	if lock, claimed := m.ConnsOf(pgAdvLockFirst), m.ConnsOf(pgAdvClaim); lock[0] != claimed[0] || lock[1] != claimed[1] {
+	if lock, claimed := append(m.ConnsOf(pgAdvLockFirst), m.ConnsOf(pgAdvLockFirstAfter)...), m.ConnsOf(pgAdvClaim); lock[0] != claimed[0] || lock[1] != claimed[1] {
 		t.Errorf("locked on connections %v, claimed on %v: the claim must run in the session holding the lock", lock[:2], claimed)
 	}
 	if n := len(m.ConnsOf(pgTryLock)); n != 0 {

@@ -388,14 +388,15 @@ func (s *standIn) answerQuery(c *call) {
 			c.rows = append(c.rows, r)
 		}
 	case c.is("LockFirst", "LockFirstAfter"):
-		// The server's walk locks the next job's key: one job a call; then
-		// none, and the page short.
+		// The server's walk locks the next job's key: one job a call (the
+		// jobs after the first past the one before); then none, and the
+		// page short.
 		c.cols = []string{"id", "k", "a"}
 		if s.table.Priority != "" {
 			c.cols = append(c.cols, "p")
 		}
 		c.cols = append(c.cols, "locked")
-		if s.next < len(s.jobs) && c.is("LockFirst") {
+		if s.next < len(s.jobs) {
 			j := s.jobs[s.next]
 			s.next++
 			r := []driver.Value{j.id, j.key, j.attempt}
