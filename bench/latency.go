@@ -69,7 +69,7 @@ const (
 )
 
 // latencyModeNames are the modes, in the table's order.
-var latencyModeNames = []string{"wake", "notify", "poll", "poll-100ms"}
+var latencyModeNames = []string{"wake", "wake-rowlock", "notify", "poll", "poll-100ms"}
 
 // latencySample is one job's wait.
 type latencySample struct {
@@ -95,12 +95,12 @@ func runLatency(ctx context.Context, out, log io.Writer, es []engine, dir string
 	if _, err := headerOf(out, es, dir, nil); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "Enqueue→handler-start latency on an idle lease queue, one worker, a no-op handler; %d samples per line (%d for the poll modes).\n\n", latencySamples, latencyPollSamples)
+	fmt.Fprintf(out, "Enqueue→handler-start latency on an idle lease queue (the row lock where a line says so), one worker, a no-op handler; %d samples per line (%d for the poll modes).\n\n", latencySamples, latencyPollSamples)
 	fmt.Fprintln(out, "| engine | driver | how the worker learns of the job | samples | p50 from Enqueue call | p99 | p50 from commit | p99 |")
 	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|---:|")
 	for _, e := range es {
 		for _, mode := range latencyModeNames {
-			if !modes[mode] || (mode == "notify" && e.family != "postgres") {
+			if !modes[mode] || (mode == "notify" && e.family != "postgres") || (mode == "wake-rowlock" && e.family == "sqlite") {
 				continue
 			}
 			r, err := latencyLine(ctx, e, mode, dir)
@@ -143,6 +143,12 @@ func latencyLine(ctx context.Context, e engine, mode, dir string) (latencyRun, e
 	switch mode {
 	case "wake":
 		r.mode = "wake-up in the process (Enqueue on the *sql.DB)"
+		r.samples, err = latencyInProcess(ctx, db, cfg, true)
+	case "wake-rowlock":
+		// The row lock's claim is a locking read in a transaction it
+		// keeps open, with no commit before the handler starts.
+		r.mode = "wake-up in the process, row lock"
+		cfg.Table = benchTable(table, "rowlock")
 		r.samples, err = latencyInProcess(ctx, db, cfg, true)
 	case "notify":
 		r.mode = "NOTIFY to another process, " + map[string]string{"pq": "lib/pq", "pgx": "pgx"}[e.name] + " listener"
