@@ -759,6 +759,12 @@ func settleOn(t testing.TB, h *harness, nd *node, label string) {
 		createQueue(t, setup, table)
 		t.Cleanup(func() { _, _ = setup.Exec("DROP TABLE IF EXISTS " + table + ", " + table + "_dead") })
 		fill(t, setup, table, n)
+		// The table and its rows were written on the first node; a causal
+		// read on nd waits until nd has applied them, so the claim below
+		// does not race the replication of the CREATE TABLE.
+		if got := count(t, nd, table); got != n {
+			t.Fatalf("%s: %d of %d %s jobs replicated after the fill", nd.name, got, n, form)
+		}
 		q, err := inbox.New(db, queueConfig(table, form, galeraLease))
 		if err != nil {
 			t.Fatal(err)
