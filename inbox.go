@@ -47,6 +47,16 @@ type Table struct {
 
 	// LockedUntil names the lease column and selects the lease form.
 	LockedUntil string
+	// Shallow declares a lease table that stays short: drained about as
+	// fast as it fills, with few jobs delayed or under lease at a time.
+	// The claim then reads free and expired rows together, in claim order
+	// through the primary key (or the priority's index), and the table
+	// needs no claim index (docs/schema.md): writing a lease touches no
+	// index, so each job costs less to claim and settle. Each claim steps
+	// over the rows under lease and the delayed ones ahead of the first it
+	// takes, so a table holding many of them wants the claim indexes and
+	// Shallow false. Lease form only.
+	Shallow bool
 	// AdvisoryKey names the key column and selects the advisory form: "id"
 	// holds each job alone; another column keeps the jobs sharing a value in
 	// work one at a time.

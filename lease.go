@@ -60,10 +60,14 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 	if q.st.Claim.SQL == "" {
 		return q.claimLeaseSelectMark(ctx, &v, sent)
 	}
-	if err := q.fillTimes(ctx, q.db, q.st.Claim, &v, q.lease); err != nil {
+	claim := q.st.Claim
+	if max == 1 && q.st.ClaimOne.SQL != "" {
+		claim = q.st.ClaimOne
+	}
+	if err := q.fillTimes(ctx, q.db, claim, &v, q.lease); err != nil {
 		return nil, err
 	}
-	rows, err := q.query(ctx, q.db, q.st.Claim, &v)
+	rows, err := q.query(ctx, q.db, claim, &v)
 	if err != nil {
 		return nil, err
 	}

@@ -159,7 +159,23 @@ func myLease(t *sqlTemplate, n *Names) *Statements {
 	// are read without locks, in claim order, and the best are locked by
 	// primary key, in id order among rows of one priority, each read
 	// locking only the rows it returns.
-	if n.Priority != "" {
+	if n.Shallow {
+		// A shallow table has no index on the lease: the claimable rows
+		// are read in claim order through the primary key (or the
+		// priority's index), stepping over the few under lease. Picked
+		// first with a priority, for the reason below.
+		claimable := "({lease} IS NULL OR {lease} <= " + now + ")"
+		if n.Priority != "" {
+			st.Pick = t.query("SELECT {pick} FROM {table} WHERE " + claimable + " ORDER BY {order} LIMIT $limit")
+			st.PickAfter = t.query("SELECT {pick} FROM {table} WHERE " + claimable + " AND " + pastCandidate(t) + " ORDER BY {order} LIMIT $limit")
+			st.PickLock = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {id} IN (" + myPickIDs +
+				") AND " + claimable + " ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
+			st.PickLock.Clock = n.DBClock
+		} else {
+			st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE " + claimable + " ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
+			st.ClaimSelect.Clock = n.DBClock
+		}
+	} else if n.Priority != "" {
 		past := pastCandidate(t)
 		st.Pick = t.query("SELECT {pick} FROM {table} WHERE {lease} <= " + now + " ORDER BY {order} LIMIT $limit")
 		st.PickAfter = t.query("SELECT {pick} FROM {table} WHERE {lease} <= " + now + " AND " + past + " ORDER BY {order} LIMIT $limit")

@@ -81,17 +81,18 @@ func pgLease(t *sqlTemplate, n *Names) *Statements {
 	// ordered by id it walked the primary key through every row under a
 	// lease (28 ms against 0.2 ms at 200,000 rows). The claim as a whole
 	// still hands out its rows in id order.
-	dueOrder := "{lease}"
-	if n.Priority != "" {
-		dueOrder = "{order}"
+	if n.Shallow {
+		// A shallow table has no lease index to read apart: one ordered
+		// read through the primary key (or the priority's index) steps
+		// over the few rows under lease, and the leases written leave
+		// every index as it was (a HOT update, where the page has room).
+		st.Claim = t.query("WITH picked AS MATERIALIZED (SELECT {id} FROM {table} WHERE {lease} IS NULL OR {lease} <= {now}" +
+			" ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED) " +
+			"UPDATE {table} AS j SET {attempt} = j.{attempt} + 1, {lease} = {until} WHERE j.{id} = ANY (ARRAY(SELECT {id} FROM picked))" +
+			" RETURNING j.{id}, j.{attempt} - 1, j.{lease}{, j.data}{, j.extra}")
+	} else {
+		st.Claim = pgLeaseClaim(t, n)
 	}
-	st.Claim = t.query("WITH picked AS MATERIALIZED (SELECT {id} FROM (" +
-		"SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED) AS free" +
-		" UNION ALL " +
-		"SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} <= {now} ORDER BY " + dueOrder + " LIMIT $limit FOR UPDATE SKIP LOCKED) AS expired" +
-		") AS c ORDER BY {order} LIMIT $limit) " +
-		"UPDATE {table} AS j SET {attempt} = j.{attempt} + 1, {lease} = {until} WHERE j.{id} = ANY (ARRAY(SELECT {id} FROM picked))" +
-		" RETURNING j.{id}, j.{attempt} - 1, j.{lease}{, j.data}{, j.extra}")
 	if n.DBClock {
 		// The engine chose the new expiry: it comes back as the token.
 		st.Extend = t.query("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken + " RETURNING {lease}")
@@ -105,6 +106,22 @@ func pgLease(t *sqlTemplate, n *Names) *Statements {
 		st.DeadInsert = pgDeadMove(t, leaseToken)
 	}
 	return st
+}
+
+// pgLeaseClaim is the lease claim on the recommended indexes: free rows and
+// expired ones read apart (see pgLease).
+func pgLeaseClaim(t *sqlTemplate, n *Names) Stmt {
+	dueOrder := "{lease}"
+	if n.Priority != "" {
+		dueOrder = "{order}"
+	}
+	return t.query("WITH picked AS MATERIALIZED (SELECT {id} FROM (" +
+		"SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED) AS free" +
+		" UNION ALL " +
+		"SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} <= {now} ORDER BY " + dueOrder + " LIMIT $limit FOR UPDATE SKIP LOCKED) AS expired" +
+		") AS c ORDER BY {order} LIMIT $limit) " +
+		"UPDATE {table} AS j SET {attempt} = j.{attempt} + 1, {lease} = {until} WHERE j.{id} = ANY (ARRAY(SELECT {id} FROM picked))" +
+		" RETURNING j.{id}, j.{attempt} - 1, j.{lease}{, j.data}{, j.extra}")
 }
 
 // pgRowLock: the claim locks the row and writes nothing: the held

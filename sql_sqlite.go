@@ -94,22 +94,34 @@ func sqliteLease(t *sqlTemplate, n *Names) *Statements {
 	// branch in a temporary B-tree and cost the claim two to three times a
 	// hand-written one; as it stands it sorts nothing. The rows come back in
 	// id order, as the UPDATE visits them.
-	st.Claim = t.query("UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = {until} WHERE {id} IN (" +
+	claim := "UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = {until} WHERE {id} IN (" +
 		"SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} <= {now} ORDER BY {lease} LIMIT $limit)" +
 		" UNION ALL " +
 		"SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} IS NULL ORDER BY {id} LIMIT $limit)" +
 		" LIMIT $limit)" +
-		" RETURNING {id}, {attempt} - 1, {lease}{, data}{, extra}")
+		" RETURNING {id}, {attempt} - 1, {lease}{, data}{, extra}"
 	if n.Priority != "" {
 		// The compound read carries the priority to order by; IN takes
 		// its ids alone.
-		st.Claim = t.query("UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = {until} WHERE {id} IN (SELECT {id} FROM (" +
+		claim = "UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = {until} WHERE {id} IN (SELECT {id} FROM (" +
 			"SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit)" +
 			" UNION ALL " +
 			"SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} <= {now} ORDER BY {priority} DESC, +{id} LIMIT $limit)" +
 			" ORDER BY {order} LIMIT $limit))" +
-			" RETURNING {id}, {attempt} - 1, {lease}{, data}{, extra}")
+			" RETURNING {id}, {attempt} - 1, {lease}{, data}{, extra}"
 	}
+	if n.Shallow {
+		// No index on the lease: one read in claim order through the
+		// rowid (or the priority's index) steps over the few rows under
+		// lease, and a lease written updates no index.
+		claim = "UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = {until} WHERE {id} IN (" +
+			"SELECT {id} FROM {table} WHERE {lease} IS NULL OR {lease} <= {now} ORDER BY {order} LIMIT $limit)" +
+			" RETURNING {id}, {attempt} - 1, {lease}{, data}{, extra}"
+	}
+	// A claim of one names its row with "=": SQLite then updates in one
+	// pass, where IN collects the rows in a temporary table first.
+	st.Claim = t.query(claim)
+	st.ClaimOne = t.query(strings.Replace(claim, " IN (", " = (", 1))
 	st.Extend = t.exec("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken)
 	st.Ack = t.exec("DELETE FROM {table} WHERE " + leaseToken)
 	st.Retry = t.exec("UPDATE {table} SET {lease} = {until}{, set error} WHERE " + leaseToken)

@@ -39,6 +39,7 @@ func describe(d Dialect, t Table) (Names, error) {
 	case t.AdvisoryKey != "":
 		n.Form = Advisory
 	}
+	n.Shallow = t.Shallow
 	if err := n.quoteAll(d, t); err != nil {
 		return n, err
 	}
@@ -123,6 +124,8 @@ func checkOptions(n *Names, t Table) error {
 		return fmt.Errorf("inbox: new: Table.DeadAt %q is a column of the dead table: name Table.DeadTable too", t.DeadAt)
 	case t.ClaimsTable != "" && t.DeadTable == "":
 		return fmt.Errorf("inbox: new: Table.ClaimsTable %q needs Table.DeadTable, where a job past MaxClaims goes", t.ClaimsTable)
+	case t.Shallow && n.Form != Lease:
+		return fmt.Errorf("inbox: new: Table.Shallow is for the lease form (Table.LockedUntil); the %s form's claim reads the table in id order already", n.Form)
 	case n.Form == Lease && t.NotBefore != "":
 		return fmt.Errorf("inbox: new: Table.NotBefore %q: the lease form delays jobs with its lease column %q", t.NotBefore, t.LockedUntil)
 	}

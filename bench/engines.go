@@ -84,9 +84,9 @@ func (e engine) resolve() engine {
 // forms lists the claim forms of the engine: SQLite has no row lock.
 func (e engine) forms() []string {
 	if e.family == "sqlite" {
-		return []string{"lease", "lease-async", "advisory"}
+		return []string{"lease", "lease-async", "lease-shallow", "advisory"}
 	}
-	return []string{"lease", "lease-async", "rowlock", "advisory"}
+	return []string{"lease", "lease-async", "lease-shallow", "rowlock", "advisory"}
 }
 
 // dsn is the engine's data source name: from its variable (with the tests'

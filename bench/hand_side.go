@@ -23,7 +23,7 @@ import (
 // newHandSide returns the hand-written side of a form on an engine.
 func newHandSide(e engine, db *sql.DB, table, form string, batch int) (side, error) {
 	switch form {
-	case "lease", "lease-async":
+	case "lease", "lease-async", "lease-shallow":
 		if baseline == "minimal" {
 			return newMinimalLease(e, db, table, batch), nil
 		}

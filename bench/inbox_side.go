@@ -29,6 +29,8 @@ func benchTable(name, form string) inbox.Table {
 	switch form {
 	case "lease":
 		t.LockedUntil = "locked_until"
+	case "lease-shallow":
+		t.LockedUntil, t.Shallow = "locked_until", true
 	case "advisory":
 		t.AdvisoryKey = "id"
 	}
@@ -57,6 +59,9 @@ func newInboxSide(e engine, db *sql.DB, table, form string, batch int) (*inboxSi
 		form = "lease"
 	}
 	q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Table: benchTable(table, form), Prepare: prepareInbox})
+	if form == "lease-shallow" {
+		form = "lease"
+	}
 	if err != nil {
 		return nil, err
 	}

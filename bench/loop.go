@@ -35,7 +35,7 @@ import (
 )
 
 // loopForms are the forms -run work measures.
-var loopForms = []string{"lease", "rowlock", "advisory"}
+var loopForms = []string{"lease", "lease-shallow", "rowlock", "advisory"}
 
 func runLoop(ctx context.Context, out, log io.Writer, es []engine, forms []string, workers, batches []int, duration time.Duration, segments int, dir string) error {
 	if _, err := headerOf(out, es, dir, nil); err != nil {

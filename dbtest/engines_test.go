@@ -146,6 +146,7 @@ func (e Engine) CreateTable(t testing.TB, db *sql.DB, table string) {
 }
 
 // Table describes table (made by CreateTable) in the given form: "lease",
+// "lease-shallow" (Table.Shallow: CreateTable makes no claim index),
 // "rowlock", "rowlock-claims" (with the claims counter in table_claims and
 // MaxClaims [ClaimsLimit]), "advisory" (key on id) or "advisory-k" (key on
 // column k).
@@ -154,6 +155,8 @@ func Table(table, form string) inbox.Table {
 	switch form {
 	case "lease":
 		tb.LockedUntil = "locked_until"
+	case "lease-shallow":
+		tb.LockedUntil, tb.Shallow = "locked_until", true
 	case "rowlock":
 		tb.NotBefore = "not_before"
 	case "rowlock-claims":

@@ -763,7 +763,7 @@ type workXCounter struct {
 // form and engine.
 func (c *workXCounter) watch(q *inbox.Queue) {
 	st := q.Statements()
-	for _, s := range []inbox.Stmt{st.Claim, st.ClaimSelect, st.Candidates, st.LockFirst, st.Pick} {
+	for _, s := range []inbox.Stmt{st.Claim, st.ClaimOne, st.ClaimSelect, st.Candidates, st.LockFirst, st.Pick} {
 		if s.SQL != "" {
 			c.claimed.Add(s.SQL)
 		}

@@ -32,6 +32,9 @@ var sqlDocForms = []struct {
 	table inbox.Table
 }{
 	{"lease", inbox.Table{Name: "jobs", LockedUntil: "locked_until", DeadTable: "jobs_dead"}},
+	// The lease file without its claim indexes: only the statements that
+	// differ from the lease's are shown.
+	{"lease-shallow", inbox.Table{Name: "jobs", LockedUntil: "locked_until", DeadTable: "jobs_dead", Shallow: true}},
 	{"rowlock", inbox.Table{Name: "jobs", NotBefore: "not_before", ClaimsTable: "jobs_claims", MaxClaims: 5, DeadTable: "jobs_dead"}},
 	{"advisory", inbox.Table{Name: "jobs", AdvisoryKey: "id", NotBefore: "not_before", DeadTable: "jobs_dead"}},
 }
@@ -61,6 +64,8 @@ var stmtDocs = map[string]stmtDoc{
 		"before a statement that sends a time computed from now (a `Retry`, an `Extend`, `Stats`), when `Config.Now` is not set; a lease claim reads the clock with its rows instead."},
 	"Claim": {"Claims jobs in one statement: marks them taken (the attempt counted, under the lease the expiry written) and returns id, the attempt delivered, the expiry (lease) and the data columns.",
 		"`Queue.Claim`, and so each claim of `worker.Run`. Lease: up to max jobs, outside any transaction. Row lock: one job, inside the transaction that then holds it, once per job claimed. Advisory: the candidate whose lock was just taken, if no one claimed it meanwhile."},
+	"ClaimOne": {"Claims one job, as `Claim` does, naming its row with `=` where `Claim` names a set with `IN`: SQLite then updates in one pass, without a temporary table.",
+		"`Queue.Claim` of one job (each claim of `worker.Run` with a batch of one)."},
 	"ClaimSelect": {"Reads and locks claimable jobs in the claim's transaction, returning id, the attempt delivered and the data columns.",
 		"`Queue.Claim` on an engine without `UPDATE … RETURNING`, first statement of the claim's transaction (advisory: the candidate under its lock)."},
 	"ClaimMark": {"Marks the jobs the claim read: counts their attempt and, under the lease, writes their expiry; a row marked only if it still carries the attempt read and is still claimable.",
@@ -345,13 +350,21 @@ func generateSQLDoc(t *testing.T) string {
 		for _, f := range order {
 			title := formTitle(f)
 			fmt.Fprintf(&b, "\n### %s, %s\n\n", e.name, title)
-			fmt.Fprintf(&b, "On [schema/%s-%s.sql](../schema/%s-%s.sql).\n", e.file, f, e.file, f)
+			if base, ok := strings.CutSuffix(f, "-shallow"); ok {
+				fmt.Fprintf(&b, "On [schema/%s-%s.sql](../schema/%s-%s.sql) without its claim indexes, described with `Shallow: true`. The other statements are the %s form's.\n",
+					e.file, base, e.file, base, formTitle(base))
+			} else {
+				fmt.Fprintf(&b, "On [schema/%s-%s.sql](../schema/%s-%s.sql).\n", e.file, f, e.file, f)
+			}
 			n := 0
 			for _, s := range forms[f] {
 				if shared[s.name] && hasStmt(forms[order[0]], s) {
 					continue
 				}
 				if like != nil && hasStmt(like[f], s) {
+					continue
+				}
+				if base, ok := strings.CutSuffix(f, "-shallow"); ok && hasStmt(forms[base], s) {
 					continue
 				}
 				writeStmt(t, &b, s)
@@ -366,7 +379,7 @@ func generateSQLDoc(t *testing.T) string {
 }
 
 func formTitle(file string) string {
-	return map[string]string{"lease": "lease", "rowlock": "row lock", "advisory": "advisory lock"}[file]
+	return map[string]string{"lease": "lease", "lease-shallow": "shallow lease", "rowlock": "row lock", "advisory": "advisory lock"}[file]
 }
 
 // slugDoc is a heading's anchor, as GitHub makes it for these headings.

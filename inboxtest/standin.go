@@ -341,7 +341,7 @@ func (s *standIn) answerQuery(c *call) {
 	switch {
 	case c.is("Now"):
 		c.cols, c.rows = []string{"now"}, [][]driver.Value{{s.d.TimeArg(s.engineNow())}}
-	case c.is("Claim", "ClaimSelect"):
+	case c.is("Claim", "ClaimOne", "ClaimSelect"):
 		s.claimRows(c)
 	case c.is("ClaimSelectMore"):
 		// The claim's jobs all came with the first read.
@@ -499,7 +499,7 @@ func (s *standIn) engineNow() time.Time {
 // claimRows answers a claim statement: every job at once (lease), the next
 // one (row lock), or the one whose id it names (advisory).
 func (s *standIn) claimRows(c *call) {
-	expiry := c.is("Claim") && s.form == inbox.Lease
+	expiry := c.is("Claim", "ClaimOne") && s.form == inbox.Lease
 	c.cols = []string{s.table.ID, s.table.Attempt}
 	if expiry {
 		c.cols = append(c.cols, s.table.LockedUntil)

@@ -484,7 +484,7 @@ func (r rewritten) Statements(n *inbox.Names) (*inbox.Statements, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range []*inbox.Stmt{&st.Now, &st.Claim, &st.ClaimSelect, &st.ClaimSelectMore, &st.ClaimMark, &st.Candidates,
+	for _, s := range []*inbox.Stmt{&st.Now, &st.Claim, &st.ClaimOne, &st.ClaimSelect, &st.ClaimSelectMore, &st.ClaimMark, &st.Candidates,
 		&st.CandidatesAfter, &st.Extend, &st.Exists, &st.Ack, &st.Retry, &st.Release, &st.DeadInsert,
 		&st.DeadDelete, &st.ClaimsCount, &st.ClaimsRead, &st.ClaimsGiveBack, &st.ClaimsClear} {
 		if s.SQL != "" {

@@ -11,6 +11,8 @@ CREATE TABLE jobs (
     payload      blob NOT NULL,
     -- Free rows (NULL) and expired leases in id order, so that the claim never
     -- walks rows under a live lease. Without it every claim scans the table.
+    -- A queue kept short can leave it out and be described with Shallow: true
+    -- (docs/schema.md, "A shallow queue").
     INDEX jobs_claimable (locked_until, id)
 ) ENGINE=InnoDB;
 

@@ -18,7 +18,8 @@ CREATE TABLE jobs_dead (
 
 -- The claim reads free rows (no lease) and expired leases apart, each from its own
 -- index, so rows under a live lease are never walked. Without these indexes every
--- claim scans the table.
+-- claim scans the table. A queue kept short can leave both out and be described
+-- with Shallow: true (docs/schema.md, "A shallow queue").
 CREATE INDEX jobs_free ON jobs (id) WHERE locked_until IS NULL;
 CREATE INDEX jobs_lu ON jobs (locked_until);
 

@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS jobs_dead (
 
 -- Free rows (NULL) and expired leases in id order, so that the claim never walks
 -- rows under a live lease. Without it every claim scans the table while holding
--- the database's write lock.
+-- the database's write lock. A queue kept short can leave it out and be
+-- described with Shallow: true (docs/schema.md, "A shallow queue").
 CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (locked_until, id);
 
 -- Optional columns (docs/schema.md), each named in inbox.Table: LastError,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,10 +33,11 @@ func newMockQueue(t *testing.T) (*inbox.Queue, sqlmock.Sqlmock, time.Time) {
 }
 
 // expectClaim expects the claim of one job and returns the lease's expiry
-// as stored: the third part of the delivery's token.
+// as stored: the third part of the delivery's token. SQLite claims one job
+// with ClaimOne, several with Claim.
 func expectClaim(mock sqlmock.Sqlmock, q *inbox.Queue, now time.Time, id int64, attempt int, payload string) string {
 	until := now.Add(q.Lease()).Format(inbox.SQLiteTimeFormat)
-	mock.ExpectQuery(q.Statements().Claim.SQL).
+	mock.ExpectQuery(q.Statements().ClaimOne.SQL).
 		WithArgs(until, now.Format(inbox.SQLiteTimeFormat), 1, 1, 1).
 		WillReturnRows(sqlmock.NewRows([]string{"id", "attempt", "locked_until", "payload"}).
 			AddRow(id, attempt, until, []byte(payload)))
@@ -149,5 +151,10 @@ func TestClaimSQL(t *testing.T) {
 		"RETURNING `id`, `attempt` - 1, `locked_until`, `payload`"
 	if got := q.Statements().Claim.SQL; got != want {
 		t.Errorf("claim SQL:\n got %s\nwant %s", got, want)
+	}
+	// A claim of one names its row with "=", which SQLite updates in one
+	// pass.
+	if got, one := q.Statements().ClaimOne.SQL, strings.Replace(want, "WHERE `id` IN (", "WHERE `id` = (", 1); got != one {
+		t.Errorf("claim-one SQL:\n got %s\nwant %s", got, one)
 	}
 }
