@@ -100,12 +100,22 @@ func TestMySQLShallow(t *testing.T) {
 	m.Met(t)
 }
 
-func TestSQLiteShallow(t *testing.T) {
+// SQLite's times of a queue on a stopped clock at t0, lease a minute.
+const (
+	sqStoppedNow = "2024-03-01T12:00:00.123456Z"
+	sqStoppedExp = "2024-03-01T12:01:00.123456Z"
+)
+
+// sqliteStopped is a SQLite queue on tb whose clock stands at t0.
+func sqliteStopped(t *testing.T, tb inbox.Table) (*mock, *inbox.Queue) {
 	m := newMock(t)
 	clk := fakeclock.New(t0)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: shallowTable, Lease: time.Minute, Now: clk.Now})
-	const exp = "2024-03-01T12:01:00.123456Z"
-	const now = "2024-03-01T12:00:00.123456Z"
+	return m, newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: tb, Lease: time.Minute, Now: clk.Now})
+}
+
+func TestSQLiteShallow(t *testing.T) {
+	m, q := sqliteStopped(t, shallowTable)
+	const exp, now = sqStoppedExp, sqStoppedNow
 	m.ExpectQuery(sqShallowClaim).WithArgs(exp, now, 2).WillReturnRows(rows("id,attempt,locked_until,payload",
 		row(int64(7), int64(1), exp, nil), row(int64(8), int64(1), exp, nil)))
 	ds := claim(t, q, 2, 7, 8)
@@ -120,11 +130,8 @@ func TestSQLiteShallow(t *testing.T) {
 // On the recommended indexes too, SQLite claims one job with "=", and
 // several with IN.
 func TestSQLiteClaimOne(t *testing.T) {
-	m := newMock(t)
-	clk := fakeclock.New(t0)
-	q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
-	const exp = "2024-03-01T12:01:00.123456Z"
-	const now = "2024-03-01T12:00:00.123456Z"
+	m, q := sqliteStopped(t, leaseTable)
+	const exp, now = sqStoppedExp, sqStoppedNow
 	m.ExpectQuery(sqLeaseClaimOneRef).WithArgs(exp, now, 1, 1, 1).WillReturnRows(rows("id,attempt,locked_until,payload", row(int64(7), int64(1), exp, nil)))
 	claim(t, q, 1, 7)
 	m.ExpectQuery(sqLeaseClaim).WithArgs(exp, now, 2, 2, 2).WillReturnRows(rows("id,attempt,locked_until,payload"))

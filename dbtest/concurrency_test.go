@@ -328,13 +328,15 @@ func concFill(t *testing.T, e Engine, db *sql.DB, table string, n, keys int) map
 	return want
 }
 
-// TestConcDrainTwoPools (issue 9, defect 2): every form is drained by eight
+// TestConcDrainTwoPools (issue 9, defect 2): every form (and the shallow
+// lease, Table.Shallow) is drained by eight
 // workers over two *sql.DB pools on one database (one file for SQLite), one
 // naming the table plainly and the other schema-qualified. No job may be
 // held by two handlers at once, nor (advisory-k) a key; each job is
 // delivered once, at attempt 1, and acked once; nothing is left or dead.
 func TestConcDrainTwoPools(t *testing.T) {
-	eachForm(t, formsWithKey, func(t *testing.T, e Engine, form string) {
+	withShallow := func(e Engine) []string { return append(formsWithKey(e), "lease-shallow") }
+	eachForm(t, withShallow, func(t *testing.T, e Engine, form string) {
 		jobs := 400
 		if e.IsSQLite() {
 			jobs = 300

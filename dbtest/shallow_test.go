@@ -13,21 +13,6 @@ import (
 	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
-func shallowOnly(Engine) []string { return []string{"lease-shallow"} }
-
-// TestShallowDrainTwoPools: eight workers over two pools, one naming the
-// table plainly and the other qualified, drain a shallow table; each job
-// is acknowledged once.
-func TestShallowDrainTwoPools(t *testing.T) {
-	eachForm(t, shallowOnly, func(t *testing.T, e Engine, form string) {
-		jobs := 400
-		if e.IsSQLite() && raceBuild() {
-			jobs = 150
-		}
-		concDrainTwoPools(t, e, form, jobs, false)
-	})
-}
-
 // TestShallowClaimOrder: the one ordered read takes free rows and expired
 // leases in id order, steps over live leases and delayed jobs, and fences
 // the holder of a lease that ran out; claims of one (SQLite's ClaimOne)
