@@ -69,7 +69,7 @@ const (
 )
 
 // latencyModeNames are the modes, in the table's order.
-var latencyModeNames = []string{"wake", "wake-rowlock", "notify", "poll", "poll-100ms"}
+var latencyModeNames = []string{"wake", "wake-shallow", "wake-rowlock", "notify", "poll", "poll-100ms"}
 
 // latencySample is one job's wait.
 type latencySample struct {
@@ -143,6 +143,12 @@ func latencyLine(ctx context.Context, e engine, mode, dir string) (latencyRun, e
 	switch mode {
 	case "wake":
 		r.mode = "wake-up in the process (Enqueue on the *sql.DB)"
+		r.samples, err = latencyInProcess(ctx, db, cfg, true)
+	case "wake-shallow":
+		// The lease on a shallow table: one read fewer in MariaDB's
+		// claim transaction.
+		r.mode = "wake-up in the process, shallow lease"
+		cfg.Table = benchTable(table, "lease-shallow")
 		r.samples, err = latencyInProcess(ctx, db, cfg, true)
 	case "wake-rowlock":
 		// The row lock's claim is a locking read in a transaction it

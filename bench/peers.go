@@ -161,8 +161,8 @@ func runPeers(ctx context.Context, out, log io.Writer, es []engine, workers []in
 	}
 	header(out, versions)
 	fmt.Fprintf(out, "Each side of a line measured for %v in %d alternating segments, each on its own queue; jobs/s is the median over the segments, ratio = inbox / peer. "+
-		"inbox: lease, Claim(16) + Batcher.AckAll. River: MaxWorkers = workers, FetchCooldown %v, jobs counted until the pause is reported (their completions recorded after, untimed). "+
-		"goqite: Receive + Delete of one message.%s\n\n", duration, segments, riverFetchCooldown, graphile)
+		"inbox: "+peerInboxForm()+", Claim(%d) + Batcher.AckAll. River: MaxWorkers = workers, FetchCooldown %v, jobs counted until the pause is reported (their completions recorded after, untimed). "+
+		"goqite: Receive + Delete of one message.%s\n\n", duration, segments, peerBatch, riverFetchCooldown, graphile)
 	fmt.Fprintln(out, "| engine | driver | peer | workers | inbox jobs/s | peer jobs/s | ratio inbox/peer |")
 	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|")
 	seg := duration / time.Duration(segments)
@@ -286,8 +286,16 @@ func peerCell(ctx context.Context, log io.Writer, e engine, p peer, workers int,
 	return rs, note, nil
 }
 
-// inboxPeer is the table's inbox side for the lease form and a batch of 16,
-// on a table of its own with the recommended lease indexes.
+// The inbox side of -run peers: its claim size, and whether its table is
+// shallow (no claim index, Table.Shallow).
+var (
+	peerBatch   = 16
+	peerShallow bool
+)
+
+// inboxPeer is the table's inbox side for the lease form and a batch of
+// peerBatch, on a table of its own with the recommended lease indexes
+// (none with peerShallow).
 type inboxPeer struct {
 	*inboxSide
 	e     engine
@@ -299,12 +307,16 @@ func newInboxPeer(ctx context.Context, e engine, db *sql.DB, table string) (*inb
 	if err := e.createTable(ctx, db, table); err != nil {
 		return nil, err
 	}
-	for _, s := range depthIndexes(e, table) {
-		if _, err := db.ExecContext(ctx, s); err != nil {
-			return nil, err
+	form := "lease-shallow"
+	if !peerShallow {
+		form = "lease"
+		for _, s := range depthIndexes(e, table) {
+			if _, err := db.ExecContext(ctx, s); err != nil {
+				return nil, err
+			}
 		}
 	}
-	s, err := newInboxSide(e, db, table, "lease", 16)
+	s, err := newInboxSide(e, db, table, form, peerBatch)
 	if err != nil {
 		return nil, err
 	}
@@ -677,4 +689,12 @@ func (s *riverSide) close() {
 	defer cancel()
 	s.client.Stop(ctx)
 	s.pool.Close()
+}
+
+// peerInboxForm names the inbox side's table for the header.
+func peerInboxForm() string {
+	if peerShallow {
+		return "lease on a shallow table (no claim index, Table.Shallow)"
+	}
+	return "lease"
 }

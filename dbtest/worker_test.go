@@ -517,6 +517,9 @@ func TestWorkIdlePolls(t *testing.T) {
 		pollSQL := st.Probe.SQL
 		if pollSQL == "" {
 			pollSQL = st.Claim.SQL
+			if st.ClaimOne.SQL != "" {
+				pollSQL = st.ClaimOne.SQL // the loops claim one job at a time
+			}
 			if form == "advisory" {
 				pollSQL = st.Candidates.SQL
 				if st.LockFirst.SQL != "" {
