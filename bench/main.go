@@ -60,6 +60,7 @@ func main() {
 	flag.DurationVar(&riverFetchCooldown, "river-cooldown", riverFetchCooldown, "peers: River's Config.FetchCooldown (River's default, 100ms, allows about 10 jobs/s a worker)")
 	flag.BoolVar(&prepareInbox, "prepare", false, "table, work: inbox's side runs with Config.Prepare (its statements prepared once per connection); the hand-written side sends text")
 	flag.IntVar(&peerBatch, "peer-batch", peerBatch, "peers: inbox's claim size (Claim(n) + Batcher.AckAll)")
+	flag.BoolVar(&peerWork, "peer-work", false, "peers: inbox's side runs worker.Run loops (Batch -peer-batch) in place of Claim + Batcher.AckAll")
 	flag.BoolVar(&peerShallow, "peer-shallow", false, "peers: inbox's table without claim indexes, described with Table.Shallow")
 	flag.IntVar(&enqueueJobs, "enqueue-jobs", enqueueJobs, "enqueue: jobs of one call")
 	flag.StringVar(&baseline, "baseline", baseline, "table, breakdown, work: the lease baseline: minimal (issue 25's: client's clock, one token per claim, primary key only; SQLite's lease an integer) or tokens (each row's id, attempt and expiry checked, the engine's clock)")

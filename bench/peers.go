@@ -161,8 +161,8 @@ func runPeers(ctx context.Context, out, log io.Writer, es []engine, workers []in
 	}
 	header(out, versions)
 	fmt.Fprintf(out, "Each side of a line measured for %v in %d alternating segments, each on its own queue; jobs/s is the median over the segments, ratio = inbox / peer. "+
-		"inbox: "+peerInboxForm()+", Claim(%d) + Batcher.AckAll. River: MaxWorkers = workers, FetchCooldown %v, jobs counted until the pause is reported (their completions recorded after, untimed). "+
-		"goqite: Receive + Delete of one message.%s\n\n", duration, segments, peerBatch, riverFetchCooldown, graphile)
+		"inbox: "+peerInboxForm()+", "+peerInboxLoop()+". River: MaxWorkers = workers, FetchCooldown %v, jobs counted until the pause is reported (their completions recorded after, untimed). "+
+		"goqite: Receive + Delete of one message.%s\n\n", duration, segments, riverFetchCooldown, graphile)
 	fmt.Fprintln(out, "| engine | driver | peer | workers | inbox jobs/s | peer jobs/s | ratio inbox/peer |")
 	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|")
 	seg := duration / time.Duration(segments)
@@ -291,6 +291,7 @@ func peerCell(ctx context.Context, log io.Writer, e engine, p peer, workers int,
 var (
 	peerBatch   = 16
 	peerShallow bool
+	peerWork    bool // worker.Run loops with Batch peerBatch, in place of Claim + AckAll
 )
 
 // inboxPeer is the table's inbox side for the lease form and a batch of
@@ -337,6 +338,10 @@ func (p *inboxPeer) fill(ctx context.Context, n int) error {
 }
 
 func (p *inboxPeer) segment(ctx context.Context, workers, total int, duration time.Duration) (result, int) {
+	if peerWork {
+		r := measureWork(ctx, p.q, cell{e: p.e, form: "lease", workers: workers, batch: peerBatch}, total, duration)
+		return r, r.jobs
+	}
 	r := measure(ctx, p.inboxSide, workers, total, duration, 10*time.Second)
 	return r, r.jobs
 }
@@ -697,4 +702,12 @@ func peerInboxForm() string {
 		return "lease on a shallow table (no claim index, Table.Shallow)"
 	}
 	return "lease"
+}
+
+// peerInboxLoop says how the inbox side claims and settles, for the header.
+func peerInboxLoop() string {
+	if peerWork {
+		return fmt.Sprintf("a worker.Run loop per worker with Batch %d (its acknowledgements grouped by its Batcher), jobs counted as handled", peerBatch)
+	}
+	return fmt.Sprintf("Claim(%d) + Batcher.AckAll", peerBatch)
 }

@@ -17,8 +17,17 @@ import (
 func TestPeers(t *testing.T) {
 	defer func(table, schema string) { peersTable, riverSchema = table, schema }(peersTable, riverSchema)
 	peersTable, riverSchema = "bench_ci_peers_", "river_bench_ci"
-	for _, name := range []string{"pgx", "mattn", "modernc"} {
+	defer func(b int, w, sh bool) { peerBatch, peerWork, peerShallow = b, w, sh }(peerBatch, peerWork, peerShallow)
+	// "pgx/work-shallow": inbox's side through worker.Run loops with a
+	// batch, on a shallow table (-peer-work -peer-shallow -peer-batch 8).
+	for _, name := range []string{"pgx", "pgx/work-shallow", "mattn", "modernc"} {
 		t.Run(name, func(t *testing.T) {
+			variant := strings.HasSuffix(name, "/work-shallow")
+			peerBatch, peerWork, peerShallow = 16, variant, variant
+			if variant {
+				peerBatch = 8
+			}
+			name := strings.TrimSuffix(name, "/work-shallow")
 			e := needEngine(t, name)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
@@ -35,6 +44,9 @@ func TestPeers(t *testing.T) {
 			}
 			if len(lines) != 2 { // 1 and 4 workers
 				t.Fatalf("%d lines in the table, want 2:\n%s", len(lines), out.String())
+			}
+			if variant && !strings.Contains(out.String(), "shallow table") || variant && !strings.Contains(out.String(), "worker.Run loop per worker with Batch 8") {
+				t.Errorf("the header does not name the shallow table and the worker.Run loops:\n%s", out.String())
 			}
 			for _, l := range lines {
 				f := strings.Split(l, "|")
