@@ -154,18 +154,26 @@ func measureWork(ctx context.Context, q *inbox.Queue, c cell, total int, duratio
 	start := time.Now()
 	timer := time.AfterFunc(duration, cancel)
 	defer timer.Stop()
-	errs := make(chan error, c.workers)
+	h := func(_ context.Context, d *inbox.Delivery) error {
+		if handled.Add(1) >= int64(total) {
+			once.Do(cancel)
+		}
+		return handle(d)
+	}
+	// The lease's loops run in one call, as a user runs them; the forms
+	// that hold a connection per job run a call per loop, each checked
+	// against the pool for its own batch, as the cell's pool is capped.
+	calls, loops := c.workers, 1
+	if q.Form() == inbox.Lease {
+		calls, loops = 1, c.workers
+	}
+	errs := make(chan error, calls)
 	var wg sync.WaitGroup
-	for range c.workers {
+	for range calls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- worker.Run(ctx, q, worker.Config{Batch: c.batch, NoDelay: true, RetryForever: true}, func(_ context.Context, d *inbox.Delivery) error {
-				if handled.Add(1) >= int64(total) {
-					once.Do(cancel)
-				}
-				return handle(d)
-			})
+			errs <- worker.Run(ctx, q, worker.Config{Workers: loops, Batch: c.batch, NoDelay: true, RetryForever: true}, h)
 		}()
 	}
 	wg.Wait()

@@ -49,6 +49,10 @@ func runLoops(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) e
 			return err
 		}
 	}
+	turns := claimTurns(loops[0].lease, cfg.Workers, loops[0].batch)
+	for _, w := range loops {
+		w.turns = turns
+	}
 	for _, w := range loops {
 		wg.Add(1)
 		go func(w *loop) {
