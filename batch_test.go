@@ -585,6 +585,76 @@ func TestBatchAckAll(t *testing.T) {
 	btMet(t, sm)
 }
 
+// A claim's worth of deliveries (past smallSet, where AckAll and the
+// returned ids go through maps): each delivery gets the result of its own
+// id, and a delivery given twice is still refused.
+func TestBatchAckAllLarge(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 64})
+	const n = 40
+	ds := make([]*Delivery, n)
+	ids, attempts := make([]string, n), make([]string, n)
+	rows := sqlmock.NewRows([]string{"id"})
+	for i := range ds {
+		ds[i] = btDel(q, int64(100+i), 1, btExp)
+		ids[i], attempts[i] = fmt.Sprint(100+i), "2"
+		if i%3 != 0 { // every third job lost its lease
+			rows.AddRow(int64(100 + i))
+		}
+	}
+	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`).
+		WithArgs(pgBatchArgs("{"+strings.Join(ids, ",")+"}", "{"+strings.Join(attempts, ",")+"}", btExps(n))...).
+		WillReturnRows(rows)
+	errs := b.AckAll(context.Background(), append(ds, ds[7]))
+	for i := 0; i < n; i++ {
+		var want error
+		if i%3 == 0 {
+			want = ErrLeaseLost
+		}
+		btWant(t, fmt.Sprintf("ack of job %d", 100+i), errs[i], want)
+	}
+	if errs[n] == nil || !strings.Contains(errs[n].Error(), "given twice") {
+		t.Errorf("a delivery given twice among %d: %v", n+1, errs[n])
+	}
+	btMet(t, sm)
+}
+
+// markReturned clears the error of every token whose id a row names, by a
+// scan for a few tokens and by a map for many: both ways give the same
+// verdicts, two tokens of one id included.
+func TestMarkReturned(t *testing.T) {
+	for _, n := range []int{5, smallSet + 1, 300} {
+		db, sm := btMock(t)
+		toks := make([]token, n)
+		for i := range toks {
+			toks[i] = token{id: int64(i / 2)} // two tokens an id (one alone if n is odd)
+		}
+		rows := sqlmock.NewRows([]string{"id"})
+		for id := 0; id < (n+1)/2; id += 2 { // every other id returned
+			rows.AddRow(int64(id))
+		}
+		sm.ExpectQuery("SELECT ids").WillReturnRows(rows)
+		r, err := db.Query("SELECT ids")
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make([]error, n)
+		fill(errs, ErrLeaseLost)
+		if err := markReturned(r, toks, errs); err != nil {
+			t.Fatal(err)
+		}
+		for i, err := range errs {
+			var want error
+			if (i/2)%2 == 1 {
+				want = ErrLeaseLost
+			}
+			btWant(t, fmt.Sprintf("%d tokens, token %d (id %d)", n, i, i/2), err, want)
+		}
+		btMet(t, sm)
+	}
+}
+
 // Many callers and two flushers: every job gets its result, in fewer
 // statements than jobs; run under -race, this is the concurrency check.
 func TestBatchConcurrent(t *testing.T) {

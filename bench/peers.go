@@ -262,10 +262,13 @@ func peerCell(ctx context.Context, log io.Writer, e engine, p peer, workers int,
 			if e.family == "postgres" {
 				// This server runs with autovacuum off: each segment would
 				// otherwise start on the dead rows of every segment before
-				// (two a job on each side), which slowed graphile-worker's
-				// fetch to a third by the end of a line. Vacuumed, as
+				// (two a job on each side), and graphile-worker's jobs table
+				// would never be analyzed: without statistics its fetch of
+				// 500 is planned for an empty table and, 100,000 jobs deep,
+				// ran at 12k jobs/s against 36k analyzed (inbox's table is
+				// analyzed once filled). Vacuumed and analyzed, as
 				// autovacuum keeps a busy queue table, outside the time.
-				if _, err := db.ExecContext(ctx, "VACUUM"); err != nil {
+				if _, err := db.ExecContext(ctx, "VACUUM ANALYZE"); err != nil {
 					return rs, "", fmt.Errorf("vacuum: %w", err)
 				}
 			}
