@@ -128,17 +128,18 @@ func btMet(t *testing.T, sm sqlmock.Sqlmock) {
 }
 
 // pgBatchWhere is the Postgres batch statements' condition: the tokens as
-// three arrays, the ids given thrice (the $n after it counting on).
+// three arrays, the ids named twice by one parameter (the $n after it
+// counting on).
 func pgBatchWhere(n int) string {
 	p := func(k int) string { return fmt.Sprintf("$%d", n+k) }
-	return `"id" = ANY (` + p(0) + `) AND "attempt" = (CAST(` + p(1) + ` AS bigint[]))[array_position(` + p(2) + `, "id")]` +
-		` AND "locked_until" = (CAST(` + p(3) + ` AS timestamptz[]))[array_position(` + p(4) + `, "id")]`
+	return `"id" = ANY (` + p(0) + `) AND ("id", "attempt", "locked_until") IN (SELECT * FROM unnest(` + p(0) +
+		`, CAST(` + p(1) + ` AS bigint[]), CAST(` + p(2) + ` AS timestamptz[])))`
 }
 
-// pgBatchArgs are the arrays of pgBatchWhere: ids, stored attempts, ids,
-// expiries (UTC, microseconds), ids.
+// pgBatchArgs are the arrays of pgBatchWhere: ids, stored attempts,
+// expiries (UTC, microseconds).
 func pgBatchArgs(ids, attempts, expiries string) []driver.Value {
-	return []driver.Value{ids, attempts, ids, expiries, ids}
+	return []driver.Value{ids, attempts, expiries}
 }
 
 // btExps is the expiries' array of n tokens expiring at btExp.

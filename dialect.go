@@ -483,6 +483,18 @@ func (s *sqlBuilder) param(a Arg) string {
 	return s.mark(len(s.args))
 }
 
+// again writes the placeholder of a parameter already written, which
+// only numbered placeholders can name twice; anything else is a mistake in
+// the package's templates (at is the template, for the panic).
+func (s *sqlBuilder) again(a Arg, at string) string {
+	for i := len(s.args) - 1; i >= 0; i-- {
+		if s.args[i] == a && s.mark(i+1) != s.mark(i+2) {
+			return s.mark(i + 1)
+		}
+	}
+	panic("inbox: template parameter named again before it is written, or with unnumbered placeholders, in " + at)
+}
+
 func (s *sqlBuilder) stmt(rows bool) Stmt {
 	return Stmt{SQL: s.b.String(), Args: s.args, Rows: rows}
 }
@@ -494,7 +506,8 @@ func question(int) string { return "?" }
 // from templates that read as the statements they become: {name} is a
 // fragment (a quoted identifier of the description, or a piece of SQL that
 // is itself a template) and $name a parameter, numbered in the order it
-// appears. Fragments: {table} {id} {attempt} {lease} {key} {notBefore}
+// appears ($^name: the number of the $name written before, PostgreSQL's
+// only). Fragments: {table} {id} {attempt} {lease} {key} {notBefore}
 // {dead} {claims}; {data}, {, data} and {, j.data} the data columns (the
 // latter two with a leading comma, empty when there are none); {now} and
 // {until} the clock, the engine's or parameters; {where ready} and
@@ -587,15 +600,24 @@ func (t *sqlTemplate) expand(s *sqlBuilder, tmpl string) {
 			t.expand(s, frag)
 			i += end + 1
 		case c == '$':
-			j := i + 1
+			again := i+1 < len(tmpl) && tmpl[i+1] == '^'
+			start := i + 1
+			if again {
+				start++
+			}
+			j := start
 			for j < len(tmpl) && ('a' <= tmpl[j] && tmpl[j] <= 'z' || 'A' <= tmpl[j] && tmpl[j] <= 'Z') {
 				j++
 			}
-			a, ok := templateArgs[tmpl[i+1:j]]
+			a, ok := templateArgs[tmpl[start:j]]
 			if !ok {
 				panic("inbox: unknown template parameter in " + tmpl[i:])
 			}
-			s.write(s.param(a))
+			if again {
+				s.write(s.again(a, tmpl[i:]))
+			} else {
+				s.write(s.param(a))
+			}
 			i = j
 		default:
 			s.b.WriteByte(c)
