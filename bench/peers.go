@@ -720,7 +720,7 @@ func peerInboxForm() string {
 // peerInboxLoop says how the inbox side claims and settles, for the header.
 func peerInboxLoop() string {
 	if peerWork {
-		return fmt.Sprintf("a worker.Run loop per worker with Batch %d (its acknowledgements grouped by its Batcher), jobs counted as handled", peerBatch)
+		return fmt.Sprintf("one worker.Run call, Workers loops with Batch %d (taking turns to claim, their acknowledgements grouped by its Batcher), jobs counted as handled", peerBatch)
 	}
 	return fmt.Sprintf("Claim(%d) + Batcher.AckAll", peerBatch)
 }

@@ -45,7 +45,7 @@ func TestPeers(t *testing.T) {
 			if len(lines) != 2 { // 1 and 4 workers
 				t.Fatalf("%d lines in the table, want 2:\n%s", len(lines), out.String())
 			}
-			if variant && !strings.Contains(out.String(), "shallow table") || variant && !strings.Contains(out.String(), "worker.Run loop per worker with Batch 8") {
+			if variant && !strings.Contains(out.String(), "shallow table") || variant && !strings.Contains(out.String(), "Workers loops with Batch 8") {
 				t.Errorf("the header does not name the shallow table and the worker.Run loops:\n%s", out.String())
 			}
 			for _, l := range lines {
