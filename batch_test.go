@@ -385,20 +385,25 @@ func TestBatchRetrySQLite(t *testing.T) {
 
 // Two deliveries of one job (one stale) never share a statement, whose
 // returned ids could not tell them apart: the later waits for the next.
+// Batches of up to smallSet are scanned for the id, larger ones looked up.
 func TestBatchDuplicateIDs(t *testing.T) {
-	db, sm := btMock(t)
-	q := btNew(t, db, Postgres, false)
-	b := btBatcher(t, q, BatchConfig{MaxBatch: 4, MaxWait: time.Hour, Flushers: 1})
-	e2 := btExp.Add(time.Second)
-	one := `DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`
-	sm.ExpectQuery(one).WithArgs(pgBatchArgs("{7}", "{2}", `{"2024-03-01 12:00:30.123456+00"}`)...).WillReturnRows(sqlmock.NewRows([]string{"id"}))
-	sm.ExpectQuery(one).WithArgs(pgBatchArgs("{7}", "{3}", `{"2024-03-01 12:00:31.123456+00"}`)...).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(7)))
-	stale := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(7), 1, btExp)) })
-	live := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(7), 2, e2)) })
-	b.Close() // sends what is pending, under MaxBatch, in two batches
-	btWant(t, "stale", btWait(t, stale), ErrLeaseLost)
-	btWant(t, "live", btWait(t, live), nil)
-	btMet(t, sm)
+	for _, max := range []int{4, 64} {
+		db, sm := btMock(t)
+		q := btNew(t, db, Postgres, false)
+		b := btBatcher(t, q, BatchConfig{MaxBatch: max, MaxWait: time.Hour, Flushers: 1})
+		e2 := btExp.Add(time.Second)
+		one := `DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`
+		sm.ExpectQuery(one).WithArgs(pgBatchArgs("{7,8}", "{2,2}", btExps(2))...).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(8)))
+		sm.ExpectQuery(one).WithArgs(pgBatchArgs("{7}", "{3}", `{"2024-03-01 12:00:31.123456+00"}`)...).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(7)))
+		stale := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(7), 1, btExp)) })
+		live := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(7), 2, e2)) })
+		other := btStart(t, b, func() error { return b.Ack(context.Background(), btDel(q, int64(8), 1, btExp)) })
+		b.Close() // sends what is pending, under MaxBatch, in two batches
+		btWant(t, fmt.Sprintf("MaxBatch %d: stale", max), btWait(t, stale), ErrLeaseLost)
+		btWant(t, fmt.Sprintf("MaxBatch %d: live", max), btWait(t, live), nil)
+		btWant(t, fmt.Sprintf("MaxBatch %d: another job", max), btWait(t, other), nil)
+		btMet(t, sm)
+	}
 }
 
 // A driver error fails every job of the batch and finishes none: each can
