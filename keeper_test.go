@@ -272,12 +272,17 @@ func TestKeepStarterStarts(t *testing.T) {
 	next := btExp.Add(time.Minute)
 	var ds []*Delivery
 	var stops []func()
+	// Every expectation is set before the first keeper starts: the first
+	// extension is due at once, and sqlmock is not to be given expectations
+	// while a query runs.
 	for i := 0; i < 2; i++ {
-		d := btDel(q, int64(i+1), 1, btExp)
-		d.sentAt = sent
 		sm.ExpectQuery(`UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE "id" = $2 AND "attempt" = $3 AND "locked_until" = $4 RETURNING "locked_until"`).
 			WithArgs(q.lease.Microseconds(), int64(i+1), int64(2), btExp).
 			WillReturnRows(sqlmock.NewRows([]string{"locked_until"}).AddRow(next))
+	}
+	for i := 0; i < 2; i++ {
+		d := btDel(q, int64(i+1), 1, btExp)
+		d.sentAt = sent
 		_, stop := d.keep(context.Background(), s)
 		ds, stops = append(ds, d), append(stops, stop)
 	}
