@@ -90,3 +90,30 @@ func needEngine(t *testing.T, name string) engine {
 	}
 	return e
 }
+
+// -prepare auto prepares inbox's statements where docs/operations.md says
+// to: lib/pq, both SQLite drivers, MySQL without interpolateParams.
+func TestPrepareFor(t *testing.T) {
+	defer func(p string) { prepareInbox = p }(prepareInbox)
+	t.Setenv("INBOX_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/x?parseTime=true")
+	want := map[string]bool{"pq": true, "pgx": false, "mysql": true, "mattn": true, "modernc": true}
+	for _, mode := range []string{"auto", "on", "off"} {
+		prepareInbox = mode
+		for name, auto := range want {
+			e, err := engineNamed(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := map[string]bool{"auto": auto, "on": true, "off": false}[mode]
+			if got := prepareFor(e); got != w {
+				t.Errorf("-prepare %s, %s: prepareFor = %v, want %v", mode, name, got, w)
+			}
+		}
+	}
+	prepareInbox = "auto"
+	t.Setenv("INBOX_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/x?interpolateParams=true&parseTime=true")
+	e, _ := engineNamed("mysql")
+	if prepareFor(e) {
+		t.Error("-prepare auto prepared MySQL's statements under interpolateParams=true")
+	}
+}

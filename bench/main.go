@@ -58,7 +58,7 @@ func main() {
 	flag.DurationVar(&sustainVacuum, "sustain-vacuum", sustainVacuum, "sustained: on PostgreSQL, VACUUM the table this often (0: never; this machine runs autovacuum off); MariaDB purges and SQLite reuses pages on their own")
 	flag.BoolVar(&sustainHold, "sustain-hold", false, "sustained: hold a transaction with a snapshot open for the whole run")
 	flag.DurationVar(&riverFetchCooldown, "river-cooldown", riverFetchCooldown, "peers: River's Config.FetchCooldown (River's default, 100ms, allows about 10 jobs/s a worker)")
-	flag.BoolVar(&prepareInbox, "prepare", false, "table, work: inbox's side runs with Config.Prepare (its statements prepared once per connection); the hand-written side sends text")
+	flag.StringVar(&prepareInbox, "prepare", prepareInbox, "table, work, peers: inbox's side runs with Config.Prepare (its statements prepared once per connection): auto (where docs/operations.md recommends it: lib/pq, both SQLite drivers, go-sql-driver/mysql without interpolateParams), on or off; the hand-written side always sends text")
 	flag.IntVar(&peerBatch, "peer-batch", peerBatch, "peers: inbox's claim size (Claim(n) + Batcher.AckAll)")
 	flag.BoolVar(&peerWork, "peer-work", false, "peers: inbox's side runs worker.Run loops (Batch -peer-batch) in place of Claim + Batcher.AckAll")
 	flag.BoolVar(&peerShallow, "peer-shallow", false, "peers: inbox's table without claim indexes, described with Table.Shallow")
@@ -67,6 +67,10 @@ func main() {
 	flag.BoolVar(&handIndexes, "hand-indexes", false, "table, work: give the hand-written side's lease table inbox's recommended lease indexes too (by default it has its primary key only, as a minimal queue would)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if prepareInbox != "auto" && prepareInbox != "on" && prepareInbox != "off" {
+		fmt.Fprintf(os.Stderr, "bench: -prepare %q: want auto, on or off\n", prepareInbox)
+		os.Exit(2)
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err == nil {
@@ -275,14 +279,39 @@ func handTableKind() string {
 	if handIndexes {
 		kind = "the same lease indexes"
 	}
-	if prepareInbox {
-		kind += "; inbox with Config.Prepare, hand-written as text"
+	switch prepareInbox {
+	case "auto":
+		kind += "; inbox with Config.Prepare on lib/pq, SQLite and MySQL without interpolateParams, as docs/operations.md recommends; the other side's statements as text"
+	case "on":
+		kind += "; inbox with Config.Prepare, the other side's statements as text"
 	}
 	return kind
 }
 
-// prepareInbox runs inbox's side with Config.Prepare (-prepare).
-var prepareInbox bool
+// prepareInbox tells when inbox's side runs with Config.Prepare (-prepare):
+// auto, on or off.
+var prepareInbox = "auto"
+
+// prepareFor tells whether inbox's side on e runs with Config.Prepare. auto
+// follows docs/operations.md: prepared where the driver would otherwise
+// plan every statement anew (lib/pq, mattn and modernc's SQLite, and
+// go-sql-driver/mysql without interpolateParams, which prepares and closes
+// each); pgx keeps a statement cache of its own.
+func prepareFor(e engine) bool {
+	switch prepareInbox {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	switch e.family {
+	case "sqlite":
+		return true
+	case "mysql":
+		return !strings.Contains(e.dsn(""), "interpolateParams=true")
+	}
+	return e.driver == "postgres" // lib/pq
+}
 
 // createTables creates the two tables of a cell: inbox's, with the
 // recommended lease indexes under the lease form, and the hand-written

@@ -719,8 +719,9 @@ func peerInboxForm() string {
 
 // peerInboxLoop says how the inbox side claims and settles, for the header.
 func peerInboxLoop() string {
+	prepared := map[string]string{"auto": " (Config.Prepare on SQLite)", "on": " (Config.Prepare)", "off": ""}[prepareInbox]
 	if peerWork {
-		return fmt.Sprintf("one worker.Run call, Workers loops with Batch %d (taking turns to claim, their acknowledgements grouped by its Batcher), jobs counted as handled", peerBatch)
+		return fmt.Sprintf("one worker.Run call, Workers loops with Batch %d (taking turns to claim, their acknowledgements grouped by its Batcher), jobs counted as handled%s", peerBatch, prepared)
 	}
-	return fmt.Sprintf("Claim(%d) + Batcher.AckAll", peerBatch)
+	return fmt.Sprintf("Claim(%d) + Batcher.AckAll%s", peerBatch, prepared)
 }
