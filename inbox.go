@@ -146,9 +146,10 @@ type Config struct {
 	// on). Statements through the caller's *sql.Tx or *sql.Conn, and the
 	// advisory form's pinned connections, are sent as text. It is for
 	// drivers that otherwise send and plan every statement anew: lib/pq
-	// (two round trips and a plan each) and go-sql-driver/mysql without
-	// interpolateParams (a prepare, a run and a close each); pgx caches
-	// statements itself. Not behind PgBouncer in transaction pooling before
+	// (two round trips and a plan each), go-sql-driver/mysql without
+	// interpolateParams (a prepare, a run and a close each), and both
+	// SQLite drivers, where compiling a statement can cost more than
+	// running it; pgx caches statements itself. Not behind PgBouncer in transaction pooling before
 	// 1.21 (max_prepared_statements), which loses prepared statements
 	// between transactions. The SQL is the same text either way. The
 	// statements stay prepared until [Queue.Close].
