@@ -42,7 +42,12 @@ func batTable(t *testing.T, e Engine, db *sql.DB) string {
 
 func batQueue(t *testing.T, e Engine, db *sql.DB, table string, clock *fakeclock.Clock) *inbox.Queue {
 	t.Helper()
-	cfg := inbox.Config{Dialect: e.Dialect, Table: Table(table, "lease"), Lease: time.Minute, Prepare: prepareAll}
+	return batQueuePrepared(t, e, db, table, clock, prepareAll)
+}
+
+func batQueuePrepared(t *testing.T, e Engine, db *sql.DB, table string, clock *fakeclock.Clock, prepare bool) *inbox.Queue {
+	t.Helper()
+	cfg := inbox.Config{Dialect: e.Dialect, Table: Table(table, "lease"), Lease: time.Minute, Prepare: prepare}
 	if clock != nil {
 		cfg.Now = clock.Now
 	}
@@ -108,61 +113,74 @@ func batIDs(ds []*inbox.Delivery) []string {
 	return out
 }
 
+// Both ways: statements as text, and prepared (Config.Prepare, which
+// docs/operations.md recommends for lib/pq, SQLite and MySQL without
+// interpolateParams).
 func TestBatchMixedTokens(t *testing.T) {
 	for _, e := range Engines {
 		e := e
-		t.Run(e.Name, func(t *testing.T) {
-			db := e.Open(t, 8)
-			table := batTable(t, e, db)
-			clock := fakeclock.New(time.Date(2031, 3, 4, 5, 6, 7, 123456789, time.UTC))
-			q := batQueue(t, e, db, table, clock)
-			batEnqueue(t, q, db, 6)
-			first := batClaim(t, q, 6)
-			// The leases run out; another claim takes the three lowest ids
-			// with new tokens, leaving the first three deliveries stale
-			// and the last three still carrying their tokens.
-			clock.Advance(2 * time.Minute)
-			second := batClaim(t, q, 3)
-			stale := map[any]bool{}
-			for _, d := range second {
-				stale[d.ID()] = true
+		for _, prepare := range []bool{false, true} {
+			name := e.Name
+			if prepare {
+				name += "/prepared"
 			}
-			// One batch of exactly six: MaxBatch fills, MaxWait never ends.
-			b, err := q.NewBatcher(inbox.BatchConfig{MaxBatch: 6, MaxWait: time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
-			errs := batSettleAll(first, func(d *inbox.Delivery) error { return b.Ack(context.Background(), d) })
-			for i, d := range first {
-				switch {
-				case stale[d.ID()] && !errors.Is(errs[i], inbox.ErrLeaseLost):
-					t.Errorf("stale job %v: got %v, want ErrLeaseLost", d.ID(), errs[i])
-				case !stale[d.ID()] && errs[i] != nil:
-					t.Errorf("live job %v: got %v, want nil", d.ID(), errs[i])
-				}
-				if err := d.Ack(context.Background()); !errors.Is(err, inbox.ErrSettled) {
-					t.Errorf("job %v acked again: got %v, want ErrSettled", d.ID(), err)
-				}
-			}
-			if n := batCount(t, db, table); n != 3 {
-				t.Fatalf("%d rows left, want the 3 held by the second claim", n)
-			}
-			// The second claim's tokens are intact: its batch succeeds.
-			b3, err := q.NewBatcher(inbox.BatchConfig{MaxBatch: 3, MaxWait: time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b3.Close()
-			for i, err := range batSettleAll(second, func(d *inbox.Delivery) error { return b3.Ack(context.Background(), d) }) {
-				if err != nil {
-					t.Errorf("second claim's job %v: %v", second[i].ID(), err)
-				}
-			}
-			if n := batCount(t, db, table); n != 0 {
-				t.Fatalf("%d rows left, want none", n)
-			}
-		})
+			t.Run(name, func(t *testing.T) { batchMixedTokens(t, e, prepare) })
+		}
+	}
+}
+
+// batchMixedTokens acknowledges six deliveries in one batch, three of them
+// stale: those three get ErrLeaseLost, the others are deleted.
+func batchMixedTokens(t *testing.T, e Engine, prepare bool) {
+	db := e.Open(t, 8)
+	table := batTable(t, e, db)
+	clock := fakeclock.New(time.Date(2031, 3, 4, 5, 6, 7, 123456789, time.UTC))
+	q := batQueuePrepared(t, e, db, table, clock, prepare || prepareAll)
+	batEnqueue(t, q, db, 6)
+	first := batClaim(t, q, 6)
+	// The leases run out; another claim takes the three lowest ids
+	// with new tokens, leaving the first three deliveries stale
+	// and the last three still carrying their tokens.
+	clock.Advance(2 * time.Minute)
+	second := batClaim(t, q, 3)
+	stale := map[any]bool{}
+	for _, d := range second {
+		stale[d.ID()] = true
+	}
+	// One batch of exactly six: MaxBatch fills, MaxWait never ends.
+	b, err := q.NewBatcher(inbox.BatchConfig{MaxBatch: 6, MaxWait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	errs := batSettleAll(first, func(d *inbox.Delivery) error { return b.Ack(context.Background(), d) })
+	for i, d := range first {
+		switch {
+		case stale[d.ID()] && !errors.Is(errs[i], inbox.ErrLeaseLost):
+			t.Errorf("stale job %v: got %v, want ErrLeaseLost", d.ID(), errs[i])
+		case !stale[d.ID()] && errs[i] != nil:
+			t.Errorf("live job %v: got %v, want nil", d.ID(), errs[i])
+		}
+		if err := d.Ack(context.Background()); !errors.Is(err, inbox.ErrSettled) {
+			t.Errorf("job %v acked again: got %v, want ErrSettled", d.ID(), err)
+		}
+	}
+	if n := batCount(t, db, table); n != 3 {
+		t.Fatalf("%d rows left, want the 3 held by the second claim", n)
+	}
+	// The second claim's tokens are intact: its batch succeeds.
+	b3, err := q.NewBatcher(inbox.BatchConfig{MaxBatch: 3, MaxWait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b3.Close()
+	for i, err := range batSettleAll(second, func(d *inbox.Delivery) error { return b3.Ack(context.Background(), d) }) {
+		if err != nil {
+			t.Errorf("second claim's job %v: %v", second[i].ID(), err)
+		}
+	}
+	if n := batCount(t, db, table); n != 0 {
+		t.Fatalf("%d rows left, want none", n)
 	}
 }
 
