@@ -41,8 +41,8 @@ func runEnqueue(ctx context.Context, out, log io.Writer, es []engine, duration t
 	if _, err := headerOf(out, es, dir, nil); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "Calls of %d jobs of 128 bytes each, one producer; the sides alternate in %d segments of %v, each into its emptied table; jobs/s is the median of the segments; ratios are to the loop of Enqueue in one transaction.\n\n",
-		enqueueJobs, segments, duration/time.Duration(segments))
+	fmt.Fprintf(out, "Calls of %d jobs of 128 bytes each, one producer; the sides alternate in %d segments of %v, each into its emptied table; jobs/s is the median of the segments; ratios are to the loop of Enqueue in one transaction. EnqueueMany's queue has Config.Prepare where -prepare gives it (%s); Enqueue in the transaction sends text.\n\n",
+		enqueueJobs, segments, duration/time.Duration(segments), prepareInbox)
 	fmt.Fprintln(out, "| engine | driver | loop of Enqueue in a tx, jobs/s | EnqueueMany jobs/s | ratio | River InsertMany jobs/s | ratio | River InsertManyFast (COPY) jobs/s | ratio |")
 	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, e := range es {
@@ -123,10 +123,13 @@ func enqueueProducers(ctx context.Context, e engine, dir string, log io.Writer) 
 				return nil, done, err
 			}
 		}
-		q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Table: benchTable(table, "lease")})
+		// EnqueueMany on the pool runs prepared where -prepare says so; the
+		// loop's Enqueue in the caller's transaction is always text.
+		q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Table: benchTable(table, "lease"), Prepare: prepareFor(e)})
 		if err != nil {
 			return nil, done, err
 		}
+		undo = append(undo, func() { _ = q.Close() })
 		p := producer{name: name, empty: func(ctx context.Context) error { return e.empty(ctx, db, table) }}
 		if name == "loop" {
 			p.call = func(ctx context.Context, n int) error {
