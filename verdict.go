@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strconv"
 	"time"
 )
 
@@ -330,8 +331,22 @@ type lockWaiter interface {
 	waitLock(ctx context.Context, conn *sql.Conn, table, key string) error
 }
 
+// waitLock on PostgreSQL has the server end the wait (lock_timeout, set for
+// this statement alone) a tenth before ctx's deadline. pgx gives up at a
+// deadline by closing its socket, and a backend waiting for a lock does
+// not notice: it took the lock once its holder let go and held it until it
+// found its client gone (a key seen held after the holder's Ack, in
+// TestCutAdvisory).
 func (postgres) waitLock(ctx context.Context, conn *sql.Conn, table, key string) error {
-	_, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", PostgresLockKey(table, key))
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		_, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", PostgresLockKey(table, key))
+		return err
+	}
+	wait := max(time.Until(deadline)*9/10, time.Millisecond)
+	// OFFSET 0 keeps the subquery, and so the setting, ahead of the lock.
+	_, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1) FROM (SELECT set_config('lock_timeout', $2, true) OFFSET 0) AS bounded",
+		PostgresLockKey(table, key), strconv.FormatInt(wait.Milliseconds(), 10)+"ms")
 	return err
 }
 

@@ -126,6 +126,23 @@ func cutXLockHolder(t *testing.T, e Engine, admin *sql.DB, table, key string) st
 	return strconv.FormatInt(holder.Int64, 10)
 }
 
+// cutXLockWaiters counts the PostgreSQL sessions waiting for the advisory
+// lock of key of table.
+func cutXLockWaiters(t *testing.T, e Engine, admin *sql.DB, table, key string) int {
+	t.Helper()
+	ident, err := schemaIdent(context.Background(), e, admin, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := uint64(inbox.PostgresLockKey(ident, key))
+	var n int
+	if err := admin.QueryRow(`SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+		AND classid = $1 AND objid = $2 AND objsubid = 1`, int64(k>>32), int64(k&0xffffffff)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestCutAdvisory cuts the session holding an advisory lock: the job is
 // claimable again at once with its attempt spent, and the holder's Ack fails
 // and changes nothing.
@@ -156,6 +173,16 @@ func TestCutAdvisory(t *testing.T) {
 				e.Name, delay.Round(time.Millisecond), d2.Attempt(), err)
 			if err := d.Ack(ctx); !errors.Is(err, inbox.ErrSettled) {
 				t.Errorf("second Ack of the cut holder: %v, want ErrSettled", err)
+			}
+			if e.IsPostgres() {
+				// The holder's Ack read back under the key's lock, which d2
+				// holds, until it gave up. The server must have ended that
+				// wait by then: a backend still waiting (its client gone,
+				// its cancellation in flight) takes the key when d2 lets go
+				// and holds it until it finds its client gone.
+				if n := cutXLockWaiters(t, e, admin, table, d.Key()); n > 0 {
+					t.Errorf("%d sessions still wait for the lock of key %s after the holder's Ack returned", n, d.Key())
+				}
 			}
 			// Nothing changed: the row is there, with the attempt the new
 			// claim counted.
