@@ -149,9 +149,9 @@ type Config struct {
 	// (two round trips and a plan each), go-sql-driver/mysql without
 	// interpolateParams (a prepare, a run and a close each), and both
 	// SQLite drivers, where compiling a statement can cost more than
-	// running it; pgx caches statements itself. Not behind PgBouncer in transaction pooling before
-	// 1.21 (max_prepared_statements), which loses prepared statements
-	// between transactions. The SQL is the same text either way. The
+	// running it; pgx caches statements itself. Not behind PgBouncer in
+	// transaction pooling before 1.21 (max_prepared_statements), which
+	// loses prepared statements between transactions. The SQL is the same text either way. The
 	// statements stay prepared until [Queue.Close].
 	Prepare bool
 }

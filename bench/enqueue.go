@@ -41,8 +41,8 @@ func runEnqueue(ctx context.Context, out, log io.Writer, es []engine, duration t
 	if _, err := headerOf(out, es, dir, nil); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "Calls of %d jobs of 128 bytes each, one producer; the sides alternate in %d segments of %v, each into its emptied table; jobs/s is the median of the segments; ratios are to the loop of Enqueue in one transaction. EnqueueMany's queue has Config.Prepare where -prepare gives it (%s); Enqueue in the transaction sends text.\n\n",
-		enqueueJobs, segments, duration/time.Duration(segments), prepareInbox)
+	fmt.Fprintf(out, "Calls of %d jobs of 128 bytes each, one producer; the sides alternate in %d segments of %v, each into its emptied table; jobs/s is the median of the segments; ratios are to the loop of Enqueue in one transaction. EnqueueMany's queue: %s; Enqueue in the transaction sends text.\n\n",
+		enqueueJobs, segments, duration/time.Duration(segments), preparedOrText())
 	fmt.Fprintln(out, "| engine | driver | loop of Enqueue in a tx, jobs/s | EnqueueMany jobs/s | ratio | River InsertMany jobs/s | ratio | River InsertManyFast (COPY) jobs/s | ratio |")
 	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, e := range es {

@@ -279,13 +279,30 @@ func handTableKind() string {
 	if handIndexes {
 		kind = "the same lease indexes"
 	}
-	switch prepareInbox {
-	case "auto":
-		kind += "; inbox with Config.Prepare on lib/pq, SQLite and MySQL without interpolateParams, as docs/operations.md recommends; the other side's statements as text"
-	case "on":
-		kind += "; inbox with Config.Prepare, the other side's statements as text"
+	if p := preparedWhere(); p != "" {
+		kind += "; inbox with " + p + ", the other side's statements as text"
 	}
 	return kind
+}
+
+// preparedOrText is preparedWhere, or "statements as text" for nowhere.
+func preparedOrText() string {
+	if p := preparedWhere(); p != "" {
+		return p
+	}
+	return "statements as text"
+}
+
+// preparedWhere says, for a header, where inbox's side runs with
+// Config.Prepare under -prepare ("" for nowhere).
+func preparedWhere() string {
+	switch prepareInbox {
+	case "auto":
+		return "Config.Prepare on lib/pq, SQLite and MySQL without interpolateParams, as docs/operations.md recommends"
+	case "on":
+		return "Config.Prepare"
+	}
+	return ""
 }
 
 // prepareInbox tells when inbox's side runs with Config.Prepare (-prepare):

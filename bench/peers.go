@@ -719,7 +719,10 @@ func peerInboxForm() string {
 
 // peerInboxLoop says how the inbox side claims and settles, for the header.
 func peerInboxLoop() string {
-	prepared := map[string]string{"auto": " (Config.Prepare on SQLite)", "on": " (Config.Prepare)", "off": ""}[prepareInbox]
+	prepared := ""
+	if p := preparedWhere(); p != "" {
+		prepared = " (" + p + ")"
+	}
 	if peerWork {
 		return fmt.Sprintf("one worker.Run call, Workers loops with Batch %d (taking turns to claim, their acknowledgements grouped by its Batcher), jobs counted as handled%s", peerBatch, prepared)
 	}
