@@ -274,6 +274,27 @@ type Stmt struct {
 	Clock bool
 }
 
+// ClaimFor returns the statement a lease claim of max jobs (1 to
+// [MaxClaim]) sends: the first of ClaimBounded whose bound is at or above
+// max, else ClaimOne for one job, else Claim. Tests that expect a claim's
+// SQL take it from here.
+// claimBounds is the length of Statements.ClaimBounded.
+const claimBounds = 11
+
+func (s *Statements) ClaimFor(max int) Stmt {
+	if len(s.ClaimBounded) > 0 {
+		i, bound := 0, 1
+		for bound < max && i < len(s.ClaimBounded)-1 {
+			i, bound = i+1, bound*2
+		}
+		return s.ClaimBounded[i]
+	}
+	if max == 1 && s.ClaimOne.SQL != "" {
+		return s.ClaimOne
+	}
+	return s.Claim
+}
+
 func (s Stmt) has(a Arg) bool {
 	for _, x := range s.Args {
 		if x == a {
@@ -303,6 +324,14 @@ type Statements struct {
 	// "id = (SELECT …)" in one pass, and "id IN (SELECT …)" through a
 	// temporary table (a claim of one cost 4 to 6 times as much).
 	ClaimOne Stmt
+	// ClaimBounded (lease, optional) is Claim for claims of at most 1, 2,
+	// 4, …, 512 and MaxClaim jobs, in that order, each with Claim's
+	// arguments and rows: a claim sends the first whose bound is at or
+	// above its limit ([Statements.ClaimFor]). An engine that plans a
+	// prepared statement once only when the plan expects few rows
+	// (PostgreSQL) learns the bound from the text, which a parameter
+	// cannot tell it.
+	ClaimBounded []Stmt
 	// ClaimSelect and ClaimMark claim in two statements, for engines without
 	// UPDATE … RETURNING; set instead of Claim. ClaimSelect returns id,
 	// delivered attempt and the data columns, locking the rows in the

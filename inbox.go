@@ -246,6 +246,9 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if q.st, err = cfg.Dialect.Statements(&n); err == nil {
 		err = checkRowLock(&n, q.st)
 	}
+	if err == nil && len(q.st.ClaimBounded) > 0 && len(q.st.ClaimBounded) != claimBounds {
+		err = fmt.Errorf("Statements.ClaimBounded has %d statements, want %d (1, 2, 4, …, 512 and %d)", len(q.st.ClaimBounded), claimBounds, MaxClaim)
+	}
 	if err != nil {
 		return nil, opErr("new: "+cfg.Dialect.Name(), err)
 	}

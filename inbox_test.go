@@ -183,7 +183,7 @@ func TestClaimRefuses(t *testing.T) {
 	}
 	// MaxClaim itself is a claim like any other.
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Now: fakeclock.New(t0).Now})
-	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(inbox.MaxClaim, at(utc0), inbox.MaxClaim, inbox.MaxClaim, at(utc0.Add(time.Minute))).
+	m.ExpectQuery(pgClaimUpTo(inbox.MaxClaim, true)).WithArgs(inbox.MaxClaim, at(utc0), inbox.MaxClaim, inbox.MaxClaim, at(utc0.Add(time.Minute))).
 		WillReturnRows(rows("id,attempt,locked_until,payload"))
 	claim(t, q, inbox.MaxClaim)
 	m.Met(t)
@@ -198,7 +198,7 @@ func leaseFive(t *testing.T, m *mock, tb inbox.Table) (*inbox.Queue, []*inbox.De
 	for id := int64(1); id <= 5; id++ {
 		r.AddRow(id, int64(1), utc0.Add(time.Minute), nil)
 	}
-	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(5, at(utc0), 5, 5, at(utc0.Add(time.Minute))).WillReturnRows(r)
+	m.ExpectQuery(pgClaimUpTo(8, true)).WithArgs(5, at(utc0), 5, 5, at(utc0.Add(time.Minute))).WillReturnRows(r)
 	return q, claim(t, q, 5, 1, 2, 3, 4, 5)
 }
 
@@ -696,8 +696,8 @@ func TestDeliveryScan(t *testing.T) {
 		Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until", Data: []string{"b", "s", "i", "t", "a", "ns", "nn", "f", "bo", "i32", "n", "sb"}}})
 	when := time.Date(2024, 2, 29, 23, 59, 59, 0, time.UTC)
 	m.ExpectQuery(`WITH picked AS MATERIALIZED (SELECT "id" FROM (`+
-		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED) AS free UNION ALL `+
-		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= $2 ORDER BY "locked_until" LIMIT $3 FOR UPDATE SKIP LOCKED) AS expired`+
+		`(SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED) AS free LIMIT $1) UNION ALL `+
+		`(SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= $2 ORDER BY "locked_until" LIMIT 1 FOR UPDATE SKIP LOCKED) AS expired LIMIT $3)`+
 		`) AS c ORDER BY "id" LIMIT $4) `+
 		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $5 WHERE j."id" = ANY (ARRAY(SELECT "id" FROM picked)) `+
 		`RETURNING j."id", j."attempt" - 1, j."locked_until", j."b", j."s", j."i", j."t", j."a", j."ns", j."nn", j."f", j."bo", j."i32", j."n", j."sb"`).

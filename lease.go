@@ -60,10 +60,7 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 	if q.st.Claim.SQL == "" {
 		return q.claimLeaseSelectMark(ctx, &v, sent)
 	}
-	claim := q.st.Claim
-	if max == 1 && q.st.ClaimOne.SQL != "" {
-		claim = q.st.ClaimOne
-	}
+	claim := q.st.ClaimFor(max)
 	if err := q.fillTimes(ctx, q.db, claim, &v, q.lease); err != nil {
 		return nil, err
 	}

@@ -66,7 +66,7 @@ func TestReleaseAll(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
 	exp := utc0.Add(time.Minute)
-	m.ExpectQuery(pgLeaseClaim).WithArgs(2, 2, 2, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
+	m.ExpectQuery(pgClaimUpTo(2, false)).WithArgs(2, 2, 2, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
 		row(int64(1), int64(1), exp, []byte("p")), row(int64(2), int64(1), exp, []byte("p"))))
 	m.ExpectQuery(batchRelease).WithArgs(inbox.PgBatchArgs("{1,2}", "{2,2}", `{"2024-03-01 12:01:00.123456+00","2024-03-01 12:01:00.123456+00"}`)...).
 		WillReturnRows(rows("id", row(int64(1))))

@@ -16,12 +16,12 @@ var shallowTable = inbox.Table{Name: "jobs", LockedUntil: "locked_until", DeadTa
 // The shallow lease claim reads free and expired rows in one ordered read,
 // through the primary key.
 const (
-	pgShallowClaim = `WITH picked AS MATERIALIZED (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL OR "locked_until" <= statement_timestamp()` +
-		` ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED) ` +
+	pgShallowClaim = `WITH picked AS MATERIALIZED (SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL OR "locked_until" <= statement_timestamp()` +
+		` ORDER BY "id" LIMIT 2 FOR UPDATE SKIP LOCKED) AS bounded LIMIT $1) ` +
 		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = (statement_timestamp() + $2 * interval '1 microsecond') WHERE j."id" = ANY (ARRAY(SELECT "id" FROM picked)) ` +
 		`RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload"`
-	pgShallowClaimPriority = `WITH picked AS MATERIALIZED (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL OR "locked_until" <= $1` +
-		` ORDER BY "priority" DESC, "id" LIMIT $2 FOR UPDATE SKIP LOCKED) ` +
+	pgShallowClaimPriority = `WITH picked AS MATERIALIZED (SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL OR "locked_until" <= $1` +
+		` ORDER BY "priority" DESC, "id" LIMIT 4 FOR UPDATE SKIP LOCKED) AS bounded LIMIT $2) ` +
 		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $3 WHERE j."id" = ANY (ARRAY(SELECT "id" FROM picked)) ` +
 		`RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload", j."priority"`
 	myShallowClaim = "SELECT `id`, `attempt`, `payload`, UTC_TIMESTAMP(6) FROM `jobs` WHERE (`locked_until` IS NULL OR `locked_until` <= UTC_TIMESTAMP(6))" +
@@ -45,8 +45,8 @@ func TestPostgresShallow(t *testing.T) {
 	// The settlements are the lease's.
 	m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(exp)).WillReturnResult(affected(1))
 	ok(t, "Ack", ds[0].Ack(context.Background()))
-	// One job: the same statement.
-	m.ExpectQuery(pgShallowClaim).WithArgs(1, minute).WillReturnRows(rows("id,attempt,locked_until,payload"))
+	// One job: the same statement, bounded by one.
+	m.ExpectQuery(strings.Replace(pgShallowClaim, "LIMIT 2 ", "LIMIT 1 ", 1)).WithArgs(1, minute).WillReturnRows(rows("id,attempt,locked_until,payload"))
 	claim(t, q, 1)
 	m.Met(t)
 

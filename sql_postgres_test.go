@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,20 +21,33 @@ import (
 	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
-// Lease form.
-const (
-	pgLeaseClaim = `WITH picked AS MATERIALIZED (SELECT "id" FROM (` +
-		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED) AS free UNION ALL ` +
-		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= statement_timestamp() ORDER BY "locked_until" LIMIT $2 FOR UPDATE SKIP LOCKED) AS expired` +
+// Lease form. The claims are those of one job: pgClaimUpTo gives the others.
+var (
+	pgLeaseClaim         = pgClaimUpTo(1, false)
+	pgLeaseClaimInjected = pgClaimUpTo(1, true)
+)
+
+// pgClaimUpTo is the lease claim a claim of up to bound jobs sends (bound a
+// power of two, or MaxClaim), under the engine's clock or an injected one.
+func pgClaimUpTo(bound int, injected bool) string {
+	b := strconv.Itoa(bound)
+	if injected {
+		return `WITH picked AS MATERIALIZED (SELECT "id" FROM (` +
+			`(SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT ` + b + ` FOR UPDATE SKIP LOCKED) AS free LIMIT $1) UNION ALL ` +
+			`(SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= $2 ORDER BY "locked_until" LIMIT ` + b + ` FOR UPDATE SKIP LOCKED) AS expired LIMIT $3)` +
+			`) AS c ORDER BY "id" LIMIT $4) ` +
+			`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $5 WHERE j."id" = ANY (ARRAY(SELECT "id" FROM picked)) ` +
+			`RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload"`
+	}
+	return `WITH picked AS MATERIALIZED (SELECT "id" FROM (` +
+		`(SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT ` + b + ` FOR UPDATE SKIP LOCKED) AS free LIMIT $1) UNION ALL ` +
+		`(SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= statement_timestamp() ORDER BY "locked_until" LIMIT ` + b + ` FOR UPDATE SKIP LOCKED) AS expired LIMIT $2)` +
 		`) AS c ORDER BY "id" LIMIT $3) ` +
 		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = (statement_timestamp() + $4 * interval '1 microsecond') WHERE j."id" = ANY (ARRAY(SELECT "id" FROM picked)) ` +
 		`RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload"`
-	pgLeaseClaimInjected = `WITH picked AS MATERIALIZED (SELECT "id" FROM (` +
-		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED) AS free UNION ALL ` +
-		`SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= $2 ORDER BY "locked_until" LIMIT $3 FOR UPDATE SKIP LOCKED) AS expired` +
-		`) AS c ORDER BY "id" LIMIT $4) ` +
-		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $5 WHERE j."id" = ANY (ARRAY(SELECT "id" FROM picked)) ` +
-		`RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload"`
+}
+
+const (
 	pgLeaseExtend         = `UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE "id" = $2 AND "attempt" = $3 AND "locked_until" = $4 RETURNING "locked_until"`
 	pgLeaseExtendInjected = `UPDATE "jobs" SET "locked_until" = $1 WHERE "id" = $2 AND "attempt" = $3 AND "locked_until" = $4`
 	pgLeaseAck            = `DELETE FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 AND "locked_until" = $3`
@@ -138,7 +152,7 @@ func TestPostgresLease(t *testing.T) {
 	// The driver returns timestamptz in the session's zone; the token is the
 	// same instant, in UTC.
 	zoned := exp.In(time.FixedZone("EST", -5*3600))
-	m.ExpectQuery(pgLeaseClaim).WithArgs(4, 4, 4, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
+	m.ExpectQuery(pgClaimUpTo(4, false)).WithArgs(4, 4, 4, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
 		row(int64(7), int64(1), zoned, []byte("p7")), row(int64(8), int64(3), zoned, []byte("p8")),
 		row(int64(9), int64(1), zoned, []byte("p9")), row(int64(10), int64(2), zoned, []byte("p10"))))
 	ds := claim(t, q, 4, 7, 8, 9, 10)
@@ -175,7 +189,7 @@ func TestPostgresLeaseInjectedClock(t *testing.T) {
 	clk := fakeclock.New(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	exp := utc0.Add(time.Minute)
-	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(2, at(utc0), 2, 2, at(exp)).WillReturnRows(rows("id,attempt,locked_until,payload",
+	m.ExpectQuery(pgClaimUpTo(2, true)).WithArgs(2, at(utc0), 2, 2, at(exp)).WillReturnRows(rows("id,attempt,locked_until,payload",
 		row(int64(7), int64(1), exp, []byte("p7")), row(int64(8), int64(1), exp, []byte("p8"))))
 	ds := claim(t, q, 2, 7, 8)
 
@@ -204,7 +218,7 @@ func TestPostgresLeaseTx(t *testing.T) {
 	for id := int64(1); id <= 4; id++ {
 		r.AddRow(id, int64(1), exp, []byte("p"))
 	}
-	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(4, at(utc0), 4, 4, at(exp)).WillReturnRows(r)
+	m.ExpectQuery(pgClaimUpTo(4, true)).WithArgs(4, at(utc0), 4, 4, at(exp)).WillReturnRows(r)
 	ds := claim(t, q, 4, 1, 2, 3, 4)
 	ctx := context.Background()
 	for i, step := range []struct {
@@ -864,7 +878,7 @@ func TestPostgresDeadlockRetried(t *testing.T) {
 	clk := fakeclock.New(t0)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	exp := utc0.Add(time.Minute)
-	m.ExpectQuery(pgLeaseClaimInjected).WithArgs(2, at(utc0), 2, 2, at(exp)).WillReturnRows(rows("id,attempt,locked_until,payload",
+	m.ExpectQuery(pgClaimUpTo(2, true)).WithArgs(2, at(utc0), 2, 2, at(exp)).WillReturnRows(rows("id,attempt,locked_until,payload",
 		row(int64(7), int64(1), exp, []byte("p7")), row(int64(8), int64(1), exp, []byte("p8"))))
 	ds := claim(t, q, 2, 7, 8)
 	m.ExpectExec(pgLeaseAck).WithArgs(int64(7), int64(2), at(exp)).WillReturnError(deadlockErr{})

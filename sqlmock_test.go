@@ -151,13 +151,30 @@ func TestStatementsPlaceholders(t *testing.T) {
 					t.Fatalf("%s %s: %v", d.Name(), name, err)
 				}
 				st := reflect.ValueOf(*q.Statements())
+				type namedStmt struct {
+					name string
+					s    inbox.Stmt
+				}
+				var all []namedStmt
 				for i := 0; i < st.NumField(); i++ {
-					s := st.Field(i).Interface().(inbox.Stmt)
+					switch f := st.Field(i).Interface().(type) {
+					case inbox.Stmt:
+						all = append(all, namedStmt{st.Type().Field(i).Name, f})
+					case []inbox.Stmt:
+						for k, s := range f {
+							all = append(all, namedStmt{fmt.Sprintf("%s[%d]", st.Type().Field(i).Name, k), s})
+						}
+					default:
+						t.Fatalf("Statements.%s is a %T", st.Type().Field(i).Name, f)
+					}
+				}
+				for _, ns := range all {
+					s := ns.s
 					if s.SQL == "" {
 						continue
 					}
 					checked++
-					where := fmt.Sprintf("%s %s (clock injected %v) %s: %s", d.Name(), name, clock != nil, st.Type().Field(i).Name, s.SQL)
+					where := fmt.Sprintf("%s %s (clock injected %v) %s: %s", d.Name(), name, clock != nil, ns.name, s.SQL)
 					if named[d] {
 						n := 0
 						for strings.Contains(s.SQL, fmt.Sprintf("$%d", n+1)) {

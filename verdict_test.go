@@ -136,7 +136,7 @@ func TestSettleTextRejected(t *testing.T) {
 	tb.LastError = "last_error"
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: tb, Lease: time.Minute, Now: fakeclock.New(t0).Now})
-	m.ExpectQuery(`WITH picked AS MATERIALIZED (SELECT "id" FROM (SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED) AS free UNION ALL SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= $2 ORDER BY "locked_until" LIMIT $3 FOR UPDATE SKIP LOCKED) AS expired) AS c ORDER BY "id" LIMIT $4) UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $5 WHERE j."id" = ANY (ARRAY(SELECT "id" FROM picked)) RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload", j."last_error"`).
+	m.ExpectQuery(`WITH picked AS MATERIALIZED (SELECT "id" FROM ((SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT 2 FOR UPDATE SKIP LOCKED) AS free LIMIT $1) UNION ALL (SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= $2 ORDER BY "locked_until" LIMIT 2 FOR UPDATE SKIP LOCKED) AS expired LIMIT $3)) AS c ORDER BY "id" LIMIT $4) UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = $5 WHERE j."id" = ANY (ARRAY(SELECT "id" FROM picked)) RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload", j."last_error"`).
 		WithArgs(2, at(utc0), 2, 2, at(exp)).
 		WillReturnRows(rows("id,attempt,locked_until,payload,last_error",
 			row(int64(7), int64(1), exp, []byte("p"), nil), row(int64(8), int64(1), exp, []byte("p"), nil)))

@@ -456,14 +456,14 @@ func TestWorkBatch(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
 	exp := utc0.Add(time.Minute)
 	cols := "id,attempt,locked_until,payload"
-	m.ExpectQuery(pgLeaseClaim).WithArgs(3, 3, 3, minute).WillReturnRows(rows(cols,
+	m.ExpectQuery(pgClaimUpTo(4, false)).WithArgs(3, 3, 3, minute).WillReturnRows(rows(cols,
 		row(int64(1), int64(1), exp, []byte("p")), row(int64(2), int64(1), exp, []byte("p")), row(int64(3), int64(1), exp, []byte("p"))))
 	m.ExpectQuery(batchAck).WithArgs(inbox.PgBatchArgs("{1}", "{2}", exps)...).WillReturnRows(rows("id", row(int64(1))))
 	m.ExpectQuery(batchRetry).WithArgs(append([]driver.Value{int64(90_000_000)}, inbox.PgBatchArgs("{2}", "{2}", exps)...)...).WillReturnRows(rows("id", row(int64(2))))
 	m.ExpectQuery(batchAck).WithArgs(inbox.PgBatchArgs("{3}", "{2}", exps)...).WillReturnRows(rows("id", row(int64(3))))
 	// The batch was full: the loop claims again before it idles. That claim
 	// ends the test.
-	m.ExpectQuery(pgLeaseClaim).WithArgs(3, 3, 3, minute).WillReturnRows(rows(cols))
+	m.ExpectQuery(pgClaimUpTo(4, false)).WithArgs(3, 3, 3, minute).WillReturnRows(rows(cols))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var log workLog
@@ -482,7 +482,7 @@ func TestWorkBatch(t *testing.T) {
 	done := workRun(ctx, q, worker.Config{Batch: 3, Backoff: log.backoff}, func(_ context.Context, d *inbox.Delivery) error {
 		log.handle(d)
 		if d.ID() == int64(1) {
-			m.After("query "+pgLeaseClaim, cancel) // the first claim was answered
+			m.After("query "+pgClaimUpTo(4, false), cancel) // the first claim was answered
 		}
 		wg.Done()
 		<-all // all three handlers run at once
@@ -494,7 +494,7 @@ func TestWorkBatch(t *testing.T) {
 	})
 	workDone(t, done)
 	m.Met(t)
-	want := []string{"query " + pgLeaseClaim, "query " + batchAck, "query " + batchRetry, "query " + batchAck, "query " + pgLeaseClaim}
+	want := []string{"query " + pgClaimUpTo(4, false), "query " + batchAck, "query " + batchRetry, "query " + batchAck, "query " + pgClaimUpTo(4, false)}
 	if got := m.Log(0); !slices.Equal(got, want) {
 		t.Errorf("calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
@@ -676,11 +676,11 @@ func TestWorkRecordsErrors(t *testing.T) {
 		}
 		return out
 	}
-	m.ExpectQuery(st.Claim.SQL).WillReturnRows(rows(cols, row(int64(7), int64(1), exp, []byte("p"), nil)))
+	m.ExpectQuery(st.ClaimFor(1).SQL).WillReturnRows(rows(cols, row(int64(7), int64(1), exp, []byte("p"), nil)))
 	m.ExpectExec(st.Retry.SQL).WithArgs(args(st.Retry, "inbox: handler panicked: kaboom")...).WillReturnResult(affected(1))
-	m.ExpectQuery(st.Claim.SQL).WillReturnRows(rows(cols, row(int64(7), int64(2), exp, []byte("p"), "inbox: handler panicked: kaboom")))
+	m.ExpectQuery(st.ClaimFor(1).SQL).WillReturnRows(rows(cols, row(int64(7), int64(2), exp, []byte("p"), "inbox: handler panicked: kaboom")))
 	m.ExpectExec(st.DeadInsert.SQL).WithArgs(args(st.DeadInsert, "still failing")...).WillReturnResult(affected(1))
-	m.ExpectQuery(st.Claim.SQL).WillReturnRows(rows(cols))
+	m.ExpectQuery(st.ClaimFor(1).SQL).WillReturnRows(rows(cols))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var seen []string
@@ -689,7 +689,7 @@ func TestWorkRecordsErrors(t *testing.T) {
 		if d.Attempt() == 1 {
 			panic("kaboom")
 		}
-		m.After("query "+st.Claim.SQL, cancel)
+		m.After("query "+st.ClaimFor(1).SQL, cancel)
 		return errors.New("still failing")
 	})
 	workDone(t, done)
@@ -707,7 +707,7 @@ func TestWorkGivesBackLateClaim(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
 	exp := utc0.Add(time.Minute)
-	m.ExpectQuery(pgLeaseClaim).WithArgs(3, 3, 3, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
+	m.ExpectQuery(pgClaimUpTo(4, false)).WithArgs(3, 3, 3, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
 		row(int64(1), int64(1), exp, []byte("p")), row(int64(2), int64(1), exp, []byte("p")), row(int64(3), int64(1), exp, []byte("p"))))
 	m.ExpectQuery(batchRelease).WithArgs(inbox.PgBatchArgs("{1,2,3}", "{2,2,2}",
 		`{"2024-03-01 12:01:00.123456+00","2024-03-01 12:01:00.123456+00","2024-03-01 12:01:00.123456+00"}`)...).
@@ -715,7 +715,7 @@ func TestWorkGivesBackLateClaim(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// The loop's context ends while the claim is on its way back.
-	m.After("query "+pgLeaseClaim, cancel)
+	m.After("query "+pgClaimUpTo(4, false), cancel)
 	var log workLog
 	done := workRun(ctx, q, worker.Config{Batch: 3}, func(_ context.Context, d *inbox.Delivery) error {
 		log.handle(d)

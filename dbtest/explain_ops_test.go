@@ -320,7 +320,7 @@ func TestExplainPriorityClaim(t *testing.T) {
 		case e.IsMySQL():
 			find = []inbox.Stmt{st.Pick}
 		case st.Claim.SQL != "":
-			find = []inbox.Stmt{st.Claim}
+			find = []inbox.Stmt{st.ClaimFor(1)}
 		default:
 			find = []inbox.Stmt{st.ClaimSelect}
 		}

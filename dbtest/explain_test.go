@@ -451,13 +451,13 @@ func TestExplainLeaseClaim(t *testing.T) {
 			switch {
 			case e.IsPostgres():
 				// limit, now, limit, limit, until
-				plan = explainPlan(t, e, db, true, st.Claim.SQL, 1, now, 1, 1, now.Add(time.Minute))
+				plan = explainPlan(t, e, db, true, st.ClaimFor(1).SQL, 1, now, 1, 1, now.Add(time.Minute))
 				explainMust(t, "claim", plan,
 					[]string{"Index Scan on " + table + " using " + table + "_free", "Index Scan on " + table + " using " + table + "_lu"},
 					[]string{"Seq Scan"})
 				// The generic plan too: it cannot see the limits, and must
 				// still probe the claimed rows by primary key.
-				generic := explainGenericPlan(t, db, st.Claim.SQL, 1, now, 1, 1, now.Add(time.Minute))
+				generic := explainGenericPlan(t, db, st.ClaimFor(1).SQL, 1, now, 1, 1, now.Add(time.Minute))
 				explainMust(t, "claim, generic plan", generic,
 					[]string{"Index Scan on " + table + " using " + table + "_free", "Index Scan on " + table + " using " + table + "_pkey"},
 					[]string{"Seq Scan"})
@@ -510,7 +510,7 @@ func TestExplainLeaseClaim(t *testing.T) {
 			default:
 				// until, limit, now, limit, limit
 				ts := func(t time.Time) string { return t.UTC().Format(inbox.SQLiteTimeFormat) }
-				plan = explainPlan(t, e, db, true, st.Claim.SQL, ts(now.Add(time.Minute)), 1, ts(now), 1, 1)
+				plan = explainPlan(t, e, db, true, st.ClaimFor(1).SQL, ts(now.Add(time.Minute)), 1, ts(now), 1, 1)
 				explainMust(t, "claim", plan, []string{"USING COVERING INDEX " + table + "_lu (locked_until=?)", "USING COVERING INDEX " + table + "_lu (locked_until<?)"},
 					[]string{"SCAN " + table})
 			}
@@ -570,8 +570,8 @@ func TestExplainLeaseClaimWithoutStatistics(t *testing.T) {
 			st := q.Statements()
 			args := []any{1, now, 1, 1, now.Add(time.Minute)}
 			for what, plan := range map[string][]planNode{
-				"custom plan":  explainPlan(t, e, db, true, st.Claim.SQL, args...),
-				"generic plan": explainGenericPlan(t, db, st.Claim.SQL, args...),
+				"custom plan":  explainPlan(t, e, db, true, st.ClaimFor(1).SQL, args...),
+				"generic plan": explainGenericPlan(t, db, st.ClaimFor(1).SQL, args...),
 			} {
 				explainMust(t, "claim without statistics, "+what, plan,
 					[]string{"Index Scan on " + table + " using " + table + "_free", "Index Scan on " + table + " using " + table + "_lu"},

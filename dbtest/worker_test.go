@@ -516,10 +516,7 @@ func TestWorkIdlePolls(t *testing.T) {
 		st := q.Statements()
 		pollSQL := st.Probe.SQL
 		if pollSQL == "" {
-			pollSQL = st.Claim.SQL
-			if st.ClaimOne.SQL != "" {
-				pollSQL = st.ClaimOne.SQL // the loops claim one job at a time
-			}
+			pollSQL = st.ClaimFor(1).SQL // the loops claim one job at a time
 			if form == "advisory" {
 				pollSQL = st.Candidates.SQL
 				if st.LockFirst.SQL != "" {
@@ -603,7 +600,7 @@ func TestWorkPollsPerTable(t *testing.T) {
 			if st := q.Statements(); st.Probe.SQL != "" {
 				return st.Probe.SQL
 			}
-			return q.Statements().Claim.SQL
+			return q.Statements().ClaimFor(1).SQL // a batch of one
 		}
 		pa, pb := pollOf(qa), pollOf(qb)
 		polled := func() (a, b int) {
@@ -766,7 +763,7 @@ type workXCounter struct {
 // form and engine.
 func (c *workXCounter) watch(q *inbox.Queue) {
 	st := q.Statements()
-	for _, s := range []inbox.Stmt{st.Claim, st.ClaimOne, st.ClaimSelect, st.Candidates, st.LockFirst, st.Pick} {
+	for _, s := range append([]inbox.Stmt{st.Claim, st.ClaimOne, st.ClaimSelect, st.Candidates, st.LockFirst, st.Pick}, st.ClaimBounded...) {
 		if s.SQL != "" {
 			c.claimed.Add(s.SQL)
 		}

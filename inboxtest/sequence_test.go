@@ -128,7 +128,7 @@ func TestSequencePostgresLease(t *testing.T) {
 	st := m.q.Statements()
 	exp := dbNow.Add(30 * time.Second)
 	want(t, "claim", record(m, func() { m.ExpectClaim(4, job7) }),
-		fmt.Sprintf("query %s [4 4 4 %d]", st.Claim.SQL, (30*time.Second).Microseconds()))
+		fmt.Sprintf("query %s [4 4 4 %d]", st.ClaimFor(4).SQL, (30*time.Second).Microseconds()))
 	want(t, "dead", record(m, func() { m.ExpectDead(7) }),
 		fmt.Sprintf("exec %s [7 2 %v 1]", st.DeadInsert.SQL, exp))
 	if !strings.HasPrefix(st.DeadInsert.SQL, `WITH gone AS (DELETE FROM "jobs"`) || st.DeadDelete.SQL != "" {
@@ -143,7 +143,7 @@ func TestSequencePostgresLease(t *testing.T) {
 	st = m.q.Statements()
 	now := t0.UTC().Truncate(time.Microsecond)
 	want(t, "claim, injected clock", record(m, func() { m.ExpectClaim(1, job7) }),
-		fmt.Sprintf("query %s [1 %v 1 1 %v]", st.Claim.SQL, now, now.Add(30*time.Second)))
+		fmt.Sprintf("query %s [1 %v 1 1 %v]", st.ClaimFor(1).SQL, now, now.Add(30*time.Second)))
 	want(t, "ack", record(m, func() { m.ExpectAck(7) }),
 		fmt.Sprintf("exec %s [7 2 %v]", st.Ack.SQL, now.Add(30*time.Second)))
 }

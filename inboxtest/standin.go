@@ -176,17 +176,27 @@ func (s *standIn) learn(q *inbox.Queue) {
 	s.form, s.lease = q.Form(), q.Lease()
 	st := reflect.ValueOf(*q.Statements())
 	s.known = map[string]*known{}
-	for i := 0; i < st.NumField(); i++ {
-		stmt, ok := st.Field(i).Interface().(inbox.Stmt)
-		if !ok || stmt.SQL == "" {
-			continue
+	add := func(stmt inbox.Stmt, name string) {
+		if stmt.SQL == "" {
+			return
 		}
 		k := s.known[stmt.SQL]
 		if k == nil {
 			k = &known{stmt: stmt}
 			s.known[stmt.SQL] = k
 		}
-		k.names = append(k.names, st.Type().Field(i).Name)
+		k.names = append(k.names, name)
+	}
+	for i := 0; i < st.NumField(); i++ {
+		switch f := st.Field(i).Interface().(type) {
+		case inbox.Stmt:
+			add(f, st.Type().Field(i).Name)
+		case []inbox.Stmt:
+			// ClaimBounded: each is the claim, for its bound.
+			for _, stmt := range f {
+				add(stmt, "Claim")
+			}
+		}
 	}
 	// As the queue reads now: Config.Now, else the engine's clock
 	// statement, else time.Now.
