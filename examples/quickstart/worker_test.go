@@ -33,11 +33,12 @@ func newMockQueue(t *testing.T) (*inbox.Queue, sqlmock.Sqlmock, time.Time) {
 }
 
 // expectClaim expects the claim of one job and returns the lease's expiry
-// as stored: the third part of the delivery's token. SQLite claims one job
-// with ClaimOne, several with Claim.
+// as stored: the third part of the delivery's token. ClaimFor gives the
+// text a claim of n jobs sends, on every engine (SQLite claims one job with
+// ClaimOne, several with Claim).
 func expectClaim(mock sqlmock.Sqlmock, q *inbox.Queue, now time.Time, id int64, attempt int, payload string) string {
 	until := now.Add(q.Lease()).Format(inbox.SQLiteTimeFormat)
-	mock.ExpectQuery(q.Statements().ClaimOne.SQL).
+	mock.ExpectQuery(q.Statements().ClaimFor(1).SQL).
 		WithArgs(until, now.Format(inbox.SQLiteTimeFormat), 1, 1, 1).
 		WillReturnRows(sqlmock.NewRows([]string{"id", "attempt", "locked_until", "payload"}).
 			AddRow(id, attempt, until, []byte(payload)))
