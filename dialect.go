@@ -274,13 +274,14 @@ type Stmt struct {
 	Clock bool
 }
 
-// ClaimFor returns the statement a lease claim of max jobs (1 to
-// [MaxClaim]) sends: the first of ClaimBounded whose bound is at or above
-// max, else ClaimOne for one job, else Claim. Tests that expect a claim's
-// SQL take it from here.
 // claimBounds is the length of Statements.ClaimBounded.
 const claimBounds = 11
 
+// ClaimFor returns the statement a lease claim of max jobs (1 to
+// [MaxClaim]) sends: the first of ClaimBounded whose bound is at or above
+// max, else ClaimOne for one job, else Claim (empty where the claim is
+// ClaimSelect then ClaimMark). Tests that expect a claim's SQL take it
+// from here.
 func (s *Statements) ClaimFor(max int) Stmt {
 	if len(s.ClaimBounded) > 0 {
 		i, bound := 0, 1

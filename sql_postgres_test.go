@@ -1011,3 +1011,50 @@ func TestPostgresAdvisoryLockFirstPriority(t *testing.T) {
 		t.Fatalf("LockFirst args %v, want %v", st.LockFirst.Args, want)
 	}
 }
+
+// A claim of n jobs sends the statement bounded by the smallest of 1, 2, 4,
+// …, 512 and MaxClaim at or above n, its bound written in the text and n a
+// parameter; on other engines ClaimFor is Claim, or ClaimOne for one job.
+func TestClaimFor(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
+	st := q.Statements()
+	for n, bound := range map[int]int{1: 1, 2: 2, 3: 4, 4: 4, 16: 16, 17: 32, 256: 256, 512: 512, 513: inbox.MaxClaim, inbox.MaxClaim: inbox.MaxClaim} {
+		if got, want := st.ClaimFor(n).SQL, pgClaimUpTo(bound, false); got != want {
+			t.Errorf("ClaimFor(%d):\n got %s\nwant %s", n, got, want)
+		}
+	}
+	if st.Claim.SQL != pgClaimUpTo(inbox.MaxClaim, false) {
+		t.Errorf("Claim is not bounded by MaxClaim: %s", st.Claim.SQL)
+	}
+	sq := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: leaseTable, Lease: time.Minute}).Statements()
+	if sq.ClaimFor(1).SQL != sq.ClaimOne.SQL || sq.ClaimFor(2).SQL != sq.Claim.SQL || len(sq.ClaimBounded) != 0 {
+		t.Errorf("SQLite: ClaimFor(1) %q, ClaimFor(2) %q", sq.ClaimFor(1).SQL, sq.ClaimFor(2).SQL)
+	}
+	m.Met(t)
+}
+
+// shortBounds is PostgreSQL with a ClaimBounded of the wrong length.
+type shortBounds struct{ inbox.Dialect }
+
+func (s shortBounds) Statements(n *inbox.Names) (*inbox.Statements, error) {
+	st, err := s.Dialect.Statements(n)
+	if err == nil {
+		st.ClaimBounded = st.ClaimBounded[:3]
+	}
+	return st, err
+}
+
+// A dialect whose ClaimBounded does not hold the eleven bounds is refused
+// by New, naming the field, before any I/O.
+func TestNewRefusesClaimBounded(t *testing.T) {
+	m := newMock(t)
+	_, err := inbox.New(m.DB, inbox.Config{Dialect: shortBounds{inbox.Postgres}, Table: leaseTable})
+	if err == nil || !strings.Contains(err.Error(), "Statements.ClaimBounded has 3 statements, want 11") {
+		t.Fatalf("New: %v, want the ClaimBounded refused", err)
+	}
+	m.Met(t)
+	if n := m.Sent(); n != 0 {
+		t.Errorf("New sent %d calls", n)
+	}
+}
