@@ -263,26 +263,18 @@ func TestMySQLRowLockUndo(t *testing.T) {
 }
 
 // noUndo is a row-lock dialect without the undo's statements.
-type noUndo struct{ inbox.Dialect }
-
-func (d noUndo) Statements(n *inbox.Names) (*inbox.Statements, error) {
-	st, err := d.Dialect.Statements(n)
-	if err == nil {
-		st.Savepoint = inbox.Stmt{}
-	}
-	return st, err
-}
+var noUndo = editedDialect{inbox.Postgres, func(st *inbox.Statements) { st.Savepoint = inbox.Stmt{} }}
 
 // TestRowLockUndoRequired: a dialect that cannot undo a failed attempt's
 // writes is refused for the row lock at construction, naming what it
 // lacks; the lease form does not need it.
 func TestRowLockUndoRequired(t *testing.T) {
 	m := newMock(t)
-	_, err := inbox.New(m.DB, inbox.Config{Dialect: noUndo{inbox.Postgres}, Table: rowLockTable})
+	_, err := inbox.New(m.DB, inbox.Config{Dialect: noUndo, Table: rowLockTable})
 	if err == nil || !strings.Contains(err.Error(), "Statements.Savepoint") {
 		t.Fatalf("New with a row-lock dialect without Savepoint: %v", err)
 	}
-	if _, err := inbox.New(m.DB, inbox.Config{Dialect: noUndo{inbox.Postgres}, Table: leaseTable}); err != nil {
+	if _, err := inbox.New(m.DB, inbox.Config{Dialect: noUndo, Table: leaseTable}); err != nil {
 		t.Fatalf("New of a lease queue: %v", err)
 	}
 	m.Met(t)

@@ -257,7 +257,7 @@ func TestMySQLLeaseMarkShortfall(t *testing.T) {
 func TestLeaseMarkShortfallWithoutClaimMarked(t *testing.T) {
 	m := newMock(t)
 	clk := fakeclock.New(t0)
-	q := newQueue(t, m, inbox.Config{Dialect: noClaimMarked{inbox.MySQL}, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
+	q := newQueue(t, m, inbox.Config{Dialect: noClaimMarked, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
 	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 2).WillReturnRows(rows("id,attempt,payload"))
@@ -274,15 +274,7 @@ func TestLeaseMarkShortfallWithoutClaimMarked(t *testing.T) {
 
 // noClaimMarked is a dialect from outside the package that marks lease rows
 // but cannot read back which it marked.
-type noClaimMarked struct{ inbox.Dialect }
-
-func (d noClaimMarked) Statements(n *inbox.Names) (*inbox.Statements, error) {
-	st, err := d.Dialect.Statements(n)
-	if err == nil {
-		st.ClaimMarked = inbox.Stmt{}
-	}
-	return st, err
-}
+var noClaimMarked = editedDialect{inbox.MySQL, func(st *inbox.Statements) { st.ClaimMarked = inbox.Stmt{} }}
 
 // MySQL counts changed rows: an extension or retry writing the expiry the
 // row already holds affects none. The token's count confirms it; only a

@@ -1034,22 +1034,11 @@ func TestClaimFor(t *testing.T) {
 	m.Met(t)
 }
 
-// shortBounds is PostgreSQL with a ClaimBounded of the wrong length.
-type shortBounds struct{ inbox.Dialect }
-
-func (s shortBounds) Statements(n *inbox.Names) (*inbox.Statements, error) {
-	st, err := s.Dialect.Statements(n)
-	if err == nil {
-		st.ClaimBounded = st.ClaimBounded[:3]
-	}
-	return st, err
-}
-
 // A dialect whose ClaimBounded does not hold the eleven bounds is refused
 // by New, naming the field, before any I/O.
 func TestNewRefusesClaimBounded(t *testing.T) {
 	m := newMock(t)
-	_, err := inbox.New(m.DB, inbox.Config{Dialect: shortBounds{inbox.Postgres}, Table: leaseTable})
+	_, err := inbox.New(m.DB, inbox.Config{Dialect: editedDialect{inbox.Postgres, func(st *inbox.Statements) { st.ClaimBounded = st.ClaimBounded[:3] }}, Table: leaseTable})
 	if err == nil || !strings.Contains(err.Error(), "Statements.ClaimBounded has 3 statements, want 11") {
 		t.Fatalf("New: %v, want the ClaimBounded refused", err)
 	}

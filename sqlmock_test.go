@@ -278,3 +278,18 @@ func TestLockKeys(t *testing.T) {
 		t.Error("PostgresLockKey does not tell tables apart")
 	}
 }
+
+// editedDialect is a dialect from outside the package: d's statements with
+// edit applied, and none of d's optional capabilities.
+type editedDialect struct {
+	inbox.Dialect
+	edit func(*inbox.Statements)
+}
+
+func (d editedDialect) Statements(n *inbox.Names) (*inbox.Statements, error) {
+	st, err := d.Dialect.Statements(n)
+	if err == nil {
+		d.edit(st)
+	}
+	return st, err
+}
