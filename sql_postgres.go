@@ -101,8 +101,7 @@ func pgLease(t *sqlTemplate, n *Names) *Statements {
 		claim = func(bound string) Stmt {
 			return t.query("WITH picked AS MATERIALIZED (SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} IS NULL OR {lease} <= {now}" +
 				" ORDER BY {order} LIMIT " + bound + " FOR UPDATE SKIP LOCKED) AS bounded LIMIT $limit) " +
-				"UPDATE {table} AS j SET {attempt} = j.{attempt} + 1, {lease} = {until} WHERE j.{id} = ANY (ARRAY(SELECT {id} FROM picked))" +
-				" RETURNING j.{id}, j.{attempt} - 1, j.{lease}{, j.data}{, j.extra}")
+				pgMarkPicked)
 		}
 	}
 	st.ClaimBounded = boundedClaims(claim)
@@ -134,9 +133,13 @@ func pgLeaseClaim(t *sqlTemplate, n *Names, bound string) Stmt {
 		" UNION ALL " +
 		"(SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} <= {now} ORDER BY " + dueOrder + " LIMIT " + bound + " FOR UPDATE SKIP LOCKED) AS expired LIMIT $limit)" +
 		") AS c ORDER BY {order} LIMIT $limit) " +
-		"UPDATE {table} AS j SET {attempt} = j.{attempt} + 1, {lease} = {until} WHERE j.{id} = ANY (ARRAY(SELECT {id} FROM picked))" +
-		" RETURNING j.{id}, j.{attempt} - 1, j.{lease}{, j.data}{, j.extra}")
+		pgMarkPicked)
 }
+
+// pgMarkPicked ends both lease claims: the rows of picked get their
+// attempt counted and their lease, and come back with what was written.
+const pgMarkPicked = "UPDATE {table} AS j SET {attempt} = j.{attempt} + 1, {lease} = {until} WHERE j.{id} = ANY (ARRAY(SELECT {id} FROM picked))" +
+	" RETURNING j.{id}, j.{attempt} - 1, j.{lease}{, j.data}{, j.extra}"
 
 // boundedClaims is claim bounded by 1, 2, 4, …, 512 and MaxClaim: the
 // statements of Statements.ClaimBounded.
