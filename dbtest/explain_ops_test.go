@@ -278,8 +278,8 @@ func TestExplainStats(t *testing.T) {
 			}
 		}
 		if got.Ready != want.Ready || got.Waiting != want.Waiting || got.InWork != want.InWork || got.Dead != want.Dead {
-			t.Errorf("Stats = ready %d, waiting %d, in work %d, dead %d; want %d, %d, %d, %d",
-				got.Ready, got.Waiting, got.InWork, got.Dead, want.Ready, want.Waiting, want.InWork, want.Dead)
+			t.Errorf("Stats = ready %d, waiting %d, in work %d (InWorkErr: %v), dead %d; want %d, %d, %d, %d",
+				got.Ready, got.Waiting, got.InWork, got.InWorkErr, got.Dead, want.Ready, want.Waiting, want.InWork, want.Dead)
 		}
 		// SQLite's date functions count whole milliseconds.
 		if got.OldestReady < time.Hour-time.Millisecond || got.OldestReady > time.Hour+time.Minute {
