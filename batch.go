@@ -121,7 +121,10 @@ func (q *Queue) NewBatcher(cfg BatchConfig) (*Batcher, error) {
 // Ack is [Delivery.Ack] in a batch and returns what it would: nil when the
 // row was deleted, [ErrLeaseLost] when the row no longer carried d's token,
 // an error matching [ErrSettled] (and ErrLeaseLost after a lost lease) when
-// d was settled before, or a driver error, which fails the whole batch and
+// d was settled before (a settlement in the caller's transaction, such as
+// [Delivery.AckTx], that committed without [Delivery.Committed] included:
+// when the token is gone the row is read back, as Delivery.Ack does), or a
+// driver error, which fails the whole batch and
 // leaves d to be settled again. After Close it returns [ErrBatcherClosed].
 // When ctx ends before d's batch is sent, it returns ctx's error at once.
 // When ctx ends while d's batch is in flight, or the batch fails, the
@@ -343,16 +346,40 @@ func itemOf(d *Delivery, o outcome, after time.Duration) batchItem {
 // while its batch was in flight, or the batch failed) reads its outcome
 // back as a settlement of the delivery does: the lease extended by its
 // token, which also fences the batch's statement should it still run, and
-// the row read when the token is gone.
+// the row read when the token is gone. A token found gone while a
+// settlement of d was pending (one in the caller's transaction that
+// committed without Committed) may be that settlement's doing: the row
+// tells, as for a settlement of d alone (learn).
 func verdictOf(ctx context.Context, d *Delivery, it *batchItem) error {
 	err := it.out
 	if !verdict(err) && it.sent {
 		err = d.readBack(ctx, it.o, time.Time{}, err, nil)
 	}
-	if verdict(err) {
-		d.settled, d.lost = true, err != nil
+	if err != nil && d.pending != nil && errors.Is(err, ErrLeaseLost) {
+		err = learnPending(ctx, d)
+	}
+	switch {
+	case err == ErrSettled:
+		d.settled, d.pending = true, nil
+	case verdict(err):
+		d.settled, d.lost, d.pending = true, err != nil, nil
 	}
 	return err
+}
+
+// learnPending reads d's row, d.mu held, after a batch found d's token gone
+// while a settlement of d was pending: ErrSettled when the row shows that
+// settlement's effect, else ErrLeaseLost (a cancel included, as for the
+// rest of a batch). The read runs on a short context of its own, as the
+// batch's verdict is known even when ctx has ended.
+func learnPending(ctx context.Context, d *Delivery) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), verdictTimeout)
+	defer cancel()
+	p := d.pending
+	if r, err := d.readRow(rctx, d.q.db); err == nil && d.judge(p.o, r, p.until) == applied {
+		return ErrSettled
+	}
+	return ErrLeaseLost
 }
 
 // verdict tells whether err settles a delivery: done, or the lease lost.

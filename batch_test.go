@@ -910,3 +910,117 @@ func TestBatchKeeper(t *testing.T) {
 	}
 	btMet(t, sm)
 }
+
+// A delivery settled in the caller's transaction that committed, without
+// Committed, and then settled through a batch that finds its token gone,
+// reads the row back as its settlement alone does: ErrSettled when the row
+// shows the pending settlement (AckTx: the row gone; RetryTx: its expiry
+// moved by the token's holder), ErrLeaseLost when another claim has the
+// job. A transaction rolled back leaves the token in place and the batch's
+// own settlement takes effect. Each result is the one the same settlement
+// of a twin delivery alone returns, word for word.
+func TestBatchPendingTx(t *testing.T) {
+	db, sm := btMock(t)
+	q := btNew(t, db, Postgres, false)
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 8})
+	ctx := context.Background()
+	row := func(attempt int64, exp time.Time) *sqlmock.Rows {
+		return sqlmock.NewRows([]string{"attempt", "locked_until"}).AddRow(attempt, exp)
+	}
+	cases := []struct {
+		name string
+		inTx func(d *Delivery, tx *sql.Tx) error
+		// commit ends the transaction by Commit, else by Rollback.
+		commit bool
+		// row is the row as the read back finds it; nil for no row.
+		row  func() *sqlmock.Rows
+		want error
+	}{
+		{"AckTx committed", func(d *Delivery, tx *sql.Tx) error { return d.AckTx(ctx, tx) }, true, nil, ErrSettled},
+		{"RetryTx committed", func(d *Delivery, tx *sql.Tx) error { return d.RetryTx(ctx, tx, time.Hour) }, true,
+			func() *sqlmock.Rows { return row(2, btExp.Add(time.Hour)) }, ErrSettled},
+		{"RetryTx committed, then claimed by another", func(d *Delivery, tx *sql.Tx) error { return d.RetryTx(ctx, tx, time.Hour) }, true,
+			func() *sqlmock.Rows { return row(3, btExp.Add(time.Hour)) }, ErrLeaseLost},
+		{"AckTx rolled back", func(d *Delivery, tx *sql.Tx) error { return d.AckTx(ctx, tx) }, false, nil, nil},
+	}
+	inTx := func(c int, d *Delivery) {
+		sm.ExpectBegin()
+		if strings.HasPrefix(cases[c].name, "RetryTx") {
+			sm.ExpectExec(q.st.Retry.SQL).WithArgs(int64(time.Hour/time.Microsecond), d.id, int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, 1))
+		} else {
+			sm.ExpectExec(q.st.Ack.SQL).WithArgs(d.id, int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, 1))
+		}
+		if cases[c].commit {
+			sm.ExpectCommit()
+		} else {
+			sm.ExpectRollback()
+		}
+		tx, err := db.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cases[c].inTx(d, tx); err != nil {
+			t.Fatalf("%s: %v", cases[c].name, err)
+		}
+		if cases[c].commit {
+			err = tx.Commit()
+		} else {
+			err = tx.Rollback()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	verdict := func(c int, id int64) {
+		e := sm.ExpectQuery(q.st.Verdict.SQL).WithArgs(id)
+		if cases[c].row == nil {
+			e.WillReturnRows(sqlmock.NewRows([]string{"attempt", "locked_until"}))
+		} else {
+			e.WillReturnRows(cases[c].row())
+		}
+	}
+	// The batch: ids 1 to 4, the rolled back one still holding its token.
+	var batched []*Delivery
+	for c := range cases {
+		d := btDel(q, int64(c+1), 1, btExp)
+		inTx(c, d)
+		batched = append(batched, d)
+	}
+	sm.ExpectQuery(`DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`).
+		WithArgs(pgBatchArgs("{1,2,3,4}", "{2,2,2,2}", btExps(4))...).
+		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(4)))
+	for c := range cases {
+		if cases[c].commit { // a token in place needs no read
+			verdict(c, int64(c+1))
+		}
+	}
+	got := b.AckAll(ctx, batched)
+	btMet(t, sm)
+
+	// The same settlements of twins alone: ids 11 to 14.
+	for c := range cases {
+		d := btDel(q, int64(c+11), 1, btExp)
+		inTx(c, d)
+		affected := int64(1)
+		if cases[c].commit {
+			affected = 0
+		}
+		sm.ExpectExec(q.st.Ack.SQL).WithArgs(d.id, int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, affected))
+		if cases[c].commit {
+			verdict(c, d.id.(int64))
+		}
+		alone := d.Ack(ctx)
+		btWant(t, cases[c].name+", alone", alone, cases[c].want)
+		btWant(t, cases[c].name+", in a batch", got[c], cases[c].want)
+		if fmt.Sprint(got[c]) != fmt.Sprint(alone) {
+			t.Errorf("%s: the batch returns %v, the delivery alone %v", cases[c].name, got[c], alone)
+		}
+		if cases[c].want == ErrSettled && errors.Is(got[c], ErrLeaseLost) {
+			t.Errorf("%s: the batch returns %v, which reads as a lost lease", cases[c].name, got[c])
+		}
+		if !batched[c].settled || batched[c].pending != nil {
+			t.Errorf("%s: the delivery of the batch is not finished (settled %v, pending %+v)", cases[c].name, batched[c].settled, batched[c].pending)
+		}
+	}
+	btMet(t, sm)
+}

@@ -50,9 +50,12 @@ const MaxList = 1000
 
 // ListDead returns up to limit dead jobs (1 to [MaxList]), the most recent
 // death first: by Table.DeadAt, then by id, both descending; by id
-// descending without DeadAt. With after, the listing continues past that
-// job, so that the last job of one page asks for the next. None is an empty
-// result. Without Table.DeadTable it is an error ([ErrNoDeadTable]).
+// descending without DeadAt. Jobs whose DeadAt is NULL died before the
+// column was added: they come last, by id descending, with a zero DeadAt.
+// With after, the listing continues past that job, so that the last job of
+// one page asks for the next; an after with a zero DeadAt is past such a
+// job. None is an empty result. Without Table.DeadTable it is an error
+// ([ErrNoDeadTable]).
 func (q *Queue) ListDead(ctx context.Context, limit int, after *DeadJob) ([]DeadJob, error) {
 	if err := q.deadOp(limit); err != nil {
 		return nil, opErr("list dead", err)
@@ -62,10 +65,13 @@ func (q *Queue) ListDead(ctx context.Context, limit int, after *DeadJob) ([]Dead
 		if err := checkID(after.ID); err != nil {
 			return nil, opErr("list dead", err)
 		}
-		if q.names.DeadAt != "" && after.DeadAt.IsZero() {
-			return nil, opErr("list dead", errors.New("after.DeadAt is zero: pass a job ListDead returned"))
-		}
 		s, v.id, v.notBefore = q.st.DeadListAfter, after.ID, after.DeadAt
+		if q.names.DeadAt != "" && after.DeadAt.IsZero() {
+			s = q.st.DeadListAfterNull
+			if s.SQL == "" {
+				return nil, opErr("list dead", fmt.Errorf("dialect %s has no DeadListAfterNull statement: it cannot list past a job whose DeadAt is zero", q.dialect.Name()))
+			}
+		}
 	}
 	rows, err := q.query(ctx, q.db, s, &v)
 	if err != nil {
@@ -132,8 +138,9 @@ func (q *Queue) scanDeadJob(rows *sql.Rows) (DeadJob, error) {
 // handler can tell a requeued job by it). The dead row goes in the same
 // transaction, so that of two operators requeueing one job at once, one
 // requeues it and the other gets [ErrNotDead]. Its priority and delay are
-// not kept. An id of the wrong kind is the driver's error; either way,
-// nothing is changed on an error.
+// not kept. An id of the wrong kind is the driver's error, a new id the
+// database does not report [ErrIDNotReturned]; either way, nothing is
+// changed on an error.
 func (q *Queue) RequeueDead(ctx context.Context, id any) (any, error) {
 	if err := q.deadOp(1); err != nil {
 		return nil, opErr("requeue dead", err)

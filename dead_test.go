@@ -29,9 +29,21 @@ func deadDesc(form string) inbox.Table {
 	return t
 }
 
+// The dead list of deadDesc: a page is the deaths past the cursor and the
+// jobs with no time of death (dead before the column was added), each read
+// from the index on (dead_at, id), then sorted together, those last.
+const (
+	pgDeadList          = `SELECT c0, c1, c2, c3, c4 FROM (SELECT * FROM (SELECT "id" AS c0, "attempt" AS c1, "payload" AS c2, "last_error" AS c3, "dead_at" AS c4 FROM "dead_jobs" WHERE "dead_at" IS NOT NULL ORDER BY c4 DESC, c0 DESC LIMIT $1) AS dated UNION ALL SELECT * FROM (SELECT "id" AS c0, "attempt" AS c1, "payload" AS c2, "last_error" AS c3, "dead_at" AS c4 FROM "dead_jobs" WHERE "dead_at" IS NULL ORDER BY c4 DESC, c0 DESC LIMIT $2) AS undated) AS page ORDER BY (c4 IS NULL), c4 DESC, c0 DESC LIMIT $3`
+	pgDeadListAfter     = `SELECT c0, c1, c2, c3, c4 FROM (SELECT * FROM (SELECT "id" AS c0, "attempt" AS c1, "payload" AS c2, "last_error" AS c3, "dead_at" AS c4 FROM "dead_jobs" WHERE ("dead_at", "id") < ($1, $2) ORDER BY c4 DESC, c0 DESC LIMIT $3) AS dated UNION ALL SELECT * FROM (SELECT "id" AS c0, "attempt" AS c1, "payload" AS c2, "last_error" AS c3, "dead_at" AS c4 FROM "dead_jobs" WHERE "dead_at" IS NULL ORDER BY c4 DESC, c0 DESC LIMIT $4) AS undated) AS page ORDER BY (c4 IS NULL), c4 DESC, c0 DESC LIMIT $5`
+	pgDeadListAfterNull = `SELECT "id", "attempt", "payload", "last_error", "dead_at" FROM "dead_jobs" WHERE "dead_at" IS NULL AND "id" < $1 ORDER BY "dead_at" DESC, "id" DESC LIMIT $2`
+	myDeadList          = "SELECT c0, c1, c2, c3, c4 FROM (SELECT * FROM (SELECT `id` AS c0, `attempt` AS c1, `payload` AS c2, `last_error` AS c3, `dead_at` AS c4 FROM `dead_jobs` WHERE `dead_at` IS NOT NULL ORDER BY c4 DESC, c0 DESC LIMIT ?) AS dated UNION ALL SELECT * FROM (SELECT `id` AS c0, `attempt` AS c1, `payload` AS c2, `last_error` AS c3, `dead_at` AS c4 FROM `dead_jobs` WHERE `dead_at` IS NULL ORDER BY c0 DESC LIMIT ?) AS undated) AS page ORDER BY (c4 IS NULL), c4 DESC, c0 DESC LIMIT ?"
+	myDeadListAfter     = "SELECT c0, c1, c2, c3, c4 FROM (SELECT * FROM (SELECT `id` AS c0, `attempt` AS c1, `payload` AS c2, `last_error` AS c3, `dead_at` AS c4 FROM `dead_jobs` WHERE `dead_at` <= ? AND (`dead_at` < ? OR `id` < ?) ORDER BY c4 DESC, c0 DESC LIMIT ?) AS dated UNION ALL SELECT * FROM (SELECT `id` AS c0, `attempt` AS c1, `payload` AS c2, `last_error` AS c3, `dead_at` AS c4 FROM `dead_jobs` WHERE `dead_at` IS NULL ORDER BY c0 DESC LIMIT ?) AS undated) AS page ORDER BY (c4 IS NULL), c4 DESC, c0 DESC LIMIT ?"
+	myDeadListAfterNull = "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` IGNORE INDEX (PRIMARY) WHERE `dead_at` IS NULL AND `id` < ? ORDER BY `id` DESC LIMIT ?"
+)
+
 func TestDeadJobStatements(t *testing.T) {
 	type pins struct {
-		list, listAfter, take, takeDelete, purge, purgeBefore, requeueErr, cancel, cancelLock, exists, dead string
+		list, listAfter, listAfterNull, take, takeDelete, purge, purgeBefore, requeueErr, cancel, cancelLock, exists, dead string
 	}
 	cases := []struct {
 		name    string
@@ -41,54 +53,58 @@ func TestDeadJobStatements(t *testing.T) {
 		want    pins
 	}{
 		{"postgres lease", inbox.Postgres, "lease", nil, pins{
-			list:        `SELECT "id", "attempt", "payload", "last_error", "dead_at" FROM "dead_jobs" ORDER BY "dead_at" DESC, "id" DESC LIMIT $1`,
-			listAfter:   `SELECT "id", "attempt", "payload", "last_error", "dead_at" FROM "dead_jobs" WHERE ("dead_at", "id") < ($1, $2) ORDER BY "dead_at" DESC, "id" DESC LIMIT $3`,
-			take:        `DELETE FROM "dead_jobs" WHERE "id" = $1 RETURNING "id", "payload", "last_error"`,
-			purge:       `DELETE FROM "dead_jobs"`,
-			purgeBefore: `DELETE FROM "dead_jobs" WHERE "dead_at" < $1`,
-			requeueErr:  `UPDATE "jobs" SET "last_error" = $1 WHERE "id" = $2`,
-			cancel:      `DELETE FROM "jobs" WHERE "id" = $1`,
-			exists:      `SELECT 1 FROM "jobs" WHERE "id" = $1`,
+			list:          pgDeadList,
+			listAfter:     pgDeadListAfter,
+			listAfterNull: pgDeadListAfterNull,
+			take:          `DELETE FROM "dead_jobs" WHERE "id" = $1 RETURNING "id", "payload", "last_error"`,
+			purge:         `DELETE FROM "dead_jobs"`,
+			purgeBefore:   `DELETE FROM "dead_jobs" WHERE "dead_at" < $1`,
+			requeueErr:    `UPDATE "jobs" SET "last_error" = $1 WHERE "id" = $2`,
+			cancel:        `DELETE FROM "jobs" WHERE "id" = $1`,
+			exists:        `SELECT 1 FROM "jobs" WHERE "id" = $1`,
 			dead: `WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 AND "locked_until" = $3 RETURNING "id", "payload", "last_error") ` +
 				`INSERT INTO "dead_jobs" ("id", "attempt", "payload", "last_error", "dead_at") SELECT "id", $4, "payload", COALESCE($5, "last_error"), statement_timestamp() FROM gone`,
 		}},
 		{"postgres row lock, injected clock", inbox.Postgres, "rowlock", time.Now, pins{
-			list:        `SELECT "id", "attempt", "payload", "last_error", "dead_at" FROM "dead_jobs" ORDER BY "dead_at" DESC, "id" DESC LIMIT $1`,
-			listAfter:   `SELECT "id", "attempt", "payload", "last_error", "dead_at" FROM "dead_jobs" WHERE ("dead_at", "id") < ($1, $2) ORDER BY "dead_at" DESC, "id" DESC LIMIT $3`,
-			take:        `DELETE FROM "dead_jobs" WHERE "id" = $1 RETURNING "id", "payload", "last_error"`,
-			purge:       `DELETE FROM "dead_jobs"`,
-			purgeBefore: `DELETE FROM "dead_jobs" WHERE "dead_at" < $1`,
-			requeueErr:  `UPDATE "jobs" SET "last_error" = $1 WHERE "id" = $2`,
-			cancel:      `DELETE FROM "jobs" WHERE "id" = $1`,
-			cancelLock:  `SELECT "id" FROM "jobs" WHERE "id" = $1 FOR UPDATE SKIP LOCKED`,
-			exists:      `SELECT 1 FROM "jobs" WHERE "id" = $1`,
+			list:          pgDeadList,
+			listAfter:     pgDeadListAfter,
+			listAfterNull: pgDeadListAfterNull,
+			take:          `DELETE FROM "dead_jobs" WHERE "id" = $1 RETURNING "id", "payload", "last_error"`,
+			purge:         `DELETE FROM "dead_jobs"`,
+			purgeBefore:   `DELETE FROM "dead_jobs" WHERE "dead_at" < $1`,
+			requeueErr:    `UPDATE "jobs" SET "last_error" = $1 WHERE "id" = $2`,
+			cancel:        `DELETE FROM "jobs" WHERE "id" = $1`,
+			cancelLock:    `SELECT "id" FROM "jobs" WHERE "id" = $1 FOR UPDATE SKIP LOCKED`,
+			exists:        `SELECT 1 FROM "jobs" WHERE "id" = $1`,
 			dead: `WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 RETURNING "id", "payload", "last_error") ` +
 				`INSERT INTO "dead_jobs" ("id", "attempt", "payload", "last_error", "dead_at") SELECT "id", $2, "payload", COALESCE($3, "last_error"), $4 FROM gone`,
 		}},
 		{"mysql advisory", inbox.MySQL, "advisory", nil, pins{
-			list:        "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` ORDER BY `dead_at` DESC, `id` DESC LIMIT ?",
-			listAfter:   "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` WHERE `dead_at` <= ? AND (`dead_at` < ? OR `id` < ?) ORDER BY `dead_at` DESC, `id` DESC LIMIT ?",
-			take:        "SELECT `id`, `payload`, `last_error` FROM `dead_jobs` WHERE `id` = ? FOR UPDATE",
-			takeDelete:  "DELETE FROM `dead_jobs` WHERE `id` = ?",
-			purge:       "DELETE FROM `dead_jobs`",
-			purgeBefore: "DELETE FROM `dead_jobs` WHERE `dead_at` < ?",
-			requeueErr:  "UPDATE `jobs` SET `last_error` = ? WHERE `id` = ?",
-			cancel:      "DELETE FROM `jobs` WHERE `id` = ?",
-			exists:      "SELECT 1 FROM `jobs` WHERE `id` = ?",
-			dead:        "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`, `last_error`, `dead_at`) SELECT `id`, ?, `payload`, COALESCE(?, `last_error`), UTC_TIMESTAMP(6) FROM `jobs` WHERE `id` = ? AND `attempt` = ?",
+			list:          myDeadList,
+			listAfter:     myDeadListAfter,
+			listAfterNull: myDeadListAfterNull,
+			take:          "SELECT `id`, `payload`, `last_error` FROM `dead_jobs` WHERE `id` = ? FOR UPDATE",
+			takeDelete:    "DELETE FROM `dead_jobs` WHERE `id` = ?",
+			purge:         "DELETE FROM `dead_jobs`",
+			purgeBefore:   "DELETE FROM `dead_jobs` WHERE `dead_at` < ?",
+			requeueErr:    "UPDATE `jobs` SET `last_error` = ? WHERE `id` = ?",
+			cancel:        "DELETE FROM `jobs` WHERE `id` = ?",
+			exists:        "SELECT 1 FROM `jobs` WHERE `id` = ?",
+			dead:          "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`, `last_error`, `dead_at`) SELECT `id`, ?, `payload`, COALESCE(?, `last_error`), UTC_TIMESTAMP(6) FROM `jobs` WHERE `id` = ? AND `attempt` = ?",
 		}},
 		{"mysql row lock", inbox.MySQL, "rowlock", nil, pins{
-			list:        "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` ORDER BY `dead_at` DESC, `id` DESC LIMIT ?",
-			listAfter:   "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` WHERE `dead_at` <= ? AND (`dead_at` < ? OR `id` < ?) ORDER BY `dead_at` DESC, `id` DESC LIMIT ?",
-			take:        "SELECT `id`, `payload`, `last_error` FROM `dead_jobs` WHERE `id` = ? FOR UPDATE",
-			takeDelete:  "DELETE FROM `dead_jobs` WHERE `id` = ?",
-			purge:       "DELETE FROM `dead_jobs`",
-			purgeBefore: "DELETE FROM `dead_jobs` WHERE `dead_at` < ?",
-			requeueErr:  "UPDATE `jobs` SET `last_error` = ? WHERE `id` = ?",
-			cancel:      "DELETE FROM `jobs` WHERE `id` = ?",
-			cancelLock:  "SELECT `id` FROM `jobs` WHERE `id` = ? FOR UPDATE SKIP LOCKED",
-			exists:      "SELECT 1 FROM `jobs` WHERE `id` = ?",
-			dead:        "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`, `last_error`, `dead_at`) SELECT `id`, ?, `payload`, COALESCE(?, `last_error`), UTC_TIMESTAMP(6) FROM `jobs` WHERE `id` = ?",
+			list:          myDeadList,
+			listAfter:     myDeadListAfter,
+			listAfterNull: myDeadListAfterNull,
+			take:          "SELECT `id`, `payload`, `last_error` FROM `dead_jobs` WHERE `id` = ? FOR UPDATE",
+			takeDelete:    "DELETE FROM `dead_jobs` WHERE `id` = ?",
+			purge:         "DELETE FROM `dead_jobs`",
+			purgeBefore:   "DELETE FROM `dead_jobs` WHERE `dead_at` < ?",
+			requeueErr:    "UPDATE `jobs` SET `last_error` = ? WHERE `id` = ?",
+			cancel:        "DELETE FROM `jobs` WHERE `id` = ?",
+			cancelLock:    "SELECT `id` FROM `jobs` WHERE `id` = ? FOR UPDATE SKIP LOCKED",
+			exists:        "SELECT 1 FROM `jobs` WHERE `id` = ?",
+			dead:          "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`, `last_error`, `dead_at`) SELECT `id`, ?, `payload`, COALESCE(?, `last_error`), UTC_TIMESTAMP(6) FROM `jobs` WHERE `id` = ?",
 		}},
 	}
 	for _, c := range cases {
@@ -98,7 +114,7 @@ func TestDeadJobStatements(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := q.Statements()
-			got := pins{st.DeadList.SQL, st.DeadListAfter.SQL, st.DeadTake.SQL, st.DeadTakeDelete.SQL, st.DeadPurge.SQL,
+			got := pins{st.DeadList.SQL, st.DeadListAfter.SQL, st.DeadListAfterNull.SQL, st.DeadTake.SQL, st.DeadTakeDelete.SQL, st.DeadPurge.SQL,
 				st.DeadPurgeBefore.SQL, st.RequeueError.SQL, st.Cancel.SQL, st.CancelLock.SQL, st.JobExists.SQL, st.DeadInsert.SQL}
 			if got != c.want {
 				t.Errorf("statements:\n got %+v\nwant %+v", got, c.want)
@@ -116,8 +132,11 @@ func TestDeadJobStatementsSQLite(t *testing.T) {
 	}
 	st := q.Statements()
 	for _, c := range []struct{ got, want string }{
-		{st.DeadList.SQL, "SELECT id, attempt, payload, last_error, dead_at FROM dead_jobs ORDER BY dead_at DESC, id DESC LIMIT ?"},
-		{st.DeadListAfter.SQL, "SELECT id, attempt, payload, last_error, dead_at FROM dead_jobs WHERE (dead_at, id) < (?, ?) ORDER BY dead_at DESC, id DESC LIMIT ?"},
+		{st.DeadList.SQL, "SELECT c0, c1, c2, c3, c4 FROM (SELECT * FROM (SELECT id AS c0, attempt AS c1, payload AS c2, last_error AS c3, dead_at AS c4 FROM dead_jobs WHERE dead_at IS NOT NULL ORDER BY c4 DESC, c0 DESC LIMIT ?) AS dated " +
+			"UNION ALL SELECT * FROM (SELECT id AS c0, attempt AS c1, payload AS c2, last_error AS c3, dead_at AS c4 FROM dead_jobs WHERE dead_at IS NULL ORDER BY c4 DESC, c0 DESC LIMIT ?) AS undated) AS page ORDER BY (c4 IS NULL), c4 DESC, c0 DESC LIMIT ?"},
+		{st.DeadListAfter.SQL, "SELECT c0, c1, c2, c3, c4 FROM (SELECT * FROM (SELECT id AS c0, attempt AS c1, payload AS c2, last_error AS c3, dead_at AS c4 FROM dead_jobs WHERE (dead_at, id) < (?, ?) ORDER BY c4 DESC, c0 DESC LIMIT ?) AS dated " +
+			"UNION ALL SELECT * FROM (SELECT id AS c0, attempt AS c1, payload AS c2, last_error AS c3, dead_at AS c4 FROM dead_jobs WHERE dead_at IS NULL ORDER BY c4 DESC, c0 DESC LIMIT ?) AS undated) AS page ORDER BY (c4 IS NULL), c4 DESC, c0 DESC LIMIT ?"},
+		{st.DeadListAfterNull.SQL, "SELECT id, attempt, payload, last_error, dead_at FROM dead_jobs WHERE dead_at IS NULL AND id < ? ORDER BY dead_at DESC, id DESC LIMIT ?"},
 		{st.DeadTake.SQL, "DELETE FROM dead_jobs WHERE id = ? RETURNING id, payload, last_error"},
 		{st.DeadPurgeBefore.SQL, "DELETE FROM dead_jobs WHERE dead_at < ?"},
 		{st.DeadInsert.SQL, "INSERT INTO dead_jobs (id, attempt, payload, last_error, dead_at) SELECT id, ?, payload, COALESCE(?, last_error), ? FROM jobs WHERE id = ? AND attempt = ? AND locked_until = ?"},
@@ -209,7 +228,8 @@ func TestDeadJobsRefuse(t *testing.T) {
 }
 
 // The next page on MySQL and MariaDB names the last job's time of death
-// twice (the two ranges MariaDB seeks) and its id once.
+// twice (the two ranges MariaDB seeks) and its id once, then the limit of
+// each read.
 func TestListDeadAfterMySQL(t *testing.T) {
 	m := newMock(t)
 	q, err := inbox.New(m.DB, inbox.Config{Dialect: inbox.MySQL, Table: deadDesc("lease")})
@@ -217,8 +237,8 @@ func TestListDeadAfterMySQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 12, 3, 8, 0, 0, 123456000, time.UTC)
-	m.ExpectQuery(q.Statements().DeadListAfter.SQL).
-		WithArgs("2026-12-03 08:00:00.123456", "2026-12-03 08:00:00.123456", int64(9), 2).
+	m.ExpectQuery(myDeadListAfter).
+		WithArgs("2026-12-03 08:00:00.123456", "2026-12-03 08:00:00.123456", int64(9), 2, 2, 2).
 		WillReturnRows(sqlmock.NewRows([]string{"id", "attempt", "payload", "last_error", "dead_at"}).
 			AddRow(int64(8), int64(3), []byte("p"), "boom", "2026-12-03 07:59:00.000000"))
 	jobs, err := q.ListDead(context.Background(), 2, &inbox.DeadJob{ID: int64(9), DeadAt: at})
@@ -227,6 +247,78 @@ func TestListDeadAfterMySQL(t *testing.T) {
 	}
 	if len(jobs) != 1 || jobs[0].ID != int64(8) || jobs[0].LastError != "boom" || !jobs[0].DeadAt.Equal(at.Add(-time.Minute).Truncate(time.Second)) {
 		t.Errorf("ListDead = %+v", jobs)
+	}
+	m.Met(t)
+}
+
+// Jobs that died before Table.DeadAt was added have none: listed last with
+// a zero DeadAt, and such a job as after asks for the page past it among
+// them (DeadListAfterNull). A dialect from outside without that statement
+// is refused before anything is sent; without DeadAt the id alone pages.
+func TestListDeadNullDeadAt(t *testing.T) {
+	m := newMock(t)
+	ctx := context.Background()
+	q, err := inbox.New(m.DB, inbox.Config{Dialect: inbox.Postgres, Table: deadDesc("lease")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := []string{"id", "attempt", "payload", "last_error", "dead_at"}
+	at := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	m.ExpectQuery(pgDeadList).WithArgs(2, 2, 2).
+		WillReturnRows(sqlmock.NewRows(cols).AddRow(int64(9), int64(3), []byte("p"), "boom", at).AddRow(int64(4), int64(2), []byte("q"), nil, nil))
+	page, err := q.ListDead(ctx, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page) != 2 || page[0].ID != int64(9) || !page[0].DeadAt.Equal(at) || page[1].ID != int64(4) || !page[1].DeadAt.IsZero() {
+		t.Fatalf("first page = %+v", page)
+	}
+	m.ExpectQuery(pgDeadListAfterNull).WithArgs(int64(4), 2).
+		WillReturnRows(sqlmock.NewRows(cols).AddRow(int64(2), int64(1), []byte("r"), nil, nil))
+	page, err = q.ListDead(ctx, 2, &page[1])
+	if err != nil || len(page) != 1 || page[0].ID != int64(2) || !page[0].DeadAt.IsZero() {
+		t.Fatalf("page past a job with no DeadAt = %+v, %v", page, err)
+	}
+	m.Met(t)
+
+	// The id as data too: the derived tables name each column once, by
+	// position.
+	idData := deadDesc("lease")
+	idData.Data = []string{"id", "payload"}
+	qd, err := inbox.New(m.DB, inbox.Config{Dialect: inbox.Postgres, Table: idData})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := qd.Statements().DeadList.SQL; !strings.HasPrefix(s, `SELECT c0, c1, c2, c3, c4, c5 FROM (SELECT * FROM (SELECT "id" AS c0, "attempt" AS c1, "id" AS c2, "payload" AS c3, "last_error" AS c4, "dead_at" AS c5 FROM "dead_jobs" WHERE`) ||
+		!strings.HasSuffix(s, `ORDER BY (c5 IS NULL), c5 DESC, c0 DESC LIMIT $3`) {
+		t.Errorf("DeadList with the id as data: %s", s)
+	}
+
+	sent := m.Sent()
+	outside, err := inbox.New(m.DB, inbox.Config{Dialect: editedDialect{inbox.Postgres, func(st *inbox.Statements) { st.DeadListAfterNull = inbox.Stmt{} }}, Table: deadDesc("lease")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outside.ListDead(ctx, 2, &inbox.DeadJob{ID: int64(4)}); err == nil || !strings.Contains(err.Error(), "DeadListAfterNull") {
+		t.Errorf("ListDead past a job with no DeadAt, without DeadListAfterNull = %v, want an error naming it", err)
+	}
+	if n := m.Sent(); n != sent {
+		t.Errorf("%d calls reached the driver, want none: %v", n-sent, m.Log(sent))
+	}
+
+	noAt := deadDesc("lease")
+	noAt.DeadAt = ""
+	byID, err := inbox.New(m.DB, inbox.Config{Dialect: inbox.Postgres, Table: noAt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := byID.Statements().DeadListAfterNull.SQL; s != "" {
+		t.Errorf("DeadListAfterNull without DeadAt: %s", s)
+	}
+	m.ExpectQuery(`SELECT "id", "attempt", "payload", "last_error" FROM "dead_jobs" WHERE "id" < $1 ORDER BY "id" DESC LIMIT $2`).WithArgs(int64(4), 2).
+		WillReturnRows(sqlmock.NewRows(cols[:4]).AddRow(int64(2), int64(1), []byte("r"), nil))
+	if page, err := byID.ListDead(ctx, 2, &inbox.DeadJob{ID: int64(4)}); err != nil || len(page) != 1 || page[0].ID != int64(2) {
+		t.Errorf("ListDead without DeadAt = %+v, %v", page, err)
 	}
 	m.Met(t)
 }

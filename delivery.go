@@ -319,6 +319,20 @@ func (d *Delivery) Release(ctx context.Context) error {
 // [Delivery.Retry].
 func (d *Delivery) Dead(ctx context.Context) error { return d.settle(ctx, nil, outDead, 0) }
 
+// Drop deletes the job for good as a failed attempt's end, on a table
+// without a dead table (the worker's [Permanent] errors there). Under the
+// row lock the handler's writes through [Delivery.Tx] are undone first, as
+// by [Delivery.Retry] and [Delivery.Dead], where [Delivery.Ack] would
+// commit them; should the held transaction be lost, the row is deleted in a
+// new one. Under the lease and advisory forms, whose handlers write in
+// transactions of their own, it is [Delivery.Ack].
+func (d *Delivery) Drop(ctx context.Context) error {
+	if d.q.names.Form != RowLock {
+		return d.settle(ctx, nil, outAck, 0)
+	}
+	return d.settle(ctx, nil, outDrop, 0)
+}
+
 // AckTx is Ack inside the caller's transaction, so that the handler's writes
 // and the acknowledgement commit together; the token check fences a stale
 // holder. Row-lock deliveries return [ErrOwnTx]: write through Tx instead.
@@ -385,10 +399,11 @@ const (
 	outRetry
 	outRelease
 	outDead
+	outDrop // row lock only: an Ack without the handler's writes
 )
 
 func (o outcome) String() string {
-	return [...]string{"ack", "retry", "release", "dead"}[o]
+	return [...]string{"ack", "retry", "release", "dead", "drop"}[o]
 }
 
 // refuse returns why outcome o cannot run at all, before anything is sent.

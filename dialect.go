@@ -458,18 +458,25 @@ type Statements struct {
 	// set when the description names a dead table. DeadList returns id,
 	// attempt, the data columns, then LastError and DeadAt where named, of
 	// up to ArgLimit dead jobs, the most recent death first (DeadAt
-	// descending, then id descending; id descending without DeadAt);
-	// DeadListAfter the same past the job ArgID (and ArgNotBefore, its
-	// DeadAt) in that order. DeadTake returns the data columns and LastError
-	// of the dead job ArgID and, with DeadTakeDelete empty, deletes it
-	// (DELETE … RETURNING); where the engine cannot return deleted rows it
-	// locks the row, and DeadTakeDelete deletes it in the same transaction.
-	// DeadPurge deletes every dead job, DeadPurgeBefore those whose DeadAt
-	// is before ArgNotBefore. RequeueError writes ArgError into the
-	// LastError of the job ArgID, for a requeued job that keeps its text.
-	// DeadHas returns a row when the dead table holds the job ArgID: an
-	// Enqueue given that id is refused ([ErrDeadID]).
-	DeadList, DeadListAfter, DeadTake, DeadTakeDelete, DeadPurge, DeadPurgeBefore, RequeueError, DeadHas Stmt
+	// descending, then id descending; id descending without DeadAt), those
+	// whose DeadAt is NULL (dead before the column was added) last, by id
+	// descending; DeadListAfter the same past the job ArgID (and
+	// ArgNotBefore, its DeadAt) in that order. DeadListAfterNull (with
+	// DeadAt) is the page after a job whose DeadAt is NULL: the dead jobs
+	// with a NULL DeadAt and an id below ArgID, by id descending.
+	// [Queue.ListDead] sends it for an after with a zero DeadAt; a dialect
+	// that leaves it empty gets an error for such an after instead. Each of
+	// the three may name ArgLimit more than once. DeadTake returns the data
+	// columns and LastError of the dead job ArgID and, with DeadTakeDelete
+	// empty, deletes it (DELETE … RETURNING); where the engine cannot
+	// return deleted rows it locks the row, and DeadTakeDelete deletes it in
+	// the same transaction. DeadPurge deletes every dead job,
+	// DeadPurgeBefore those whose DeadAt is before ArgNotBefore.
+	// RequeueError writes ArgError into the LastError of the job ArgID, for
+	// a requeued job that keeps its text. DeadHas returns a row when the
+	// dead table holds the job ArgID: an Enqueue given that id is refused
+	// ([ErrDeadID]).
+	DeadList, DeadListAfter, DeadListAfterNull, DeadTake, DeadTakeDelete, DeadPurge, DeadPurgeBefore, RequeueError, DeadHas Stmt
 	// Cancelling a job that waits ([Queue.Cancel]). Cancel deletes the job
 	// ArgID (lease: under any lease, the holder learns by its keeper).
 	// CancelLock (row lock) locks the row ArgID without waiting, returning

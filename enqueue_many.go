@@ -61,7 +61,9 @@ const manyRows = 1000
 // An error leaves none of the jobs inserted, but for an error of the
 // COMMIT of its own transaction (its context ended during it, the
 // connection broke), whose outcome the driver cannot tell: the jobs are
-// then all inserted or none.
+// then all inserted or none; and for [ErrIDNotReturned] outside a
+// transaction, when a statement had inserted its jobs before their ids
+// were found missing.
 //
 // Each job is checked as [Queue.Enqueue] checks one; an error names the
 // first bad job by its index, and then nothing is sent. Loops of this
@@ -220,9 +222,19 @@ func (q *Queue) insertMany(ctx context.Context, ex Executor, jobs []Job, ids []a
 		}
 		return nil
 	}
+	if d := q.idInData(); d >= 0 {
+		for i, j := range jobs {
+			ids[i] = j.Data[d]
+		}
+		return nil
+	}
 	first, err := res.LastInsertId()
 	if err != nil {
 		return opErr("enqueue many: reading the new ids", err)
+	}
+	if first == 0 {
+		// AUTO_INCREMENT never assigns 0: the ids came from elsewhere.
+		return opErr("enqueue many", zeroID())
 	}
 	step := int64(1)
 	if ms.Step.SQL != "" {
@@ -250,6 +262,9 @@ func (q *Queue) readMany(ctx context.Context, ex Executor, s Stmt, args []any, j
 		var id any
 		if err := rows.Scan(&id); err != nil {
 			return opErr("enqueue many", err)
+		}
+		if id == nil {
+			return opErr("enqueue many", nullID())
 		}
 		got = append(got, normID(id))
 	}

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -35,6 +36,17 @@ var (
 	// forms when the pool allows a single connection: a job in work would
 	// take it, leaving none for its settlement.
 	ErrPoolTooSmall = errors.New("inbox: the pool allows one connection; the row lock and advisory forms need SetMaxOpenConns(n) with n >= 2")
+	// ErrIDNotReturned is returned by [Queue.Enqueue], [Queue.EnqueueMany]
+	// and [Queue.RequeueDead] when a job inserted without a Job.ID got an id
+	// the database does not report: MySQL and MariaDB report only what
+	// AUTO_INCREMENT assigns (LastInsertId is 0 for a DEFAULT (uuid()) or a
+	// trigger's id), and SQLite lets a primary key other than INTEGER be
+	// NULL. RequeueDead then changes nothing; Enqueue and EnqueueMany have
+	// inserted the jobs, which a *sql.Tx given still rolls back, and which
+	// are committed when given a *sql.DB or *sql.Conn outside a transaction
+	// (unless EnqueueMany ran a transaction of its own). [Queue.CheckSchema]
+	// refuses a MySQL or MariaDB id with a default.
+	ErrIDNotReturned = errors.New("inbox: the database returned no id for the new job")
 )
 
 // ErrCancelled means the job was deleted while this delivery held it, by
@@ -73,6 +85,18 @@ func (s settledLost) Error() string {
 
 func (s settledLost) Is(target error) bool {
 	return target == ErrSettled || target == ErrLeaseLost || s.cancelled && target == ErrCancelled
+}
+
+// zeroID and nullID are ErrIDNotReturned with its cause and fix: a
+// LastInsertId of 0 (MySQL, MariaDB), an id RETURNING gave as NULL (SQLite).
+func zeroID() error {
+	return fmt.Errorf("%w: LastInsertId is 0, as MySQL and MariaDB report only the ids AUTO_INCREMENT assigns; "+
+		"make the key an AUTO_INCREMENT integer, or give every Job an ID", ErrIDNotReturned)
+}
+
+func nullID() error {
+	return fmt.Errorf("%w: its id is NULL, which SQLite lets a primary key other than INTEGER hold; "+
+		"declare the key NOT NULL with a default, or give every Job an ID", ErrIDNotReturned)
 }
 
 // opError is the error of one operation: "inbox: <op>: <cause>", the

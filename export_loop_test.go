@@ -3,7 +3,8 @@ package inbox
 // The schema check's first statements, for the worker loop's tests in
 // package inbox_test: the loop runs the check after an error.
 const (
-	ServerProbe = serverProbe
+	PgProbe     = pgProbe
+	MyProbe     = myProbe
 	SQLiteProbe = sqliteProbe
 )
 

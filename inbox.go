@@ -23,6 +23,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,10 @@ type Table struct {
 	// Name is the table, optionally schema-qualified ("jobs.report_jobs").
 	Name string
 	// ID is the primary key: an integer or text (a UUID, say). Default "id".
+	// An id the database assigns must be one it reports to Enqueue:
+	// RETURNING reads any default on PostgreSQL and SQLite, but MySQL and
+	// MariaDB report only AUTO_INCREMENT's ([ErrIDNotReturned]); a text key
+	// there has no default, and every Job gives its ID.
 	ID string
 	// Attempt holds the number of the attempt the next claim delivers (1 for
 	// a new row). Default "attempt".
@@ -59,7 +64,10 @@ type Table struct {
 	Shallow bool
 	// AdvisoryKey names the key column and selects the advisory form: "id"
 	// holds each job alone; another column keeps the jobs sharing a value in
-	// work one at a time.
+	// work one at a time. Enqueue writes another column only when Data
+	// lists it (each Job gives its key); one it does not write must be
+	// filled by the database (a default, a generated column), which
+	// [Queue.CheckSchema] checks, as New cannot see the table.
 	AdvisoryKey string
 
 	// NotBefore names an optional column: a job is not claimed before the
@@ -87,8 +95,9 @@ type Table struct {
 	// DeadAt names an optional time column of the dead table (same type as
 	// the lease column would have: timestamptz, DATETIME(6), or TEXT on
 	// SQLite) that Dead writes with the clock's time, so that
-	// [Queue.ListDead] lists the most recent deaths first and
-	// [Queue.PurgeDead] can keep the recent ones. Needs DeadTable.
+	// [Queue.ListDead] lists the most recent deaths first (the jobs dead
+	// before the column was added, NULL, last) and [Queue.PurgeDead] can
+	// keep the recent ones. Needs DeadTable.
 	DeadAt string
 
 	// LastError names an optional text column: Retry and Dead write the
@@ -204,7 +213,7 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 		return nil, errors.New("inbox: new: db is nil")
 	}
 	if cfg.Dialect == nil {
-		return nil, errors.New("inbox: new: Config.Dialect is nil (use inbox.Postgres, inbox.MySQL or inbox.SQLite)")
+		return nil, errors.New("inbox: new: Config.Dialect is nil (use inbox.Postgres, inbox.MySQL, inbox.MariaDB or inbox.SQLite)")
 	}
 	cfg.Table = cfg.Table.withDefaults()
 	n, err := describe(cfg.Dialect, cfg.Table)
@@ -319,7 +328,8 @@ type Job struct {
 // string. A Job.ID must be one no job has had: where Table.DeadTable is
 // named, the dead table is probed for it first (one primary-key read) and
 // a dead job's id is refused ([ErrDeadID]); an id in the queue table is
-// the database's duplicate-key error.
+// the database's duplicate-key error. A job given no ID whose id the
+// database does not report is [ErrIDNotReturned], the job inserted.
 func (q *Queue) Enqueue(ctx context.Context, ex Executor, job Job) (any, error) {
 	if len(job.Data) != len(q.names.Data) {
 		return nil, fmt.Errorf("inbox: enqueue: %d data values for the %d data columns %v", len(job.Data), len(q.names.Data), q.names.Raw.Data)
@@ -362,6 +372,11 @@ func (q *Queue) insert(ctx context.Context, ex Executor, s Stmt, job Job) (any, 
 		if err := q.queryRow(ctx, ex, s, &v).Scan(&id); err != nil {
 			return nil, opErr("enqueue", err)
 		}
+		if id == nil {
+			// SQLite's primary key other than INTEGER takes NULL: a job no
+			// settlement could name.
+			return nil, opErr("enqueue", nullID())
+		}
 		return normID(id), nil
 	}
 	res, err := q.run(ctx, ex, s, &v)
@@ -371,11 +386,30 @@ func (q *Queue) insert(ctx context.Context, ex Executor, s Stmt, job Job) (any, 
 	if job.ID != nil {
 		return job.ID, nil
 	}
+	if i := q.idInData(); i >= 0 {
+		return job.Data[i], nil
+	}
 	id, err := res.LastInsertId()
 	if err != nil {
 		return nil, opErr("enqueue: reading the new id", err)
 	}
+	if id == 0 {
+		// AUTO_INCREMENT never assigns 0: the id came from elsewhere.
+		return nil, opErr("enqueue", zeroID())
+	}
 	return id, nil
+}
+
+// idInData returns the index of the data column that is the id column (a
+// job's id may be data too), -1 when none: a job's id is then the value
+// given for it, as LastInsertId reports only what AUTO_INCREMENT assigns.
+func (q *Queue) idInData() int {
+	for i, c := range q.names.Data {
+		if strings.EqualFold(c, q.names.ID) {
+			return i
+		}
+	}
+	return -1
 }
 
 // MaxClaim is the most jobs one [Queue.Claim] takes: a claim holds them all

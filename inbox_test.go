@@ -58,7 +58,7 @@ func TestNewRefuses(t *testing.T) {
 		want []string
 	}
 	cases := []refusal{
-		{"nil dialect", inbox.Config{Table: leaseTable}, []string{"Config.Dialect is nil"}},
+		{"nil dialect", inbox.Config{Table: leaseTable}, []string{"Config.Dialect is nil", "inbox.MariaDB"}},
 		{"empty name", with(lease, func(c *inbox.Config) { c.Table.Name = "" }), []string{"Table.Name is empty"}},
 		{"three-part name", with(lease, func(c *inbox.Config) { c.Table.Name = "db.app.jobs" }), []string{`Table.Name "db.app.jobs"`, "one dot"}},
 		{"empty schema", with(lease, func(c *inbox.Config) { c.Table.Name = ".jobs" }), []string{`Table.Name ".jobs"`, "empty"}},

@@ -13,69 +13,90 @@ import (
 
 // The schema check's statements, pinned for every dialect.
 const (
-	// serverProbe is the first statement of the server dialects: version()
-	// and what only each look-alike has.
-	serverProbe = "SELECT version(), " +
-		"(SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = 'crdb_internal'), " +
-		"(SELECT COUNT(*) FROM information_schema.routines WHERE routine_name = 'yb_servers'), " +
-		"(SELECT COUNT(*) FROM information_schema.tables WHERE UPPER(table_schema) = 'INFORMATION_SCHEMA' AND UPPER(table_name) = 'TIDB_SERVERS_INFO'), " +
-		"(SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = '_vt')"
+	// pgProbe and myProbe are the first statements of the server dialects,
+	// their own family's first: what no user creates or sets.
+	pgProbe     = "SELECT pg_catalog.version()"
+	myProbe     = "SELECT version(), @@version_comment"
 	sqliteProbe = "SELECT sqlite_version()"
 	pgColumns   = "SELECT column_name, COALESCE(data_type || '(' || CAST(character_maximum_length AS text) || ')', data_type) FROM information_schema.columns " +
 		"WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2"
+	pgKeyFilled = "SELECT column_default IS NOT NULL OR is_identity = 'YES' OR is_generated = 'ALWAYS' FROM information_schema.columns " +
+		"WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2 AND column_name = $3"
 	myWsrep   = "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'"
 	myColumns = "SELECT column_name, column_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
-	myEngine  = "SELECT COALESCE(engine, '') FROM information_schema.tables WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
+	myFill    = "SELECT column_name, column_default, extra, COALESCE(generation_expression, '') FROM information_schema.columns " +
+		"WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ? AND column_name IN (?, ?)"
+	myEngine = "SELECT COALESCE(engine, '') FROM information_schema.tables WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
 )
 
-// probeAnswer is what serverProbe returns: version() and the counts of
-// crdb_internal, yb_servers, TIDB_SERVERS_INFO and _vt.
-func probeAnswer(version string, crdb, yb, tidb, vitess int64) *sqlmock.Rows {
-	return rows("version,crdb,yb,tidb,vt", row(version, crdb, yb, tidb, vitess))
+// pgAnswer is what pgProbe returns; myAnswer what myProbe returns.
+func pgAnswer(version string) *sqlmock.Rows { return rows("version", row(version)) }
+
+func myAnswer(version, comment string) *sqlmock.Rows {
+	return rows("version,version_comment", row(version, comment))
 }
 
-// What each engine answers serverProbe, from its documentation:
-//   - PostgreSQL 15 as Debian builds it: version() as this machine's server
-//     gives it; none of the look-alikes' objects.
-//   - CockroachDB: version() "CockroachDB CCL v23.1.11 (…)"; SHOW SCHEMAS
-//     lists crdb_internal in every database (cockroachlabs.com/docs/stable/
-//     system-catalogs); information_schema.routines exists and is empty of
-//     built-ins (cockroachdb/cockroach#104083).
+// myAutoID is myFill's answer for an AUTO_INCREMENT id: column_name,
+// column_default, extra, generation_expression.
+func myAutoID() *sqlmock.Rows {
+	return rows("column_name,column_default,extra,generation_expression", row("id", nil, "auto_increment", ""))
+}
+
+// What each engine answers its family's probe, from its documentation:
+//   - PostgreSQL 15 as Debian builds it: pg_catalog.version() as this
+//     machine's server gives it.
+//   - CockroachDB: version() "CockroachDB CCL v23.1.11 (…)", its build
+//     (crdb_version, which SET cannot change, holds the same); its
+//     built-ins are pg_catalog's (cockroach pkg/sql/information_schema.go
+//     lists them there), and SQLAlchemy's PostgreSQL dialect, which
+//     sqlalchemy-cockroachdb builds on, reads the version with
+//     "select pg_catalog.version()".
 //   - YugabyteDB: version() "PostgreSQL 11.2-YB-2.18.0.0-b0 …" (the
 //     "11.2-YB-2.2.0.0-b0" form quoted in yugabyte/yugabyte-db#5154; v2.25
-//     moved to PostgreSQL 15); yb_servers() is a function of YSQL
-//     (docs.yugabyte.com/stable/api/ysql/exprs/func_yb_servers).
+//     moved to PostgreSQL 15), PostgreSQL's PG_VERSION_STR as built.
 //   - TiDB: VERSION() "5.7.25-TiDB-v6.5.0" on v6.5, "8.0.11-TiDB-v7.5.7" on
 //     v7.5 (the VERSION column of docs.pingcap.com/tidb/v6.5 and v7.5
 //     information-schema-tidb-servers-info), any text with server-version
-//     set; information_schema.TIDB_SERVERS_INFO exists from v4.
+//     set; version_comment "TiDB Server (Apache License 2.0) Community
+//     Edition, MySQL 8.0 compatible", a ScopeNone variable (pingcap/tidb
+//     sessionctx/variable/sysvar.go).
 //   - Vitess: "5.7.9-vitess-11.0.0-SNAPSHOT" from v10 to v15
 //     (vitessio/vitess#7882, #7337), "8.0.30-Vitess" from v16 (its 16.0.0
 //     release notes, "VTGate Advertised MySQL Version"), any text with
-//     --mysql_server_version; vttablet's sidecar database _vt
-//     (go/vt/sidecardb).
+//     --mysql_server_version; vtgate answers version_comment itself with
+//     servenv.AppVersion.String(), "Version: 16.0.0 (Git revision … branch
+//     '…') built on … by …@… using go… linux/amd64" (go/vt/sysvars lists it
+//     read-only; vtgate binds it to that text, not to the tablet's).
 //   - MariaDB 10.11 as Debian builds it: this machine's server.
 const (
-	pg15        = "PostgreSQL 15.20 (Debian 15.20-0+deb12u1) on x86_64-pc-linux-gnu, compiled by gcc (Debian 12.2.0-14+deb12u1) 12.2.0, 64-bit"
-	cockroach   = "CockroachDB CCL v23.1.11 (x86_64-pc-linux-gnu, built 2023/09/27 01:53:43, go1.19.10)"
-	yugabyte218 = "PostgreSQL 11.2-YB-2.18.0.0-b0 on x86_64-pc-linux-gnu, compiled by clang version 15.0.3, 64-bit"
-	yugabyte225 = "PostgreSQL 15.2-YB-2.25.1.0-b0 on x86_64-pc-linux-gnu, compiled by clang version 17.0.6, 64-bit"
-	tidb65      = "5.7.25-TiDB-v6.5.0"
-	tidb75      = "8.0.11-TiDB-v7.5.7"
-	vitess11    = "5.7.9-vitess-11.0.0-SNAPSHOT"
-	vitess16    = "8.0.30-Vitess"
-	mariadb1011 = "10.11.19-MariaDB-0+deb12u1"
-	overridden  = "8.0.36" // a look-alike's version string set to MySQL's
+	pg15          = "PostgreSQL 15.20 (Debian 15.20-0+deb12u1) on x86_64-pc-linux-gnu, compiled by gcc (Debian 12.2.0-14+deb12u1) 12.2.0, 64-bit"
+	cockroach     = "CockroachDB CCL v23.1.11 (x86_64-pc-linux-gnu, built 2023/09/27 01:53:43, go1.19.10)"
+	yugabyte218   = "PostgreSQL 11.2-YB-2.18.0.0-b0 on x86_64-pc-linux-gnu, compiled by clang version 15.0.3, 64-bit"
+	yugabyte225   = "PostgreSQL 15.2-YB-2.25.1.0-b0 on x86_64-pc-linux-gnu, compiled by clang version 17.0.6, 64-bit"
+	tidb65        = "5.7.25-TiDB-v6.5.0"
+	tidb75        = "8.0.11-TiDB-v7.5.7"
+	tidbComment   = "TiDB Server (Apache License 2.0) Community Edition, MySQL 8.0 compatible"
+	vitess11      = "5.7.9-vitess-11.0.0-SNAPSHOT"
+	vitess16      = "8.0.30-Vitess"
+	vitessComment = "Version: 16.0.0 (Git revision 0f1c1ac4 branch 'HEAD') built on Tue Feb 28 13:09:36 UTC 2023 by vitess@buildkitsandbox using go1.20.1 linux/amd64"
+	mariadb1011   = "10.11.19-MariaDB-0+deb12u1"
+	mariaComment  = "Debian 12"
+	mysqlComment  = "MySQL Community Server - GPL"
+	overridden    = "8.0.36" // a look-alike's version string set to MySQL's
 )
 
 // Engines that speak PostgreSQL's or MySQL's protocol without its semantics:
-// CheckSchema tells each by what it answers in its first statement, the
-// version string a second signal, and refuses a form it cannot hold for the
-// reason that applies, naming the engine, the form and what to use instead;
-// the forms it can hold pass. Before: TiDB and Vitess with their version
-// strings set to MySQL's passed every form; TiDB 6.5's and Vitess 10–15's
-// own strings ("5.7…") had the advisory form refused as "older than 8.0,
-// which brought SKIP LOCKED", which the advisory form does not use.
+// CheckSchema tells each by what it answers in its first statement, what no
+// user can create or set, the version string a second signal, and refuses a
+// form it cannot hold for the reason that applies, naming the engine, the
+// form and what to use instead; the forms it can hold pass. Before: TiDB
+// and Vitess with their version strings set to MySQL's passed every form;
+// TiDB 6.5's and Vitess 10–15's own strings ("5.7…") had the advisory form
+// refused as "older than 8.0, which brought SKIP LOCKED", which the
+// advisory form does not use; and what told the look-alikes apart were
+// names any user can create (a schema crdb_internal, a database _vt, a
+// function yb_servers), which had PostgreSQL and MariaDB refused as
+// CockroachDB, Vitess or YugabyteDB (dbtest's TestSchemaLookalikeNames).
 func TestCheckSchemaLookalikes(t *testing.T) {
 	tables := map[inbox.Form]inbox.Table{
 		inbox.Lease:    {Name: "jobs", LockedUntil: "locked_until"},
@@ -96,57 +117,60 @@ func TestCheckSchemaLookalikes(t *testing.T) {
 		}
 		return r
 	}
-	type marks struct{ crdb, yb, tidb, vt int64 }
 	for _, tc := range []struct {
 		engine  string
 		dialect inbox.Dialect
 		version string
-		marks   marks
-		galera  bool // a MySQL or MariaDB server only
+		comment string // MySQL's family: version_comment
+		galera  bool   // a MySQL or MariaDB server only
 		form    inbox.Form
 		want    []string // words the one problem names; none for a form that passes
 	}{
-		{"cockroach", inbox.Postgres, cockroach, marks{crdb: 1}, false, inbox.Advisory, []string{"CockroachDB", "advisory", "#13546", "lease form"}},
-		{"cockroach", inbox.Postgres, cockroach, marks{crdb: 1}, false, inbox.RowLock, []string{"CockroachDB", "row-lock form", "lease form"}},
-		{"cockroach", inbox.Postgres, cockroach, marks{crdb: 1}, false, inbox.Lease, nil},
-		{"postgres", inbox.Postgres, pg15, marks{}, false, inbox.Advisory, nil},
-		{"yugabyte-2.18", inbox.Postgres, yugabyte218, marks{yb: 1}, false, inbox.Lease, []string{"YugabyteDB", "PostgreSQL 11", "MATERIALIZED"}},
-		{"yugabyte-2.25", inbox.Postgres, yugabyte225, marks{yb: 1}, false, inbox.Lease, nil},
-		{"yugabyte-2.25", inbox.Postgres, yugabyte225, marks{yb: 1}, false, inbox.Advisory, nil},
-		{"tidb-7.5", inbox.MySQL, tidb75, marks{tidb: 1}, false, inbox.Lease, []string{"TiDB", "SKIP LOCKED", "lease form", "advisory form"}},
-		{"tidb-7.5", inbox.MySQL, tidb75, marks{tidb: 1}, false, inbox.RowLock, []string{"TiDB", "row lock form", "advisory form"}},
-		{"tidb-7.5", inbox.MySQL, tidb75, marks{tidb: 1}, false, inbox.Advisory, nil},
-		{"tidb-6.5", inbox.MySQL, tidb65, marks{tidb: 1}, false, inbox.Advisory, nil},
-		{"tidb-6.5", inbox.MySQL, tidb65, marks{tidb: 1}, false, inbox.Lease, []string{"TiDB", "SKIP LOCKED", "advisory form"}},
-		{"tidb-overridden", inbox.MySQL, overridden, marks{tidb: 1}, false, inbox.Lease, []string{"TiDB", "TIDB_SERVERS_INFO", "advisory form"}},
-		{"tidb-overridden", inbox.MySQL, overridden, marks{tidb: 1}, false, inbox.Advisory, nil},
-		{"vitess-16", inbox.MySQL, vitess16, marks{vt: 1}, false, inbox.Lease, []string{"Vitess", "SKIP LOCKED", "advisory form"}},
-		{"vitess-16", inbox.MySQL, vitess16, marks{vt: 1}, false, inbox.RowLock, []string{"Vitess", "row lock form", "advisory form"}},
-		{"vitess-16", inbox.MySQL, vitess16, marks{vt: 1}, false, inbox.Advisory, nil},
-		{"vitess-11", inbox.MySQL, vitess11, marks{vt: 1}, false, inbox.Advisory, nil},
-		{"vitess-11", inbox.MySQL, vitess11, marks{vt: 1}, false, inbox.RowLock, []string{"Vitess", "row lock form", "advisory form"}},
-		{"vitess-overridden", inbox.MySQL, overridden, marks{vt: 1}, false, inbox.RowLock, []string{"Vitess", "_vt", "advisory form"}},
-		// A sidecar database hidden from the user: the version string.
-		{"vitess-16-no-sidecar", inbox.MySQL, vitess16, marks{}, false, inbox.Lease, []string{"Vitess", "version string", "advisory form"}},
-		{"galera", inbox.MySQL, mariadb1011, marks{}, true, inbox.Advisory, []string{"Galera", "GET_LOCK", "lease form"}},
-		{"galera", inbox.MySQL, mariadb1011, marks{}, true, inbox.RowLock, []string{"Galera", "row-lock form", "1213", "lease form"}},
-		{"galera", inbox.MySQL, mariadb1011, marks{}, true, inbox.Lease, nil},
-		{"mariadb", inbox.MySQL, mariadb1011, marks{}, false, inbox.Advisory, nil},
-		{"mysql-5.7", inbox.MySQL, "5.7.44", marks{}, false, inbox.Advisory, nil},
-		{"mysql-5.7", inbox.MySQL, "5.7.44", marks{}, false, inbox.Lease, []string{"MySQL 5.7.44", "older than 8.0", "SKIP LOCKED", "lease form"}},
+		{"cockroach", inbox.Postgres, cockroach, "", false, inbox.Advisory, []string{"CockroachDB", "advisory", "#13546", "lease form"}},
+		{"cockroach", inbox.Postgres, cockroach, "", false, inbox.RowLock, []string{"CockroachDB", "row-lock form", "lease form"}},
+		{"cockroach", inbox.Postgres, cockroach, "", false, inbox.Lease, nil},
+		{"postgres", inbox.Postgres, pg15, "", false, inbox.Advisory, nil},
+		{"postgres", inbox.Postgres, pg15, "", false, inbox.RowLock, nil},
+		{"yugabyte-2.18", inbox.Postgres, yugabyte218, "", false, inbox.Lease, []string{"YugabyteDB", "PostgreSQL 11", "MATERIALIZED"}},
+		{"yugabyte-2.25", inbox.Postgres, yugabyte225, "", false, inbox.Lease, nil},
+		{"yugabyte-2.25", inbox.Postgres, yugabyte225, "", false, inbox.Advisory, nil},
+		{"tidb-7.5", inbox.MySQL, tidb75, tidbComment, false, inbox.Lease, []string{"TiDB", "SKIP LOCKED", "lease form", "advisory form"}},
+		{"tidb-7.5", inbox.MySQL, tidb75, tidbComment, false, inbox.RowLock, []string{"TiDB", "row lock form", "advisory form"}},
+		{"tidb-7.5", inbox.MySQL, tidb75, tidbComment, false, inbox.Advisory, nil},
+		{"tidb-6.5", inbox.MySQL, tidb65, tidbComment, false, inbox.Advisory, nil},
+		{"tidb-6.5", inbox.MySQL, tidb65, tidbComment, false, inbox.Lease, []string{"TiDB", "SKIP LOCKED", "advisory form"}},
+		{"tidb-overridden", inbox.MySQL, overridden, tidbComment, false, inbox.Lease, []string{"TiDB", "version_comment", "advisory form"}},
+		{"tidb-overridden", inbox.MySQL, overridden, tidbComment, false, inbox.Advisory, nil},
+		{"vitess-16", inbox.MySQL, vitess16, vitessComment, false, inbox.Lease, []string{"Vitess", "SKIP LOCKED", "advisory form"}},
+		{"vitess-16", inbox.MySQL, vitess16, vitessComment, false, inbox.RowLock, []string{"Vitess", "row lock form", "advisory form"}},
+		{"vitess-16", inbox.MySQL, vitess16, vitessComment, false, inbox.Advisory, nil},
+		{"vitess-11", inbox.MySQL, vitess11, vitessComment, false, inbox.Advisory, nil},
+		{"vitess-11", inbox.MySQL, vitess11, vitessComment, false, inbox.RowLock, []string{"Vitess", "row lock form", "advisory form"}},
+		{"vitess-overridden", inbox.MySQL, overridden, vitessComment, false, inbox.RowLock, []string{"Vitess", "version_comment", "advisory form"}},
+		// A vtgate that passes version_comment to a tablet's mysqld: the
+		// version string.
+		{"vitess-16-comment-passed-on", inbox.MySQL, vitess16, mysqlComment, false, inbox.Lease, []string{"Vitess", "version string", "advisory form"}},
+		{"galera", inbox.MySQL, mariadb1011, mariaComment, true, inbox.Advisory, []string{"Galera", "GET_LOCK", "lease form"}},
+		{"galera", inbox.MySQL, mariadb1011, mariaComment, true, inbox.RowLock, []string{"Galera", "row-lock form", "1213", "lease form"}},
+		{"galera", inbox.MySQL, mariadb1011, mariaComment, true, inbox.Lease, nil},
+		{"mariadb", inbox.MySQL, mariadb1011, mariaComment, false, inbox.Advisory, nil},
+		{"mariadb", inbox.MySQL, mariadb1011, mariaComment, false, inbox.RowLock, nil},
+		{"mysql-5.7", inbox.MySQL, "5.7.44", mysqlComment, false, inbox.Advisory, nil},
+		{"mysql-5.7", inbox.MySQL, "5.7.44", mysqlComment, false, inbox.Lease, []string{"MySQL 5.7.44", "older than 8.0", "SKIP LOCKED", "lease form"}},
 	} {
 		t.Run(tc.engine+"/"+tc.form.String(), func(t *testing.T) {
 			m := newMock(t)
 			q := newQueue(t, m, inbox.Config{Dialect: tc.dialect, Table: tables[tc.form]})
-			mk := tc.marks
-			m.ExpectQuery(serverProbe).WithoutArgs().WillReturnRows(probeAnswer(tc.version, mk.crdb, mk.yb, mk.tidb, mk.vt))
 			if tc.dialect == inbox.Postgres {
+				m.ExpectQuery(pgProbe).WithoutArgs().WillReturnRows(pgAnswer(tc.version))
 				m.ExpectQuery(pgColumns).WithArgs("", "jobs").WillReturnRows(pgCols(tc.form))
 			} else {
+				m.ExpectQuery(myProbe).WithoutArgs().WillReturnRows(myAnswer(tc.version, tc.comment))
 				// Galera is a MySQL or MariaDB server's; TiDB and Vitess
 				// are not asked.
 				v := strings.ToLower(tc.version)
-				lookalike := mk.tidb+mk.vt > 0 || strings.Contains(v, "tidb") || strings.Contains(v, "vitess")
+				lookalike := strings.Contains(tc.comment, "TiDB") || strings.Contains(tc.comment, "Git revision") ||
+					strings.Contains(v, "tidb") || strings.Contains(v, "vitess")
 				if tc.form != inbox.Lease && !lookalike {
 					wsrep := rows("Variable_name,Value")
 					if tc.galera {
@@ -155,6 +179,7 @@ func TestCheckSchemaLookalikes(t *testing.T) {
 					m.ExpectQuery(myWsrep).WithoutArgs().WillReturnRows(wsrep)
 				}
 				m.ExpectQuery(myColumns).WithArgs("", "jobs").WillReturnRows(myCols(tc.form))
+				m.ExpectQuery(myFill).WithArgs("", "jobs", "id", "id").WillReturnRows(myAutoID())
 				m.ExpectQuery(myEngine).WithArgs("", "jobs").WillReturnRows(rows("engine", row("InnoDB")))
 			}
 			err := q.CheckSchema(context.Background())

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -284,7 +285,7 @@ func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Dura
 	v := values{id: d.id, attempt: d.attempt, micros: after.Microseconds(), errText: d.errText}
 	defer d.finishRowLock()
 	switch o {
-	case outRetry, outDead:
+	case outRetry, outDead, outDrop:
 		return d.recordRowLock(ctx, o, &v, after)
 	case outRelease:
 		return d.releaseRowLock(ctx, &v)
@@ -313,8 +314,9 @@ func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Dura
 	return tx.Commit()
 }
 
-// recordRowLock records a Retry or Dead: the attempt spent, the error, the
-// row moved to the dead table, and nothing the handler wrote. In the held
+// recordRowLock records a Retry, Dead or Drop: the attempt spent, the
+// error, the row moved to the dead table or deleted, and nothing the
+// handler wrote. In the held
 // transaction when it can be restored: rolled back to the handler's
 // savepoint when Tx took one. A text the database refuses (a last_error
 // narrower than it) is sent again without it. Otherwise (a deadlock rolled
@@ -358,11 +360,20 @@ func (d *Delivery) recordRowLock(ctx context.Context, o outcome, v *values, afte
 	return nil
 }
 
-// recordAnew records a Retry or Dead in a transaction of its own, once the
-// held one is gone: it locks the row again if it still has the delivered
-// attempt and no other transaction holds it, so that a job another claim
-// took meanwhile, or that was settled, is left alone ([ErrLeaseLost]). A
-// text the database refuses is sent again without it.
+// recordAnew records a Retry, Dead or Drop in a transaction of its own,
+// once the held one is gone: it locks the row again if it still has the
+// delivered attempt, so that a job another claim took and settled
+// meanwhile is left alone ([ErrLeaseLost]). A text the database refuses is
+// sent again without it.
+//
+// Relock waits for the row's lock, up to a bound the server enforces:
+// the transaction holding it may be the held one itself. A driver that
+// gives up on a statement by closing its socket (go-sql-driver/mysql, pgx)
+// leaves the server session running it, holding the row, until it finds
+// its client gone; skipping that row would leave the attempt unrecorded
+// and the job delivered again at the same attempt forever. Queued behind
+// that session, the relock takes the row before any claim can. A wait
+// that times out (another claim holds the row that long) is a lost lease.
 func (d *Delivery) recordAnew(ctx context.Context, o outcome, v *values, after time.Duration) error {
 	q := d.q
 	for {
@@ -373,10 +384,13 @@ func (d *Delivery) recordAnew(ctx context.Context, o outcome, v *values, after t
 		ex := q.own(tx)
 		var id any
 		err = q.queryRow(ctx, ex, q.st.Relock, v).Scan(&id)
-		if errors.Is(err, sql.ErrNoRows) {
+		if errors.Is(err, sql.ErrNoRows) || lockTimedOut(err) {
 			_ = tx.Rollback()
 			d.lost = true
-			return fmt.Errorf("%w: its transaction ended, and the job is held by another claim or was settled", ErrLeaseLost)
+			if err != sql.ErrNoRows {
+				return fmt.Errorf("%w: its transaction ended, and another claim holds the job: %w", ErrLeaseLost, err)
+			}
+			return fmt.Errorf("%w: its transaction ended, and the job was settled by another claim", ErrLeaseLost)
 		}
 		if err == nil {
 			err = d.verdict(ctx, ex, o, v, after)
@@ -392,16 +406,37 @@ func (d *Delivery) recordAnew(ctx context.Context, o outcome, v *values, after t
 	}
 }
 
-// verdict runs the statements of a Retry or Dead through ex.
+// lockTimedOut reports a wait for a row lock that the server ended:
+// PostgreSQL's lock_timeout (SQLSTATE 55P03), InnoDB's
+// innodb_lock_wait_timeout (error 1205).
+func lockTimedOut(err error) bool {
+	if err == nil {
+		return false
+	}
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) && st.SQLState() == "55P03" {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "55P03") || strings.Contains(msg, "Error 1205")
+}
+
+// verdict runs the statements of a Retry, Dead or Drop through ex.
 func (d *Delivery) verdict(ctx context.Context, ex Executor, o outcome, v *values, after time.Duration) error {
 	q := d.q
 	var err error
-	if o == outRetry {
+	switch o {
+	case outRetry:
 		// The claim wrote nothing: the Retry counts the attempt spent.
 		if err = q.fillTimes(ctx, ex, q.st.Retry, v, after); err == nil {
 			_, err = q.exec(ctx, ex, q.st.Retry, v)
 		}
-	} else {
+	case outDrop:
+		var n int64
+		if n, err = q.exec(ctx, ex, q.st.Ack, v); err == nil && n != 1 {
+			err = fmt.Errorf("%w: deleted %d rows for id %v", ErrLeaseLost, n, d.id)
+		}
+	default:
 		_, err = q.moveDead(ctx, ex, v)
 	}
 	if err == nil && q.st.ClaimsClear.SQL != "" {

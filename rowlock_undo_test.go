@@ -23,13 +23,14 @@ const (
 	pgUndoClaim  = `SELECT "id", "attempt", "payload", "last_error" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED`
 	pgUndoRetry  = `UPDATE "jobs" SET "attempt" = "attempt" + 1, "not_before" = (statement_timestamp() + $1 * interval '1 microsecond'), "last_error" = COALESCE($2, "last_error") WHERE "id" = $3`
 	pgUndoDead   = `WITH gone AS (DELETE FROM "jobs" WHERE "id" = $1 RETURNING "id", "payload", "last_error") INSERT INTO "dead_jobs" ("id", "attempt", "payload", "last_error") SELECT "id", $2, "payload", COALESCE($3, "last_error") FROM gone`
-	pgUndoRelock = `SELECT "id" FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 FOR UPDATE SKIP LOCKED`
+	pgUndoRelock = `SELECT j."id" FROM (SELECT set_config('lock_timeout', '30s', true) OFFSET 0) AS bounded, "jobs" AS j WHERE j."id" = $1 AND j."attempt" = $2 FOR UPDATE OF j`
+	pgUndoAck    = `DELETE FROM "jobs" WHERE "id" = $1`
 
 	myUndoClaim  = "SELECT `id`, `attempt`, `payload`, `last_error` FROM `jobs` ORDER BY `id` LIMIT 1 FOR UPDATE SKIP LOCKED"
 	myUndoRetry  = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `last_error` = COALESCE(?, `last_error`) WHERE `id` = ?"
 	myUndoDead   = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`, `last_error`) SELECT `id`, ?, `payload`, COALESCE(?, `last_error`) FROM `jobs` WHERE `id` = ?"
 	myUndoDelete = "DELETE FROM `jobs` WHERE `id` = ?"
-	myUndoRelock = "SELECT `id` FROM `jobs` WHERE `id` = ? AND `attempt` = ? FOR UPDATE SKIP LOCKED"
+	myUndoRelock = "SELECT `id` FROM `jobs` WHERE `id` = ? AND `attempt` = ? FOR UPDATE"
 )
 
 // undoTable is the row lock with a last error column; myUndoTable the same
@@ -174,9 +175,44 @@ func TestPostgresRowLockUndo(t *testing.T) {
 		t.Fatalf("Ack after a failed savepoint: %v, want the savepoint's error", err)
 	}
 
+	// The relock's wait for a row another claim holds ends on the server
+	// (lock_timeout): a lost lease, nothing changed.
+	d = undoClaim(t, m, q, pgUndoClaim, 15, 1)
+	m.ExpectExec(rowLockSavepoint).WithoutArgs().WillReturnResult(affected(0))
+	d.Tx()
+	m.ExpectExec(rowLockRollbackTo).WithoutArgs().WillReturnError(errors.New("driver: bad connection"))
+	m.ExpectRollback()
+	m.ExpectBegin()
+	m.ExpectQuery(pgUndoRelock).WithArgs(int64(15), int64(1)).WillReturnError(sqlStateError{"55P03", "canceling statement due to lock timeout"})
+	m.ExpectRollback()
+	if err := d.Retry(ctx, 0); !errors.Is(err, inbox.ErrLeaseLost) {
+		t.Fatalf("Retry whose relock timed out: %v, want ErrLeaseLost", err)
+	}
+
+	// Drop undoes the handler's writes and deletes the row; with the held
+	// transaction lost, it does so in one of its own.
+	d = undoClaim(t, m, q, pgUndoClaim, 16, 1)
+	m.ExpectExec(rowLockSavepoint).WithoutArgs().WillReturnResult(affected(0))
+	d.Tx()
+	m.ExpectExec(rowLockRollbackTo).WithoutArgs().WillReturnResult(affected(0))
+	m.ExpectExec(pgUndoAck).WithArgs(int64(16)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Drop", d.Drop(ctx))
+	m.SameConn(t, rowLockSavepoint, rowLockRollbackTo, pgUndoAck)
+	d = undoClaim(t, m, q, pgUndoClaim, 17, 2)
+	m.ExpectExec(rowLockSavepoint).WithoutArgs().WillReturnResult(affected(0))
+	d.Tx()
+	m.ExpectExec(rowLockRollbackTo).WithoutArgs().WillReturnError(errors.New("driver: bad connection"))
+	m.ExpectRollback()
+	m.ExpectBegin()
+	m.ExpectQuery(pgUndoRelock).WithArgs(int64(17), int64(2)).WillReturnRows(rows("id", row(int64(17))))
+	m.ExpectExec(pgUndoAck).WithArgs(int64(17)).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	ok(t, "Drop in a transaction of its own", d.Drop(ctx))
+
 	// Ack keeps the writes, and Tx after a settlement takes no savepoint.
 	d = undoClaim(t, m, q, pgUndoClaim, 13, 1)
-	m.ExpectExec(`DELETE FROM "jobs" WHERE "id" = $1`).WithArgs(int64(13)).WillReturnResult(affected(1))
+	m.ExpectExec(pgUndoAck).WithArgs(int64(13)).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	ok(t, "Ack", d.Ack(ctx))
 	n := m.Sent()
@@ -254,6 +290,31 @@ func TestMySQLRowLockUndo(t *testing.T) {
 			m.ExpectCommit()
 			d.SetError(errors.New("deadlocked"))
 			ok(t, "Retry after a deadlock", d.Retry(ctx, 0))
+
+			// InnoDB ends the relock's wait (innodb_lock_wait_timeout):
+			// a lost lease.
+			d = claimOne(11, 1)
+			m.ExpectExec(rowLockSavepoint).WithoutArgs().WillReturnResult(affected(0))
+			d.Tx()
+			m.ExpectExec(rowLockRollbackTo).WithoutArgs().WillReturnError(errors.New("invalid connection"))
+			m.ExpectRollback()
+			m.ExpectBegin()
+			m.ExpectQuery(myUndoRelock).WithArgs(int64(11), int64(1)).WillReturnError(errors.New("Error 1205 (HY000): Lock wait timeout exceeded; try restarting transaction"))
+			m.ExpectRollback()
+			if err := d.Retry(ctx, 0); !errors.Is(err, inbox.ErrLeaseLost) {
+				t.Fatalf("Retry whose relock timed out: %v, want ErrLeaseLost", err)
+			}
+
+			// Drop undoes the handler's writes, then deletes the row.
+			d = claimOne(12, 1)
+			m.ExpectExec(rowLockSavepoint).WithoutArgs().WillReturnResult(affected(0))
+			m.ExpectExec(write).WithArgs(int64(12)).WillReturnResult(affected(1))
+			_, err = d.Tx().ExecContext(ctx, write, int64(12))
+			ok(t, "write", err)
+			m.ExpectExec(rowLockRollbackTo).WithoutArgs().WillReturnResult(affected(0))
+			m.ExpectExec(myUndoDelete).WithArgs(int64(12)).WillReturnResult(affected(1))
+			m.ExpectCommit()
+			ok(t, "Drop", d.Drop(ctx))
 			if q.InWork() != 0 {
 				t.Errorf("InWork() = %d after settling all", q.InWork())
 			}

@@ -233,42 +233,68 @@ func (q *Queue) CheckSchema(ctx context.Context) error {
 	return nil
 }
 
+// keyUnwritten reports whether Enqueue leaves the advisory key column out
+// of its insert: a key other than the id, not among the data columns. The
+// database must then fill it (a default, a generated column), which only
+// the schema check can tell: New accepts such a description.
+func keyUnwritten(n *Names) bool {
+	r := n.Raw
+	if r.AdvisoryKey == "" || strings.EqualFold(r.AdvisoryKey, r.ID) {
+		return false
+	}
+	for _, c := range r.Data {
+		if strings.EqualFold(c, r.AdvisoryKey) {
+			return false
+		}
+	}
+	return true
+}
+
+// keyValueProblem says that the advisory key column gets no value: Enqueue
+// does not write it and the database does not fill it.
+func keyValueProblem(n *Names) string {
+	return fmt.Sprintf("column %s.%s (Table.AdvisoryKey) is not in Table.Data %q and has no default, so Enqueue would insert each job "+
+		"without a key (refused where the column is NOT NULL: MySQL's error 1364, PostgreSQL's 23502): list it in Table.Data and "+
+		"give each Job its key, or give the column a default", n.Raw.Name, n.Raw.AdvisoryKey, n.Raw.Data)
+}
+
 // claimsKeyProblem says that the claims table's id is not a key of its own.
 func claimsKeyProblem(n *Names) string {
 	return fmt.Sprintf("table %s: column %s is not its primary key (nor alone in a unique index), which the claims count's upsert needs",
 		n.Raw.ClaimsTable, n.Raw.ID)
 }
 
-// serverProbe is the first statement of the schema check of the server
-// dialects (Postgres, MySQL, MariaDB). It parses alike on PostgreSQL,
-// MySQL and MariaDB and on the engines that speak their protocols, so that a
-// dialect sent to the wrong server learns which server it is instead of
-// failing on the server's syntax; and it asks each catalog for what only
-// one look-alike has, so that an engine is told apart by what it answers
-// even when its version string was set to another's:
+// The schema check's first statement tells which engine answers, by what a
+// user can neither create nor set, so that a look-alike is told apart even
+// where its version string was set to another's, and a schema, database or
+// function a user named after a look-alike's (crdb_internal, _vt,
+// yb_servers) misleads nothing. Each family has its own, as what tells is
+// each family's syntax:
 //
-//   - CockroachDB: the crdb_internal schema, "preloaded to every database"
-//     (its System Catalogs page; listed even where reading it is refused).
-//   - YugabyteDB: the yb_servers() function (its docs, api/ysql/exprs/
-//     func_yb_servers), listed by information_schema.routines as every
-//     function the user may call.
-//   - TiDB: the information_schema table TIDB_SERVERS_INFO (its docs,
-//     information-schema-tidb-servers-info, since v4).
-//   - Vitess: the sidecar database _vt that vttablet creates on every
-//     mysqld it manages (vitess go/vt/sidecardb: "The sidecar database is
-//     named _vt"), which vtgate answers from a tablet's mysqld.
+//   - pgProbe: pg_catalog's version(), built into the server and qualified
+//     so that no function on the search_path stands in for it, and set by
+//     no setting: "CockroachDB CCL v…" (its build, as the read-only
+//     crdb_version), "PostgreSQL 11.2-YB-…" (YugabyteDB's build),
+//     "PostgreSQL …".
+//   - myProbe: version() and version_comment, a variable no session or
+//     statement sets: TiDB's is "TiDB Server …" (a ScopeNone variable,
+//     whatever server-version says), vtgate answers it itself with its
+//     build line "Version: … (Git revision …)" (vitess go/vt/sysvars, a
+//     read-only variable, whatever --mysql_server_version says). The
+//     version string stays a second signal: "…-TiDB-…", "…-Vitess",
+//     "…-vitess-…", "…-MariaDB…".
+//   - sqliteProbe: SQLite has no version() and no @@, the servers no
+//     sqlite_version().
 //
-// The version string stays a second signal: "CockroachDB …", "…-YB-…",
-// "…-TiDB-…", "…-Vitess" or "…-vitess-…".
-const serverProbe = "SELECT version(), " +
-	"(SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = 'crdb_internal'), " +
-	"(SELECT COUNT(*) FROM information_schema.routines WHERE routine_name = 'yb_servers'), " +
-	"(SELECT COUNT(*) FROM information_schema.tables WHERE UPPER(table_schema) = 'INFORMATION_SCHEMA' AND UPPER(table_name) = 'TIDB_SERVERS_INFO'), " +
-	"(SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = '_vt')"
-
-// sqliteProbe is the first statement of SQLite's schema check: SQLite has
-// no version() and no information_schema, the servers no sqlite_version().
-const sqliteProbe = "SELECT sqlite_version()"
+// A dialect sends its own first, one round trip on its engine; when that
+// fails, the database is of another family, and the others' ask in turn,
+// so that a dialect sent to the wrong server names the server instead of
+// failing on its syntax.
+const (
+	pgProbe     = "SELECT pg_catalog.version()"
+	myProbe     = "SELECT version(), @@version_comment"
+	sqliteProbe = "SELECT sqlite_version()"
+)
 
 // Engines the schema check can tell apart.
 const (
@@ -305,29 +331,32 @@ func (s server) speaksMySQL() bool {
 	return s.engine == engineMySQL || s.engine == engineMariaDB || s.engine == engineTiDB || s.engine == engineVitess
 }
 
-// classifyServer tells the engine from serverProbe's answers: what only a
-// look-alike has first, then its version string.
-func classifyServer(version string, crdb, yb, tidb, vitess bool) server {
+// classifyPostgres tells the engine from pgProbe's answer.
+func classifyPostgres(version string) server {
+	switch {
+	case strings.HasPrefix(version, "CockroachDB"):
+		return server{engineCockroach, version, "its pg_catalog.version()"}
+	case strings.Contains(version, "-YB-"):
+		return server{engineYugabyte, version, "its pg_catalog.version()"}
+	case strings.HasPrefix(version, "PostgreSQL"):
+		return server{enginePostgres, version, "its pg_catalog.version()"}
+	}
+	return server{"", version, ""}
+}
+
+// classifyMySQL tells the engine from myProbe's answers: version_comment
+// first, then the version string.
+func classifyMySQL(version, comment string) server {
 	v := strings.ToLower(version)
 	switch {
-	case crdb:
-		return server{engineCockroach, version, "its crdb_internal schema"}
-	case strings.HasPrefix(version, "CockroachDB"):
-		return server{engineCockroach, version, "its version string"}
-	case yb:
-		return server{engineYugabyte, version, "its yb_servers() function"}
-	case strings.Contains(version, "-YB-"):
-		return server{engineYugabyte, version, "its version string"}
-	case tidb:
-		return server{engineTiDB, version, "its information_schema.TIDB_SERVERS_INFO table"}
+	case strings.HasPrefix(comment, "TiDB"):
+		return server{engineTiDB, version, "its version_comment"}
+	case strings.HasPrefix(comment, "Version: ") && strings.Contains(comment, "(Git revision "):
+		return server{engineVitess, version, "its version_comment, vtgate's build line"}
 	case strings.Contains(v, "tidb"):
 		return server{engineTiDB, version, "its version string"}
-	case vitess:
-		return server{engineVitess, version, "its _vt sidecar database"}
 	case strings.Contains(v, "vitess"):
 		return server{engineVitess, version, "its version string"}
-	case strings.HasPrefix(version, "PostgreSQL"):
-		return server{enginePostgres, version, "its version string"}
 	case strings.Contains(v, "mariadb"):
 		return server{engineMariaDB, version, "its version string"}
 	case version != "" && version[0] >= '0' && version[0] <= '9':
@@ -336,35 +365,49 @@ func classifyServer(version string, crdb, yb, tidb, vitess bool) server {
 	return server{"", version, ""}
 }
 
-// probeServer sends serverProbe and tells the engine. When the statement
-// fails, the database may be SQLite: sqlite_version() tells; otherwise the
-// probe's error is returned.
-func probeServer(ctx context.Context, db *sql.DB) (server, error) {
+// A prober sends one family's first statement and tells the engine.
+type prober func(context.Context, *sql.DB) (server, error)
+
+func askPostgres(ctx context.Context, db *sql.DB) (server, error) {
 	var version string
-	var crdb, yb, tidb, vitess int64
-	err := db.QueryRowContext(ctx, serverProbe).Scan(&version, &crdb, &yb, &tidb, &vitess)
-	if err == nil {
-		return classifyServer(version, crdb > 0, yb > 0, tidb > 0, vitess > 0), nil
+	if err := db.QueryRowContext(ctx, pgProbe).Scan(&version); err != nil {
+		return server{}, err
 	}
-	if err := db.QueryRowContext(ctx, sqliteProbe).Scan(&version); err == nil {
-		return server{engineSQLite, version, "sqlite_version()"}, nil
-	}
-	return server{}, err
+	return classifyPostgres(version), nil
 }
 
-// probeSQLite sends sqliteProbe. When it fails, the database may be a
-// server: serverProbe tells; otherwise the first error is returned.
-func probeSQLite(ctx context.Context, db *sql.DB) (server, error) {
+func askMySQL(ctx context.Context, db *sql.DB) (server, error) {
 	var version string
-	err := db.QueryRowContext(ctx, sqliteProbe).Scan(&version)
-	if err == nil {
-		return server{engineSQLite, version, "sqlite_version()"}, nil
+	var comment sql.NullString
+	if err := db.QueryRowContext(ctx, myProbe).Scan(&version, &comment); err != nil {
+		return server{}, err
 	}
-	var crdb, yb, tidb, vitess int64
-	if db.QueryRowContext(ctx, serverProbe).Scan(&version, &crdb, &yb, &tidb, &vitess) == nil {
-		return classifyServer(version, crdb > 0, yb > 0, tidb > 0, vitess > 0), nil
+	return classifyMySQL(version, comment.String), nil
+}
+
+func askSQLite(ctx context.Context, db *sql.DB) (server, error) {
+	var version string
+	if err := db.QueryRowContext(ctx, sqliteProbe).Scan(&version); err != nil {
+		return server{}, err
 	}
-	return server{}, err
+	return server{engineSQLite, version, "sqlite_version()"}, nil
+}
+
+// probeServer asks with each prober in turn, the dialect's own first: the
+// first that answers tells the engine; when none does, the first one's
+// error is returned.
+func probeServer(ctx context.Context, db *sql.DB, probes ...prober) (server, error) {
+	var first error
+	for _, p := range probes {
+		s, err := p(ctx, db)
+		if err == nil {
+			return s, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return server{}, first
 }
 
 // dialectFor names the dialect to use on an engine.

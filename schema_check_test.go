@@ -47,34 +47,42 @@ func TestCheckSchemaWrongDialect(t *testing.T) {
 		want    []string
 	}{
 		{"postgres on mariadb", inbox.Postgres, func(m *mock) {
-			m.ExpectQuery(serverProbe).WithoutArgs().WillReturnRows(probeAnswer(mariadb1011, 0, 0, 0, 0))
+			m.ExpectQuery(pgProbe).WithoutArgs().WillReturnError(errors.New("Error 1305 (42000): FUNCTION pg_catalog.version does not exist"))
+			m.ExpectQuery(myProbe).WithoutArgs().WillReturnRows(myAnswer(mariadb1011, mariaComment))
 		}, []string{"MariaDB", mariadb1011, "not PostgreSQL", "inbox.Postgres cannot run there", "use inbox.MariaDB or inbox.MySQL"}},
 		{"postgres on tidb", inbox.Postgres, func(m *mock) {
-			m.ExpectQuery(serverProbe).WithoutArgs().WillReturnRows(probeAnswer(overridden, 0, 0, 1, 0))
-		}, []string{"TiDB", "TIDB_SERVERS_INFO", "not PostgreSQL", "use inbox.MySQL (advisory form)"}},
+			m.ExpectQuery(pgProbe).WithoutArgs().WillReturnError(errors.New("Error 1305 (42000): FUNCTION pg_catalog.version does not exist"))
+			m.ExpectQuery(myProbe).WithoutArgs().WillReturnRows(myAnswer(overridden, tidbComment))
+		}, []string{"TiDB", "version_comment", "not PostgreSQL", "use inbox.MySQL (advisory form)"}},
 		{"mysql on postgres", inbox.MySQL, func(m *mock) {
-			m.ExpectQuery(serverProbe).WithoutArgs().WillReturnRows(probeAnswer(pg15, 0, 0, 0, 0))
+			m.ExpectQuery(myProbe).WithoutArgs().WillReturnError(errors.New(`pq: column "version_comment" does not exist`))
+			m.ExpectQuery(pgProbe).WithoutArgs().WillReturnRows(pgAnswer(pg15))
 		}, []string{"PostgreSQL", "PostgreSQL 15.20", "not MySQL or MariaDB", "inbox.MySQL cannot run there", "use inbox.Postgres"}},
 		{"mariadb on postgres", inbox.MariaDB, func(m *mock) {
-			m.ExpectQuery(serverProbe).WithoutArgs().WillReturnRows(probeAnswer(pg15, 0, 0, 0, 0))
+			m.ExpectQuery(myProbe).WithoutArgs().WillReturnError(errors.New(`pq: column "version_comment" does not exist`))
+			m.ExpectQuery(pgProbe).WithoutArgs().WillReturnRows(pgAnswer(pg15))
 		}, []string{"PostgreSQL", "inbox.MariaDB cannot run there", "use inbox.Postgres"}},
 		{"mysql on cockroach", inbox.MySQL, func(m *mock) {
-			m.ExpectQuery(serverProbe).WithoutArgs().WillReturnRows(probeAnswer(cockroach, 1, 0, 0, 0))
-		}, []string{"CockroachDB", "crdb_internal", "examples/cockroach"}},
+			m.ExpectQuery(myProbe).WithoutArgs().WillReturnError(errors.New("ERROR: at or near \"@\": syntax error"))
+			m.ExpectQuery(pgProbe).WithoutArgs().WillReturnRows(pgAnswer(cockroach))
+		}, []string{"CockroachDB", "pg_catalog.version()", "examples/cockroach"}},
 		{"sqlite on postgres", inbox.SQLite, func(m *mock) {
 			m.ExpectQuery(sqliteProbe).WithoutArgs().WillReturnError(errors.New("pq: function sqlite_version() does not exist"))
-			m.ExpectQuery(serverProbe).WithoutArgs().WillReturnRows(probeAnswer(pg15, 0, 0, 0, 0))
+			m.ExpectQuery(pgProbe).WithoutArgs().WillReturnRows(pgAnswer(pg15))
 		}, []string{"PostgreSQL 15.20", "not SQLite", "inbox.SQLite cannot run there", "use inbox.Postgres"}},
 		{"sqlite on mariadb", inbox.SQLite, func(m *mock) {
 			m.ExpectQuery(sqliteProbe).WithoutArgs().WillReturnError(errors.New("Error 1305 (42000): FUNCTION inbox.sqlite_version does not exist"))
-			m.ExpectQuery(serverProbe).WithoutArgs().WillReturnRows(probeAnswer(mariadb1011, 0, 0, 0, 0))
+			m.ExpectQuery(pgProbe).WithoutArgs().WillReturnError(errors.New("Error 1305 (42000): FUNCTION pg_catalog.version does not exist"))
+			m.ExpectQuery(myProbe).WithoutArgs().WillReturnRows(myAnswer(mariadb1011, mariaComment))
 		}, []string{"MariaDB", "not SQLite", "use inbox.MariaDB or inbox.MySQL"}},
 		{"postgres on sqlite", inbox.Postgres, func(m *mock) {
-			m.ExpectQuery(serverProbe).WithoutArgs().WillReturnError(errors.New("no such function: version"))
+			m.ExpectQuery(pgProbe).WithoutArgs().WillReturnError(errors.New(`near "(": syntax error`))
+			m.ExpectQuery(myProbe).WithoutArgs().WillReturnError(errors.New("no such function: version"))
 			m.ExpectQuery(sqliteProbe).WithoutArgs().WillReturnRows(rows("v", row("3.46.1")))
 		}, []string{"SQLite", "3.46.1", "not PostgreSQL", "use inbox.SQLite"}},
 		{"mysql on sqlite", inbox.MySQL, func(m *mock) {
-			m.ExpectQuery(serverProbe).WithoutArgs().WillReturnError(errors.New("no such function: version"))
+			m.ExpectQuery(myProbe).WithoutArgs().WillReturnError(errors.New("no such function: version"))
+			m.ExpectQuery(pgProbe).WithoutArgs().WillReturnError(errors.New(`near "(": syntax error`))
 			m.ExpectQuery(sqliteProbe).WithoutArgs().WillReturnRows(rows("v", row("3.46.1")))
 		}, []string{"SQLite", "not MySQL or MariaDB", "use inbox.SQLite"}},
 	} {
@@ -93,8 +101,9 @@ func TestCheckSchemaWrongDialect(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: lease})
 	cut := errors.New("connection reset")
-	m.ExpectQuery(serverProbe).WithoutArgs().WillReturnError(cut)
-	m.ExpectQuery(sqliteProbe).WithoutArgs().WillReturnError(errors.New("another"))
+	m.ExpectQuery(pgProbe).WithoutArgs().WillReturnError(cut)
+	m.ExpectQuery(myProbe).WithoutArgs().WillReturnError(errors.New("another"))
+	m.ExpectQuery(sqliteProbe).WithoutArgs().WillReturnError(errors.New("a third"))
 	if err := q.CheckSchema(context.Background()); !errors.Is(err, cut) {
 		t.Errorf("CheckSchema = %v, want the probe's error", err)
 	}
@@ -120,13 +129,14 @@ func TestCheckSchemaStorageEngine(t *testing.T) {
 					tb.AdvisoryKey = "id"
 				}
 				q := newQueue(t, m, inbox.Config{Dialect: d, Table: tb})
-				m.ExpectQuery(serverProbe).WithoutArgs().WillReturnRows(probeAnswer(mariadb1011, 0, 0, 0, 0))
+				m.ExpectQuery(myProbe).WithoutArgs().WillReturnRows(myAnswer(mariadb1011, mariaComment))
 				if form != inbox.Lease {
 					m.ExpectQuery(myWsrep).WithoutArgs().WillReturnRows(rows("Variable_name,Value", row("wsrep_on", "OFF")))
 				}
 				m.ExpectQuery(myColumns).WithArgs("app", "jobs").WillReturnRows(cols)
 				m.ExpectQuery(myColumns).WithArgs("", "jobs_dead").
 					WillReturnRows(rows("column_name,column_type", row("id", "bigint"), row("attempt", "int"), row("payload", "blob")))
+				m.ExpectQuery(myFill).WithArgs("app", "jobs", "id", "id").WillReturnRows(myAutoID())
 				m.ExpectQuery(myEngine).WithArgs("app", "jobs").WillReturnRows(rows("engine", row("MyISAM")))
 				m.ExpectQuery(myEngine).WithArgs("", "jobs_dead").WillReturnRows(rows("engine", row("Aria")))
 				ps := checkProblems(t, m, q)
@@ -149,7 +159,7 @@ func TestCheckSchemaLastErrorLength(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: tb})
-		m.ExpectQuery(serverProbe).WithoutArgs().WillReturnRows(probeAnswer(pg15, 0, 0, 0, 0))
+		m.ExpectQuery(pgProbe).WithoutArgs().WillReturnRows(pgAnswer(pg15))
 		m.ExpectQuery(pgColumns).WithArgs("", "jobs").WillReturnRows(rows("column_name,data_type", row("id", "bigint"), row("attempt", "integer"),
 			row("payload", "bytea"), row("locked_until", "timestamp with time zone"), row("last_error", "character varying(100)")))
 		m.ExpectQuery(pgColumns).WithArgs("", "jobs_dead").WillReturnRows(rows("column_name,data_type", row("id", "bigint"), row("attempt", "integer"),
@@ -164,7 +174,7 @@ func TestCheckSchemaLastErrorLength(t *testing.T) {
 
 		m = newMock(t)
 		q = newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: tb})
-		m.ExpectQuery(serverProbe).WithoutArgs().WillReturnRows(probeAnswer(pg15, 0, 0, 0, 0))
+		m.ExpectQuery(pgProbe).WithoutArgs().WillReturnRows(pgAnswer(pg15))
 		m.ExpectQuery(pgColumns).WithArgs("", "jobs").WillReturnRows(rows("column_name,data_type", row("id", "bigint"), row("attempt", "integer"),
 			row("payload", "bytea"), row("locked_until", "timestamp with time zone"), row("last_error", "text")))
 		m.ExpectQuery(pgColumns).WithArgs("", "jobs_dead").WillReturnRows(rows("column_name,data_type", row("id", "bigint"), row("attempt", "integer"),
@@ -179,11 +189,12 @@ func TestCheckSchemaLastErrorLength(t *testing.T) {
 			for _, c := range []struct{ queue, dead string }{{"varchar(100)", "tinytext"}, {"text", "varchar(2000)"}} {
 				m := newMock(t)
 				q := newQueue(t, m, inbox.Config{Dialect: d, Table: tb})
-				m.ExpectQuery(serverProbe).WithoutArgs().WillReturnRows(probeAnswer(mariadb1011, 0, 0, 0, 0))
+				m.ExpectQuery(myProbe).WithoutArgs().WillReturnRows(myAnswer(mariadb1011, mariaComment))
 				m.ExpectQuery(myColumns).WithArgs("", "jobs").WillReturnRows(rows("column_name,column_type", row("id", "bigint"), row("attempt", "int"),
 					row("payload", "blob"), row("locked_until", "datetime(6)"), row("LAST_ERROR", c.queue)))
 				m.ExpectQuery(myColumns).WithArgs("", "jobs_dead").WillReturnRows(rows("column_name,column_type", row("id", "bigint"), row("attempt", "int"),
 					row("payload", "blob"), row("last_error", c.dead)))
+				m.ExpectQuery(myFill).WithArgs("", "jobs", "id", "id").WillReturnRows(myAutoID())
 				m.ExpectQuery(myEngine).WithArgs("", "jobs").WillReturnRows(rows("engine", row("InnoDB")))
 				m.ExpectQuery(myEngine).WithArgs("", "jobs_dead").WillReturnRows(rows("engine", row("InnoDB")))
 				if c.queue == "text" {

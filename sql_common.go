@@ -85,11 +85,14 @@ func rowLockRetry(t *sqlTemplate, n *Names) Stmt {
 // savepoint's name is the package's: a handler's own savepoints live
 // inside it. Relock is fenced by the attempt, which only a committed Retry
 // changes under the row lock: a job retried meanwhile is another
-// delivery's.
-func rowLockUndo(t *sqlTemplate, st *Statements) {
+// delivery's. It waits for the row's lock (recordAnew says why), as long
+// as bound allows: the SQL that ends the wait on the server, or a
+// statement of its own taking the row where the engine's setting bounds
+// it (InnoDB's innodb_lock_wait_timeout, 50 s by default).
+func rowLockUndo(t *sqlTemplate, st *Statements, relock string) {
 	st.Savepoint = t.exec("SAVEPOINT inbox_attempt")
 	st.RollbackToSavepoint = t.exec("ROLLBACK TO SAVEPOINT inbox_attempt")
-	st.Relock = t.query("SELECT {id} FROM {table} WHERE {id} = $id AND {attempt} = $delivered FOR UPDATE SKIP LOCKED")
+	st.Relock = t.query(relock)
 }
 
 // retryLater is the advisory form's Retry: it writes the

@@ -1,12 +1,18 @@
 package inbox
 
+import (
+	"strconv"
+	"strings"
+)
+
 // deadJobs writes the statements an operator's tools run: listing,
 // requeueing and purging dead jobs, and cancelling a job that waits. They
 // read the same on every engine but for the placeholders and the clock.
 // returning is true for engines whose DELETE returns the rows it deleted
 // (PostgreSQL, SQLite, MariaDB is left out with MySQL, whose statements it
 // shares); rowSeek for engines that seek an index by a row-value comparison
-// (PostgreSQL, SQLite).
+// (PostgreSQL, SQLite), false for MySQL and MariaDB, whose planners also
+// need the NULL dead_at rows asked for otherwise (below).
 func deadJobs(t *sqlTemplate, n *Names, st *Statements, returning, rowSeek bool) {
 	st.Cancel = t.exec("DELETE FROM {table} WHERE {id} = $id")
 	st.JobExists = t.query("SELECT 1 FROM {table} WHERE {id} = $id")
@@ -27,15 +33,67 @@ func deadJobs(t *sqlTemplate, n *Names, st *Statements, returning, rowSeek bool)
 	// is two ranges, dead_at < $at and dead_at = $at AND id < $id, which it
 	// seeks (21 rows read). PostgreSQL would seek only the first and filter
 	// the ties, so each engine gets its own spelling.
-	order, past := "{id} DESC", "{id} < $id"
-	if n.DeadAt != "" {
-		order, past = "{deadAt} DESC, {id} DESC", "({deadAt}, {id}) < ($at, $id)"
+	if n.DeadAt == "" {
+		st.DeadList = t.query("SELECT " + cols + " FROM {dead} ORDER BY {id} DESC LIMIT $limit")
+		st.DeadListAfter = t.query("SELECT " + cols + " FROM {dead} WHERE {id} < $id ORDER BY {id} DESC LIMIT $limit")
+	} else {
+		past := "({deadAt}, {id}) < ($at, $id)"
 		if !rowSeek {
 			past = "{deadAt} <= $at AND ({deadAt} < $at OR {id} < $id)"
 		}
+		// A dead_at added to a table that held dead jobs leaves theirs
+		// NULL: the oldest deaths, listed last. PostgreSQL's index gives
+		// NULLs first in descending order and cannot serve NULLS LAST, and
+		// a row comparison never passes a NULL, so a page is two seeks of
+		// the index, each bounded by the limit (in derived tables, where
+		// SQLite takes ORDER BY and LIMIT in a compound), merged by a sort
+		// of at most twice the limit. The NULL rows are read in index
+		// order only when PostgreSQL's ORDER BY names the whole key (its
+		// planner takes IS NULL for no equality) and MariaDB's the id
+		// alone; otherwise each sorts all of them. The derived tables name
+		// the columns by position (c0 the id, the last one dead_at): a data
+		// column may be the id, which they cannot hold twice.
+		named := append([]string{"{id}", "{attempt}"}, n.Data...)
+		if n.LastError != "" {
+			named = append(named, "{lastError}")
+		}
+		named = append(named, "{deadAt}")
+		as, pos := make([]string, len(named)), make([]string, len(named))
+		for i, c := range named {
+			pos[i] = "c" + strconv.Itoa(i)
+			as[i] = c + " AS " + pos[i]
+		}
+		at := pos[len(pos)-1]
+		order := at + " DESC, c0 DESC LIMIT $limit"
+		byKey := " ORDER BY " + order
+		nullsBy := " ORDER BY c0 DESC LIMIT $limit"
+		if rowSeek {
+			nullsBy = byKey
+		}
+		read := func(where, order string) string {
+			return "SELECT * FROM (SELECT " + strings.Join(as, ", ") + " FROM {dead} WHERE " + where + order + ")"
+		}
+		page := func(dated string) string {
+			return "SELECT " + strings.Join(pos, ", ") + " FROM (" + read(dated, byKey) + " AS dated UNION ALL " +
+				read("{deadAt} IS NULL", nullsBy) + " AS undated) AS page ORDER BY (" + at + " IS NULL), " + order
+		}
+		st.DeadList = t.query(page("{deadAt} IS NOT NULL"))
+		st.DeadListAfter = t.query(page(past))
+		// Past a NULL job, MariaDB 10.11 reads the NULL rows by dead_at
+		// alone (ref) and filters the ids, all those newer than the cursor,
+		// unless the primary key's range on the id is out of its choice:
+		// then it seeks (dead_at, id) (20 rows read for a page of 20 at
+		// depth 5,000, where it read 5,021).
+		from := "{dead}"
+		if !rowSeek {
+			from = "{dead} IGNORE INDEX (PRIMARY)"
+		}
+		nullOrder := " ORDER BY {id} DESC LIMIT $limit"
+		if rowSeek {
+			nullOrder = " ORDER BY {deadAt} DESC, {id} DESC LIMIT $limit"
+		}
+		st.DeadListAfterNull = t.query("SELECT " + cols + " FROM " + from + " WHERE {deadAt} IS NULL AND {id} < $id" + nullOrder)
 	}
-	st.DeadList = t.query("SELECT " + cols + " FROM {dead} ORDER BY " + order + " LIMIT $limit")
-	st.DeadListAfter = t.query("SELECT " + cols + " FROM {dead} WHERE " + past + " ORDER BY " + order + " LIMIT $limit")
 	// Taking the dead row is the requeue's arbiter: of two operators
 	// requeueing one job, one deletes it, the other finds nothing.
 	if returning {

@@ -125,13 +125,11 @@ func TestBatchOutcomesMariaDB(t *testing.T) {
 // dialect to use; on MariaDB it is MySQL's.
 func TestCheckSchemaMariaDB(t *testing.T) {
 	const (
-		probe = "SELECT version(), " +
-			"(SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = 'crdb_internal'), " +
-			"(SELECT COUNT(*) FROM information_schema.routines WHERE routine_name = 'yb_servers'), " +
-			"(SELECT COUNT(*) FROM information_schema.tables WHERE UPPER(table_schema) = 'INFORMATION_SCHEMA' AND UPPER(table_name) = 'TIDB_SERVERS_INFO'), " +
-			"(SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = '_vt')"
+		probe   = "SELECT version(), @@version_comment"
 		columns = "SELECT column_name, column_type FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
-		engine  = "SELECT COALESCE(engine, '') FROM information_schema.tables WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
+		fill    = "SELECT column_name, column_default, extra, COALESCE(generation_expression, '') FROM information_schema.columns " +
+			"WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ? AND column_name IN (?, ?)"
+		engine = "SELECT COALESCE(engine, '') FROM information_schema.tables WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
 	)
 	for _, tc := range []struct {
 		version string
@@ -144,10 +142,12 @@ func TestCheckSchemaMariaDB(t *testing.T) {
 		t.Run(tc.version, func(t *testing.T) {
 			db, sm := btMock(t)
 			q := btNew(t, db, MariaDB, false)
-			sm.ExpectQuery(probe).WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"version", "crdb", "yb", "tidb", "vt"}).
-				AddRow(tc.version, int64(0), int64(0), int64(0), int64(0)))
+			sm.ExpectQuery(probe).WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"version", "version_comment"}).
+				AddRow(tc.version, "Debian 12"))
 			sm.ExpectQuery(columns).WithArgs("", "jobs").WillReturnRows(sqlmock.NewRows([]string{"column_name", "column_type"}).
 				AddRow("id", "bigint").AddRow("attempt", "int").AddRow("payload", "blob").AddRow("locked_until", "datetime(6)"))
+			sm.ExpectQuery(fill).WithArgs("", "jobs", "id", "id").WillReturnRows(sqlmock.NewRows([]string{"column_name", "column_default", "extra", "generation_expression"}).
+				AddRow("id", nil, "auto_increment", ""))
 			sm.ExpectQuery(engine).WithArgs("", "jobs").WillReturnRows(sqlmock.NewRows([]string{"engine"}).AddRow("InnoDB"))
 			err := q.CheckSchema(context.Background())
 			btMet(t, sm)

@@ -262,7 +262,9 @@ func myRowLock(t *sqlTemplate, n *Names) *Statements {
 	st.Probe = t.query(rowLockProbe)
 	st.Ack = t.exec("DELETE FROM {table} WHERE " + rowLockToken)
 	st.Retry = rowLockRetry(t, n)
-	rowLockUndo(t, st)
+	// The wait ends at innodb_lock_wait_timeout: MySQL 8 cannot bound it
+	// in the statement (MariaDB's WAIT n is not MySQL's).
+	rowLockUndo(t, st, "SELECT {id} FROM {table} WHERE {id} = $id AND {attempt} = $delivered FOR UPDATE")
 	if n.ClaimsTable != "" {
 		// Written by a second session while the held transaction has the
 		// row, so only its holder counts it; without RETURNING the count is
@@ -429,10 +431,11 @@ func myLookalike(s server, f Form, galera bool) string {
 
 // CheckSchema checks the server (SKIP LOCKED: MySQL 8, MariaDB 10.6; the
 // engines that only speak like them; Galera), the tables' columns and
-// storage engine through information_schema, and a LastError column too
-// narrow for MaxErrorText ([SchemaChecker]). Its first statement
-// (serverProbe) tells a server of another engine, which is named with the
-// dialect to use.
+// storage engine through information_schema, a LastError column too
+// narrow for MaxErrorText, an id the server assigns other than by
+// AUTO_INCREMENT and an advisory key Enqueue leaves without a value
+// ([SchemaChecker]). Its first statement (myProbe) tells a server of
+// another engine, which is named with the dialect to use.
 func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
 	return myCheckSchema(ctx, db, n, false)
 }
@@ -461,8 +464,12 @@ func myCheckSchema(ctx context.Context, db *sql.DB, n *Names, mariadbOnly bool) 
 		}
 		problems = append(problems, p)
 	}
-	p, err := myEngines(ctx, db, n)
+	p, err := myFilled(ctx, db, n)
 	if err != nil {
+		return nil, err
+	}
+	problems = append(problems, p...)
+	if p, err = myEngines(ctx, db, n); err != nil {
 		return nil, err
 	}
 	problems = append(problems, p...)
@@ -478,6 +485,55 @@ func myCheckSchema(ctx context.Context, db *sql.DB, n *Names, mariadbOnly bool) 
 	}
 	p, err = myClaimsKey(ctx, db, n)
 	return append(problems, p...), err
+}
+
+// myFill reads how the server fills the queue table's id and advisory key
+// columns when an insert leaves them out: the default as declared (NULL,
+// or on MariaDB the text NULL for a nullable column, when there is none),
+// extra (auto_increment) and the expression of a generated column.
+const myFill = "SELECT column_name, column_default, extra, COALESCE(generation_expression, '') FROM information_schema.columns " +
+	"WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ? AND column_name IN (?, ?)"
+
+// myFilled reports an id the server assigns by a default or a generated
+// column: MySQL and MariaDB report only what AUTO_INCREMENT assigns
+// (LastInsertId is 0 otherwise), so Enqueue could not return the new job's
+// id; and an advisory key that Enqueue does not write ([keyUnwritten]) and
+// the server does not fill, which every insert would leave without a key.
+func myFilled(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+	key := n.Raw.ID
+	if keyUnwritten(n) {
+		key = n.Raw.AdvisoryKey
+	}
+	rows, err := db.QueryContext(ctx, myFill, n.Schema, n.TableName, n.Raw.ID, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var name, extra, generated string
+		var dflt sql.NullString
+		if err := rows.Scan(&name, &dflt, &extra, &generated); err != nil {
+			return nil, err
+		}
+		auto := strings.Contains(strings.ToLower(extra), "auto_increment")
+		// MariaDB writes a string default quoted, so its bare NULL is none.
+		hasDefault := dflt.Valid && dflt.String != "NULL"
+		switch {
+		case strings.EqualFold(name, n.Raw.ID) && !auto && (hasDefault || generated != ""):
+			how := "DEFAULT " + dflt.String
+			if generated != "" {
+				how = "generated column (" + generated + ")"
+			}
+			problems = append(problems, fmt.Sprintf("column %s.%s (Table.ID) is assigned by its %s, not by AUTO_INCREMENT: "+
+				"MySQL and MariaDB report only the ids AUTO_INCREMENT assigns (LastInsertId is 0), so Enqueue, EnqueueMany and "+
+				"RequeueDead could not return the new job's id; make it an AUTO_INCREMENT integer key, "+
+				"or drop the default and give every Job an ID", n.Raw.Name, name, how))
+		case strings.EqualFold(name, key) && !strings.EqualFold(key, n.Raw.ID) && !auto && !hasDefault && generated == "":
+			problems = append(problems, keyValueProblem(n))
+		}
+	}
+	return problems, rows.Err()
 }
 
 // myEngine reads a table's storage engine (NULL for a view); no row when
@@ -516,13 +572,13 @@ func myEngines(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
 	return problems, nil
 }
 
-// myServer checks what the server is (its first statement, serverProbe):
+// myServer checks what the server is (its first statement, myProbe):
 // another engine's server (other: nothing else is checked), an engine that
 // only looks like MySQL, a Galera node, the version (SKIP LOCKED, for the
 // lease and row-lock forms); with mariadbOnly, a server that is not
 // MariaDB.
 func myServer(ctx context.Context, db *sql.DB, n *Names, mariadbOnly bool) (problems []string, other bool, err error) {
-	s, err := probeServer(ctx, db)
+	s, err := probeServer(ctx, db, askMySQL, askPostgres, askSQLite)
 	if err != nil {
 		return nil, false, err
 	}

@@ -160,6 +160,10 @@ func boundedClaims(claim func(bound string) Stmt) []Stmt {
 // transaction is the hold, and only a committed Retry counts the attempt
 // (Dead records the one delivered), so a crash or a Release leaves the row
 // as it was, and an acknowledged job costs one write, its delete.
+// pgRelockWait is how long a row-lock Retry or Dead whose held transaction
+// was lost waits for the row's lock (recordAnew).
+const pgRelockWait = "30s"
+
 func pgRowLock(t *sqlTemplate, n *Names) *Statements {
 	st := &Statements{}
 	st.Claim = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table}{where ready} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED")
@@ -167,7 +171,11 @@ func pgRowLock(t *sqlTemplate, n *Names) *Statements {
 	st.Probe = t.query(rowLockProbe)
 	st.Ack = t.exec("DELETE FROM {table} WHERE " + rowLockToken)
 	st.Retry = rowLockRetry(t, n)
-	rowLockUndo(t, st)
+	// lock_timeout, set for the transaction by the subquery (OFFSET 0
+	// keeps it one), bounds the wait on the server: a client that gave up
+	// instead would leave its backend waiting, then holding the row.
+	rowLockUndo(t, st, "SELECT j.{id} FROM (SELECT set_config('lock_timeout', '"+pgRelockWait+"', true) OFFSET 0) AS bounded, {table} AS j"+
+		" WHERE j.{id} = $id AND j.{attempt} = $delivered FOR UPDATE OF j")
 	if n.ClaimsTable != "" {
 		// Written by a second session once the held transaction has the
 		// row, so only the row's holder counts it; an upsert committed on
@@ -468,11 +476,11 @@ const pgColumns = "SELECT column_name, COALESCE(data_type || '(' || CAST(charact
 // CheckSchema checks the server (PostgreSQL 12, for MATERIALIZED; the
 // engines that only speak like it), the tables' columns through
 // information_schema, a LastError column too narrow for MaxErrorText and
-// the claims table's key ([SchemaChecker]). Its first statement
-// (serverProbe) tells a server of another engine, which is named with the
-// dialect to use.
+// the claims table's key, and an advisory key Enqueue leaves without a
+// value ([SchemaChecker]). Its first statement (pgProbe) tells a server of
+// another engine, which is named with the dialect to use.
 func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
-	s, err := probeServer(ctx, db)
+	s, err := probeServer(ctx, db, askPostgres, askMySQL, askSQLite)
 	if err != nil {
 		return nil, err
 	}
@@ -490,8 +498,24 @@ func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string
 		problems = append(problems, p)
 	}
 	found, err := checkTables(ctx, db, n, pgColumns, pgRules)
-	if err != nil || n.ClaimsTable == "" {
-		return append(problems, found...), err
+	if err != nil {
+		return nil, err
+	}
+	problems = append(problems, found...)
+	if keyUnwritten(n) {
+		var filled bool
+		err := db.QueryRowContext(ctx, pgKeyFilled, n.Schema, n.TableName, n.Raw.AdvisoryKey).Scan(&filled)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			// Reported as a missing column.
+		case err != nil:
+			return nil, err
+		case !filled:
+			problems = append(problems, keyValueProblem(n))
+		}
+	}
+	if n.ClaimsTable == "" {
+		return problems, nil
 	}
 	// The count's upsert needs the id to be a key of its own.
 	var exists, keyed bool
@@ -499,10 +523,16 @@ func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string
 		"JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "+
 		"WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnatts = 1 AND a.attname = $2)", n.ClaimsTable, n.Raw.ID).Scan(&exists, &keyed)
 	if err == nil && exists && !keyed {
-		found = append(found, claimsKeyProblem(n))
+		problems = append(problems, claimsKeyProblem(n))
 	}
-	return append(problems, found...), err
+	return problems, err
 }
+
+// pgKeyFilled tells whether the server fills a column an insert leaves out
+// (the advisory key, when Enqueue does not write it): a default, an
+// identity or a generated column.
+const pgKeyFilled = "SELECT column_default IS NOT NULL OR is_identity = 'YES' OR is_generated = 'ALWAYS' FROM information_schema.columns " +
+	"WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2 AND column_name = $3"
 
 // EnqueueMany is Enqueue's insert with a row per job. PostgreSQL's protocol
 // counts a statement's parameters in 16 bits.

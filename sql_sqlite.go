@@ -147,12 +147,13 @@ func sqliteAdvisory(t *sqlTemplate, n *Names) *Statements {
 	return st
 }
 
-// CheckSchema checks the version (3.35, for RETURNING), the tables' columns
-// and that a rowid id cannot be reused ([SchemaChecker]). A server reached
-// with this dialect is named, with the dialect to use.
+// CheckSchema checks the version (3.35, for RETURNING), the tables' columns,
+// that a rowid id cannot be reused, and an advisory key Enqueue leaves
+// without a value ([SchemaChecker]). A server reached with this dialect is
+// named, with the dialect to use.
 func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
 	var problems []string
-	s, err := probeSQLite(ctx, db)
+	s, err := probeServer(ctx, db, askSQLite, askPostgres, askMySQL)
 	if err != nil {
 		return nil, err
 	}
@@ -164,10 +165,11 @@ func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, 
 		problems = append(problems, fmt.Sprintf("SQLite %s is older than 3.35, which brought RETURNING", version))
 	}
 	check := func(schema, table string, role tableRole) error {
-		q := "SELECT name, type FROM pragma_table_info(?)"
+		// xinfo: pragma_table_info leaves generated columns out.
+		q := "SELECT name, type FROM pragma_table_xinfo(?)"
 		args := []any{table}
 		if schema != "" {
-			q = "SELECT name, type FROM pragma_table_info(?, ?)"
+			q = "SELECT name, type FROM pragma_table_xinfo(?, ?)"
 			args = append(args, schema)
 		}
 		cols, err := readColumns(ctx, db, q, args...)
@@ -190,17 +192,39 @@ func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, 
 	if reuse {
 		problems = append(problems, fmt.Sprintf("table %s: its id is INTEGER PRIMARY KEY without AUTOINCREMENT, so a new job takes the id of a deleted one (a stale holder's token could match it): declare it INTEGER PRIMARY KEY AUTOINCREMENT", n.Raw.Name))
 	}
+	if keyUnwritten(n) {
+		var filled bool
+		err := db.QueryRowContext(ctx, sqliteKeyFilled, n.TableName, sqliteSchema(n), n.Raw.AdvisoryKey).Scan(&filled)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			// Reported as a missing column.
+		case err != nil:
+			return nil, err
+		case !filled:
+			problems = append(problems, keyValueProblem(n))
+		}
+	}
 	return problems, nil
+}
+
+// sqliteKeyFilled tells whether SQLite fills a column an insert leaves out
+// (the advisory key, when Enqueue does not write it): a default or a
+// generated column (hidden 2 or 3; pragma_table_info omits those).
+const sqliteKeyFilled = "SELECT dflt_value IS NOT NULL OR hidden IN (2, 3) FROM pragma_table_xinfo(?, ?) WHERE name = ? COLLATE NOCASE"
+
+// sqliteSchema is the schema of the queue table: main unless named.
+func sqliteSchema(n *Names) string {
+	if n.Schema == "" {
+		return "main"
+	}
+	return strings.ToLower(n.Schema)
 }
 
 // sqliteReusesIDs reports whether the queue table's id is SQLite's rowid
 // without AUTOINCREMENT: SQLite then gives a new row the highest id in use
 // plus one, which is the id of the job deleted last when it was the highest.
 func sqliteReusesIDs(ctx context.Context, db *sql.DB, n *Names) (bool, error) {
-	schema := strings.ToLower(n.Schema)
-	if schema == "" {
-		schema = "main"
-	}
+	schema := sqliteSchema(n)
 	var typ string
 	var pk, pks int
 	err := db.QueryRowContext(ctx, "SELECT type, pk, (SELECT COUNT(*) FROM pragma_table_info(?, ?) WHERE pk > 0)"+

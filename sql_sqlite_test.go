@@ -317,8 +317,8 @@ func TestSQLiteAdvisoryRealClock(t *testing.T) {
 func TestSQLiteCheckSchemaAutoincrement(t *testing.T) {
 	const (
 		version  = `SELECT sqlite_version()`
-		columns  = `SELECT name, type FROM pragma_table_info(?)`
-		columns2 = `SELECT name, type FROM pragma_table_info(?, ?)`
+		columns  = `SELECT name, type FROM pragma_table_xinfo(?)`
+		columns2 = `SELECT name, type FROM pragma_table_xinfo(?, ?)`
 		idColumn = `SELECT type, pk, (SELECT COUNT(*) FROM pragma_table_info(?, ?) WHERE pk > 0) FROM pragma_table_info(?, ?) WHERE name = ? COLLATE NOCASE`
 		ddl      = "SELECT sql FROM `main`.sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"
 		auxDDL   = "SELECT sql FROM `aux`.sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"

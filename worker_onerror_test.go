@@ -21,7 +21,8 @@ func TestWorkOnError(t *testing.T) {
 	m.ExpectQuery(pgLeaseClaim).WillReturnError(errDown)
 	// The failure has the loop check the schema, which fails too: the
 	// server may come back, so the loop claims again.
-	m.ExpectQuery(inbox.ServerProbe).WillReturnError(errDown)
+	m.ExpectQuery(inbox.PgProbe).WillReturnError(errDown)
+	m.ExpectQuery(inbox.MyProbe).WillReturnError(errDown)
 	m.ExpectQuery(inbox.SQLiteProbe).WillReturnError(errDown)
 	m.ExpectQuery(pgLeaseClaim).WillReturnError(errDown)
 	ctx, cancel := context.WithCancel(context.Background())

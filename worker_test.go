@@ -746,7 +746,8 @@ func TestWorkProbes(t *testing.T) {
 	m.ExpectQuery(probe).WithoutArgs().WillReturnError(errors.New("server gone"))
 	// The failure has the loop check the schema, which fails too: the
 	// server is away, which may heal, and the loop goes on.
-	m.ExpectQuery(inbox.ServerProbe).WithoutArgs().WillReturnError(errors.New("server gone"))
+	m.ExpectQuery(inbox.MyProbe).WithoutArgs().WillReturnError(errors.New("server gone"))
+	m.ExpectQuery(inbox.PgProbe).WithoutArgs().WillReturnError(errors.New("server gone"))
 	m.ExpectQuery(inbox.SQLiteProbe).WithoutArgs().WillReturnError(errors.New("server gone"))
 	m.ExpectQuery(probe).WithoutArgs().WillReturnRows(rows("1", row(int64(1))))
 	m.ExpectBegin()
@@ -774,7 +775,7 @@ func TestWorkProbes(t *testing.T) {
 	workDone(t, done)
 	m.Since(t, 0,
 		"begin", "query "+myLeaseDueClock, "query "+myLeaseFreeClock, "commit",
-		"query "+probe, "query "+probe, "query "+inbox.ServerProbe, "query "+inbox.SQLiteProbe, "query "+probe,
+		"query "+probe, "query "+probe, "query "+inbox.MyProbe, "query "+inbox.PgProbe, "query "+inbox.SQLiteProbe, "query "+probe,
 		"begin", "query "+myLeaseDueClock, "query "+myLeaseFreeClock, "exec "+myLeaseMark, "commit",
 		"exec "+myLeaseAck)
 	m.Met(t)

@@ -3,14 +3,20 @@ package dbtest
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dashboard"
 )
 
 // deadOpsTable creates a queue table whose dead table keeps the last error
@@ -418,3 +424,164 @@ func BenchmarkEnqueueGivenID(b *testing.B) {
 		}
 	}
 }
+
+// TestListDeadNullDeadAt: Table.DeadAt added to a dead table that already
+// held jobs, whose dead_at is then NULL. They died before the column
+// existed, so they are the oldest: on every engine and driver, with integer
+// and text ids, paging at 1, 2, 3 and 7 jobs through ListDead, the
+// dashboard's api/dead and its page (whose links carry no time for such a
+// job) lists every dead job once, by dead_at descending, ties by id
+// descending, then the NULL ones by id descending.
+func TestListDeadNullDeadAt(t *testing.T) {
+	at := time.Date(2026, 12, 3, 8, 0, 0, 250000000, time.UTC)
+	// Job n died at at+died[n] seconds; missing: NULL.
+	died := map[int]int{2: 0, 4: 1, 5: 0, 7: 1, 8: -1, 10: 0, 11: 2}
+	order := []int{11, 7, 4, 10, 5, 2, 8, 12, 9, 6, 3, 1}
+	eachEngine(t, nil, func(t *testing.T, e Engine) {
+		for _, kind := range []string{"int", "text"} {
+			t.Run(kind, func(t *testing.T) {
+				ctx := context.Background()
+				db := e.Open(t, 4)
+				table := "dead_null_" + kind
+				idOf := func(n int) any { return int64(n) }
+				if kind == "text" {
+					textIDTable(t, e, db, table)
+					idOf = func(n int) any { return fmt.Sprintf("job-%02d", n) }
+				} else {
+					e.CreateTable(t, db, table)
+					dropAtEnd(t, e, db, table, table+"_dead", table+"_claims")
+				}
+				// The rows of before the column: no dead_at.
+				for n := 1; n <= len(order); n++ {
+					mustExec(t, e, db, "INSERT INTO "+table+"_dead (id, attempt, payload) VALUES (?, 1, ?)", idOf(n), []byte("p"))
+				}
+				addColumns(t, e, db, table, "dead.dead_at")
+				mustExec(t, e, db, "CREATE INDEX "+table+"_dead_at ON "+table+"_dead (dead_at, id)")
+				for n, s := range died {
+					mustExec(t, e, db, "UPDATE "+table+"_dead SET dead_at = ? WHERE id = ?", opsTime(e, at.Add(time.Duration(s)*time.Second)), idOf(n))
+				}
+				tb := Table(table, "lease")
+				tb.DeadAt = "dead_at"
+				data := 1 // payload
+				if kind == "int" {
+					// The id as data too: a name a page's derived tables
+					// would hold twice.
+					tb.Data, data = []string{"id", "payload"}, 2
+				}
+				q := newQueue(t, db, queueConfig(e, tb, nil))
+				var want []string
+				for _, n := range order {
+					want = append(want, fmt.Sprint(idOf(n)))
+				}
+				diedAt := func(id string) time.Time {
+					for n, s := range died {
+						if fmt.Sprint(idOf(n)) == id {
+							return at.Add(time.Duration(s) * time.Second)
+						}
+					}
+					return time.Time{}
+				}
+
+				for _, limit := range []int{1, 2, 3, 7} {
+					// ListDead, each page past the last job of the one before.
+					var got []string
+					var after *inbox.DeadJob
+					for pages := 0; pages <= len(want); pages++ {
+						page, err := q.ListDead(ctx, limit, after)
+						if err != nil {
+							t.Fatalf("limit %d, after %+v: %v", limit, after, err)
+						}
+						if len(page) == 0 {
+							break
+						}
+						for _, j := range page {
+							id := fmt.Sprint(j.ID)
+							if fmt.Sprintf("%T", j.ID) != fmt.Sprintf("%T", idOf(1)) || !j.DeadAt.Equal(diedAt(id)) || len(j.Data) != data {
+								t.Errorf("limit %d: job %v (%T) died at %v with data %v, want %v", limit, j.ID, j.ID, j.DeadAt, j.Data, diedAt(id))
+							} else if kind == "int" && fmt.Sprint(j.Data[0]) != id {
+								t.Errorf("limit %d: job %v has the id %v as data", limit, j.ID, j.Data[0])
+							}
+							got = append(got, id)
+						}
+						after = &page[len(page)-1]
+					}
+					if fmt.Sprint(got) != fmt.Sprint(want) {
+						t.Errorf("ListDead by %d: %v, want %v", limit, got, want)
+					}
+
+					h, err := dashboard.New(dashboard.Config{Queues: []dashboard.QueueConfig{{Name: "jobs", Queue: q, TextIDs: kind == "text"}}, DeadPage: limit})
+					if err != nil {
+						t.Fatal(err)
+					}
+					get := func(target string) string {
+						rec := httptest.NewRecorder()
+						h.ServeHTTP(rec, httptest.NewRequest("GET", target, nil))
+						if rec.Code != 200 {
+							t.Fatalf("GET %s = %d %s", target, rec.Code, rec.Body)
+						}
+						return rec.Body.String()
+					}
+
+					// api/dead, following its next.
+					got = nil
+					target := fmt.Sprintf("/api/dead?queue=jobs&limit=%d", limit)
+					for pages := 0; target != "" && pages <= len(want); pages++ {
+						var body struct {
+							Jobs []struct {
+								ID     any        `json:"id"`
+								DeadAt *time.Time `json:"dead_at"`
+							} `json:"jobs"`
+							Next map[string]string `json:"next"`
+						}
+						if err := json.Unmarshal([]byte(get(target)), &body); err != nil {
+							t.Fatal(err)
+						}
+						for _, j := range body.Jobs {
+							id := fmt.Sprint(j.ID)
+							if j.DeadAt == nil != diedAt(id).IsZero() || j.DeadAt != nil && !j.DeadAt.Equal(diedAt(id)) {
+								t.Errorf("api/dead by %d: job %s died at %v, want %v", limit, id, j.DeadAt, diedAt(id))
+							}
+							got = append(got, id)
+						}
+						target = ""
+						if body.Next != nil {
+							v := url.Values{"queue": {"jobs"}, "limit": {fmt.Sprint(limit)}}
+							for k, x := range body.Next {
+								v.Set(k, x)
+							}
+							target = "/api/dead?" + v.Encode()
+						}
+					}
+					if fmt.Sprint(got) != fmt.Sprint(want) {
+						t.Errorf("api/dead by %d: %v, want %v", limit, got, want)
+					}
+
+					// The page, following its link to older dead jobs.
+					got = nil
+					target = "/?queue=jobs"
+					for pages := 0; target != "" && pages <= len(want); pages++ {
+						body := get(target)
+						if i := strings.Index(body, `id="dead-error"`); i >= 0 {
+							t.Fatalf("the page by %d: %.300s", limit, body[i:])
+						}
+						for _, m := range deadRowRE.FindAllStringSubmatch(body, -1) {
+							got = append(got, html.UnescapeString(m[1]))
+						}
+						target = ""
+						if m := olderRE.FindStringSubmatch(body); m != nil {
+							target = "/" + html.UnescapeString(m[1])
+						}
+					}
+					if fmt.Sprint(got) != fmt.Sprint(want) {
+						t.Errorf("the page by %d: %v, want %v", limit, got, want)
+					}
+				}
+			})
+		}
+	})
+}
+
+var (
+	deadRowRE = regexp.MustCompile(`<tr data-id="([^"]*)">`)
+	olderRE   = regexp.MustCompile(`<a id="older" href="([^"]*)">`)
+)

@@ -272,8 +272,8 @@ func fuzzXRoundTrip(t *testing.T, e Engine, db *sql.DB, schema string, n fuzzXNa
 	if dataIsID {
 		job = inbox.Job{Data: []any{int64(42)}}
 	}
-	if _, err := q.Enqueue(ctx, db, job); err != nil {
-		t.Fatalf("enqueue into %+v: %v", tb, err)
+	if id, err := q.Enqueue(ctx, db, job); err != nil || id != int64(42) {
+		t.Fatalf("enqueue into %+v: id %v (%T), %v; want 42", tb, id, id, err)
 	}
 	ds, err := q.Claim(ctx, 1)
 	if err != nil || len(ds) != 1 {

@@ -119,9 +119,9 @@ var stmtDocs = map[string]stmtDoc{
 	"Savepoint": {"Marks the held transaction before the handler writes to it.",
 		"the first `Delivery.Tx()` of a row-lock delivery."},
 	"RollbackToSavepoint": {"Undoes what the handler wrote in the held transaction.",
-		"a row-lock `Retry` or `Dead` after `Delivery.Tx()`, before it records the attempt."},
-	"Relock": {"Locks the job again, without waiting, if it still carries the attempt delivered.",
-		"a row-lock `Retry` or `Dead` whose held transaction cannot be used any more (a failed statement, a deadlock, a cut session), first statement of a transaction of its own."},
+		"a row-lock `Retry`, `Dead` or `Drop` after `Delivery.Tx()`, before it records the attempt."},
+	"Relock": {"Locks the job again if it still carries the attempt delivered, waiting for the lock up to a bound the server enforces (PostgreSQL: `lock_timeout` 30 s, set for its transaction; MySQL and MariaDB: `innodb_lock_wait_timeout`), since the holder may be the lost transaction's own session, still running a cut statement; a timed-out wait is a lost lease.",
+		"a row-lock `Retry`, `Dead` or `Drop` whose held transaction cannot be used any more (a failed statement, a deadlock, a cut session), first statement of a transaction of its own."},
 	"Enqueue": {"Inserts a job with the data given; the id comes from the table.",
 		"`Queue.Enqueue` without `Job.ID` or `Job.NotBefore`."},
 	"EnqueueID": {"Inserts a job with the id given.",
@@ -132,10 +132,12 @@ var stmtDocs = map[string]stmtDoc{
 		"`Queue.Enqueue` with both."},
 	"Probe": {"Returns a row when a claim may find a job, in one statement where the claim is a transaction of several.",
 		"`Queue.Probe`: `worker.Run`, idle, when its fallback interval runs out; it claims only after a row."},
-	"DeadList": {"Lists up to a page of dead jobs, the most recent death first.",
+	"DeadList": {"Lists up to a page of dead jobs, the most recent death first; with `Table.DeadAt`, those without a time of death (dead before the column was added) last.",
 		"`Queue.ListDead` (the dashboard's dead list)."},
 	"DeadListAfter": {"Lists the next page of dead jobs, past the last one listed.",
 		"`Queue.ListDead` with a cursor."},
+	"DeadListAfterNull": {"Lists the next page of the dead jobs without a time of death, past the last one listed.",
+		"`Queue.ListDead` with a cursor whose `DeadAt` is zero, with `Table.DeadAt`."},
 	"DeadTake": {"Takes a dead job's data out of the dead table (deleting it, or locking it where the engine cannot return a deleted row).",
 		"`Queue.RequeueDead`, in its transaction, before it enqueues the job again."},
 	"DeadTakeDelete": {"Deletes the dead job `DeadTake` locked.",
@@ -284,10 +286,10 @@ func sqlDocStatements(t *testing.T, d inbox.Dialect, form string, table inbox.Ta
 	}
 	_ = q.CheckSchema(ctx)
 	if first := rec.take(t, "CheckSchema", stmtDoc{
-		"The schema check's first statement: which engine and version answers, and what only a look-alike has (CockroachDB, YugabyteDB, TiDB, Vitess), in a `SELECT` every server engine parses. The check's further reads of the catalog depend on what this one found.",
+		"The schema check's first statement: which engine and version answers, read from what no user creates or sets (`pg_catalog.version()`; MySQL's read-only `version_comment`), so that a look-alike (CockroachDB, YugabyteDB, TiDB, Vitess) is told apart. On an engine of another family it fails, and the other families' first statements follow to name the engine found. The check's further reads of the catalog depend on what this one found.",
 		"`Queue.CheckSchema`, at startup."}); len(first) > 0 {
 		if d == inbox.SQLite {
-			first[0].doc.what = "The schema check's first statement: the SQLite version. On a server it fails, and the check then sends the servers' first statement to name the engine found."
+			first[0].doc.what = "The schema check's first statement: the SQLite version. On a server it fails, and the check then sends the servers' first statements to name the engine found."
 		}
 		out = append(out, first[0])
 	}

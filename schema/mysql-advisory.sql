@@ -1,7 +1,8 @@
 -- inbox: MySQL 8 or MariaDB 10.6 or later (InnoDB), advisory-lock form.
 -- Described as inbox.Table{Name: "jobs", AdvisoryKey: "id", NotBefore: "not_before",
 --     DeadTable: "jobs_dead"}.
--- A key on another column (a customer, an account) needs that column, integer or text.
+-- A key on another column (a customer, an account) needs that column, integer or text,
+-- listed in Table.Data or with a default (docs/forms.md, "A key of your own").
 -- Every name here is yours to change: name the tables and columns in inbox.Table.
 
 CREATE TABLE jobs (
@@ -25,7 +26,8 @@ CREATE TABLE jobs_dead (
 -- With LastError, the dead table keeps the error each job died with:
 -- ALTER TABLE jobs_dead ADD COLUMN last_error text NULL;
 -- For Queue.ListDead and Queue.PurgeDead (Table.DeadAt): when each job died, a column
--- of the dead table that Dead writes; ListDead pages newest first by this index.
+-- of the dead table that Dead writes; ListDead pages newest first by this index. Jobs
+-- already dead when it is added keep it NULL: ListDead lists them last, as the oldest.
 -- ALTER TABLE jobs_dead ADD COLUMN dead_at DATETIME(6) NULL;
 -- CREATE INDEX jobs_dead_at ON jobs_dead (dead_at, id);
 -- With a priority (MySQL 8, MariaDB 10.8 or later), the rows in claim order:

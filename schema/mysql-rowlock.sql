@@ -32,7 +32,8 @@ CREATE TABLE jobs_claims (
 -- With LastError, the dead table keeps the error each job died with:
 -- ALTER TABLE jobs_dead ADD COLUMN last_error text NULL;
 -- For Queue.ListDead and Queue.PurgeDead (Table.DeadAt): when each job died, a column
--- of the dead table that Dead writes; ListDead pages newest first by this index.
+-- of the dead table that Dead writes; ListDead pages newest first by this index. Jobs
+-- already dead when it is added keep it NULL: ListDead lists them last, as the oldest.
 -- ALTER TABLE jobs_dead ADD COLUMN dead_at DATETIME(6) NULL;
 -- CREATE INDEX jobs_dead_at ON jobs_dead (dead_at, id);
 -- With a priority (MySQL 8, MariaDB 10.8 or later), required: without it SKIP LOCKED

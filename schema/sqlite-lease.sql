@@ -37,7 +37,8 @@ CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (locked_until, id);
 -- With LastError, the dead table keeps the error each job died with:
 -- ALTER TABLE jobs_dead ADD COLUMN last_error TEXT;
 -- For Queue.ListDead and Queue.PurgeDead (Table.DeadAt): when each job died, a column
--- of the dead table that Dead writes; ListDead pages newest first by this index.
+-- of the dead table that Dead writes; ListDead pages newest first by this index. Jobs
+-- already dead when it is added keep it NULL: ListDead lists them last, as the oldest.
 -- ALTER TABLE jobs_dead ADD COLUMN dead_at TEXT;
 -- CREATE INDEX jobs_dead_at ON jobs_dead (dead_at, id);
 -- With a priority, the free rows in claim order, in place of jobs_claimable above:

@@ -821,7 +821,9 @@ func (w *loop) settle(d *inbox.Delivery, b *inbox.Batcher, err error, o Outcome,
 		d.SetError(err)
 		return d.Dead(ctx)
 	case OutcomeDropped:
-		return d.Ack(ctx)
+		// Not Ack: under the row lock that would commit what the failed
+		// handler wrote.
+		return d.Drop(ctx)
 	case OutcomeRetried:
 		d.SetError(err)
 	}

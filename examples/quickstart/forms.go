@@ -33,3 +33,15 @@ var advisoryTable = inbox.Table{
 	NotBefore:   "not_before",
 	DeadTable:   "jobs_dead",
 }
+
+// customerTable: the advisory lock keyed on a column of yours runs the jobs
+// of one customer one at a time. Enqueue writes the key only as a data
+// value, so the column is listed in Data; CheckSchema refuses a key column
+// that Enqueue would leave without a value.
+var customerTable = inbox.Table{
+	Name:        "jobs",
+	Data:        []string{"payload", "customer"},
+	AdvisoryKey: "customer",
+	NotBefore:   "not_before",
+	DeadTable:   "jobs_dead",
+}
