@@ -46,7 +46,9 @@ type Delivery struct {
 	keeper  *keeper
 }
 
-// ID returns the job's id: an int64 or a string.
+// ID returns the job's id: an int64 for an integer key of any width, a
+// string for any other (text, uuid), so that d.ID().(int64) is safe on an
+// integer key.
 func (d *Delivery) ID() any { return d.id }
 
 // Attempt returns the number of this attempt, 1 for the first.

@@ -448,3 +448,41 @@ func TestReadErrors(t *testing.T) {
 		t.Errorf("api/queues = %s", body)
 	}
 }
+
+// TestLegendAfterAction (issue 35): after a requeue, within the sampling
+// interval, the depth chart's legend counts what the table counts (it
+// showed the sample from before the action: dead 3 beside a table's 2),
+// and a page load with nothing changed adds no sample.
+func TestLegendAfterAction(t *testing.T) {
+	f := newFake()
+	f.dead = append(f.dead, inbox.DeadJob{ID: int64(3), Attempt: 1, DeadAt: t0.Add(-2 * time.Hour)})
+	h := newHandler(t, Config{Queues: []QueueConfig{{Name: "mail", Queue: f}}, SampleEvery: time.Hour})
+	c := newClient(t, h)
+	legend := func(body string) string {
+		m := regexp.MustCompile(`■ dead \((\d+)\)`).FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("no dead count in the legend:\n%s", body)
+		}
+		return m[1]
+	}
+	tok := c.token()
+	_, body := c.get("/")
+	if got := legend(body); got != "3" || !strings.Contains(body, `<td class="n dead-count">3</td>`) {
+		t.Fatalf("before the requeue: legend dead %s, want 3 as the table", got)
+	}
+	samples := len(h.hist.get("mail"))
+	status, body := c.post("/requeue", url.Values{"queue": {"mail"}, "id": {"7"}, "kind": {"int"}, "csrf": {tok}})
+	if status != 200 {
+		t.Fatalf("requeue: %d", status)
+	}
+	if got := legend(body); got != "2" || !strings.Contains(body, `<td class="n dead-count">2</td>`) {
+		t.Errorf("after the requeue: legend dead %s, want 2 as the table", got)
+	}
+	if n := len(h.hist.get("mail")); n != samples+1 {
+		t.Errorf("%d samples after the requeue, want %d", n, samples+1)
+	}
+	c.get("/")
+	if n := len(h.hist.get("mail")); n != samples+1 {
+		t.Errorf("%d samples after a page load with nothing changed, want %d", n, samples+1)
+	}
+}

@@ -105,6 +105,35 @@ func (h *Handler) sample(ctx context.Context, ifDue bool) {
 	}
 }
 
+// sampleViews keeps the page's readings as samples: each queue's when the
+// last sample is older than the interval or counts otherwise than the
+// reading (an action since, or a busy queue), so that the chart's legend,
+// its latest sample, is what the page's table shows.
+func (h *Handler) sampleViews(views []queueView) {
+	h.sampleMu.Lock()
+	defer h.sampleMu.Unlock()
+	due := h.now().Sub(h.hist.last()) >= h.every
+	for i, v := range views {
+		if v.Err != "" {
+			continue // the page shows the error; the chart has a gap
+		}
+		q := h.queues[i]
+		s := Sample{At: h.now().UTC(), Ready: v.Stats.Ready, Waiting: v.Stats.Waiting, InWork: v.Stats.InWork, Dead: v.Stats.Dead, Done: -1}
+		if q.Done != nil {
+			s.Done = int64(q.Done())
+		}
+		if ss := h.hist.get(q.Name); !due && len(ss) > 0 && sameCounts(ss[len(ss)-1], s) {
+			continue
+		}
+		h.hist.add(q.Name, s)
+	}
+}
+
+// sameCounts tells whether two samples count the same jobs.
+func sameCounts(a, b Sample) bool {
+	return a.Ready == b.Ready && a.Waiting == b.Waiting && a.InWork == b.InWork && a.Dead == b.Dead
+}
+
 // sampleIfDue samples when the last sample is older than the interval:
 // without a Run loop, the charts fill while someone looks.
 func (h *Handler) sampleIfDue(ctx context.Context) {

@@ -93,8 +93,11 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request, res *result)
 	if err != nil {
 		status, res, sel = http.StatusNotFound, &result{Text: err.Error()}, &h.queues[0]
 	}
-	h.sampleIfDue(r.Context())
-	d := pageData{Queues: h.stats(r), Token: h.token(w, r), ReadOnly: h.readOnly, Result: res,
+	views := h.stats(r)
+	// The chart's latest sample is the table's reading, so that the legend
+	// and the table agree, after an action too.
+	h.sampleViews(views)
+	d := pageData{Queues: views, Token: h.token(w, r), ReadOnly: h.readOnly, Result: res,
 		Generated: when(h.now())}
 	for i := range d.Queues {
 		if d.Queues[i].Name == sel.Name {

@@ -85,6 +85,7 @@ func (e Engine) OpenDSN(t testing.TB, dsn string, maxConns int) *sql.DB {
 	}
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
+	openedBy(t)
 	if err := db.Ping(); err != nil {
 		t.Fatalf("%s: %v", e.Name, err)
 	}
