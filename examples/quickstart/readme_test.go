@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,22 +25,37 @@ const (
 	schemaDir = repoRoot + "/schema"
 )
 
-// docs are the Markdown files whose Go samples and links the tests check.
+// docs are the Markdown files whose Go blocks and links the tests check.
 func docs(t *testing.T) []string {
 	t.Helper()
-	more, err := filepath.Glob(repoRoot + "/docs/*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	files := []string{readme, repoRoot + "/CONTRIBUTING.md", repoRoot + "/bench/README.md"}
-	return append(files, more...)
+	for _, pattern := range []string{"/docs/*.md", "/docs/design/*.md"} {
+		more, err := filepath.Glob(repoRoot + pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, more...)
+	}
+	return files
 }
 
 // block is one fenced code block of a Markdown file.
 type block struct {
-	lang string
-	line int // of the opening fence
-	text []string
+	lang   string // the info string's first word: "go", "sh"
+	line   int    // of the opening fence
+	text   []string
+	marker string // what follows "compile:" in an HTML comment on the line before the fence
+}
+
+// blockMarker is the HTML comment before a fence that tells TestDocGoBlocks
+// how to check the block: <!-- compile: copy of examples/hello/main.go -->.
+// It does not render.
+var blockMarker = regexp.MustCompile(`^<!--\s*compile:\s*(.*?)\s*-->$`)
+
+// isFence reports whether l opens or closes a fenced code block, which may be
+// indented (inside a list item).
+func isFence(l string) bool {
+	return strings.HasPrefix(strings.TrimLeft(l, " "), "```")
 }
 
 // mdLines returns the lines of a Markdown file.
@@ -59,15 +73,27 @@ func codeBlocks(t *testing.T, path string) []block {
 	t.Helper()
 	var blocks []block
 	var cur *block
-	for i, l := range mdLines(t, path) {
+	indent := ""
+	lines := mdLines(t, path)
+	for i, l := range lines {
 		switch {
-		case cur == nil && strings.HasPrefix(l, "```"):
-			cur = &block{lang: strings.TrimPrefix(l, "```"), line: i + 1}
-		case cur != nil && l == "```":
+		case cur == nil && isFence(l):
+			trimmed := strings.TrimLeft(l, " ")
+			indent = l[:len(l)-len(trimmed)]
+			cur = &block{line: i + 1}
+			if info := strings.Fields(strings.TrimPrefix(trimmed, "```")); len(info) > 0 {
+				cur.lang = info[0]
+			}
+			if i > 0 {
+				if m := blockMarker.FindStringSubmatch(strings.TrimSpace(lines[i-1])); m != nil {
+					cur.marker = m[1]
+				}
+			}
+		case cur != nil && strings.TrimSpace(l) == "```":
 			blocks = append(blocks, *cur)
 			cur = nil
 		case cur != nil:
-			cur.text = append(cur.text, l)
+			cur.text = append(cur.text, strings.TrimPrefix(l, indent))
 		}
 	}
 	if cur != nil {
@@ -77,7 +103,7 @@ func codeBlocks(t *testing.T, path string) []block {
 }
 
 // significant returns the lines without their indentation, blank ones
-// dropped: a README sample is a copy of source code, dedented.
+// dropped: a block that copies source code is compared dedented.
 func significant(lines []string) []string {
 	var out []string
 	for _, l := range lines {
@@ -86,74 +112,6 @@ func significant(lines []string) []string {
 		}
 	}
 	return out
-}
-
-func contains(hay, needle []string) bool {
-	for i := 0; i+len(needle) <= len(hay); i++ {
-		match := true
-		for j := range needle {
-			if hay[i+j] != needle[j] {
-				match = false
-				break
-			}
-		}
-		if match {
-			return true
-		}
-	}
-	return false
-}
-
-// TestReadmeGoSamples checks that every Go sample of the README and the
-// other documents is a copy of code of this module, which compiles and is
-// tested, so the documents cannot drift from it.
-func TestReadmeGoSamples(t *testing.T) {
-	sources := map[string][]string{}
-	// The examples module, and the test helper's package (docs/testing.md
-	// quotes its tests).
-	for _, dir := range []string{"..", filepath.Join("..", "..", "inboxtest")} {
-		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
-				return err
-			}
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			sources[path] = significant(strings.Split(string(b), "\n"))
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	inReadme, inAll := 0, 0
-	for _, doc := range docs(t) {
-		for _, b := range codeBlocks(t, doc) {
-			if b.lang != "go" {
-				continue
-			}
-			inAll++
-			if doc == readme {
-				inReadme++
-			}
-			want := significant(b.text)
-			found := false
-			for _, src := range sources {
-				if contains(src, want) {
-					found = true
-					break
-				}
-			}
-			if !found {
-				t.Errorf("%s line %d: the Go sample is not a copy of any .go file of the examples module or inboxtest:\n%s", doc, b.line, strings.Join(b.text, "\n"))
-			}
-		}
-	}
-	// The README's is the quick start; the rest are in docs/.
-	if inReadme < 1 || inAll < 10 {
-		t.Errorf("found %d Go samples in the README and %d in all, want at least 1 and 10: did the fences change?", inReadme, inAll)
-	}
 }
 
 // readmeMaxLines is the README's length at most: it is the front door, and
@@ -234,7 +192,7 @@ func anchors(t *testing.T, path string) map[string]bool {
 	out := map[string]bool{}
 	fenced := false
 	for _, l := range mdLines(t, path) {
-		if strings.HasPrefix(l, "```") {
+		if isFence(l) {
 			fenced = !fenced
 		}
 		if !fenced && strings.HasPrefix(l, "#") {
@@ -250,7 +208,7 @@ func TestDocLinks(t *testing.T) {
 	for _, doc := range docs(t) {
 		fenced := false
 		for i, l := range mdLines(t, doc) {
-			if strings.HasPrefix(l, "```") {
+			if isFence(l) {
 				fenced = !fenced
 			}
 			if fenced {
