@@ -3,6 +3,8 @@ package inboxtest
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +45,78 @@ type Result struct {
 	Settled string
 	// Attempt is the attempt the job was delivered with.
 	Attempt int
+	// ID is the job's id as the claim delivered it (Job.ID, 1 when nil).
+	ID any
+}
+
+// String says what the loop did in the package's terms: "Ack",
+// "Retry(after 2s, error \"carrier down\")", "Dead(error \"bad\")",
+// "Release", "Snooze(after 1h0m0s)", "Drop(error \"bad\")", "the
+// handler's own Retry".
+func (r Result) String() string {
+	var name string
+	var details []string
+	switch r.Outcome {
+	case worker.OutcomeAcked:
+		name = "Ack"
+	case worker.OutcomeRetried:
+		name = "Retry"
+		details = append(details, "after "+delayWords(r.Delay))
+	case worker.OutcomeDead:
+		name = "Dead"
+	case worker.OutcomeReleased:
+		name = "Release"
+	case worker.OutcomeSnoozed:
+		name = "Snooze"
+		details = append(details, "after "+delayWords(r.Delay))
+	case worker.OutcomeDropped:
+		name = "Drop"
+	case worker.OutcomeSettled:
+		name = "the handler's own settlement"
+		if r.Settled != "" {
+			name = "the handler's own " + strings.ToUpper(r.Settled[:1]) + r.Settled[1:]
+		}
+	default:
+		name = r.Outcome.String()
+	}
+	if r.Err != nil && r.Outcome != worker.OutcomeSnoozed {
+		details = append(details, errorWords(r.Err.Error()))
+	}
+	if len(details) > 0 {
+		name += "(" + strings.Join(details, ", ") + ")"
+	}
+	return name
+}
+
+// Expect reports whether the loop did with the job what want says, and
+// fails t (t.Errorf) otherwise, naming both in the package's terms:
+//
+//	inboxtest: expected Ack of job 7, got Retry(after 2s, error "carrier down")
+//
+// It compares the Outcome; the Delay of a retry or a snooze, which
+// [AnyDelay] lets be any above zero (what worker.DefaultBackoff, which is
+// jittered, gives); Settled, when want names it; and Err, when want has
+// one: the same error (errors.Is) or one with the same text.
+func (r Result) Expect(t testing.TB, want Result) bool {
+	t.Helper()
+	ok := r.Outcome == want.Outcome
+	if ok && (want.Outcome == worker.OutcomeRetried || want.Outcome == worker.OutcomeSnoozed) {
+		if want.Delay == AnyDelay {
+			ok = r.Delay > 0
+		} else {
+			ok = r.Delay == want.Delay
+		}
+	}
+	if ok && want.Settled != "" {
+		ok = r.Settled == want.Settled
+	}
+	if ok && want.Err != nil {
+		ok = r.Err != nil && (errors.Is(r.Err, want.Err) || r.Err.Error() == want.Err.Error())
+	}
+	if !ok {
+		t.Errorf("inboxtest: expected %s of job %v, got %s", want, r.ID, r)
+	}
+	return ok
 }
 
 // RunHandler runs handle on one delivery of job, claimed from an in-memory
@@ -55,10 +129,13 @@ type Result struct {
 //	if r.Outcome != worker.OutcomeAcked { t.Errorf("mail: %v (%v)", r.Outcome, r.Err) }
 //
 // A zero Job.ID means 1. The stand-in answers the queue's own statements
-// only: a handler that writes through Delivery.Tx (row lock) needs a
-// sqlmock and [Mock]. RunHandler fails the test (t.Fatal) for a
-// configuration the queue or the loop refuses and for a job that does not
-// fit it.
+// only, sent as text or prepared (Config.Prepare): a handler that writes
+// through Delivery.Tx (row lock) needs a sqlmock and [Mock]. RunHandler
+// fails the test (t.Fatal) for a configuration the queue or the loop
+// refuses and for a job that does not fit it. [Result.Expect] checks the
+// result and says, if it differs, what was expected and what the loop did:
+//
+//	inboxtest.RunHandler(t, sendMail, job, opts).Expect(t, inboxtest.Result{Outcome: worker.OutcomeAcked})
 func RunHandler(t testing.TB, handle worker.Handler, job Job, opts HandlerOptions) Result {
 	t.Helper()
 	cfg := opts.Queue
@@ -96,17 +173,17 @@ func RunHandler(t testing.TB, handle worker.Handler, job Job, opts HandlerOption
 	if err != nil {
 		t.Fatalf("inboxtest: run handler: %v", err)
 	}
-	r := Result{Outcome: end.Outcome, Delay: end.Delay, Err: end.Err, Attempt: d.Attempt()}
+	r := Result{Outcome: end.Outcome, Delay: end.Delay, Err: end.Err, Attempt: d.Attempt(), ID: d.ID()}
 	if end.Kind == 0 {
 		// The grace period had ended (a cancelled Context, Grace < 0):
 		// the job went back unrun.
 		r.Outcome = worker.OutcomeReleased
 	}
-	if end.SettleErr != nil {
-		t.Fatalf("inboxtest: run handler: the loop's settlement failed: %v", end.SettleErr)
-	}
 	if r.Outcome == worker.OutcomeSettled {
 		r.Settled = settledBy(calls)
+	}
+	if end.SettleErr != nil {
+		t.Fatalf("inboxtest: run handler: the loop's %s of job %v failed: %v", r, r.ID, end.SettleErr)
 	}
 	return r
 }
@@ -122,7 +199,7 @@ func claimFor(t testing.TB, s *standIn, q *inbox.Queue, j Job) *inbox.Delivery {
 	ds, err := q.Claim(context.Background(), 1)
 	s.end()
 	if err != nil || len(ds) != 1 {
-		t.Fatalf("inboxtest: run handler: the claim of the job: %d deliveries, %v", len(ds), err)
+		t.Fatalf("inboxtest: run handler: the claim of job %v returned %d deliveries: %v", nj.id, len(ds), err)
 	}
 	return ds[0]
 }
@@ -133,6 +210,8 @@ func settledBy(calls []call) string {
 	kind := "release"
 	for _, c := range calls {
 		switch {
+		case c.op == "prepare":
+			// Config.Prepare: the statement runs next, if at all.
 		case c.is("DeadInsert"):
 			// Its DeadDelete may have the Ack's text: the insert tells.
 			return "dead"

@@ -18,13 +18,21 @@
 // more, and lists the statements for those who write expectations by hand.
 //
 // The sqlmock must match exactly ([sqlmock.QueryMatcherEqual]) and in order
-// (its default); the queue is made without [inbox.Config.Prepare] and goes
-// to [New] before its first claim; its pool
-// leaves room for the largest claim under the row lock and advisory forms;
-// a Config.Now clock stands still between an expectation and the call it
-// stands for. A Mock is for the test's goroutine. Its methods panic on a
-// mistake in the test itself (an id never claimed, a claim of more jobs than
-// max, a configuration other than the queue's), saying which.
+// (its default); the queue goes to [New] before its first claim; its pool
+// leaves room for the largest claim under the row lock and advisory forms
+// (and, for a queue with [inbox.Config.Prepare], keeps database/sql's
+// defaults otherwise: the helper expects a prepare where a connection runs
+// a statement for the first time); a Config.Now clock stands still between
+// an expectation and the call it stands for. A Mock is for the test's
+// goroutine. Its methods panic on a mistake in the test itself (an id never
+// claimed, a claim of more jobs than max, a configuration other than the
+// queue's), saying which.
+//
+// A database made with [NewDB] instead of sqlmock.New records what the
+// code under test sends, and a call the expectations do not match fails
+// the test in the package's terms: "expected Ack of job 7, got
+// Retry(after 2s)", the SQL after it. [Mock.ExpectationsWereMet] names an
+// expectation left unmet the same way.
 package inboxtest
 
 import (
@@ -33,6 +41,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"runtime"
 	"strings"
@@ -98,15 +107,36 @@ var (
 	Extend  = Call{kind: callExtend}
 )
 
-// Retry is the call Retry(ctx, after), for [Mock.ExpectLeaseLost].
+// Retry is the call Retry(ctx, after), for [Mock.ExpectLeaseLost]; after
+// may be [AnyDelay].
 func Retry(after time.Duration) Call { return Call{kind: callRetry, after: after} }
 
-// String names the call as the worker would write it: "Ack", "Retry(1m0s)".
+// AnyDelay, as the delay of [Mock.ExpectRetry] (or of [Retry], or the Delay
+// of the Result given to [Result.Expect]), matches a retry after any delay
+// above zero: the delay worker.DefaultBackoff gives is jittered, so a test
+// of a worker that keeps that default cannot name it. A delay of zero still
+// means Retry(ctx, 0), which is a call of its own (under the row lock and
+// advisory forms it sends other statements than a delay does), so that a
+// worker that retries at once where it should back off fails. Only the
+// SQLite lease without Config.Now, whose retry time comes from time.Now,
+// cannot tell a zero delay from another: there AnyDelay matches it too.
+const AnyDelay time.Duration = math.MinInt64
+
+// anyDelayRecorded is the delay the shadow queue retries after when any
+// delay is expected; the statements' delay arguments are then matched
+// loosely.
+const anyDelayRecorded = time.Minute
+
+// String names the call as the worker would write it: "Ack", "Retry(1m0s)",
+// "Retry(any delay)".
 func (c Call) String() string {
 	switch c.kind {
 	case callAck:
 		return "Ack"
 	case callRetry:
+		if c.after == AnyDelay {
+			return "Retry(any delay)"
+		}
 		return fmt.Sprintf("Retry(%v)", c.after)
 	case callRelease:
 		return "Release"
@@ -126,12 +156,36 @@ type Mock struct {
 	q     *inbox.Queue // the shadow
 	table inbox.Table  // with the defaults applied
 	held  map[any]*inbox.Delivery
-	last  []call // the calls of the last expectation, for the package's tests
+	last  []call           // the calls of the last expectation, for the package's tests
+	now   func() time.Time // Config.Now
+	rec   *tap             // the database is NewDB's: what the code under test sends is recorded
+	// own are the sqlmock expectations the Mock set, with what each stands
+	// for, for ExpectationsWereMet.
+	own []owned
+}
+
+// owned is one sqlmock expectation the Mock set, and the expectation of
+// the Mock it is part of.
+type owned struct {
+	exp fmt.Stringer
+	g   *group
+}
+
+// group is what one expectation of the Mock stands for, in the package's
+// terms, for the messages of a test that fails: "Ack of job 7".
+type group struct {
+	what string
+	id   any // the job's, nil for a claim or a probe
+	// anyDelay: a retry after any delay, recorded after anyDelayRecorded.
+	anyDelay bool
 }
 
 // New returns a Mock that sets expectations on mock for q, a queue on
 // mock's database made with cfg, before q's first claim. It panics when cfg
-// is not the configuration q was made with.
+// is not the configuration q was made with. On a database of [NewDB], a
+// call the expectations do not match fails the test in the package's
+// terms; on one of sqlmock.New, [Mock.ExpectationsWereMet] names at least
+// the expectation left unmet.
 func New(mock sqlmock.Sqlmock, q *inbox.Queue, cfg inbox.Config) *Mock {
 	if mock == nil || q == nil {
 		panic("inboxtest: new: mock and q must not be nil")
@@ -143,11 +197,9 @@ func newMock(mock sqlmock.Sqlmock, q *inbox.Queue, cfg inbox.Config) *Mock {
 	if cfg.Dialect == nil {
 		panic("inboxtest: new: Config.Dialect is nil")
 	}
-	if cfg.Prepare {
-		// Which call prepares depends on which of the pool's connections
-		// it meets first, which a recording cannot foresee.
-		panic("inboxtest: new: Config.Prepare is set: expectations are for statements sent as text; make the queue under test without it (the SQL is the same)")
-	}
+	// Under Config.Prepare the shadow prepares too: its pool meets its
+	// statements as the pool of the queue under test does (the same calls
+	// in the same order), so that it prepares where that one does.
 	db, err := newStandIn(cfg)
 	if err != nil {
 		panic("inboxtest: new: " + err.Error())
@@ -164,7 +216,11 @@ func newMock(mock sqlmock.Sqlmock, q *inbox.Queue, cfg inbox.Config) *Mock {
 		panic("inboxtest: new: cfg is not the configuration q was made with: their statements differ")
 	}
 	db.learn(shadow)
-	m := &Mock{sm: mock, db: db, sdb: sdb, q: shadow, table: db.table, held: map[any]*inbox.Delivery{}}
+	m := &Mock{sm: mock, db: db, sdb: sdb, q: shadow, table: db.table, held: map[any]*inbox.Delivery{}, now: cfg.Now}
+	if r, ok := mock.(*tapMock); ok {
+		m.rec = r.r
+		r.r.attach(m, cfg)
+	}
 	// The shadow holds jobs as the queue does (advisory keys in this
 	// process, row-lock transactions); they are given back, and its pool
 	// closed, once the Mock is gone.
@@ -218,7 +274,7 @@ func (m *Mock) ExpectClaim(max int, jobs ...Job) {
 		}
 		m.held[js[i].id] = d
 	}
-	m.replay(calls)
+	m.replay(calls, &group{what: claimWhat(max, js)})
 }
 
 // ExpectEmptyClaim expects a call Claim(ctx, max) that finds no job.
@@ -238,10 +294,28 @@ func (m *Mock) ExpectProbe(found bool) {
 	if p.SQL == "" {
 		panic("inboxtest: expect probe: this queue's idle loop claims at once, without a probe; expect the claim")
 	}
+	// The shadow probes too, for the prepare a queue with Config.Prepare
+	// sends where its pool first runs the probe on a connection.
+	m.db.begin(opSettle, nil)
+	_, _ = m.q.Probe(context.Background())
+	calls, _ := m.db.end()
+	m.last = calls
 	if m.sm == nil {
 		return
 	}
+	what := "Probe finding no job"
+	if found {
+		what = "Probe finding a job"
+	}
+	g := &group{what: what}
+	defer m.grouped(g)()
+	for _, c := range calls {
+		if c.op == "prepare" {
+			m.own = append(m.own, owned{m.sm.ExpectPrepare(c.sql), g})
+		}
+	}
 	e := m.sm.ExpectQuery(p.SQL)
+	m.own = append(m.own, owned{e, g})
 	var args []driver.Value
 	for range p.Args {
 		// The only argument a probe takes is now, under Config.Now: the
@@ -260,13 +334,16 @@ func (m *Mock) ExpectProbe(found bool) {
 func (m *Mock) ExpectAck(id any) { m.expect(id, Ack, false) }
 
 // ExpectRetry expects Retry(ctx, after) of the job id. Under the row lock
-// and advisory forms a delay needs Table.NotBefore.
+// and advisory forms a delay needs Table.NotBefore. With after [AnyDelay]
+// it matches a retry after any delay above zero, such as the jittered one
+// of worker.DefaultBackoff: a worker run with its default Backoff is
+// expected with AnyDelay, or given a fixed Backoff.
 func (m *Mock) ExpectRetry(id any, after time.Duration) { m.expect(id, Retry(after), false) }
 
-// ExpectRetryWithError expects Retry of the job id after after, by a worker
-// that recorded the handler's error first (Delivery.SetError): with
-// Table.LastError a Retry then always writes, a delay or not. The error's
-// text itself is matched by any value.
+// ExpectRetryWithError expects Retry of the job id after after (or
+// [AnyDelay]), by a worker that recorded the handler's error first
+// (Delivery.SetError): with Table.LastError a Retry then always writes, a
+// delay or not. The error's text itself is matched by any value.
 func (m *Mock) ExpectRetryWithError(id any, after time.Duration) {
 	c := Retry(after)
 	c.withText = true
@@ -293,7 +370,7 @@ func (m *Mock) ExpectTx(id any) {
 	m.db.begin(opSettle, nil)
 	d.Tx()
 	calls, _ := m.db.end()
-	m.replay(calls)
+	m.replay(calls, &group{what: fmt.Sprintf("Tx() of job %v", key), id: key})
 }
 
 // ExpectRelease expects Release of the job id.
@@ -353,6 +430,11 @@ func (m *Mock) expectOp(id any, c Call, op op) {
 	if d == nil {
 		panic(fmt.Sprintf("inboxtest: expect %v: job %v is not held: expect its claim first", c, id))
 	}
+	g := &group{what: c.what(key, op), id: key}
+	after := c.after
+	if c.kind == callRetry && after == AnyDelay {
+		g.anyDelay, after = true, anyDelayRecorded
+	}
 	m.db.begin(op, nil)
 	ctx := context.Background()
 	switch c.kind {
@@ -362,7 +444,7 @@ func (m *Mock) expectOp(id any, c Call, op op) {
 		if c.withText {
 			d.SetError(errors.New("inboxtest: the worker's error"))
 		}
-		err = d.Retry(ctx, c.after)
+		err = d.Retry(ctx, after)
 	case callRelease:
 		err = d.Release(ctx)
 	case callDead:
@@ -385,32 +467,57 @@ func (m *Mock) expectOp(id any, c Call, op op) {
 	if lost || c.kind != callExtend {
 		delete(m.held, key)
 	}
-	m.replay(calls)
+	m.replay(calls, g)
 }
 
-// replay turns recorded calls into expectations on the sqlmock.
-func (m *Mock) replay(calls []call) {
+// grouped tells the tap of NewDB's database that the expectations set
+// until the function it returns runs stand for g.
+func (m *Mock) grouped(g *group) func() {
+	if m.rec == nil {
+		return func() {}
+	}
+	m.rec.setGroup(g)
+	return func() { m.rec.setGroup(nil) }
+}
+
+// replay turns recorded calls into expectations on the sqlmock, standing
+// for g.
+func (m *Mock) replay(calls []call, g *group) {
 	m.last = calls
 	if m.sm == nil {
 		return
 	}
+	defer m.grouped(g)()
 	for _, c := range calls {
 		switch c.op {
+		case "prepare":
+			e := m.sm.ExpectPrepare(c.sql)
+			m.own = append(m.own, owned{e, g})
+			if c.err != nil {
+				e.WillReturnError(c.err)
+			}
 		case "begin":
-			if e := m.sm.ExpectBegin(); c.err != nil {
+			e := m.sm.ExpectBegin()
+			m.own = append(m.own, owned{e, g})
+			if c.err != nil {
 				e.WillReturnError(c.err)
 			}
 		case "commit":
-			if e := m.sm.ExpectCommit(); c.err != nil {
+			e := m.sm.ExpectCommit()
+			m.own = append(m.own, owned{e, g})
+			if c.err != nil {
 				e.WillReturnError(c.err)
 			}
 		case "rollback":
-			if e := m.sm.ExpectRollback(); c.err != nil {
+			e := m.sm.ExpectRollback()
+			m.own = append(m.own, owned{e, g})
+			if c.err != nil {
 				e.WillReturnError(c.err)
 			}
 		case "query":
 			e := m.sm.ExpectQuery(c.sql)
-			expectArgs(e, m.db.matchers(c))
+			m.own = append(m.own, owned{e, g})
+			expectArgs(e, m.args(c, g))
 			if c.err != nil {
 				e.WillReturnError(c.err)
 				continue
@@ -422,7 +529,8 @@ func (m *Mock) replay(calls []call) {
 			e.WillReturnRows(rows)
 		case "exec":
 			e := m.sm.ExpectExec(c.sql)
-			expectArgs(e, m.db.matchers(c))
+			m.own = append(m.own, owned{e, g})
+			expectArgs(e, m.args(c, g))
 			if c.err != nil {
 				e.WillReturnError(c.err)
 				continue
@@ -431,6 +539,75 @@ func (m *Mock) replay(calls []call) {
 		}
 	}
 }
+
+// args are the arguments c is expected with, as part of g: under a retry
+// after any delay, its delay (a number of microseconds, or a time) matches
+// any delay above zero.
+func (m *Mock) args(c call, g *group) []driver.Value {
+	args := m.db.matchers(c)
+	if !g.anyDelay || c.stmt == nil {
+		return args
+	}
+	for i, a := range c.stmt.Args {
+		if i >= len(args) {
+			break
+		}
+		switch a {
+		case inbox.ArgMicros:
+			args[i] = positive{}
+		case inbox.ArgUntil:
+			if _, loose := args[i].(anyTime); loose {
+				continue // a time from time.Now: any
+			}
+			t, err := m.db.d.ScanTime(c.args[i])
+			if err != nil {
+				args[i] = anyTime{m.db.d}
+				continue
+			}
+			args[i] = laterThan{d: m.db.d, t: t.Add(-anyDelayRecorded)}
+		}
+	}
+	return args
+}
+
+// ExpectationsWereMet returns nil when every expectation set on the
+// sqlmock was met, and otherwise an error that names the first one unmet
+// as the expectation of the Mock it is part of ("expected Ack of job 7"),
+// then sqlmock's own words. On a database made with [NewDB] it also says
+// what the code under test did instead, as its sqlmock's
+// ExpectationsWereMet does.
+func (m *Mock) ExpectationsWereMet() error {
+	if m.rec != nil {
+		return m.rec.met()
+	}
+	if m.sm == nil {
+		return nil
+	}
+	err := m.sm.ExpectationsWereMet()
+	if err == nil {
+		return nil
+	}
+	text := strings.TrimPrefix(err.Error(), unmetPrefix)
+	var g *group
+	for _, o := range m.own {
+		if o.exp.String() != text {
+			continue
+		}
+		if g != nil && g != o.g {
+			// Two expectations alike (a begin, a commit): which one is
+			// unmet cannot be told from sqlmock's words.
+			return err
+		}
+		g = o.g
+	}
+	if g == nil {
+		return err
+	}
+	return fmt.Errorf("inboxtest: expected %s, which was not done (a database made with inboxtest.NewDB would say what was done instead)\n\tsqlmock: %w", g.what, err)
+}
+
+// unmetPrefix begins sqlmock's error for an expectation left unmet.
+const unmetPrefix = "there is a remaining expectation which was not matched: "
 
 // expectArgs makes e match exactly args: none at all when args is empty.
 func expectArgs[E interface {
@@ -495,6 +672,36 @@ func (a anyTime) Match(v driver.Value) bool {
 	}
 	_, err := a.d.ScanTime(v)
 	return err == nil
+}
+
+// positive matches a number of microseconds above zero: the delay of a
+// retry after any delay.
+type positive struct{}
+
+func (positive) Match(v driver.Value) bool {
+	n, ok := v.(int64)
+	return ok && n > 0
+}
+
+func (positive) String() string { return "any delay above zero, in µs" }
+
+// laterThan matches a time in the dialect's form later than t: the
+// not-before time or expiry of a retry after any delay above zero.
+type laterThan struct {
+	d inbox.Dialect
+	t time.Time
+}
+
+func (l laterThan) Match(v driver.Value) bool {
+	if reflect.TypeOf(v) != reflect.TypeOf(l.d.TimeArg(dbNow)) {
+		return false
+	}
+	got, err := l.d.ScanTime(v)
+	return err == nil && got.After(l.t)
+}
+
+func (l laterThan) String() string {
+	return "any time after " + l.t.UTC().Format("2006-01-02 15:04:05.000000")
 }
 
 // above matches an integer larger than n: the advisory candidate page's

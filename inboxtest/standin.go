@@ -99,6 +99,9 @@ type standIn struct {
 	// token's expiry (an extension's, a mark's): the queue under test
 	// stores its own, which later tokens carry.
 	loose map[driver.Value]bool
+	// quiet: the stand-in answers without recording (NewDB's, past a call
+	// the expectations did not match).
+	quiet bool
 }
 
 func newStandIn(cfg inbox.Config) (*standIn, error) {
@@ -258,7 +261,7 @@ func (s *standIn) end() ([]call, bool) {
 }
 
 func (s *standIn) add(c call) {
-	if s.op != opNone {
+	if s.op != opNone && !s.quiet {
 		s.log = append(s.log, c)
 	}
 }
@@ -450,6 +453,9 @@ func (s *standIn) answerQuery(c *call) {
 		}
 	case c.is("ClaimsCount", "ClaimsRead"):
 		c.cols, c.rows = []string{"claims"}, [][]driver.Value{{int64(1)}}
+	case c.is("Probe"):
+		// Whether a job is ready: the expectation answers (ExpectProbe).
+		c.cols = []string{"1"}
 	case c.is("Relock"):
 		// A settlement whose held session was lost locks the row again
 		// in a transaction of its own: another claim has the job.
@@ -633,8 +639,58 @@ type sconn struct {
 	began int // the expectation during which its transaction began
 }
 
-func (c *sconn) Prepare(string) (driver.Stmt, error) {
-	return nil, errors.New("inboxtest: the stand-in prepares no statements")
+// Prepare accepts any statement, as a database prepares the text it is
+// given, and records the prepare (a queue with Config.Prepare sends one at
+// the first use of each statement on a connection); the statement answers
+// as its text would (sstmt).
+func (c *sconn) Prepare(query string) (driver.Stmt, error) {
+	return c.PrepareContext(context.Background(), query)
+}
+
+func (c *sconn) PrepareContext(_ context.Context, query string) (driver.Stmt, error) {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := call{op: "prepare", sql: query, inTx: c.inTx}
+	if k := s.known[query]; k != nil {
+		p.stmt, p.names = &k.stmt, k.names
+	}
+	s.add(p)
+	return &sstmt{c: c, query: query}, nil
+}
+
+// sstmt is a statement the stand-in prepared: each run is answered, and
+// recorded, as the same text sent unprepared.
+type sstmt struct {
+	c     *sconn
+	query string
+}
+
+func (st *sstmt) Close() error  { return nil }
+func (st *sstmt) NumInput() int { return -1 }
+
+func (st *sstmt) Exec(args []driver.Value) (driver.Result, error) {
+	return st.c.ExecContext(context.Background(), st.query, named(args))
+}
+
+func (st *sstmt) Query(args []driver.Value) (driver.Rows, error) {
+	return st.c.QueryContext(context.Background(), st.query, named(args))
+}
+
+func (st *sstmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	return st.c.ExecContext(ctx, st.query, args)
+}
+
+func (st *sstmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	return st.c.QueryContext(ctx, st.query, args)
+}
+
+func named(args []driver.Value) []driver.NamedValue {
+	nv := make([]driver.NamedValue, len(args))
+	for i, v := range args {
+		nv[i] = driver.NamedValue{Ordinal: i + 1, Value: v}
+	}
+	return nv
 }
 func (c *sconn) Close() error { return nil }
 func (c *sconn) Begin() (driver.Tx, error) {
