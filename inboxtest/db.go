@@ -68,52 +68,38 @@ type tapMock struct {
 	r *tap
 }
 
-func (m *tapMock) ExpectQuery(q string) *sqlmock.ExpectedQuery {
+// noted sets an expectation by expect and notes it as what, under the
+// tap's lock so that the note keeps sqlmock's order.
+func noted[E fmt.Stringer](m *tapMock, what string, expect func() E) E {
 	m.r.mu.Lock()
 	defer m.r.mu.Unlock()
-	e := m.Sqlmock.ExpectQuery(q)
-	m.r.note(e, "ExpectQuery("+q+")")
+	e := expect()
+	m.r.note(e, what)
 	return e
+}
+
+func (m *tapMock) ExpectQuery(q string) *sqlmock.ExpectedQuery {
+	return noted(m, "ExpectQuery("+q+")", func() *sqlmock.ExpectedQuery { return m.Sqlmock.ExpectQuery(q) })
 }
 
 func (m *tapMock) ExpectExec(q string) *sqlmock.ExpectedExec {
-	m.r.mu.Lock()
-	defer m.r.mu.Unlock()
-	e := m.Sqlmock.ExpectExec(q)
-	m.r.note(e, "ExpectExec("+q+")")
-	return e
+	return noted(m, "ExpectExec("+q+")", func() *sqlmock.ExpectedExec { return m.Sqlmock.ExpectExec(q) })
 }
 
 func (m *tapMock) ExpectPrepare(q string) *sqlmock.ExpectedPrepare {
-	m.r.mu.Lock()
-	defer m.r.mu.Unlock()
-	e := m.Sqlmock.ExpectPrepare(q)
-	m.r.note(e, "ExpectPrepare("+q+")")
-	return e
+	return noted(m, "ExpectPrepare("+q+")", func() *sqlmock.ExpectedPrepare { return m.Sqlmock.ExpectPrepare(q) })
 }
 
 func (m *tapMock) ExpectBegin() *sqlmock.ExpectedBegin {
-	m.r.mu.Lock()
-	defer m.r.mu.Unlock()
-	e := m.Sqlmock.ExpectBegin()
-	m.r.note(e, "ExpectBegin()")
-	return e
+	return noted(m, "ExpectBegin()", m.Sqlmock.ExpectBegin)
 }
 
 func (m *tapMock) ExpectCommit() *sqlmock.ExpectedCommit {
-	m.r.mu.Lock()
-	defer m.r.mu.Unlock()
-	e := m.Sqlmock.ExpectCommit()
-	m.r.note(e, "ExpectCommit()")
-	return e
+	return noted(m, "ExpectCommit()", m.Sqlmock.ExpectCommit)
 }
 
 func (m *tapMock) ExpectRollback() *sqlmock.ExpectedRollback {
-	m.r.mu.Lock()
-	defer m.r.mu.Unlock()
-	e := m.Sqlmock.ExpectRollback()
-	m.r.note(e, "ExpectRollback()")
-	return e
+	return noted(m, "ExpectRollback()", m.Sqlmock.ExpectRollback)
 }
 
 func (m *tapMock) ExpectClose() *sqlmock.ExpectedClose {
