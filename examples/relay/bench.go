@@ -56,13 +56,14 @@ func benchMain(args []string) error {
 		return err
 	}
 	o.cfg.Source = src
+	o.cfg.DB = db
 	defer func() {
 		for _, t := range []string{o.table, o.table + "_dead"} {
 			db.Exec("DROP TABLE IF EXISTS " + t)
 		}
 		db.Close()
 	}()
-	nc, err := o.connect()
+	nc, err := o.connect(ctx)
 	if err != nil {
 		return err
 	}

@@ -286,9 +286,12 @@ func TestCommandSharedPrefix(t *testing.T) {
 // cutProxy forwards loopback connections to a NATS server until it is cut:
 // then it closes every connection and answers each new one by closing it
 // at once (counted), as a broker that went away would, until restored.
+// With a delay, every byte reaches the other side that long after it was
+// read, each way: a broker a round trip of twice the delay away.
 type cutProxy struct {
 	ln      net.Listener
 	target  string
+	delay   time.Duration
 	mu      sync.Mutex
 	cut     bool
 	conns   map[net.Conn]struct{}
@@ -298,11 +301,17 @@ type cutProxy struct {
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
 	t.Helper()
+	return newDelayProxy(t, target, 0)
+}
+
+// newDelayProxy is a cutProxy that delays every byte, each way.
+func newDelayProxy(t *testing.T, target string, delay time.Duration) *cutProxy {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &cutProxy{ln: ln, target: target, delay: delay, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
@@ -341,13 +350,57 @@ func (p *cutProxy) accept() {
 
 func (p *cutProxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	io.Copy(dst, src)
+	if p.delay > 0 {
+		delayCopy(dst, src, p.delay)
+	} else {
+		io.Copy(dst, src)
+	}
 	dst.Close()
 	src.Close()
 	p.mu.Lock()
 	delete(p.conns, dst)
 	delete(p.conns, src)
 	p.mu.Unlock()
+}
+
+// delayCopy copies src to dst as io.Copy does, each chunk written delay
+// after it was read, in order, without holding up the reads: the link's
+// latency, not its bandwidth. It returns once src has ended and what was
+// read is written (or dst has failed).
+func delayCopy(dst io.Writer, src io.Reader, delay time.Duration) {
+	type chunk struct {
+		due time.Time
+		b   []byte
+	}
+	chunks := make(chan chunk, 4096)
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		var failed bool
+		for c := range chunks {
+			if failed {
+				continue
+			}
+			if wait := time.Until(c.due); wait > 0 {
+				time.Sleep(wait) // the latency itself
+			}
+			if _, err := dst.Write(c.b); err != nil {
+				failed = true
+			}
+		}
+	}()
+	for {
+		b := make([]byte, 32<<10)
+		n, err := src.Read(b)
+		if n > 0 {
+			chunks <- chunk{time.Now().Add(delay), b[:n]}
+		}
+		if err != nil {
+			break
+		}
+	}
+	close(chunks)
+	<-written
 }
 
 // setCut cuts (true) or restores (false) the link; cutting closes every

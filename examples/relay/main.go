@@ -11,7 +11,8 @@
 //	go run . [-driver pgx|sqlite] [-dsn DSN] [-table outbox]
 //	    [-nats nats://127.0.0.1:4222] [-stream OUTBOX] [-create] [-batch 100]
 //	    [-workers 2] [-lease 30s] [-poll 25ms] [-msgid-prefix P]
-//	    [-nats-reconnects 60] [-nats-reconnect-wait 2s]
+//	    [-nats-reconnects 60] [-nats-reconnect-wait 2s] [-publish-timeout 5s]
+//	    [-proof-timeout 5s] [-ack-timeout 5s]
 //	go run . bench [-driver pgx|sqlite] [-jobs 20000] [-rate 1000] ...
 //
 // The first form relays until interrupted; -create makes the table and the
@@ -23,7 +24,8 @@
 //
 // The relay exits with status 1 when the NATS connection closes for good
 // (nats.go gave up after -nats-reconnects attempts -nats-reconnect-wait
-// apart; -1 tries forever), so that its supervisor starts it again, and when
+// apart; -1 tries forever; the first connection is tried as often), so that
+// its supervisor starts it again, and when
 // another table's message holds one of its jobs' de-duplication ids (give
 // each table its own -msgid-prefix, or leave the default, which the table's
 // identity makes unique).
@@ -84,12 +86,41 @@ func (o *options) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.MsgIDPrefix, "msgid-prefix", "", "put before each job id to make its de-duplication id (default: a digest of the table's identity)")
 	fs.IntVar(&o.reconnects, "nats-reconnects", nats.DefaultMaxReconnect, "reconnect attempts after the NATS connection breaks, then exit 1 (-1: forever)")
 	fs.DurationVar(&o.reconnectWait, "nats-reconnect-wait", nats.DefaultReconnectWait, "wait between reconnect attempts")
+	fs.DurationVar(&o.cfg.PublishTimeout, "publish-timeout", 5*time.Second, "wait for the broker's ack of each message of a batch")
+	fs.DurationVar(&o.cfg.ProofTimeout, "proof-timeout", 5*time.Second, "read the stored messages of a batch's duplicates (all at once) within this")
+	fs.DurationVar(&o.cfg.AckTimeout, "ack-timeout", 5*time.Second, "settle a published batch in the table (acks, retries) within this")
 }
 
-// connect connects to NATS with the reconnect budget of the flags.
-func (o *options) connect() (*nats.Conn, error) {
-	return nats.Connect(o.natsURL, nats.Name("inbox relay"),
+// connect connects to NATS with the reconnect budget of the flags, the
+// first connection included: a broker away at the start is tried as often
+// as one lost later (nats.RetryOnFailedConnect), and connect returns once
+// the connection is up, or with an error once the budget has run out (or
+// when ctx ends).
+func (o *options) connect(ctx context.Context) (*nats.Conn, error) {
+	nc, err := nats.Connect(o.natsURL, nats.Name("inbox relay"), nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(o.reconnects), nats.ReconnectWait(o.reconnectWait))
+	if err != nil {
+		return nil, err
+	}
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		switch nc.Status() {
+		case nats.CONNECTED:
+			return nc, nil
+		case nats.CLOSED:
+			err := nc.LastError()
+			nc.Close()
+			return nil, fmt.Errorf("no connection to NATS at %s after %d attempts %v apart: %v (%w)",
+				o.natsURL, o.reconnects+1, o.reconnectWait, err, ErrClosed)
+		}
+		select {
+		case <-ctx.Done():
+			nc.Close()
+			return nil, ctx.Err()
+		case <-poll.C:
+		}
+	}
 }
 
 func (o *options) fill() {
@@ -141,8 +172,12 @@ func relayMain(args []string) error {
 	}
 	defer db.Close()
 	o.cfg.Source = src
-	nc, err := o.connect()
+	o.cfg.DB = db
+	nc, err := o.connect(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted before the broker answered
+		}
 		return err
 	}
 	defer nc.Close()
@@ -161,8 +196,8 @@ func relayMain(args []string) error {
 	fmt.Printf("relaying %s (%s) to stream %s\n", o.table, src, o.stream)
 	err = r.Run(ctx)
 	s := r.Stats()
-	fmt.Printf("published %d, duplicates %d, acked %d, lease lost %d, retried %d, dead %d, unproven %d\n",
-		s.Published, s.Duplicates, s.Acked, s.LeaseLost, s.Retried, s.Dead, s.Unproven)
+	fmt.Printf("published %d, duplicates %d, acked %d, lease lost %d, retried %d, dead %d, unproven %d, recovered %d\n",
+		s.Published, s.Duplicates, s.Acked, s.LeaseLost, s.Retried, s.Dead, s.Unproven, s.Recovered)
 	return err
 }
 

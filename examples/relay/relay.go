@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -38,13 +39,31 @@ type Config struct {
 	// the latency it adds when idle, and an idle relay costs Workers/Poll
 	// empty claims a second.
 	Poll time.Duration
-	// PublishTimeout bounds the wait for the broker's ack of one message.
-	// Zero means 5 s. A timed-out message may still be stored: it is
-	// published again later with the same de-duplication id.
+	// PublishTimeout bounds the wait for the broker's ack of each message.
+	// A batch's messages are published together, so the batch waits about
+	// one round trip to the broker. Zero means 5 s. A timed-out message may
+	// still be stored: it is published again later with the same
+	// de-duplication id.
 	PublishTimeout time.Duration
+	// ProofTimeout bounds the proof of a batch's duplicates: the relay
+	// reads the stored message of every publish the stream called a
+	// duplicate, all at once (up to 256 reads in flight), so a batch takes
+	// about one round trip to the broker whatever its number of
+	// duplicates. Zero means 5 s. A job whose proof did not end in time is
+	// retried, not deleted.
+	ProofTimeout time.Duration
+	// AckTimeout bounds the table's statements that settle a batch once it
+	// is published and proven: the acks (one statement), then the retries
+	// and the moves to the dead table. Zero means 5 s. A database that
+	// does not answer in time ends [Relay.Run] with its error.
+	AckTimeout time.Duration
 	// MaxRetryDelay caps the delay before a job whose publish failed is
 	// claimed again (one second doubled each attempt). Zero means a minute.
 	MaxRetryDelay time.Duration
+	// DB is the outbox table's database, which the relay reads outside
+	// its claims to find the jobs whose de-duplication ids the stream may
+	// have forgotten (see [Relay]). PostgreSQL or SQLite. Required.
+	DB *sql.DB
 	// Source is the outbox table's identity: its database and its
 	// schema-qualified name as the server resolves them, or its database
 	// file and name ([TableSource] reads it). Each message carries it in
@@ -86,6 +105,7 @@ type Stats struct {
 	Retried    uint64 // jobs whose publish failed, given back with a delay
 	Dead       uint64 // jobs the broker can never take (payload over the server's limit), moved to the dead table
 	Unproven   uint64 // duplicates whose stored message the stream no longer has (its retention removed it): given back, not deleted
+	Recovered  uint64 // jobs whose lease ended too long ago for the stream's duplicate window, found stored by a scan of the stream and deleted without a publish
 }
 
 // Relay moves the jobs of a lease-form outbox table to a JetStream stream:
@@ -97,16 +117,27 @@ type Stats struct {
 // A relay that stops between the publish and the ack (a crash, a lost
 // lease) leaves its jobs in the table; they are claimed again when their
 // leases run out and published again with the same ids, which the stream
-// drops as duplicates. So every job reaches the stream exactly once if it
-// is published again within the stream's duplicate window
-// (StreamConfig.Duplicates): [Relay.Check] refuses a window that is not
-// longer than the lease plus MaxRetryDelay. A job whose relay stays down
-// for longer than the window may be stored twice.
+// drops as duplicates. A duplicate ack says only that the stream has seen
+// the id. The relay deletes such a job only after reading the stored
+// message the ack names and finding it the job's own (same source, id,
+// subject and payload): anything else is a collision, [ErrCollision], and
+// the job stays. The stored messages of a batch's duplicates are read all
+// at once, within ProofTimeout.
 //
-// A duplicate ack says only that the stream has seen the id. The relay
-// deletes such a job only after reading the stored message the ack names
-// and finding it the job's own (same source, id, subject and payload):
-// anything else is a collision, [ErrCollision], and the job stays.
+// The stream forgets an id after its duplicate window
+// (StreamConfig.Duplicates). While relays run, a job is claimed again at
+// most [Relay.Reach] after its earlier publish, plus a poll: [Relay.Check]
+// (and Run) refuse a window that is not longer. A job whose lease ended
+// longer ago, while no relay claimed (all down, or the broker away), may
+// be stored and its id forgotten: publishing it again would store it
+// twice. So the relay sweeps the table, at the start of Run and then
+// every quarter of the window's slack (the window less Reach) while no
+// claim runs: it reads the jobs whose lease or retry delay ended more than
+// half the slack ago, scans the stream for their ids from the earliest
+// time they can have been published (less a minute for the clocks of the
+// database and the broker), and deletes those it finds stored as they
+// are, without a publish (Recovered). The others are claimed and
+// published as usual: the stream does not hold them.
 //
 // The relay publishes only while the NATS connection is up: a loop waits,
 // claiming nothing, while nats.go reconnects, and [Relay.Run] returns
@@ -121,7 +152,15 @@ type Relay struct {
 	js  jetstream.JetStream
 	cfg Config
 
-	published, duplicates, acked, leaseLost, retried, dead, unproven atomic.Uint64
+	published, duplicates, acked, leaseLost, retried, dead, unproven, recovered atomic.Uint64
+
+	// stream is the stream and its duplicate window as Check last read
+	// them: proofs and scans read messages through it.
+	stream atomic.Pointer[streamState]
+	// gate keeps the sweep and the claims apart: a claim holds it shared,
+	// a sweep alone. nextSweep is when the next sweep is due (Unix ns).
+	gate      sync.RWMutex
+	nextSweep atomic.Int64
 
 	// hook, in tests, runs at the named points of every batch with the
 	// batch's number (counted from 1 across the relay's loops) and its
@@ -130,6 +169,12 @@ type Relay struct {
 	// the table not yet.
 	hook    func(point string, batch int64, ids []string)
 	batches atomic.Int64
+}
+
+// streamState is what Check read of the stream.
+type streamState struct {
+	s      jetstream.Stream
+	window time.Duration
 }
 
 // New returns a relay of q's jobs over nc. q must be of the lease form. It
@@ -162,14 +207,26 @@ func New(q *inbox.Queue, nc *nats.Conn, cfg Config) (*Relay, error) {
 	if cfg.PublishTimeout == 0 {
 		cfg.PublishTimeout = 5 * time.Second
 	}
+	if cfg.ProofTimeout == 0 {
+		cfg.ProofTimeout = 5 * time.Second
+	}
+	if cfg.AckTimeout == 0 {
+		cfg.AckTimeout = 5 * time.Second
+	}
 	if cfg.MaxRetryDelay == 0 {
 		cfg.MaxRetryDelay = time.Minute
 	}
 	switch {
 	case cfg.Batch < 0 || cfg.Batch > inbox.MaxClaim:
 		return nil, fmt.Errorf("relay: Config.Batch %d must be from 1 to %d", cfg.Batch, inbox.MaxClaim)
-	case cfg.Workers < 0 || cfg.Poll < 0 || cfg.PublishTimeout < 0 || cfg.MaxRetryDelay < 0:
-		return nil, errors.New("relay: Config.Workers, Poll, PublishTimeout and MaxRetryDelay must not be negative")
+	case cfg.Workers < 0 || cfg.Poll < 0 || cfg.PublishTimeout < 0 || cfg.ProofTimeout < 0 || cfg.AckTimeout < 0 || cfg.MaxRetryDelay < 0:
+		return nil, errors.New("relay: Config.Workers, Poll, PublishTimeout, ProofTimeout, AckTimeout and MaxRetryDelay must not be negative")
+	}
+	if cfg.DB == nil {
+		return nil, errors.New("relay: Config.DB is nil: the relay reads the outbox table's leases from it")
+	}
+	if name := q.Config().Dialect.Name(); name != "postgres" && name != "sqlite" {
+		return nil, fmt.Errorf("relay: the outbox table is on %s: the relay reads its leases on PostgreSQL and SQLite only", name)
 	}
 	if nc == nil {
 		return nil, errors.New("relay: the NATS connection is nil")
@@ -201,19 +258,30 @@ func defaultMsgIDPrefix(source string) string {
 	return hex.EncodeToString(sum[:6]) + ":"
 }
 
+// Reach is the longest time, while relays run, from a job's publish to
+// the end of the lease or retry delay that the table then holds for it:
+// the lease, or the publish, proof and ack deadlines together if longer,
+// plus MaxRetryDelay. The job is claimed again when that ends, and must be
+// published again before the stream's duplicate window has passed since
+// the first publish.
+func (r *Relay) Reach() time.Duration {
+	return max(r.q.Lease(), r.cfg.PublishTimeout+r.cfg.ProofTimeout+r.cfg.AckTimeout) + r.cfg.MaxRetryDelay
+}
+
 // Check reads the stream's configuration and returns an error when the
-// stream is missing or its duplicate window is not longer than the lease
-// plus MaxRetryDelay: a job published again after its window would be
-// stored twice.
+// stream is missing or its duplicate window is not longer than
+// [Relay.Reach]: a job published again after its window would be stored
+// twice. Run checks too.
 func (r *Relay) Check(ctx context.Context) error {
 	s, err := r.js.Stream(ctx, r.cfg.Stream)
 	if err != nil {
 		return fmt.Errorf("relay: stream %s: %w", r.cfg.Stream, err)
 	}
 	window := s.CachedInfo().Config.Duplicates
-	if need := r.q.Lease() + r.cfg.MaxRetryDelay; window <= need {
-		return fmt.Errorf("relay: stream %s keeps de-duplication ids for %v, not longer than the lease plus the longest retry delay (%v): raise its Duplicates window", r.cfg.Stream, window, need)
+	if need := r.Reach(); window <= need {
+		return fmt.Errorf("relay: stream %s keeps de-duplication ids for %v, not longer than the lease (or the publish, proof and ack timeouts together, if longer) plus the longest retry delay (%v): raise its Duplicates window", r.cfg.Stream, window, need)
 	}
+	r.stream.Store(&streamState{s: s, window: window})
 	return nil
 }
 
@@ -227,18 +295,35 @@ func (r *Relay) Stats() Stats {
 		Retried:    r.retried.Load(),
 		Dead:       r.dead.Load(),
 		Unproven:   r.unproven.Load(),
+		Recovered:  r.recovered.Load(),
 	}
 }
 
 // Run relays until ctx ends, then returns nil, or returns the first error
-// of a claim or of the table's acks (a database error), [ErrCollision], or
-// [ErrClosed] once the NATS connection has closed; the other loops stop
-// then too. When ctx ends, each loop finishes what it holds: a claim
+// of a claim, of the table's acks or of a sweep (a database error),
+// [ErrCollision], [ErrClosed] once the NATS connection has closed, or
+// Check's error; the other loops stop then too. It waits for the NATS
+// connection first, checks the stream and sweeps the table before the
+// first claim. When ctx ends, each loop finishes what it holds: a claim
 // in flight runs to its end and its jobs are given back (see
-// [Relay.claim]); a batch being published waits for the broker's acks
-// (at most PublishTimeout) and is acked in the table.
+// [Relay.claim]); a batch being published waits for the broker's acks (at
+// most PublishTimeout), its proof (ProofTimeout) and is acked in the table
+// (AckTimeout).
 func (r *Relay) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
+	if err := r.waitConnected(ctx); err != nil || ctx.Err() != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.ProofTimeout)
+	err := r.Check(cctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	r.nextSweep.Store(0)
+	ctx, cancel = context.WithCancel(ctx)
 	defer cancel()
 	var (
 		wg    sync.WaitGroup
@@ -259,7 +344,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	return first
 }
 
-// loop is one worker: claim, relay, and wait Poll when nothing was found.
+// loop is one worker: sweep when due, claim, relay, and wait Poll when
+// nothing was found.
 func (r *Relay) loop(ctx context.Context) error {
 	idle := time.NewTimer(0)
 	defer idle.Stop()
@@ -268,7 +354,15 @@ func (r *Relay) loop(ctx context.Context) error {
 		if err := r.waitConnected(ctx); err != nil || ctx.Err() != nil {
 			return err
 		}
+		if err := r.sweep(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		r.gate.RLock()
 		ds, err := r.claim(ctx)
+		r.gate.RUnlock()
 		if err != nil {
 			return err
 		}
@@ -292,10 +386,10 @@ func (r *Relay) loop(ctx context.Context) error {
 }
 
 // waitConnected returns nil at once while the NATS connection is up, or
-// when ctx ends. While nats.go reconnects it waits, polling every Poll: a
-// batch claimed now would only time out, and its jobs wait out a retry
-// delay after the broker is back. It returns [ErrClosed] once the
-// connection has closed: nats.go reconnects no more (MaxReconnects ran
+// when ctx ends. While nats.go connects or reconnects it waits, polling
+// every Poll: a batch claimed now would only time out, and its jobs wait
+// out a retry delay after the broker is back. It returns [ErrClosed] once
+// the connection has closed: nats.go reconnects no more (MaxReconnects ran
 // out), and a relay that went on claiming would publish nothing, ever.
 func (r *Relay) waitConnected(ctx context.Context) error {
 	for {
@@ -333,14 +427,17 @@ func (r *Relay) claim(ctx context.Context) ([]*inbox.Delivery, error) {
 // giveBack releases ds, their attempts not spent, so that another relay
 // takes them at once instead of when their leases run out.
 func (r *Relay) giveBack(ctx context.Context, ds []*inbox.Delivery) {
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckTimeout)
 	defer cancel()
 	for _, d := range ds {
 		_ = r.b.Release(gctx, d)
 	}
 }
 
-// relay publishes one claimed batch and settles it.
+// relay publishes one claimed batch and settles it, each step under a
+// deadline of its own: the broker's acks (PublishTimeout, from each
+// publish), the proof of the duplicates (ProofTimeout) and the table's
+// statements (AckTimeout).
 func (r *Relay) relay(ctx context.Context, ds []*inbox.Delivery) error {
 	batch := r.batches.Add(1)
 	ids := make([]string, len(ds))
@@ -366,7 +463,8 @@ func (r *Relay) relay(ctx context.Context, ds []*inbox.Delivery) error {
 	// Every future ends: with the broker's ack, or with an error at the
 	// latest after PublishTimeout. A relay told to stop waits for them too:
 	// a batch given back now would be published again, as duplicates.
-	dups := map[int]uint64{}
+	var dups []int
+	seqs := make([]uint64, len(ds))
 	for i, f := range futures {
 		if f == nil {
 			continue
@@ -374,26 +472,26 @@ func (r *Relay) relay(ctx context.Context, ds []*inbox.Delivery) error {
 		select {
 		case ack := <-f.Ok():
 			if ack.Duplicate {
-				dups[i] = ack.Sequence
+				dups = append(dups, i)
+				seqs[i] = ack.Sequence
 			} else {
 				r.published.Add(1)
 			}
 		case errs[i] = <-f.Err():
 		}
 	}
-	// The broker has the messages: the table's acks run to the end even
-	// when ctx ends, so that a stopping relay leaves no job behind to wait
-	// out its lease (bounded, should the database not answer).
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
-	defer cancel()
-	for i, seq := range dups {
-		if errs[i] = r.prove(sctx, seq, ids[i], msgs[i]); errs[i] == nil {
-			r.duplicates.Add(1)
-		}
+	// The broker has the messages: the proof and the table's acks run to
+	// the end even when ctx ends, so that a stopping relay leaves no job
+	// behind to wait out its lease; each is bounded, should the broker or
+	// the database not answer.
+	if len(dups) > 0 {
+		r.prove(ctx, dups, seqs, ids, msgs, errs)
 	}
 	if r.hook != nil {
 		r.hook("published", batch, ids)
 	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckTimeout)
+	defer cancel()
 	acked := make([]*inbox.Delivery, 0, len(ds))
 	for i, d := range ds {
 		if errs[i] == nil {
@@ -401,7 +499,7 @@ func (r *Relay) relay(ctx context.Context, ds []*inbox.Delivery) error {
 		}
 	}
 	var first error
-	for i, err := range r.b.AckAll(sctx, acked) {
+	for i, err := range r.b.AckAll(actx, acked) {
 		switch {
 		case err == nil:
 			r.acked.Add(1)
@@ -417,7 +515,7 @@ func (r *Relay) relay(ctx context.Context, ds []*inbox.Delivery) error {
 		if errs[i] == nil {
 			continue
 		}
-		if err := r.fail(sctx, d, errs[i]); err != nil && first == nil {
+		if err := r.fail(actx, d, errs[i]); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -427,35 +525,74 @@ func (r *Relay) relay(ctx context.Context, ds []*inbox.Delivery) error {
 // errUnproven is a duplicate whose stored message the stream no longer has.
 var errUnproven = errors.New("the stream called the publish a duplicate, and no longer holds the stored message to compare")
 
-// prove returns nil when the message the stream stored at seq, of which
-// it called msg's publish a duplicate, is msg: same source, id, subject
-// and payload, so that the job's message is in the stream. It returns an
-// error wrapping [ErrCollision] when the stored message is another's, and
-// errUnproven when the stream no longer has it (its retention removed it,
-// but its id is still in the duplicate window): the job cannot be shown
-// stored, so it is not deleted.
-func (r *Relay) prove(ctx context.Context, seq uint64, id string, msg *nats.Msg) error {
-	if seq == 0 {
-		return errUnproven
+// maxReads is the most stored messages the relay reads at once.
+const maxReads = 256
+
+// prove sets errs[i], for each job i of dups whose publish the stream
+// called a duplicate of its message at seqs[i], to nil when that stored
+// message is msgs[i] (same source, id, subject and payload), so that the
+// job's message is in the stream; to an error wrapping [ErrCollision] when
+// it is another's; to errUnproven when the stream no longer has it (its
+// retention removed it, but its id is still in the duplicate window); or
+// to the read's error (ProofTimeout passed, the broker away). Only a nil
+// error deletes the job. The messages are read all at once.
+func (r *Relay) prove(ctx context.Context, dups []int, seqs []uint64, ids []string, msgs []*nats.Msg, errs []error) {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ProofTimeout)
+	defer cancel()
+	want := make([]uint64, len(dups))
+	for k, i := range dups {
+		want[k] = seqs[i]
 	}
-	s, err := r.js.Stream(ctx, r.cfg.Stream)
-	if err != nil {
-		return err
+	got, gerrs := r.readMsgs(pctx, want)
+	for k, i := range dups {
+		if errs[i] = r.same(got[k], gerrs[k], seqs[i], ids[i], msgs[i].Subject, msgs[i].Data); errs[i] == nil {
+			r.duplicates.Add(1)
+		}
 	}
-	m, err := s.GetMsg(ctx, seq)
+}
+
+// readMsgs reads the stored messages at seqs, up to maxReads requests in
+// flight: each is a request to the broker, and together they take about
+// one round trip. Sequence 0 (none given) reads as ErrMsgNotFound.
+func (r *Relay) readMsgs(ctx context.Context, seqs []uint64) ([]*jetstream.RawStreamMsg, []error) {
+	got := make([]*jetstream.RawStreamMsg, len(seqs))
+	errs := make([]error, len(seqs))
+	st := r.stream.Load()
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, maxReads)
+	for k, seq := range seqs {
+		if seq == 0 {
+			errs[k] = jetstream.ErrMsgNotFound
+			continue
+		}
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			got[k], errs[k] = st.s.GetMsg(ctx, seq)
+		}()
+	}
+	wg.Wait()
+	return got, errs
+}
+
+// same returns nil when m, read at seq with error err, is the message of
+// id from this table on subject with payload; see prove.
+func (r *Relay) same(m *jetstream.RawStreamMsg, err error, seq uint64, id, subject string, payload []byte) error {
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return errUnproven
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("relay: reading the stored message %d of id %q: %w", seq, id, err)
 	}
 	if m.Header.Get(jetstream.MsgIDHeader) == id && m.Header.Get(SourceHeader) == r.cfg.Source &&
-		m.Subject == msg.Subject && bytes.Equal(m.Data, msg.Data) {
+		m.Subject == subject && bytes.Equal(m.Data, payload) {
 		return nil
 	}
 	return fmt.Errorf("%w: id %q at stream sequence %d came from %q on %s, not from %q on %s: "+
 		"two outbox tables share a message-id prefix (Config.MsgIDPrefix, -msgid-prefix)",
-		ErrCollision, id, seq, m.Header.Get(SourceHeader), m.Subject, r.cfg.Source, msg.Subject)
+		ErrCollision, id, seq, m.Header.Get(SourceHeader), m.Subject, r.cfg.Source, subject)
 }
 
 // fail settles a job whose publish failed: a payload over the server's
