@@ -161,6 +161,7 @@ func TestCheckSchemaKeyNotWritten(t *testing.T) {
 			m.ExpectQuery(pgColumns).WithArgs("", "jobs").WillReturnRows(rows("column_name,data_type", row("id", "bigint"),
 				row("attempt", "integer"), row("payload", "bytea"), row("customer", "text")))
 			m.ExpectQuery(pgKeyFilled).WithArgs("", "jobs", "customer").WillReturnRows(rows("filled", row(filled)))
+			expectOwnSessions(m, pg15)
 			checkKeyProblem(t, m, q, filled, want)
 		}
 	})
@@ -203,6 +204,7 @@ func TestCheckSchemaKeyNotWritten(t *testing.T) {
 		m.ExpectQuery(pgProbe).WithoutArgs().WillReturnRows(pgAnswer(pg15))
 		m.ExpectQuery(pgColumns).WithArgs("", "jobs").WillReturnRows(rows("column_name,data_type", row("id", "bigint"),
 			row("attempt", "integer"), row("payload", "bytea"), row("customer", "text")))
+		expectOwnSessions(m, pg15)
 		if err := q.CheckSchema(context.Background()); err != nil {
 			t.Errorf("%+v: CheckSchema = %v, want nil", tb, err)
 		}

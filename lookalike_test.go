@@ -164,6 +164,9 @@ func TestCheckSchemaLookalikes(t *testing.T) {
 			if tc.dialect == inbox.Postgres {
 				m.ExpectQuery(pgProbe).WithoutArgs().WillReturnRows(pgAnswer(tc.version))
 				m.ExpectQuery(pgColumns).WithArgs("", "jobs").WillReturnRows(pgCols(tc.form))
+				if tc.form == inbox.Advisory {
+					expectOwnSessions(m, tc.version)
+				}
 			} else {
 				m.ExpectQuery(myProbe).WithoutArgs().WillReturnRows(myAnswer(tc.version, tc.comment))
 				// Galera is a MySQL or MariaDB server's; TiDB and Vitess
@@ -200,5 +203,31 @@ func TestCheckSchemaLookalikes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The advisory form's session check on PostgreSQL (schema.go): its first
+// statement, and the one that reads a session.
+const (
+	pgSessionFirst = "SELECT pg_catalog.version(), pg_catalog.pg_backend_pid(), CAST(pg_catalog.pg_postmaster_start_time() AS text)"
+	pgSessionAt    = "SELECT pg_catalog.pg_backend_pid(), CAST(pg_catalog.pg_postmaster_start_time() AS text)"
+)
+
+// expectOwnSessions answers the advisory form's session check as a server
+// reached directly does: the check's connection always in backend 100, a
+// second connection's transaction in backend 200, three rounds. An engine
+// the check does not probe (CockroachDB) is asked its first statement only.
+func expectOwnSessions(m *mock, version string) {
+	const start = "2026-12-05 05:00:00+00"
+	m.ExpectQuery(pgSessionFirst).WithoutArgs().WillReturnRows(rows("version,pid,start", row(version, int64(100), start)))
+	if strings.Contains(version, "CockroachDB") {
+		return
+	}
+	for round := 0; round < 3; round++ {
+		m.ExpectQuery(pgSessionAt).WithoutArgs().WillReturnRows(rows("pid,start", row(int64(100), start)))
+		m.ExpectBegin()
+		m.ExpectQuery(pgSessionAt).WithoutArgs().WillReturnRows(rows("pid,start", row(int64(200), start)))
+		m.ExpectRollback()
+		m.ExpectQuery(pgSessionAt).WithoutArgs().WillReturnRows(rows("pid,start", row(int64(100), start)))
 	}
 }

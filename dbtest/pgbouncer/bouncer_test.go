@@ -1,0 +1,256 @@
+package pgbouncer
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The harness runs a PgBouncer of its own on a free port of 127.0.0.1, in
+// front of the PostgreSQL server of INBOX_POSTGRES_DSN (trust
+// authentication, as CI's), with its configuration and user list in the
+// test's temporary directory and its log in a file there. It serves two
+// databases onto the DSN's: txDB in transaction pooling with a small pool
+// (the deployment the suite is about) and sessionDB in session pooling, the
+// fix the check names. Nothing else is touched: the server's own
+// configuration, and Debian's pgbouncer service, if any, stay as they are.
+
+// Databases of the harness's PgBouncer.
+const (
+	txDB      = "inbox_pgb_tx"
+	sessionDB = "inbox_pgb_session"
+	// poolSize is txDB's default_pool_size: server connections per user,
+	// fewer than the suite's client connections, so that transactions wait
+	// for one and sessions are handed around.
+	poolSize = 4
+)
+
+// bootWait bounds PgBouncer's start: a deadline for a failure, not a
+// duration the test expects (it answers in milliseconds).
+const bootWait = 30 * time.Second
+
+// findPgBouncer locates the pgbouncer program: INBOX_PGBOUNCER, the PATH,
+// or Debian's /usr/sbin. Without it the suite skips, saying why, or fails
+// under INBOX_REQUIRE_DBS=1.
+func findPgBouncer() (string, error) {
+	if p := os.Getenv("INBOX_PGBOUNCER"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("INBOX_PGBOUNCER=%s: %v", p, err)
+		}
+		return p, nil
+	}
+	if p, err := exec.LookPath("pgbouncer"); err == nil {
+		return p, nil
+	}
+	if p := "/usr/sbin/pgbouncer"; fileExists(p) {
+		return p, nil
+	}
+	return "", fmt.Errorf("pgbouncer not found (INBOX_PGBOUNCER unset, not on PATH nor at /usr/sbin/pgbouncer); on Debian: apt-get install pgbouncer")
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// requireTools returns pgbouncer's path, or skips t saying what is missing;
+// under INBOX_REQUIRE_DBS=1 a missing program fails t instead.
+func requireTools(t testing.TB) string {
+	t.Helper()
+	p, err := findPgBouncer()
+	if err != nil {
+		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
+			t.Fatalf("pgbouncer: %v, and INBOX_REQUIRE_DBS=1: the PgBouncer suite must run", err)
+		}
+		t.Skipf("pgbouncer: %v: skipping the PgBouncer suite (INBOX_REQUIRE_DBS=1 makes this a failure)", err)
+	}
+	return p
+}
+
+// bouncer is a running PgBouncer.
+type bouncer struct {
+	port    int
+	user    string // the clients' user, the DSN's
+	dir     string
+	version string
+	cmd     *exec.Cmd
+	done    chan struct{}
+}
+
+// startBouncer writes pgbouncer.ini and the user list for backend (the
+// server PgBouncer connects to) and starts PgBouncer, as the postgres
+// account when this process is root (PgBouncer refuses to run as root).
+// Its cleanup stops it; register pools on it afterwards, so that they close
+// first.
+func startBouncer(t *testing.T, bin string, backend *pgconn.Config) *bouncer {
+	t.Helper()
+	dir := t.TempDir()
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			u, err = user.Lookup("nobody")
+		}
+		if err != nil {
+			t.Fatalf("running as root, and no postgres or nobody account to run PgBouncer as: %v", err)
+		}
+		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("account %s: uid %q gid %q", u.Username, u.Uid, u.Gid)
+		}
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+		// Its account must read the files: temporary directories are
+		// created 0700.
+		for _, d := range []string{filepath.Dir(dir), dir} {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bouncer{port: port, user: backend.User, dir: dir}
+	target := fmt.Sprintf("host=%s port=%d dbname=%s user=%s", backend.Host, backend.Port, backend.Database, backend.User)
+	if backend.Password != "" {
+		target += " password=" + backend.Password
+	}
+	ini := strings.Join([]string{
+		"[databases]",
+		txDB + " = " + target + " pool_mode=transaction pool_size=" + strconv.Itoa(poolSize),
+		sessionDB + " = " + target + " pool_mode=session",
+		"[pgbouncer]",
+		"listen_addr = 127.0.0.1",
+		"listen_port = " + strconv.Itoa(port),
+		"unix_socket_dir =",
+		"auth_type = trust",
+		"auth_file = " + filepath.Join(dir, "userlist.txt"),
+		"admin_users = " + backend.User,
+		"max_client_conn = 200",
+		// lib/pq sets extra_float_digits at startup, which PgBouncer
+		// refuses unless told to ignore it.
+		"ignore_startup_parameters = extra_float_digits",
+		"logfile = " + filepath.Join(dir, "pgbouncer.log"),
+		"",
+	}, "\n")
+	for name, text := range map[string]string{
+		"pgbouncer.ini": ini,
+		"userlist.txt":  fmt.Sprintf("%q \"\"\n", backend.User),
+		"pgbouncer.log": "",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if cred != nil {
+			if err := os.Chown(p, int(cred.Uid), int(cred.Gid)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatalf("%s --version: %v", bin, err)
+	}
+	b.version, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
+	b.cmd = exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
+	b.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := b.cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	b.done = make(chan struct{})
+	go func() {
+		_ = b.cmd.Wait()
+		close(b.done)
+	}()
+	t.Cleanup(func() { b.stop(t) })
+	b.waitReady(t)
+	return b
+}
+
+// waitReady polls until PgBouncer serves a query on txDB, failing t when it
+// exits or bootWait passes first.
+func (b *bouncer) waitReady(t *testing.T) {
+	t.Helper()
+	db, err := sql.Open("postgres", b.dsn(txDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	deadline := time.Now().Add(bootWait)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := db.QueryRowContext(ctx, "SELECT 1").Scan(new(int))
+		cancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-b.done:
+			t.Fatalf("pgbouncer exited while starting (%v): %v; its log:\n%s", b.cmd.ProcessState, err, b.log())
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pgbouncer not serving %s after %v: %v; its log:\n%s", txDB, bootWait, err, b.log())
+		}
+	}
+}
+
+// stop ends PgBouncer (SIGINT would wait for its clients; SIGTERM does not)
+// and waits for it, logging its log when t failed.
+func (b *bouncer) stop(t *testing.T) {
+	_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-b.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
+		<-b.done
+	}
+	if t.Failed() {
+		t.Logf("pgbouncer's log:\n%s", b.log())
+	}
+}
+
+func (b *bouncer) log() string {
+	data, err := os.ReadFile(filepath.Join(b.dir, "pgbouncer.log"))
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// dsn is a client's data source for database db of the PgBouncer.
+func (b *bouncer) dsn(db string) string {
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", b.user, b.port, db)
+}
+
+// freePort returns a port of 127.0.0.1 that nothing listened on a moment
+// ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
