@@ -161,7 +161,10 @@ func TestCheckSchemaKeyNotWritten(t *testing.T) {
 			m.ExpectQuery(pgColumns).WithArgs("", "jobs").WillReturnRows(rows("column_name,data_type", row("id", "bigint"),
 				row("attempt", "integer"), row("payload", "bytea"), row("customer", "text")))
 			m.ExpectQuery(pgKeyFilled).WithArgs("", "jobs", "customer").WillReturnRows(rows("filled", row(filled)))
-			expectOwnSessions(m, pg15)
+			if filled {
+				// Sessions are asked about only once the rest is fit.
+				expectOwnSessions(m, pg15)
+			}
 			checkKeyProblem(t, m, q, filled, want)
 		}
 	})

@@ -164,7 +164,8 @@ func TestCheckSchemaLookalikes(t *testing.T) {
 			if tc.dialect == inbox.Postgres {
 				m.ExpectQuery(pgProbe).WithoutArgs().WillReturnRows(pgAnswer(tc.version))
 				m.ExpectQuery(pgColumns).WithArgs("", "jobs").WillReturnRows(pgCols(tc.form))
-				if tc.form == inbox.Advisory {
+				if tc.form == inbox.Advisory && tc.want == nil {
+					// Sessions are asked about only once the rest is fit.
 					expectOwnSessions(m, tc.version)
 				}
 			} else {

@@ -231,7 +231,9 @@ func (q *Queue) CheckSchema(ctx context.Context) error {
 	if err != nil {
 		return opErr("check schema", err)
 	}
-	if p, ok := capability[sessionProber](q.dialect); ok && (q.names.Form == Advisory || q.cfg.Prepare) {
+	// Sessions are asked about only on a server the check found fit (not
+	// one that is not PostgreSQL at all, whose answer would be an error).
+	if p, ok := capability[sessionProber](q.dialect); ok && len(problems) == 0 && (q.names.Form == Advisory || q.cfg.Prepare) {
 		found, err := q.checkSessions(ctx, p)
 		if err != nil {
 			return opErr("check schema", err)
