@@ -5,8 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -76,11 +76,11 @@ func (q *Queue) claimAdvisory(ctx context.Context, max int) ([]*Delivery, error)
 	if err != nil {
 		return ds, err
 	}
-	now, err := q.claimNow(ctx, q.st.Candidates, q.st.Claim, q.st.ClaimSelect)
+	now, err := q.claimNow(ctx, q.st.Advisory.Candidates, q.st.Claim.Take, q.st.Claim.Select)
 	if err != nil {
 		return ds, err
 	}
-	if q.locker != nil && q.st.LockFirst.SQL != "" {
+	if q.locker != nil && q.st.Advisory.LockFirst.SQL != "" {
 		var walk bool
 		ds, walk, err = q.claimLockingFirst(ctx, ident, ds, got, now)
 		if err != nil || !walk {
@@ -96,7 +96,7 @@ func (q *Queue) claimAdvisory(ctx context.Context, max int) ([]*Delivery, error)
 func (q *Queue) walkCandidates(ctx context.Context, ident string, ds []*Delivery, got int, now time.Time) ([]*Delivery, error) {
 	busy := map[string]bool{} // keys found held during this claim
 	v := values{limit: 2*got + q.keys.size() + 8, now: now}
-	page := q.st.Candidates
+	page := q.st.Advisory.Candidates
 	for {
 		cands, err := q.readCandidates(ctx, q.db, page, &v)
 		if err != nil {
@@ -124,7 +124,7 @@ func (q *Queue) walkCandidates(ctx context.Context, ident string, ds []*Delivery
 		}
 		v.id, v.priority = cands[len(cands)-1].id, cands[len(cands)-1].priority
 		v.limit = min(2*v.limit, maxCandidatePage)
-		page = q.st.CandidatesAfter
+		page = q.st.Advisory.CandidatesAfter
 	}
 }
 
@@ -139,7 +139,7 @@ func (q *Queue) walkCandidates(ctx context.Context, ident string, ds []*Delivery
 func (q *Queue) claimLockingFirst(ctx context.Context, ident string, ds []*Delivery, got int, now time.Time) (_ []*Delivery, walk bool, err error) {
 	base := 2*got + q.keys.size() + 8
 	v := values{limit: max(base, int(q.lockPage.Load())), now: now, identity: ident}
-	lock := q.st.LockFirst
+	lock := q.st.Advisory.LockFirst
 	// A row settled or claimed between the statement's read and its lock
 	// was locked for nothing; each such miss is a race lost by a few
 	// microseconds, and a bound keeps a claim from chasing them forever.
@@ -163,7 +163,7 @@ func (q *Queue) claimLockingFirst(ctx context.Context, ident string, ds []*Deliv
 			// The keys before this one were held a moment ago: the
 			// claim's next job is looked for past it, as the walk does.
 			v.id, v.priority = last.id, last.priority
-			lock = q.st.LockFirstAfter
+			lock = q.st.Advisory.LockFirstAfter
 			continue
 		case res == lockedHeldHere && heldHere != nil && *heldHere == last.key:
 			return ds, true, nil
@@ -182,7 +182,7 @@ func (q *Queue) claimLockingFirst(ctx context.Context, ident string, ds []*Deliv
 		}
 		v.id, v.priority = last.id, last.priority
 		v.limit = min(2*v.limit, maxCandidatePage)
-		lock, after = q.st.LockFirstAfter, true
+		lock, after = q.st.Advisory.LockFirstAfter, true
 	}
 	return ds, false, nil
 }
@@ -201,7 +201,7 @@ const (
 // it locked, or says why not: with lockedNone, last is the candidate
 // delivered, or the full page's last, nil when the page was short; with
 // lockedHeldHere, the candidate whose key this process holds.
-func (q *Queue) lockFirst(ctx context.Context, ident string, s Stmt, v *values) (_ *Delivery, _ lockResult, last *candidate, err error) {
+func (q *Queue) lockFirst(ctx context.Context, ident string, s dialect.Stmt, v *values) (_ *Delivery, _ lockResult, last *candidate, err error) {
 	conn, err := q.db.Conn(ctx)
 	if err != nil {
 		return nil, lockedNone, nil, err
@@ -234,7 +234,7 @@ func (q *Queue) lockFirst(ctx context.Context, ident string, s Stmt, v *values) 
 
 // readLockFirst runs a LockFirst statement and reads its row, if any: a
 // candidate, and whether its key is now locked.
-func (q *Queue) readLockFirst(ctx context.Context, ex Executor, s Stmt, v *values) (c candidate, locked, found bool, err error) {
+func (q *Queue) readLockFirst(ctx context.Context, ex Executor, s dialect.Stmt, v *values) (c candidate, locked, found bool, err error) {
 	rows, err := q.query(ctx, ex, s, v)
 	if err != nil {
 		return c, false, false, err
@@ -271,7 +271,7 @@ type candidate struct {
 	priority int64 // Table.Priority, for the next page's start
 }
 
-func (q *Queue) readCandidates(ctx context.Context, ex Executor, s Stmt, v *values) ([]candidate, error) {
+func (q *Queue) readCandidates(ctx context.Context, ex Executor, s dialect.Stmt, v *values) ([]candidate, error) {
 	rows, err := q.query(ctx, ex, s, v)
 	if err != nil {
 		return nil, err
@@ -355,13 +355,13 @@ func (q *Queue) claimLocked(ctx context.Context, conn *sql.Conn, ident string, c
 	// Re-read under the lock: the row may have been settled meanwhile.
 	d, err = q.claimOne(ctx, ex, &values{id: c.id, attempt: c.attempt, limit: 1, now: now})
 	var unread *claimReadError
-	if err != nil && q.st.Claim.SQL != "" && errors.As(err, &unread) {
+	if err != nil && q.st.Claim.Take.SQL != "" && errors.As(err, &unread) {
 		// Claim counted the attempt in the statement that returned the row
 		// it could not read: the attempt is given back, under the lock, so
-		// that an error means nothing was claimed. (ClaimSelect wrote
+		// that an error means nothing was claimed. (Claim.Select wrote
 		// nothing yet.)
 		for _, u := range unread.rows {
-			_, _ = q.exec(context.WithoutCancel(ctx), ex, q.st.Release, &values{id: u.id, attempt: u.attempt})
+			_, _ = q.exec(context.WithoutCancel(ctx), ex, q.st.Settle.Release, &values{id: u.id, attempt: u.attempt})
 		}
 	}
 	if err != nil || d == nil {
@@ -464,21 +464,21 @@ func (d *Delivery) sendAdvisory(ctx context.Context, ex Executor, o outcome, aft
 	var err error
 	switch o {
 	case outAck:
-		n, err = q.exec(ctx, ex, q.st.Ack, v)
+		n, err = q.exec(ctx, ex, q.st.Settle.Ack, v)
 	case outRelease:
-		n, err = q.exec(ctx, ex, q.st.Release, v)
+		n, err = q.exec(ctx, ex, q.st.Settle.Release, v)
 	case outDead:
 		n, err = q.moveDead(ctx, ex, v)
 	case outRetry:
-		if q.st.Retry.SQL == "" || (after <= 0 && v.errText == nil) {
+		if q.st.Settle.Retry.SQL == "" || (after <= 0 && v.errText == nil) {
 			return 1, false, nil
 		}
-		if err = q.fillTimes(ctx, ex, q.st.Retry, v, after); err == nil {
-			n, err = q.exec(ctx, ex, q.st.Retry, v)
+		if err = q.fillTimes(ctx, ex, q.st.Settle.Retry, v, after); err == nil {
+			n, err = q.exec(ctx, ex, q.st.Settle.Retry, v)
 		}
-		if err == nil && n == 0 && q.st.Exists.SQL != "" {
+		if err == nil && n == 0 && q.st.Settle.Exists.SQL != "" {
 			// MySQL: the time written may be the one the row holds.
-			err = q.queryRow(ctx, ex, q.st.Exists, v).Scan(&n)
+			err = q.queryRow(ctx, ex, q.st.Settle.Exists, v).Scan(&n)
 		}
 	}
 	return n, true, err
@@ -508,7 +508,7 @@ func (q *Queue) identity(ctx context.Context) (string, error) {
 	if q.ident != "" {
 		return q.ident, nil
 	}
-	ti, ok := capability[TableIdentifier](q.dialect)
+	ti, ok := capability[dialect.TableIdentifier](q.dialect)
 	if !ok {
 		q.ident = q.names.Raw.Name
 		return q.ident, nil
@@ -517,7 +517,7 @@ func (q *Queue) identity(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("resolving table %s: %w", q.names.Raw.Name, err)
 	}
-	if q.locker == nil && strings.HasPrefix(ident, sqliteMemory+"\x00") {
+	if mem, ok := capability[dialect.InMemory](q.dialect); ok && q.locker == nil && mem.IsInMemory(ident) {
 		// A database in memory is its pool's: so are its keys. (Set
 		// before ident, which every reader of q.keys waits for.)
 		q.keys = keySet{scope: q.db}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"sync"
 	"time"
 )
@@ -55,7 +56,7 @@ type Batcher struct {
 	max   int
 	wait  time.Duration
 	lanes int
-	sets  []*BatchStatements // by increasing Size; the last has Size max
+	sets  []*dialect.BatchStatements // by increasing Size; the last has Size max
 
 	mu      sync.Mutex
 	pending []*batchItem // each belongs to a caller waiting in run
@@ -68,13 +69,13 @@ type Batcher struct {
 
 // NewBatcher returns a batcher settling the lease deliveries of q. It does
 // no I/O and starts no goroutine. It returns an error when q is not of the
-// lease form, when q's dialect is not a [BatchDialect], or when cfg is out of
+// lease form, when q's dialect is not a [dialect.BatchDialect], or when cfg is out of
 // range.
 func (q *Queue) NewBatcher(cfg BatchConfig) (*Batcher, error) {
 	if !q.form.leased() {
 		return nil, fmt.Errorf("inbox: new batcher: batched settlement is for the lease form, not the %s form", q.names.Form)
 	}
-	bd, ok := capability[BatchDialect](q.dialect)
+	bd, ok := capability[dialect.BatchDialect](q.dialect)
 	if !ok {
 		return nil, fmt.Errorf("inbox: new batcher: dialect %s has no batched statements (BatchDialect)", q.dialect.Name())
 	}

@@ -14,6 +14,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"math/rand"
 	"runtime"
 	"strings"
@@ -187,18 +188,18 @@ func TestPgTokenArray(t *testing.T) {
 		{id: "d,e} f", attempt: 41, expiry: time.Date(2024, 3, 1, 12, 0, 0, 999999000, time.UTC)},
 	}
 	for _, c := range []struct {
-		a    Arg
+		a    dialect.Arg
 		want string
 	}{
-		{ArgIDs, `{"a\"b\\c","d,e} f"}`},
-		{ArgAttempts, "{2,42}"},
-		{ArgExpiries, `{"2024-03-01 12:00:00.000001+00","2024-03-01 12:00:00.999999+00"}`},
+		{dialect.ArgIDs, `{"a\"b\\c","d,e} f"}`},
+		{dialect.ArgAttempts, "{2,42}"},
+		{dialect.ArgExpiries, `{"2024-03-01 12:00:00.000001+00","2024-03-01 12:00:00.999999+00"}`},
 	} {
 		if got := pgTokenArray(c.a, toks, token{}); got != c.want {
 			t.Errorf("arg %d: got %s, want %s", c.a, got, c.want)
 		}
 	}
-	if got := pgTokenArray(ArgIDs, nil, token{id: int64(-7)}); got != "{-7}" {
+	if got := pgTokenArray(dialect.ArgIDs, nil, token{id: int64(-7)}); got != "{-7}" {
 		t.Errorf("the single token: got %s, want {-7}", got)
 	}
 }
@@ -443,7 +444,7 @@ func TestBatchCancelPending(t *testing.T) {
 	}
 	b.Close()
 	btMet(t, sm) // nothing was sent
-	sm.ExpectExec(q.st.Ack.SQL).WithArgs(int64(1), int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, 1))
+	sm.ExpectExec(q.st.Settle.Ack.SQL).WithArgs(int64(1), int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, 1))
 	btWant(t, "plain ack after", d.Ack(context.Background()), nil)
 	btMet(t, sm)
 }
@@ -818,7 +819,7 @@ func TestBatchSettledAsDelivery(t *testing.T) {
 	ctx := context.Background()
 	one := `DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`
 	sm.ExpectQuery(one).WithArgs(pgBatchArgs("{1}", "{2}", btExps(1))...).WillReturnRows(sqlmock.NewRows([]string{"id"}))
-	sm.ExpectExec(q.st.Ack.SQL).WithArgs(int64(2), int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, 0))
+	sm.ExpectExec(q.st.Settle.Ack.SQL).WithArgs(int64(2), int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, 0))
 	sm.ExpectQuery(one).WithArgs(pgBatchArgs("{3}", "{2}", btExps(1))...).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(3)))
 	lostInBatch, lostAlone, acked := btDel(q, int64(1), 1, btExp), btDel(q, int64(2), 1, btExp), btDel(q, int64(3), 1, btExp)
 	btWant(t, "batch ack of a lost lease", b.Ack(ctx, lostInBatch), ErrLeaseLost)
@@ -946,9 +947,9 @@ func TestBatchPendingTx(t *testing.T) {
 	inTx := func(c int, d *Delivery) {
 		sm.ExpectBegin()
 		if strings.HasPrefix(cases[c].name, "RetryTx") {
-			sm.ExpectExec(q.st.Retry.SQL).WithArgs(int64(time.Hour/time.Microsecond), d.id, int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, 1))
+			sm.ExpectExec(q.st.Settle.Retry.SQL).WithArgs(int64(time.Hour/time.Microsecond), d.id, int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, 1))
 		} else {
-			sm.ExpectExec(q.st.Ack.SQL).WithArgs(d.id, int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, 1))
+			sm.ExpectExec(q.st.Settle.Ack.SQL).WithArgs(d.id, int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, 1))
 		}
 		if cases[c].commit {
 			sm.ExpectCommit()
@@ -972,7 +973,7 @@ func TestBatchPendingTx(t *testing.T) {
 		}
 	}
 	verdict := func(c int, id int64) {
-		e := sm.ExpectQuery(q.st.Verdict.SQL).WithArgs(id)
+		e := sm.ExpectQuery(q.st.Settle.Verdict.SQL).WithArgs(id)
 		if cases[c].row == nil {
 			e.WillReturnRows(sqlmock.NewRows([]string{"attempt", "locked_until"}))
 		} else {
@@ -1005,7 +1006,7 @@ func TestBatchPendingTx(t *testing.T) {
 		if cases[c].commit {
 			affected = 0
 		}
-		sm.ExpectExec(q.st.Ack.SQL).WithArgs(d.id, int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, affected))
+		sm.ExpectExec(q.st.Settle.Ack.SQL).WithArgs(d.id, int64(2), btExp).WillReturnResult(sqlmock.NewResult(0, affected))
 		if cases[c].commit {
 			verdict(c, d.id.(int64))
 		}

@@ -10,6 +10,7 @@ package inbox
 
 import (
 	"context"
+	"github.com/sqlinbox/inbox/dialect"
 	"runtime"
 	"sync"
 	"testing"
@@ -170,7 +171,7 @@ func BenchmarkBatcherAckAll16(b *testing.B) {
 func BenchmarkRawAck16(b *testing.B) {
 	f := fakedb.NewLease()
 	q := btQueue(b, f)
-	st, err := Postgres.(BatchDialect).BatchStatements(&q.names, 16)
+	st, err := Postgres.(dialect.BatchDialect).BatchStatements(&q.names, 16)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -209,7 +210,7 @@ func BenchmarkRawClaim16(b *testing.B) { benchRawClaim(b, 16) }
 func benchRawClaim(b *testing.B, n int) {
 	f := fakedb.NewLease()
 	q := btQueue(b, f)
-	s := q.st.Claim.SQL
+	s := q.st.Claim.Take.SQL
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -235,7 +236,7 @@ func benchRawClaim(b *testing.B, n int) {
 func BenchmarkRawAck(b *testing.B) {
 	f := fakedb.NewLease()
 	q := btQueue(b, f)
-	s := q.st.Ack.SQL
+	s := q.st.Settle.Ack.SQL
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -60,16 +60,16 @@ func (q *Queue) ListDead(ctx context.Context, limit int, after *DeadJob) ([]Dead
 	if err := q.deadOp(limit); err != nil {
 		return nil, opErr("list dead", err)
 	}
-	s, v := q.st.DeadList, values{limit: limit}
+	s, v := q.st.Dead.List, values{limit: limit}
 	if after != nil {
 		if err := checkID(after.ID); err != nil {
 			return nil, opErr("list dead", err)
 		}
-		s, v.id, v.notBefore = q.st.DeadListAfter, after.ID, after.DeadAt
+		s, v.id, v.notBefore = q.st.Dead.ListAfter, after.ID, after.DeadAt
 		if q.names.DeadAt != "" && after.DeadAt.IsZero() {
-			s = q.st.DeadListAfterNull
+			s = q.st.Dead.ListAfterNull
 			if s.SQL == "" {
-				return nil, opErr("list dead", fmt.Errorf("dialect %s has no DeadListAfterNull statement: it cannot list past a job whose DeadAt is zero", q.dialect.Name()))
+				return nil, opErr("list dead", fmt.Errorf("dialect %s has no Dead.ListAfterNull statement: it cannot list past a job whose DeadAt is zero", q.dialect.Name()))
 			}
 		}
 	}
@@ -92,7 +92,7 @@ func (q *Queue) ListDead(ctx context.Context, limit int, after *DeadJob) ([]Dead
 	return jobs, nil
 }
 
-// scanDeadJob reads one row of DeadList.
+// scanDeadJob reads one row of Dead.List.
 func (q *Queue) scanDeadJob(rows *sql.Rows) (DeadJob, error) {
 	var (
 		j       DeadJob
@@ -178,27 +178,27 @@ func (q *Queue) requeueIn(ctx context.Context, tx Executor, id any) (any, error)
 		dest = append(dest, &lastErr)
 	}
 	v := values{id: id}
-	if err := q.queryRow(ctx, tx, q.st.DeadTake, &v).Scan(dest...); err != nil {
+	if err := q.queryRow(ctx, tx, q.st.Dead.Take, &v).Scan(dest...); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, fmt.Errorf("id %v: %w", id, ErrNotDead)
 		}
 		return nil, err
 	}
-	if q.st.DeadTakeDelete.SQL != "" {
-		if n, err := q.exec(ctx, tx, q.st.DeadTakeDelete, &v); err != nil || n != 1 {
+	if q.st.Dead.TakeDelete.SQL != "" {
+		if n, err := q.exec(ctx, tx, q.st.Dead.TakeDelete, &v); err != nil || n != 1 {
 			if err == nil {
 				err = fmt.Errorf("id %v: %w", id, ErrNotDead)
 			}
 			return nil, err
 		}
 	}
-	newID, err := q.insert(ctx, tx, q.st.Enqueue, Job{Data: data})
+	newID, err := q.insert(ctx, tx, q.st.Jobs.Enqueue, Job{Data: data})
 	if err != nil {
 		return nil, err
 	}
-	if q.st.RequeueError.SQL != "" && lastErr.Valid {
+	if q.st.Dead.RequeueError.SQL != "" && lastErr.Valid {
 		ev := values{id: newID, errText: lastErr.String}
-		if _, err := q.exec(ctx, tx, q.st.RequeueError, &ev); err != nil {
+		if _, err := q.exec(ctx, tx, q.st.Dead.RequeueError, &ev); err != nil {
 			return nil, err
 		}
 	}
@@ -212,12 +212,12 @@ func (q *Queue) PurgeDead(ctx context.Context, olderThan time.Time) (int64, erro
 	if err := q.deadOp(1); err != nil {
 		return 0, opErr("purge dead", err)
 	}
-	s := q.st.DeadPurge
+	s := q.st.Dead.Purge
 	if !olderThan.IsZero() {
 		if q.names.DeadAt == "" {
 			return 0, opErr("purge dead", ErrNoDeadAt)
 		}
-		s = q.st.DeadPurgeBefore
+		s = q.st.Dead.PurgeBefore
 	}
 	n, err := q.exec(ctx, q.db, s, &values{notBefore: olderThan})
 	if err != nil {
@@ -238,15 +238,15 @@ func (q *Queue) PurgeDead(ctx context.Context, olderThan time.Time) (int64, erro
 // [ErrLeaseLost]. A missing job is [ErrNotFound]. Nothing is changed on
 // an error.
 func (q *Queue) Cancel(ctx context.Context, id any) error {
-	if q.st.Cancel.SQL == "" {
+	if q.st.Jobs.Cancel.SQL == "" {
 		return opErr("cancel", fmt.Errorf("dialect %s has no Cancel statement", q.dialect.Name()))
 	}
 	if err := checkID(id); err != nil {
 		return opErr("cancel", err)
 	}
 	v := values{id: id}
-	if q.st.CancelLock.SQL == "" {
-		n, err := q.exec(ctx, q.db, q.st.Cancel, &v)
+	if q.st.RowLock.CancelLock.SQL == "" {
+		n, err := q.exec(ctx, q.db, q.st.Jobs.Cancel, &v)
 		switch {
 		case err != nil:
 			return opErr("cancel", err)
@@ -274,11 +274,11 @@ func (q *Queue) Cancel(ctx context.Context, id any) error {
 // cancelHeld deletes the row-lock job v.id through tx unless a claim holds it.
 func (q *Queue) cancelHeld(ctx context.Context, tx Executor, v *values) error {
 	var got any
-	err := q.queryRow(ctx, tx, q.st.CancelLock, v).Scan(&got)
+	err := q.queryRow(ctx, tx, q.st.RowLock.CancelLock, v).Scan(&got)
 	if errors.Is(err, sql.ErrNoRows) {
 		// Held by a claim, or not there: a plain read tells which.
 		var one int
-		err = q.queryRow(ctx, q.db, q.st.JobExists, v).Scan(&one)
+		err = q.queryRow(ctx, q.db, q.st.Jobs.Exists, v).Scan(&one)
 		switch {
 		case err == nil:
 			return fmt.Errorf("id %v: %w", v.id, ErrInWork)
@@ -290,7 +290,7 @@ func (q *Queue) cancelHeld(ctx context.Context, tx Executor, v *values) error {
 	if err != nil {
 		return err
 	}
-	_, err = q.exec(ctx, tx, q.st.Cancel, v)
+	_, err = q.exec(ctx, tx, q.st.Jobs.Cancel, v)
 	return err
 }
 
@@ -299,7 +299,7 @@ func (q *Queue) cancelHeld(ctx context.Context, tx Executor, v *values) error {
 // given an id, where a dead table is named. A job that dies between the
 // probe and the insert is not seen (the probe locks nothing).
 func (q *Queue) checkNotDead(ctx context.Context, ex Executor, jobs []Job) error {
-	if q.st.DeadHas.SQL == "" {
+	if q.st.Dead.Has.SQL == "" {
 		return nil
 	}
 	for i, job := range jobs {
@@ -307,7 +307,7 @@ func (q *Queue) checkNotDead(ctx context.Context, ex Executor, jobs []Job) error
 			continue
 		}
 		var one int
-		err := q.queryRow(ctx, ex, q.st.DeadHas, &values{id: job.ID}).Scan(&one)
+		err := q.queryRow(ctx, ex, q.st.Dead.Has, &values{id: job.ID}).Scan(&one)
 		switch {
 		case err == nil && len(jobs) > 1:
 			return fmt.Errorf("job %d: id %v: %w", i, job.ID, ErrDeadID)
@@ -325,7 +325,7 @@ func (q *Queue) deadOp(limit int) error {
 	switch {
 	case q.names.Dead == "":
 		return ErrNoDeadTable
-	case q.st.DeadList.SQL == "":
+	case q.st.Dead.List.SQL == "":
 		return fmt.Errorf("dialect %s has no dead-job statements", q.dialect.Name())
 	case limit < 1 || limit > MaxList:
 		return fmt.Errorf("limit %d must be from 1 to %d", limit, MaxList)

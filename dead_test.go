@@ -7,6 +7,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"github.com/sqlinbox/inbox/dialect"
 	"strings"
 	"testing"
 	"time"
@@ -114,8 +115,8 @@ func TestDeadJobStatements(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := q.Statements()
-			got := pins{st.DeadList.SQL, st.DeadListAfter.SQL, st.DeadListAfterNull.SQL, st.DeadTake.SQL, st.DeadTakeDelete.SQL, st.DeadPurge.SQL,
-				st.DeadPurgeBefore.SQL, st.RequeueError.SQL, st.Cancel.SQL, st.CancelLock.SQL, st.JobExists.SQL, st.DeadInsert.SQL}
+			got := pins{st.Dead.List.SQL, st.Dead.ListAfter.SQL, st.Dead.ListAfterNull.SQL, st.Dead.Take.SQL, st.Dead.TakeDelete.SQL, st.Dead.Purge.SQL,
+				st.Dead.PurgeBefore.SQL, st.Dead.RequeueError.SQL, st.Jobs.Cancel.SQL, st.RowLock.CancelLock.SQL, st.Jobs.Exists.SQL, st.Settle.Dead.SQL}
 			if got != c.want {
 				t.Errorf("statements:\n got %+v\nwant %+v", got, c.want)
 			}
@@ -132,14 +133,14 @@ func TestDeadJobStatementsSQLite(t *testing.T) {
 	}
 	st := q.Statements()
 	for _, c := range []struct{ got, want string }{
-		{st.DeadList.SQL, "SELECT c0, c1, c2, c3, c4 FROM (SELECT * FROM (SELECT id AS c0, attempt AS c1, payload AS c2, last_error AS c3, dead_at AS c4 FROM dead_jobs WHERE dead_at IS NOT NULL ORDER BY c4 DESC, c0 DESC LIMIT ?) AS dated " +
+		{st.Dead.List.SQL, "SELECT c0, c1, c2, c3, c4 FROM (SELECT * FROM (SELECT id AS c0, attempt AS c1, payload AS c2, last_error AS c3, dead_at AS c4 FROM dead_jobs WHERE dead_at IS NOT NULL ORDER BY c4 DESC, c0 DESC LIMIT ?) AS dated " +
 			"UNION ALL SELECT * FROM (SELECT id AS c0, attempt AS c1, payload AS c2, last_error AS c3, dead_at AS c4 FROM dead_jobs WHERE dead_at IS NULL ORDER BY c4 DESC, c0 DESC LIMIT ?) AS undated) AS page ORDER BY (c4 IS NULL), c4 DESC, c0 DESC LIMIT ?"},
-		{st.DeadListAfter.SQL, "SELECT c0, c1, c2, c3, c4 FROM (SELECT * FROM (SELECT id AS c0, attempt AS c1, payload AS c2, last_error AS c3, dead_at AS c4 FROM dead_jobs WHERE (dead_at, id) < (?, ?) ORDER BY c4 DESC, c0 DESC LIMIT ?) AS dated " +
+		{st.Dead.ListAfter.SQL, "SELECT c0, c1, c2, c3, c4 FROM (SELECT * FROM (SELECT id AS c0, attempt AS c1, payload AS c2, last_error AS c3, dead_at AS c4 FROM dead_jobs WHERE (dead_at, id) < (?, ?) ORDER BY c4 DESC, c0 DESC LIMIT ?) AS dated " +
 			"UNION ALL SELECT * FROM (SELECT id AS c0, attempt AS c1, payload AS c2, last_error AS c3, dead_at AS c4 FROM dead_jobs WHERE dead_at IS NULL ORDER BY c4 DESC, c0 DESC LIMIT ?) AS undated) AS page ORDER BY (c4 IS NULL), c4 DESC, c0 DESC LIMIT ?"},
-		{st.DeadListAfterNull.SQL, "SELECT id, attempt, payload, last_error, dead_at FROM dead_jobs WHERE dead_at IS NULL AND id < ? ORDER BY dead_at DESC, id DESC LIMIT ?"},
-		{st.DeadTake.SQL, "DELETE FROM dead_jobs WHERE id = ? RETURNING id, payload, last_error"},
-		{st.DeadPurgeBefore.SQL, "DELETE FROM dead_jobs WHERE dead_at < ?"},
-		{st.DeadInsert.SQL, "INSERT INTO dead_jobs (id, attempt, payload, last_error, dead_at) SELECT id, ?, payload, COALESCE(?, last_error), ? FROM jobs WHERE id = ? AND attempt = ? AND locked_until = ?"},
+		{st.Dead.ListAfterNull.SQL, "SELECT id, attempt, payload, last_error, dead_at FROM dead_jobs WHERE dead_at IS NULL AND id < ? ORDER BY dead_at DESC, id DESC LIMIT ?"},
+		{st.Dead.Take.SQL, "DELETE FROM dead_jobs WHERE id = ? RETURNING id, payload, last_error"},
+		{st.Dead.PurgeBefore.SQL, "DELETE FROM dead_jobs WHERE dead_at < ?"},
+		{st.Settle.Dead.SQL, "INSERT INTO dead_jobs (id, attempt, payload, last_error, dead_at) SELECT id, ?, payload, COALESCE(?, last_error), ? FROM jobs WHERE id = ? AND attempt = ? AND locked_until = ?"},
 	} {
 		if g := unquote(c.got); g != c.want {
 			t.Errorf("got  %s\nwant %s", g, c.want)
@@ -167,10 +168,10 @@ func TestRequeueDeadPostgres(t *testing.T) {
 	}
 	st := q.Statements()
 	m.ExpectBegin()
-	m.ExpectQuery(st.DeadTake.SQL).WithArgs(int64(7)).
+	m.ExpectQuery(st.Dead.Take.SQL).WithArgs(int64(7)).
 		WillReturnRows(sqlmock.NewRows([]string{"id", "payload", "last_error"}).AddRow(int64(7), []byte("p"), "boom"))
-	m.ExpectQuery(st.Enqueue.SQL).WithArgs([]byte("p")).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(8)))
-	m.ExpectExec(st.RequeueError.SQL).WithArgs("boom", int64(8)).WillReturnResult(sqlmock.NewResult(0, 1))
+	m.ExpectQuery(st.Jobs.Enqueue.SQL).WithArgs([]byte("p")).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(8)))
+	m.ExpectExec(st.Dead.RequeueError.SQL).WithArgs("boom", int64(8)).WillReturnResult(sqlmock.NewResult(0, 1))
 	m.ExpectCommit()
 	id, err := q.RequeueDead(context.Background(), int64(7))
 	if err != nil || id != int64(8) {
@@ -178,7 +179,7 @@ func TestRequeueDeadPostgres(t *testing.T) {
 	}
 	// A second requeue finds no dead row: ErrNotDead, rolled back.
 	m.ExpectBegin()
-	m.ExpectQuery(st.DeadTake.SQL).WithArgs(int64(7)).WillReturnRows(sqlmock.NewRows([]string{"id", "payload", "last_error"}))
+	m.ExpectQuery(st.Dead.Take.SQL).WithArgs(int64(7)).WillReturnRows(sqlmock.NewRows([]string{"id", "payload", "last_error"}))
 	m.ExpectRollback()
 	if _, err := q.RequeueDead(context.Background(), int64(7)); !errors.Is(err, inbox.ErrNotDead) {
 		t.Fatalf("second RequeueDead = %v, want ErrNotDead", err)
@@ -253,7 +254,7 @@ func TestListDeadAfterMySQL(t *testing.T) {
 
 // Jobs that died before Table.DeadAt was added have none: listed last with
 // a zero DeadAt, and such a job as after asks for the page past it among
-// them (DeadListAfterNull). A dialect from outside without that statement
+// them (Dead.ListAfterNull). A dialect from outside without that statement
 // is refused before anything is sent; without DeadAt the id alone pages.
 func TestListDeadNullDeadAt(t *testing.T) {
 	m := newMock(t)
@@ -289,18 +290,18 @@ func TestListDeadNullDeadAt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := qd.Statements().DeadList.SQL; !strings.HasPrefix(s, `SELECT c0, c1, c2, c3, c4, c5 FROM (SELECT * FROM (SELECT "id" AS c0, "attempt" AS c1, "id" AS c2, "payload" AS c3, "last_error" AS c4, "dead_at" AS c5 FROM "dead_jobs" WHERE`) ||
+	if s := qd.Statements().Dead.List.SQL; !strings.HasPrefix(s, `SELECT c0, c1, c2, c3, c4, c5 FROM (SELECT * FROM (SELECT "id" AS c0, "attempt" AS c1, "id" AS c2, "payload" AS c3, "last_error" AS c4, "dead_at" AS c5 FROM "dead_jobs" WHERE`) ||
 		!strings.HasSuffix(s, `ORDER BY (c5 IS NULL), c5 DESC, c0 DESC LIMIT $3`) {
-		t.Errorf("DeadList with the id as data: %s", s)
+		t.Errorf("Dead.List with the id as data: %s", s)
 	}
 
 	sent := m.Sent()
-	outside, err := inbox.New(m.DB, inbox.Config{Dialect: editedDialect{inbox.Postgres, func(st *inbox.Statements) { st.DeadListAfterNull = inbox.Stmt{} }}, Table: deadDesc("lease")})
+	outside, err := inbox.New(m.DB, inbox.Config{Dialect: editedDialect{inbox.Postgres, func(st *inbox.Statements) { st.Dead.ListAfterNull = dialect.Stmt{} }}, Table: deadDesc("lease")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := outside.ListDead(ctx, 2, &inbox.DeadJob{ID: int64(4)}); err == nil || !strings.Contains(err.Error(), "DeadListAfterNull") {
-		t.Errorf("ListDead past a job with no DeadAt, without DeadListAfterNull = %v, want an error naming it", err)
+	if _, err := outside.ListDead(ctx, 2, &inbox.DeadJob{ID: int64(4)}); err == nil || !strings.Contains(err.Error(), "Dead.ListAfterNull") {
+		t.Errorf("ListDead past a job with no DeadAt, without Dead.ListAfterNull = %v, want an error naming it", err)
 	}
 	if n := m.Sent(); n != sent {
 		t.Errorf("%d calls reached the driver, want none: %v", n-sent, m.Log(sent))
@@ -312,8 +313,8 @@ func TestListDeadNullDeadAt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := byID.Statements().DeadListAfterNull.SQL; s != "" {
-		t.Errorf("DeadListAfterNull without DeadAt: %s", s)
+	if s := byID.Statements().Dead.ListAfterNull.SQL; s != "" {
+		t.Errorf("Dead.ListAfterNull without DeadAt: %s", s)
 	}
 	m.ExpectQuery(`SELECT "id", "attempt", "payload", "last_error" FROM "dead_jobs" WHERE "id" < $1 ORDER BY "id" DESC LIMIT $2`).WithArgs(int64(4), 2).
 		WillReturnRows(sqlmock.NewRows(cols[:4]).AddRow(int64(2), int64(1), []byte("r"), nil))
@@ -333,9 +334,9 @@ func TestEnqueueDeadID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probe := q.Statements().DeadHas.SQL
+	probe := q.Statements().Dead.Has.SQL
 	if probe != `SELECT 1 FROM "dead_jobs" WHERE "id" = $1` {
-		t.Errorf("DeadHas = %s", probe)
+		t.Errorf("Dead.Has = %s", probe)
 	}
 	m.ExpectQuery(probe).WithArgs(int64(7)).WillReturnRows(sqlmock.NewRows([]string{"1"}).AddRow(1))
 	if _, err := q.Enqueue(ctx, m.DB, inbox.Job{ID: int64(7), Data: []any{[]byte("p")}}); !errors.Is(err, inbox.ErrDeadID) || !strings.Contains(err.Error(), "id 7") {
@@ -353,8 +354,8 @@ func TestEnqueueDeadID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if noDead.Statements().DeadHas.SQL != "" {
-		t.Errorf("DeadHas without a dead table: %s", noDead.Statements().DeadHas.SQL)
+	if noDead.Statements().Dead.Has.SQL != "" {
+		t.Errorf("Dead.Has without a dead table: %s", noDead.Statements().Dead.Has.SQL)
 	}
 	m.ExpectQuery(`INSERT INTO "jobs" ("id", "payload") VALUES ($1, $2) RETURNING "id"`).WithArgs(int64(7), []byte("p")).
 		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(7)))

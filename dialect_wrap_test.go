@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"github.com/sqlinbox/inbox/dialect"
 	"testing"
 
 	"github.com/DATA-DOG/go-sqlmock"
@@ -17,13 +18,13 @@ func (w wrapped) Unwrap() Dialect { return w.Dialect }
 // core looks up unexported included.
 func TestWrappedDialectKeepsCapabilities(t *testing.T) {
 	has := func(d Dialect) []bool {
-		_, l := capability[Locker](d)
-		_, ti := capability[TableIdentifier](d)
-		_, dd := capability[DeadlockDetector](d)
-		_, bd := capability[BatchDialect](d)
-		_, sc := capability[SchemaChecker](d)
-		_, be := capability[BulkEnqueuer](d)
-		_, lw := capability[lockWaiter](d)
+		_, l := capability[dialect.Locker](d)
+		_, ti := capability[dialect.TableIdentifier](d)
+		_, dd := capability[dialect.DeadlockDetector](d)
+		_, bd := capability[dialect.BatchDialect](d)
+		_, sc := capability[dialect.SchemaChecker](d)
+		_, be := capability[dialect.BulkEnqueuer](d)
+		_, lw := capability[dialect.LockWaiter](d)
 		return []bool{l, ti, dd, bd, sc, be, lw}
 	}
 	for _, d := range []Dialect{Postgres, MySQL, MariaDB, SQLite} {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"strings"
 	"time"
 )
@@ -38,14 +39,14 @@ func (q *Queue) Enqueue(ctx context.Context, ex Executor, job Job) (any, error) 
 	if len(job.Data) != len(q.names.Data) {
 		return nil, fmt.Errorf("inbox: enqueue: %d data values for the %d data columns %v", len(job.Data), len(q.names.Data), q.names.Raw.Data)
 	}
-	s := q.st.Enqueue
+	s := q.st.Jobs.Enqueue
 	switch {
 	case job.ID != nil && !job.NotBefore.IsZero():
-		s = q.st.EnqueueIDAt
+		s = q.st.Jobs.EnqueueIDAt
 	case job.ID != nil:
-		s = q.st.EnqueueID
+		s = q.st.Jobs.EnqueueID
 	case !job.NotBefore.IsZero():
-		s = q.st.EnqueueAt
+		s = q.st.Jobs.EnqueueAt
 	}
 	if !job.NotBefore.IsZero() && s.SQL == "" {
 		return nil, fmt.Errorf("inbox: enqueue: a not-before time needs Table.NotBefore under the %s form", q.names.Form)
@@ -66,7 +67,7 @@ func (q *Queue) Enqueue(ctx context.Context, ex Executor, job Job) (any, error) 
 }
 
 // insert runs the enqueue statement s and returns the new job's id.
-func (q *Queue) insert(ctx context.Context, ex Executor, s Stmt, job Job) (any, error) {
+func (q *Queue) insert(ctx context.Context, ex Executor, s dialect.Stmt, job Job) (any, error) {
 	v := values{id: job.ID, data: job.Data, notBefore: job.NotBefore, priority: int64(job.Priority)}
 	if err := q.fillTimes(ctx, ex, s, &v, 0); err != nil {
 		return nil, opErr("enqueue", err)

@@ -5,42 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"slices"
-)
-
-// BulkEnqueuer is implemented by a [Dialect] that inserts many jobs in one
-// statement; [Queue.EnqueueMany] uses it. Without it EnqueueMany sends
-// Enqueue's statement once per job, in one transaction all the same.
-// Postgres, MySQL, MariaDB and SQLite implement it.
-type BulkEnqueuer interface {
-	// EnqueueMany returns the statements inserting rows jobs at once, each
-	// with an id given (withID) and a not-before time (withAt) or not.
-	// Called per EnqueueMany statement, for sizes up to MaxEnqueueParams.
-	EnqueueMany(n *Names, rows int, withID, withAt bool) ManyStatements
-	// MaxEnqueueParams is the most parameters one statement may take.
-	MaxEnqueueParams() int
-}
-
-// ManyStatements insert many jobs at once ([BulkEnqueuer]).
-type ManyStatements struct {
-	// Insert inserts the jobs: the parameters of Enqueue's statement, job
-	// after job. With Rows it returns the new ids, one column; integer ids
-	// may come in any order, as the core sorts them (an id the engine
-	// assigns grows within a statement), other ids must come in job order.
-	// Without Rows the ids the engine assigns are LastInsertId, the first
-	// job's, and the next ones Step apart.
-	Insert Stmt
-	// Step (with an Insert without Rows) returns one integer: the
-	// difference between the ids one statement assigns to consecutive rows.
-	// Empty: 1.
-	Step Stmt
-}
-
-var (
-	_ BulkEnqueuer = postgres{}
-	_ BulkEnqueuer = mysql{}
-	_ BulkEnqueuer = mariadb{}
-	_ BulkEnqueuer = sqlite{}
 )
 
 // manyRows is the most jobs one EnqueueMany statement inserts, below the
@@ -84,7 +50,7 @@ func (q *Queue) EnqueueMany(ctx context.Context, ex Executor, jobs []Job) ([]any
 		if len(job.Data) != len(q.names.Data) {
 			return nil, fmt.Errorf("inbox: enqueue many: job %d: %d data values for the %d data columns %v", i, len(job.Data), len(q.names.Data), q.names.Raw.Data)
 		}
-		if !job.NotBefore.IsZero() && q.st.EnqueueAt.SQL == "" {
+		if !job.NotBefore.IsZero() && q.st.Jobs.EnqueueAt.SQL == "" {
 			return nil, fmt.Errorf("inbox: enqueue many: job %d: a not-before time needs Table.NotBefore under the %s form", i, q.names.Form)
 		}
 	}
@@ -123,7 +89,7 @@ type chunk struct{ from, to int }
 // run of its own.
 func (q *Queue) manyChunks(jobs []Job) []chunk {
 	limit := 1
-	if b, ok := capability[BulkEnqueuer](q.dialect); ok && q.hasManyColumns() {
+	if b, ok := capability[dialect.BulkEnqueuer](q.dialect); ok && q.hasManyColumns() {
 		// The parameters of one row: the most a job can take.
 		perRow := len(q.names.Data) + 4
 		limit = max(1, min(manyRows, b.MaxEnqueueParams()/perRow))
@@ -193,7 +159,7 @@ func ignoreDone(err error) error {
 // into ids.
 func (q *Queue) insertMany(ctx context.Context, ex Executor, jobs []Job, ids []any) error {
 	withID, withAt := jobs[0].ID != nil, !jobs[0].NotBefore.IsZero()
-	b, ok := capability[BulkEnqueuer](q.dialect)
+	b, ok := capability[dialect.BulkEnqueuer](q.dialect)
 	if !ok || len(jobs) == 1 || !q.hasManyColumns() {
 		for i, j := range jobs {
 			id, err := q.insert(ctx, ex, q.enqueueStmt(withID, withAt), j)
@@ -251,7 +217,7 @@ func (q *Queue) insertMany(ctx context.Context, ex Executor, jobs []Job, ids []a
 // readMany runs an insert that returns the new ids and puts them in job
 // order: integers sorted, as each row an insert adds takes a larger id than
 // the row before it, other ids in the order they came.
-func (q *Queue) readMany(ctx context.Context, ex Executor, s Stmt, args []any, jobs []Job, ids []any) error {
+func (q *Queue) readMany(ctx context.Context, ex Executor, s dialect.Stmt, args []any, jobs []Job, ids []any) error {
 	rows, err := ex.QueryContext(ctx, s.SQL, args...)
 	if err != nil {
 		return opErr("enqueue many", err)
@@ -303,21 +269,21 @@ func allInts(ids []any) ([]int64, bool) {
 
 // enqueueStmt is Enqueue's statement for a job with an id and a not-before
 // time or not.
-func (q *Queue) enqueueStmt(withID, withAt bool) Stmt {
+func (q *Queue) enqueueStmt(withID, withAt bool) dialect.Stmt {
 	switch {
 	case withID && withAt:
-		return q.st.EnqueueIDAt
+		return q.st.Jobs.EnqueueIDAt
 	case withID:
-		return q.st.EnqueueID
+		return q.st.Jobs.EnqueueID
 	case withAt:
-		return q.st.EnqueueAt
+		return q.st.Jobs.EnqueueAt
 	}
-	return q.st.Enqueue
+	return q.st.Jobs.Enqueue
 }
 
 // manyArgs fills the parameters of s, the insert of jobs, row after row:
 // each row takes the same number of parameters.
-func (q *Queue) manyArgs(ctx context.Context, ex Executor, s Stmt, jobs []Job) ([]any, error) {
+func (q *Queue) manyArgs(ctx context.Context, ex Executor, s dialect.Stmt, jobs []Job) ([]any, error) {
 	var v values
 	if err := q.fillTimes(ctx, ex, s, &v, 0); err != nil {
 		return nil, err
@@ -327,16 +293,16 @@ func (q *Queue) manyArgs(ctx context.Context, ex Executor, s Stmt, jobs []Job) (
 	for i, a := range s.Args {
 		j := &jobs[i/perRow]
 		switch a {
-		case ArgID:
+		case dialect.ArgID:
 			out[i] = j.ID
-		case ArgNotBefore:
+		case dialect.ArgNotBefore:
 			out[i] = q.dialect.TimeArg(micro(j.NotBefore))
-		case ArgPriority:
+		case dialect.ArgPriority:
 			out[i] = int64(j.Priority)
-		case ArgNow:
+		case dialect.ArgNow:
 			out[i] = q.dialect.TimeArg(v.now)
 		default:
-			out[i] = j.Data[a-ArgData]
+			out[i] = j.Data[a-dialect.ArgData]
 		}
 	}
 	return out, nil

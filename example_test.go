@@ -27,7 +27,7 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	fmt.Println(q.Form(), q.Lease())
-	fmt.Println(q.Statements().Claim.SQL)
+	fmt.Println(q.Statements().Claim.Take.SQL)
 	// Output:
 	// lease 1m0s
 	// UPDATE `report_jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE `id` IN (SELECT `id` FROM (SELECT `id` FROM `report_jobs` WHERE `locked_until` <= ? ORDER BY `locked_until` LIMIT ?) UNION ALL SELECT `id` FROM (SELECT `id` FROM `report_jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ?) LIMIT ?) RETURNING `id`, `attempt` - 1, `locked_until`, `payload`

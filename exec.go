@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"sync"
 	"time"
 )
@@ -59,7 +60,7 @@ var argLists = sync.Pool{New: func() any { return new([]any) }}
 
 // args fills the parameters of s from v, in the order s takes them, into a
 // list from argLists that the caller hands back with freeArgs.
-func (q *Queue) args(s Stmt, v *values) *[]any {
+func (q *Queue) args(s dialect.Stmt, v *values) *[]any {
 	list := argLists.Get().(*[]any)
 	if cap(*list) < len(s.Args) {
 		*list = make([]any, len(s.Args))
@@ -79,41 +80,41 @@ func (q *Queue) args(s Stmt, v *values) *[]any {
 	}
 	for i, a := range s.Args {
 		switch a {
-		case ArgID:
+		case dialect.ArgID:
 			out[i] = tok(0).id
-		case ArgAttempt:
+		case dialect.ArgAttempt:
 			out[i] = tok(1).attempt + 1
-		case ArgExpiry:
+		case dialect.ArgExpiry:
 			out[i] = q.dialect.TimeArg(tok(2).expiry)
-		case ArgDelivered:
+		case dialect.ArgDelivered:
 			out[i] = tok(1).attempt
-		case ArgNow:
+		case dialect.ArgNow:
 			out[i] = q.dialect.TimeArg(v.now)
-		case ArgUntil:
+		case dialect.ArgUntil:
 			out[i] = q.dialect.TimeArg(v.until)
-		case ArgMicros:
+		case dialect.ArgMicros:
 			if v.micros == q.lease.Microseconds() {
 				out[i] = q.leaseMicros // boxed once: every claim takes it
 			} else {
 				out[i] = v.micros
 			}
-		case ArgLimit:
+		case dialect.ArgLimit:
 			out[i] = v.limit
-		case ArgNotBefore:
+		case dialect.ArgNotBefore:
 			out[i] = q.dialect.TimeArg(micro(v.notBefore))
-		case ArgError:
+		case dialect.ArgError:
 			out[i] = v.errText
-		case ArgPriority:
+		case dialect.ArgPriority:
 			out[i] = v.priority
-		case ArgIdentity:
+		case dialect.ArgIdentity:
 			out[i] = v.identity
-		case ArgIDs, ArgAttempts, ArgExpiries:
-			if arrays[a-ArgIDs] == nil {
-				arrays[a-ArgIDs] = pgTokenArray(a, v.tokens, single)
+		case dialect.ArgIDs, dialect.ArgAttempts, dialect.ArgExpiries:
+			if arrays[a-dialect.ArgIDs] == nil {
+				arrays[a-dialect.ArgIDs] = pgTokenArray(a, v.tokens, single)
 			}
-			out[i] = arrays[a-ArgIDs]
+			out[i] = arrays[a-dialect.ArgIDs]
 		default:
-			out[i] = v.data[a-ArgData]
+			out[i] = v.data[a-dialect.ArgData]
 		}
 	}
 	return list
@@ -131,7 +132,7 @@ func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
 // fillTimes reads now for s, when s takes a time computed from it, into
 // v.now, and now plus after into v.until.
-func (q *Queue) fillTimes(ctx context.Context, ex Executor, s Stmt, v *values, after time.Duration) error {
+func (q *Queue) fillTimes(ctx context.Context, ex Executor, s dialect.Stmt, v *values, after time.Duration) error {
 	if !clockNeeded(s) {
 		return nil
 	}
@@ -145,9 +146,9 @@ func (q *Queue) fillTimes(ctx context.Context, ex Executor, s Stmt, v *values, a
 
 // clockNeeded reports whether any of the statements takes a time computed
 // from now.
-func clockNeeded(ss ...Stmt) bool {
+func clockNeeded(ss ...dialect.Stmt) bool {
 	for _, s := range ss {
-		if s.has(ArgNow) || s.has(ArgUntil) {
+		if s.Takes(dialect.ArgNow) || s.Takes(dialect.ArgUntil) {
 			return true
 		}
 	}
@@ -174,7 +175,7 @@ func (q *Queue) readNow(ctx context.Context, ex Executor) (time.Time, error) {
 // claimNow returns now for a claim whose statements ss compare with the
 // caller's clock (ArgNow), read once per claim; zero when none does, as
 // under the engine's clock, where they read it in place.
-func (q *Queue) claimNow(ctx context.Context, ss ...Stmt) (time.Time, error) {
+func (q *Queue) claimNow(ctx context.Context, ss ...dialect.Stmt) (time.Time, error) {
 	if !clockNeeded(ss...) {
 		return time.Time{}, nil
 	}
@@ -195,7 +196,7 @@ func (q *Queue) monoNow() time.Time {
 // victim changed nothing and is sent again, up to deadlockRetries times:
 // settlements are compare-and-set, so a second try is safe. Inside a
 // transaction the whole transaction is gone, and the error is returned.
-func (q *Queue) exec(ctx context.Context, ex Executor, s Stmt, v *values) (int64, error) {
+func (q *Queue) exec(ctx context.Context, ex Executor, s dialect.Stmt, v *values) (int64, error) {
 	var n int64
 	once := func() error {
 		res, err := q.run(ctx, ex, s, v)
@@ -227,13 +228,13 @@ func (q *Queue) retryDeadlock(f func() error) error {
 }
 
 func (q *Queue) deadlock(err error) bool {
-	d, ok := capability[DeadlockDetector](q.dialect)
+	d, ok := capability[dialect.DeadlockDetector](q.dialect)
 	return ok && d.IsDeadlock(err)
 }
 
 // run, query and queryRow are the only places statements are sent: one place
 // to observe, and to change how they are sent.
-func (q *Queue) run(ctx context.Context, ex Executor, s Stmt, v *values) (sql.Result, error) {
+func (q *Queue) run(ctx context.Context, ex Executor, s dialect.Stmt, v *values) (sql.Result, error) {
 	args := q.args(s, v)
 	defer freeArgs(args)
 	st, err := q.prepared(ctx, ex, s)
@@ -246,7 +247,7 @@ func (q *Queue) run(ctx context.Context, ex Executor, s Stmt, v *values) (sql.Re
 	return ex.ExecContext(ctx, s.SQL, *args...)
 }
 
-func (q *Queue) query(ctx context.Context, ex Executor, s Stmt, v *values) (*sql.Rows, error) {
+func (q *Queue) query(ctx context.Context, ex Executor, s dialect.Stmt, v *values) (*sql.Rows, error) {
 	args := q.args(s, v)
 	defer freeArgs(args)
 	st, err := q.prepared(ctx, ex, s)
@@ -260,7 +261,7 @@ func (q *Queue) query(ctx context.Context, ex Executor, s Stmt, v *values) (*sql
 }
 
 // queryRow's errors, a failed prepare's included, come from the row's Scan.
-func (q *Queue) queryRow(ctx context.Context, ex Executor, s Stmt, v *values) scanner {
+func (q *Queue) queryRow(ctx context.Context, ex Executor, s dialect.Stmt, v *values) scanner {
 	args := q.args(s, v)
 	defer freeArgs(args)
 	st, err := q.prepared(ctx, ex, s)
@@ -310,7 +311,7 @@ func txOf(ex Executor) (*sql.Tx, bool) {
 // *sql.Conn or a connection the queue pinned (database/sql has no statement
 // of the pool's for a *sql.Conn), and in the queue's own transaction when
 // s was not prepared before it began (warm).
-func (q *Queue) prepared(ctx context.Context, ex Executor, s Stmt) (*sql.Stmt, error) {
+func (q *Queue) prepared(ctx context.Context, ex Executor, s dialect.Stmt) (*sql.Stmt, error) {
 	if q.stmts == nil {
 		return nil, nil
 	}
@@ -335,7 +336,7 @@ func (q *Queue) prepared(ctx context.Context, ex Executor, s Stmt) (*sql.Stmt, e
 // warm prepares, under [Config.Prepare], the statements a transaction the
 // queue is about to begin will run, while it holds no connection. A prepare
 // that fails leaves its statement to be sent as text.
-func (q *Queue) warm(ctx context.Context, ss ...Stmt) {
+func (q *Queue) warm(ctx context.Context, ss ...dialect.Stmt) {
 	if q.stmts == nil {
 		return
 	}
@@ -424,7 +425,7 @@ func (c *stmtCache) release() error {
 // runs inside ex when ex is a transaction, else in a transaction of its own
 // begun on ex (a *sql.DB or *sql.Conn).
 func (q *Queue) moveDead(ctx context.Context, ex Executor, v *values) (int64, error) {
-	if v.now.IsZero() && q.st.DeadInsert.has(ArgNow) {
+	if v.now.IsZero() && q.st.Settle.Dead.Takes(dialect.ArgNow) {
 		// The time of death (Table.DeadAt) by the caller's clock.
 		now, err := q.readNow(ctx, ex)
 		if err != nil {
@@ -432,8 +433,8 @@ func (q *Queue) moveDead(ctx context.Context, ex Executor, v *values) (int64, er
 		}
 		v.now = now
 	}
-	if q.st.DeadDelete.SQL == "" {
-		return q.exec(ctx, ex, q.st.DeadInsert, v)
+	if q.st.Settle.DeadDelete.SQL == "" {
+		return q.exec(ctx, ex, q.st.Settle.Dead, v)
 	}
 	if _, ok := txOf(ex); ok {
 		return q.copyDead(ctx, ex, v)
@@ -445,7 +446,7 @@ func (q *Queue) moveDead(ctx context.Context, ex Executor, v *values) (int64, er
 		return 0, fmt.Errorf("moving to the dead table: %T cannot begin a transaction", ex)
 	}
 	if ex == Executor(q.db) {
-		q.warm(ctx, q.st.DeadInsert, q.st.DeadDelete)
+		q.warm(ctx, q.st.Settle.Dead, q.st.Settle.DeadDelete)
 	}
 	// The transaction ends where this function ends it, never behind its
 	// back: one begun with ctx would be rolled back by database/sql, from a
@@ -468,11 +469,11 @@ func (q *Queue) moveDead(ctx context.Context, ex Executor, v *values) (int64, er
 // copyDead copies the row into the dead table, then deletes it, in the
 // transaction tx.
 func (q *Queue) copyDead(ctx context.Context, tx Executor, v *values) (int64, error) {
-	n, err := q.exec(ctx, tx, q.st.DeadInsert, v)
+	n, err := q.exec(ctx, tx, q.st.Settle.Dead, v)
 	if err != nil || n == 0 {
 		return n, err
 	}
-	m, err := q.exec(ctx, tx, q.st.DeadDelete, v)
+	m, err := q.exec(ctx, tx, q.st.Settle.DeadDelete, v)
 	if err == nil && m != n {
 		err = fmt.Errorf("moved %d rows to the dead table but deleted %d", n, m)
 	}

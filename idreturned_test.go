@@ -34,7 +34,7 @@ func TestIDNotReturned(t *testing.T) {
 			m := newMock(t)
 			q := newQueue(t, m, inbox.Config{Dialect: d, Table: deadDesc("lease")})
 			st := q.Statements()
-			m.ExpectExec(st.Enqueue.SQL).WithArgs(p).WillReturnResult(sqlmock.NewResult(0, 1))
+			m.ExpectExec(st.Jobs.Enqueue.SQL).WithArgs(p).WillReturnResult(sqlmock.NewResult(0, 1))
 			id, err := q.Enqueue(ctx, m.DB, inbox.Job{Data: []any{p}})
 			notReturned(t, "Enqueue", id, err)
 
@@ -46,15 +46,15 @@ func TestIDNotReturned(t *testing.T) {
 			}
 
 			// Given ids are returned as given, LastInsertId unread.
-			m.ExpectQuery(st.DeadHas.SQL).WithArgs("a").WillReturnRows(rows("1"))
-			m.ExpectExec(st.EnqueueID.SQL).WithArgs("a", p).WillReturnResult(sqlmock.NewResult(0, 1))
+			m.ExpectQuery(st.Dead.Has.SQL).WithArgs("a").WillReturnRows(rows("1"))
+			m.ExpectExec(st.Jobs.EnqueueID.SQL).WithArgs("a", p).WillReturnResult(sqlmock.NewResult(0, 1))
 			if id, err := q.Enqueue(ctx, m.DB, inbox.Job{ID: "a", Data: []any{p}}); err != nil || id != "a" {
 				t.Errorf("Enqueue with an id = %v, %v; want a", id, err)
 			}
 
 			// The id among the data columns: the value given is the id.
 			qd := newQueue(t, m, inbox.Config{Dialect: d, Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until", Data: []string{"id"}}})
-			m.ExpectExec(qd.Statements().Enqueue.SQL).WithArgs(int64(42)).WillReturnResult(sqlmock.NewResult(0, 1))
+			m.ExpectExec(qd.Statements().Jobs.Enqueue.SQL).WithArgs(int64(42)).WillReturnResult(sqlmock.NewResult(0, 1))
 			if id, err := qd.Enqueue(ctx, m.DB, inbox.Job{Data: []any{int64(42)}}); err != nil || id != int64(42) {
 				t.Errorf("Enqueue of id 42 as data = %v, %v; want 42", id, err)
 			}
@@ -65,9 +65,9 @@ func TestIDNotReturned(t *testing.T) {
 			}
 
 			m.ExpectBegin()
-			m.ExpectQuery(st.DeadTake.SQL).WithArgs("a").WillReturnRows(rows("id,payload,last_error", row("a", p, "boom")))
-			m.ExpectExec(st.DeadTakeDelete.SQL).WithArgs("a").WillReturnResult(affected(1))
-			m.ExpectExec(st.Enqueue.SQL).WithArgs(p).WillReturnResult(sqlmock.NewResult(0, 1))
+			m.ExpectQuery(st.Dead.Take.SQL).WithArgs("a").WillReturnRows(rows("id,payload,last_error", row("a", p, "boom")))
+			m.ExpectExec(st.Dead.TakeDelete.SQL).WithArgs("a").WillReturnResult(affected(1))
+			m.ExpectExec(st.Jobs.Enqueue.SQL).WithArgs(p).WillReturnResult(sqlmock.NewResult(0, 1))
 			m.ExpectRollback()
 			id, err = q.RequeueDead(ctx, "a")
 			notReturned(t, "RequeueDead", id, err)
@@ -78,7 +78,7 @@ func TestIDNotReturned(t *testing.T) {
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: deadDesc("lease")})
 		st := q.Statements()
-		m.ExpectQuery(st.Enqueue.SQL).WithArgs(p).WillReturnRows(rows("id", row(nil)))
+		m.ExpectQuery(st.Jobs.Enqueue.SQL).WithArgs(p).WillReturnRows(rows("id", row(nil)))
 		id, err := q.Enqueue(ctx, m.DB, inbox.Job{Data: []any{p}})
 		notReturned(t, "Enqueue", id, err)
 		m.ExpectQuery("INSERT INTO `jobs` (`payload`) VALUES (?), (?) RETURNING `id`").WithArgs(p, p).

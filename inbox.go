@@ -23,6 +23,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,10 +173,10 @@ type Queue struct {
 	db      *sql.DB
 	cfg     Config
 	dialect Dialect
-	names   Names
+	names   dialect.Names
 	st      *Statements
 	form    form // what the claim form does differently
-	locker  Locker
+	locker  dialect.Locker
 	lease   time.Duration
 	// leaseMicros is the lease in microseconds, boxed once for the
 	// statements that take it.
@@ -254,14 +255,14 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if q.st, err = cfg.Dialect.Statements(&n); err == nil {
 		err = checkRowLock(&n, q.st)
 	}
-	if err == nil && len(q.st.ClaimBounded) > 0 && len(q.st.ClaimBounded) != claimBounds {
-		err = fmt.Errorf("Statements.ClaimBounded has %d statements, want %d (1, 2, 4, …, 512 and %d)", len(q.st.ClaimBounded), claimBounds, MaxClaim)
+	if err == nil && len(q.st.Claim.TakeBounded) > 0 && len(q.st.Claim.TakeBounded) != dialect.ClaimBounds {
+		err = fmt.Errorf("Statements.Claim.TakeBounded has %d statements, want %d (1, 2, 4, …, 512 and %d)", len(q.st.Claim.TakeBounded), dialect.ClaimBounds, MaxClaim)
 	}
 	if err != nil {
 		return nil, opErr("new: "+cfg.Dialect.Name(), err)
 	}
 	q.names, q.form = n, formOf(n.Form)
-	if l, ok := capability[Locker](cfg.Dialect); ok && n.Form == Advisory {
+	if l, ok := capability[dialect.Locker](cfg.Dialect); ok && n.Form == Advisory {
 		q.locker = l
 	}
 	q.holds, q.keys = poolHolds{db}, processKeys

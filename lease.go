@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"sort"
 	"time"
 )
@@ -57,10 +58,10 @@ func (leaseForm) shutdown(_ context.Context, d *Delivery) error {
 func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 	sent := q.monoNow()
 	v := values{limit: max, micros: q.lease.Microseconds()}
-	if q.st.Claim.SQL == "" {
+	if q.st.Claim.Take.SQL == "" {
 		return q.claimLeaseSelectMark(ctx, &v, sent)
 	}
-	claim := q.st.ClaimFor(max)
+	claim := q.st.Claim.For(max)
 	if err := q.fillTimes(ctx, q.db, claim, &v, q.lease); err != nil {
 		return nil, err
 	}
@@ -89,10 +90,10 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 }
 
 // claimLeaseSelectMark is the lease claim of engines without UPDATE …
-// RETURNING (MySQL): the rows are locked by ClaimSelect, then marked.
+// RETURNING (MySQL): the rows are locked by Claim.Select, then marked.
 func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.Time) ([]*Delivery, error) {
-	q.warm(ctx, q.st.ClaimSelect, q.st.ClaimSelectMore, q.st.Pick, q.st.PickAfter, q.st.PickMore, q.st.PickMoreAfter, q.st.PickLock, q.st.ClaimMark)
-	clocked := q.st.ClaimSelect.Clock || q.st.PickLock.Clock
+	q.warm(ctx, q.st.Claim.Select, q.st.Claim.SelectMore, q.st.Claim.Pick, q.st.Claim.PickAfter, q.st.Claim.PickMore, q.st.Claim.PickMoreAfter, q.st.Claim.PickLock, q.st.Claim.Mark)
+	clocked := q.st.Claim.Select.Clock || q.st.Claim.PickLock.Clock
 	if !clocked {
 		q.warm(ctx, q.st.Now)
 	}
@@ -133,13 +134,13 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 	return claimed, nil
 }
 
-// markClaimed marks the rows of ds with the claim's expiry by ClaimMark, as
+// markClaimed marks the rows of ds with the claim's expiry by Claim.Mark, as
 // many a statement as it names, and returns the deliveries whose rows it
 // marked.
 func (q *Queue) markClaimed(ctx context.Context, ex Executor, ds []*Delivery, v *values, sent time.Time) ([]*Delivery, error) {
-	per := 0 // rows one ClaimMark marks
-	for _, a := range q.st.ClaimMark.Args {
-		if a == ArgID {
+	per := 0 // rows one Claim.Mark marks
+	for _, a := range q.st.Claim.Mark.Args {
+		if a == dialect.ArgID {
 			per++
 		}
 	}
@@ -153,7 +154,7 @@ func (q *Queue) markClaimed(ctx context.Context, ex Executor, ds []*Delivery, v 
 			d.expiry, d.sentAt = v.until, sent
 		}
 		mv := values{tokens: toks, now: v.now, until: v.until}
-		n, err := q.exec(ctx, ex, q.st.ClaimMark, &mv)
+		n, err := q.exec(ctx, ex, q.st.Claim.Mark, &mv)
 		if err != nil {
 			return nil, err
 		}
@@ -161,8 +162,8 @@ func (q *Queue) markClaimed(ctx context.Context, ex Executor, ds []*Delivery, v 
 			// Some rows changed since they were read: only a lock the engine
 			// does not hold cluster-wide lets that happen. The rows carrying
 			// this claim's expiry are its own.
-			if q.st.ClaimMarked.SQL == "" {
-				return nil, fmt.Errorf("inbox: claim: ClaimMark changed %d of %d rows and the dialect has no ClaimMarked to tell which: the claim was rolled back", n, len(chunk))
+			if q.st.Claim.Marked.SQL == "" {
+				return nil, fmt.Errorf("inbox: claim: Claim.Mark changed %d of %d rows and the dialect has no Claim.Marked to tell which: the claim was rolled back", n, len(chunk))
 			}
 			if chunk, err = q.claimMarked(ctx, ex, chunk, &mv); err != nil {
 				return nil, err
@@ -173,10 +174,10 @@ func (q *Queue) markClaimed(ctx context.Context, ex Executor, ds []*Delivery, v 
 	return claimed, nil
 }
 
-// claimMarked keeps, of the chunk a ClaimMark named, the deliveries whose
-// rows it wrote, as ClaimMarked reads them back.
+// claimMarked keeps, of the chunk a Claim.Mark named, the deliveries whose
+// rows it wrote, as Claim.Marked reads them back.
 func (q *Queue) claimMarked(ctx context.Context, tx Executor, chunk []*Delivery, mv *values) ([]*Delivery, error) {
-	rows, err := q.query(ctx, tx, q.st.ClaimMarked, mv)
+	rows, err := q.query(ctx, tx, q.st.Claim.Marked, mv)
 	if err != nil {
 		return nil, err
 	}
@@ -201,16 +202,16 @@ func (q *Queue) claimMarked(ctx context.Context, tx Executor, chunk []*Delivery,
 	return kept, nil
 }
 
-// selectClaimed locks the rows of a lease claim by ClaimSelect and, for the
-// places left, ClaimSelectMore. With a priority both read the whole claim
+// selectClaimed locks the rows of a lease claim by Claim.Select and, for the
+// places left, Claim.SelectMore. With a priority both read the whole claim
 // and the best are kept, by priority then id: the rows locked beyond it are
 // let go when the claim's transaction commits.
 func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values) ([]*Delivery, error) {
 	max := v.limit
-	if q.st.PickLock.SQL != "" {
+	if q.st.Claim.PickLock.SQL != "" {
 		var reading time.Time
 		var clock *time.Time
-		if q.st.PickLock.Clock {
+		if q.st.Claim.PickLock.Clock {
 			clock = &reading
 		}
 		ds, err := q.pick(ctx, tx, max, v.now, clock)
@@ -221,7 +222,7 @@ func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values) ([]*D
 		return ds, err
 	}
 	ds := make([]*Delivery, 0, max)
-	for _, s := range []Stmt{q.st.ClaimSelect, q.st.ClaimSelectMore} {
+	for _, s := range []dialect.Stmt{q.st.Claim.Select, q.st.Claim.SelectMore} {
 		if s.SQL == "" || (len(ds) == max && q.names.Priority == "") {
 			continue
 		}
@@ -280,7 +281,7 @@ func (d *Delivery) Extend(ctx context.Context) error {
 
 func (d *Delivery) extendLocked(ctx context.Context) error {
 	q := d.q
-	s := q.st.Extend
+	s := q.st.Settle.Extend
 	sent := q.monoNow()
 	v := d.tokenValues()
 	v.micros = q.lease.Microseconds()
@@ -325,11 +326,11 @@ func (d *Delivery) extendLocked(ctx context.Context) error {
 // only changed rows (MySQL) report zero for a write of the value a row
 // already holds, which is not a lost lease.
 func (q *Queue) unchanged(ctx context.Context, ex Executor, v *values) (bool, error) {
-	if q.st.Exists.SQL == "" || !v.until.Equal(v.expiry) {
+	if q.st.Settle.Exists.SQL == "" || !v.until.Equal(v.expiry) {
 		return false, nil
 	}
 	var n int64
-	err := q.queryRow(ctx, ex, q.st.Exists, v).Scan(&n)
+	err := q.queryRow(ctx, ex, q.st.Settle.Exists, v).Scan(&n)
 	return n > 0, err
 }
 
@@ -377,17 +378,17 @@ func (d *Delivery) sendLease(ctx context.Context, ex Executor, o outcome, after 
 	q := d.q
 	switch o {
 	case outAck:
-		return q.exec(ctx, ex, q.st.Ack, v)
+		return q.exec(ctx, ex, q.st.Settle.Ack, v)
 	case outRelease:
-		return q.exec(ctx, ex, q.st.Release, v)
+		return q.exec(ctx, ex, q.st.Settle.Release, v)
 	case outDead:
 		return q.moveDead(ctx, ex, v)
 	}
 	v.micros = after.Microseconds()
-	if err := q.fillTimes(ctx, ex, q.st.Retry, v, after); err != nil {
+	if err := q.fillTimes(ctx, ex, q.st.Settle.Retry, v, after); err != nil {
 		return 0, err
 	}
-	n, err := q.exec(ctx, ex, q.st.Retry, v)
+	n, err := q.exec(ctx, ex, q.st.Settle.Retry, v)
 	if err == nil && n == 0 {
 		var held bool
 		if held, err = q.unchanged(ctx, ex, v); held {

@@ -142,7 +142,7 @@ func TestKeeperLeaseLost(t *testing.T) {
 	m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(utc0.Add(90*time.Second)), int64(7), int64(2), at(utc0.Add(time.Minute))).
 		WillReturnResult(affected(0))
 	// Within the lease the row is read: there, another's (a later attempt).
-	m.ExpectQuery(q.Statements().Verdict.SQL).WithArgs(int64(7)).
+	m.ExpectQuery(q.Statements().Settle.Verdict.SQL).WithArgs(int64(7)).
 		WillReturnRows(sqlmock.NewRows([]string{"attempt", "locked_until"}).AddRow(int64(3), utc0.Add(2*time.Minute)))
 	clk.Advance(30 * time.Second)
 	done(t, ctx)
@@ -172,7 +172,7 @@ func TestKeeperCancelled(t *testing.T) {
 	clk.Next(t)
 	m.ExpectExec(pgLeaseExtendInjected).WithArgs(at(utc0.Add(90*time.Second)), int64(7), int64(2), at(utc0.Add(time.Minute))).
 		WillReturnResult(affected(0))
-	m.ExpectQuery(q.Statements().Verdict.SQL).WithArgs(int64(7)).WillReturnRows(sqlmock.NewRows([]string{"attempt", "locked_until"}))
+	m.ExpectQuery(q.Statements().Settle.Verdict.SQL).WithArgs(int64(7)).WillReturnRows(sqlmock.NewRows([]string{"attempt", "locked_until"}))
 	clk.Advance(30 * time.Second)
 	done(t, ctx)
 	if cause := context.Cause(ctx); !errors.Is(cause, inbox.ErrCancelled) || !errors.Is(cause, inbox.ErrLeaseLost) {

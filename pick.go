@@ -3,10 +3,11 @@ package inbox
 import (
 	"context"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"time"
 )
 
-// pick claims up to want rows through ex in two steps (Statements.Pick):
+// pick claims up to want rows through ex in two steps (Statements.Claim.Pick):
 // candidates are read without locks, in claim order, a page at a time, and
 // PickLock locks them by primary key, skipping rows others hold. A locking
 // read that sorts (InnoDB's, when no index gives the claim order over the
@@ -27,8 +28,8 @@ func (q *Queue) pick(ctx context.Context, ex Executor, want int, now time.Time, 
 	ds := make([]*Delivery, 0, want)
 	srcs := q.pickSources(want)
 	per := 0 // candidates one PickLock names
-	for _, a := range q.st.PickLock.Args {
-		if a == ArgID {
+	for _, a := range q.st.Claim.PickLock.Args {
+		if a == dialect.ArgID {
 			per++
 		}
 	}
@@ -37,7 +38,7 @@ func (q *Queue) pick(ctx context.Context, ex Executor, want int, now time.Time, 
 	lock := func() error {
 		v := values{tokens: chunk, limit: want - len(ds), now: now}
 		chunk = chunk[:0]
-		rows, err := q.query(ctx, ex, q.st.PickLock, &v)
+		rows, err := q.query(ctx, ex, q.st.Claim.PickLock, &v)
 		if err != nil {
 			return err
 		}
@@ -78,9 +79,9 @@ func (q *Queue) pick(ctx context.Context, ex Executor, want int, now time.Time, 
 // its first page. The first page passes the rows this queue's jobs in work
 // hold (row lock), which are at the head of the queue, in one read.
 func (q *Queue) pickSources(want int) []*pickSource {
-	srcs := []*pickSource{{first: q.st.Pick, after: q.st.PickAfter}}
-	if q.st.PickMore.SQL != "" {
-		srcs = append(srcs, &pickSource{first: q.st.PickMore, after: q.st.PickMoreAfter})
+	srcs := []*pickSource{{first: q.st.Claim.Pick, after: q.st.Claim.PickAfter}}
+	if q.st.Claim.PickMore.SQL != "" {
+		srcs = append(srcs, &pickSource{first: q.st.Claim.PickMore, after: q.st.Claim.PickMoreAfter})
 	}
 	first := 2*want + 8
 	if q.names.Form == RowLock {
@@ -125,7 +126,7 @@ func (q *Queue) nextPick(ctx context.Context, ex Executor, srcs []*pickSource, n
 // pickSource is one set of candidates of a pick: the page in hand and
 // where the next one starts.
 type pickSource struct {
-	first, after Stmt
+	first, after dialect.Stmt
 	buf          []pickCandidate
 	pos          int
 	limit        int  // the size of the next page

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"strings"
 	"time"
 )
@@ -59,14 +60,14 @@ func (q *Queue) claimRowLock(ctx context.Context, max int) ([]*Delivery, error) 
 	}
 	ds := make([]*Delivery, 0, got)
 	defer func() { q.holds.unreserve(got - len(ds)) }()
-	now, err := q.claimNow(ctx, q.st.Claim, q.st.ClaimSelect, q.st.Pick, q.st.PickLock)
+	now, err := q.claimNow(ctx, q.st.Claim.Take, q.st.Claim.Select, q.st.Claim.Pick, q.st.Claim.PickLock)
 	if err != nil {
 		return ds, err
 	}
 	// What the held transactions will run: the reserve left a connection
 	// to prepare on.
 	st := q.st
-	q.warm(ctx, st.Claim, st.ClaimSelect, st.ClaimMark, st.Pick, st.PickAfter, st.PickLock, st.Ack, st.Retry, st.DeadInsert, st.DeadDelete, st.ClaimsClear)
+	q.warm(ctx, st.Claim.Take, st.Claim.Select, st.Claim.Mark, st.Claim.Pick, st.Claim.PickAfter, st.Claim.PickLock, st.Settle.Ack, st.Settle.Retry, st.Settle.Dead, st.Settle.DeadDelete, st.RowLock.ClaimsClear)
 	for len(ds) < got {
 		d, err := q.claimOneRowLock(ctx, now)
 		if err != nil {
@@ -95,7 +96,7 @@ func (q *Queue) claimOneRowLock(ctx context.Context, now time.Time) (*Delivery, 
 			_ = tx.Rollback()
 			return nil, err
 		}
-		if q.st.ClaimsCount.SQL != "" {
+		if q.st.RowLock.ClaimsCount.SQL != "" {
 			poison, err := q.countClaim(ctx, tx, d)
 			if err != nil {
 				_ = tx.Rollback()
@@ -151,7 +152,7 @@ func (q *Queue) countClaim(ctx context.Context, tx *sql.Tx, d *Delivery) (bool, 
 		// The count may have committed: give it back, so that a failed
 		// claim never counts. Should that fail too, the count runs ahead
 		// by one for a claim that never delivered.
-		_, _ = q.exec(context.WithoutCancel(ctx), q.db, q.st.ClaimsGiveBack, &v)
+		_, _ = q.exec(context.WithoutCancel(ctx), q.db, q.st.RowLock.ClaimsGiveBack, &v)
 		return false, err
 	}
 	if ended := claims - 1; ended <= int64(q.names.Raw.MaxClaims) {
@@ -160,7 +161,7 @@ func (q *Queue) countClaim(ctx context.Context, tx *sql.Tx, d *Delivery) (bool, 
 	if _, err := q.moveDead(ctx, q.own(tx), &v); err != nil {
 		return false, err
 	}
-	if _, err := q.exec(ctx, q.own(tx), q.st.ClaimsClear, &v); err != nil {
+	if _, err := q.exec(ctx, q.own(tx), q.st.RowLock.ClaimsClear, &v); err != nil {
 		return false, err
 	}
 	return true, tx.Commit()
@@ -170,29 +171,29 @@ func (q *Queue) countClaim(ctx context.Context, tx *sql.Tx, d *Delivery) (bool, 
 // rows) and returns the claims counted so far, this one included.
 func (q *Queue) addClaim(ctx context.Context, v *values) (int64, error) {
 	var claims int64
-	if q.st.ClaimsCount.Rows {
-		err := q.queryRow(ctx, q.db, q.st.ClaimsCount, v).Scan(&claims)
+	if q.st.RowLock.ClaimsCount.Rows {
+		err := q.queryRow(ctx, q.db, q.st.RowLock.ClaimsCount, v).Scan(&claims)
 		return claims, err
 	}
-	if _, err := q.exec(ctx, q.db, q.st.ClaimsCount, v); err != nil {
+	if _, err := q.exec(ctx, q.db, q.st.RowLock.ClaimsCount, v); err != nil {
 		return 0, err
 	}
-	err := q.queryRow(ctx, q.db, q.st.ClaimsRead, v).Scan(&claims)
+	err := q.queryRow(ctx, q.db, q.st.RowLock.ClaimsRead, v).Scan(&claims)
 	return claims, err
 }
 
-// claimOne claims one row through ex with Claim, with ClaimSelect, or by a
-// pick (row lock), then ClaimMark where there is one; nil when there is
+// claimOne claims one row through ex with Claim, with Claim.Select, or by a
+// pick (row lock), then Claim.Mark where there is one; nil when there is
 // none, or when the mark found the row gone or changed.
 func (q *Queue) claimOne(ctx context.Context, ex Executor, v *values) (*Delivery, error) {
 	var ds []*Delivery
 	var err error
-	if q.st.PickLock.SQL != "" && q.names.Form == RowLock {
+	if q.st.Claim.PickLock.SQL != "" && q.names.Form == RowLock {
 		ds, err = q.pick(ctx, ex, 1, v.now, nil)
 	} else {
-		s := q.st.Claim
+		s := q.st.Claim.Take
 		if s.SQL == "" {
-			s = q.st.ClaimSelect
+			s = q.st.Claim.Select
 		}
 		rows, qerr := q.query(ctx, ex, s, v)
 		if qerr != nil {
@@ -203,9 +204,9 @@ func (q *Queue) claimOne(ctx context.Context, ex Executor, v *values) (*Delivery
 	if err != nil || len(ds) == 0 {
 		return nil, err
 	}
-	if q.st.Claim.SQL == "" && q.st.ClaimMark.SQL != "" {
+	if q.st.Claim.Take.SQL == "" && q.st.Claim.Mark.SQL != "" {
 		mv := values{id: ds[0].id, attempt: ds[0].attempt, now: v.now}
-		n, err := q.exec(ctx, ex, q.st.ClaimMark, &mv)
+		n, err := q.exec(ctx, ex, q.st.Claim.Mark, &mv)
 		if err != nil || n == 0 {
 			return nil, err
 		}
@@ -251,7 +252,7 @@ func (d *Delivery) Tx() *sql.Tx {
 		d.sp = spTaken
 		// No context to end it: the statement is the transaction's own,
 		// on the connection it holds.
-		if _, err := d.q.exec(context.Background(), d.q.own(d.tx), d.q.st.Savepoint, &values{}); err != nil {
+		if _, err := d.q.exec(context.Background(), d.q.own(d.tx), d.q.st.RowLock.Savepoint, &values{}); err != nil {
 			// The transaction is gone: on MySQL a deadlock (a Galera
 			// brute-force abort) rolled it back, and the handler's
 			// statements would each commit on their own. Ending it here
@@ -267,9 +268,9 @@ func (d *Delivery) Tx() *sql.Tx {
 
 // checkRowLock refuses a row-lock dialect that cannot undo a failed
 // attempt's writes.
-func checkRowLock(n *Names, st *Statements) error {
-	if n.Form == RowLock && (st.Savepoint.SQL == "" || st.RollbackToSavepoint.SQL == "" || st.Relock.SQL == "") {
-		return fmt.Errorf("the row lock needs Statements.Savepoint, RollbackToSavepoint and Relock")
+func checkRowLock(n *dialect.Names, st *Statements) error {
+	if n.Form == RowLock && (st.RowLock.Savepoint.SQL == "" || st.RowLock.RollbackToSavepoint.SQL == "" || st.RowLock.Relock.SQL == "") {
+		return fmt.Errorf("the row lock needs Statements.RowLock.Savepoint, RollbackToSavepoint and Relock")
 	}
 	return nil
 }
@@ -295,15 +296,15 @@ func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Dura
 		return fmt.Errorf("the claim's transaction failed before the handler wrote: %w", d.spErr)
 	}
 	ex := q.own(tx)
-	n, err := q.exec(ctx, ex, q.st.Ack, &v)
+	n, err := q.exec(ctx, ex, q.st.Settle.Ack, &v)
 	if err == nil && n != 1 {
 		// The lock held the row, so only a server that does not share
 		// locks (a Galera node) can have let another claim settle it.
 		err = fmt.Errorf("%w: deleted %d rows for id %v", ErrLeaseLost, n, d.id)
 	}
-	if err == nil && q.st.ClaimsClear.SQL != "" {
+	if err == nil && q.st.RowLock.ClaimsClear.SQL != "" {
 		// A settled delivery leaves no count behind.
-		_, err = q.exec(ctx, ex, q.st.ClaimsClear, &v)
+		_, err = q.exec(ctx, ex, q.st.RowLock.ClaimsClear, &v)
 	}
 	if err != nil {
 		// Nothing of a failed settlement may commit: the statements before
@@ -330,7 +331,7 @@ func (d *Delivery) recordRowLock(ctx context.Context, o outcome, v *values, afte
 	undo := func() error {
 		switch d.sp {
 		case spTaken:
-			_, err := q.exec(ctx, ex, q.st.RollbackToSavepoint, &values{})
+			_, err := q.exec(ctx, ex, q.st.RowLock.RollbackToSavepoint, &values{})
 			return err
 		case spFailed:
 			return fmt.Errorf("the handler's savepoint could not be taken: %w", d.spErr)
@@ -383,7 +384,7 @@ func (d *Delivery) recordAnew(ctx context.Context, o outcome, v *values, after t
 		}
 		ex := q.own(tx)
 		var id any
-		err = q.queryRow(ctx, ex, q.st.Relock, v).Scan(&id)
+		err = q.queryRow(ctx, ex, q.st.RowLock.Relock, v).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) || lockTimedOut(err) {
 			_ = tx.Rollback()
 			d.lost = true
@@ -428,21 +429,21 @@ func (d *Delivery) verdict(ctx context.Context, ex Executor, o outcome, v *value
 	switch o {
 	case outRetry:
 		// The claim wrote nothing: the Retry counts the attempt spent.
-		if err = q.fillTimes(ctx, ex, q.st.Retry, v, after); err == nil {
-			_, err = q.exec(ctx, ex, q.st.Retry, v)
+		if err = q.fillTimes(ctx, ex, q.st.Settle.Retry, v, after); err == nil {
+			_, err = q.exec(ctx, ex, q.st.Settle.Retry, v)
 		}
 	case outDrop:
 		var n int64
-		if n, err = q.exec(ctx, ex, q.st.Ack, v); err == nil && n != 1 {
+		if n, err = q.exec(ctx, ex, q.st.Settle.Ack, v); err == nil && n != 1 {
 			err = fmt.Errorf("%w: deleted %d rows for id %v", ErrLeaseLost, n, d.id)
 		}
 	default:
 		_, err = q.moveDead(ctx, ex, v)
 	}
-	if err == nil && q.st.ClaimsClear.SQL != "" {
+	if err == nil && q.st.RowLock.ClaimsClear.SQL != "" {
 		// A settled delivery leaves no count behind: Dead removes the
 		// job, and a Retry is a verdict, so it starts the count anew.
-		_, err = q.exec(ctx, ex, q.st.ClaimsClear, v)
+		_, err = q.exec(ctx, ex, q.st.RowLock.ClaimsClear, v)
 	}
 	return err
 }
@@ -457,13 +458,13 @@ func (d *Delivery) verdict(ctx context.Context, ex Executor, o outcome, v *value
 // this delivery. Should the give-back fail, the count runs ahead by one.
 func (d *Delivery) releaseRowLock(ctx context.Context, v *values) error {
 	q := d.q
-	if q.st.ClaimsGiveBack.SQL == "" {
+	if q.st.RowLock.ClaimsGiveBack.SQL == "" {
 		return d.tx.Rollback()
 	}
 	bctx := context.WithoutCancel(ctx)
 	back, err := q.db.BeginTx(bctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err == nil {
-		if _, err = q.exec(bctx, q.own(back), q.st.ClaimsGiveBack, v); err != nil {
+		if _, err = q.exec(bctx, q.own(back), q.st.RowLock.ClaimsGiveBack, v); err != nil {
 			_ = back.Rollback()
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"github.com/sqlinbox/inbox/dialect"
 	"strings"
 	"testing"
 	"time"
@@ -324,7 +325,7 @@ func TestMySQLRowLockUndo(t *testing.T) {
 }
 
 // noUndo is a row-lock dialect without the undo's statements.
-var noUndo = editedDialect{inbox.Postgres, func(st *inbox.Statements) { st.Savepoint = inbox.Stmt{} }}
+var noUndo = editedDialect{inbox.Postgres, func(st *inbox.Statements) { st.RowLock.Savepoint = dialect.Stmt{} }}
 
 // TestRowLockUndoRequired: a dialect that cannot undo a failed attempt's
 // writes is refused for the row lock at construction, naming what it
@@ -332,7 +333,7 @@ var noUndo = editedDialect{inbox.Postgres, func(st *inbox.Statements) { st.Savep
 func TestRowLockUndoRequired(t *testing.T) {
 	m := newMock(t)
 	_, err := inbox.New(m.DB, inbox.Config{Dialect: noUndo, Table: rowLockTable})
-	if err == nil || !strings.Contains(err.Error(), "Statements.Savepoint") {
+	if err == nil || !strings.Contains(err.Error(), "Statements.RowLock.Savepoint") {
 		t.Fatalf("New with a row-lock dialect without Savepoint: %v", err)
 	}
 	if _, err := inbox.New(m.DB, inbox.Config{Dialect: noUndo, Table: leaseTable}); err != nil {

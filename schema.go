@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"strconv"
 	"strings"
 )
@@ -43,7 +44,7 @@ type checkedTable struct {
 }
 
 // checkedTables lists the tables the description names.
-func checkedTables(n *Names) []checkedTable {
+func checkedTables(n *dialect.Names) []checkedTable {
 	ts := []checkedTable{{n.Schema, n.TableName, queueTable}}
 	if n.Dead != "" {
 		ts = append(ts, checkedTable{n.DeadSchema, n.DeadName, deadTable})
@@ -56,7 +57,7 @@ func checkedTables(n *Names) []checkedTable {
 
 // wantedColumns lists the columns the description names, unquoted; for the
 // dead table, the ones a move copies; for the claims table, id and claims.
-func wantedColumns(n *Names, role tableRole) []colWant {
+func wantedColumns(n *dialect.Names, role tableRole) []colWant {
 	r := n.Raw
 	if role == claimsTable {
 		return []colWant{{"ID", r.ID, kindID}, {"ClaimsTable", "claims", kindInt}}
@@ -188,7 +189,7 @@ func versionBelow(v string, major, minor int) bool {
 
 // checkTables compares the queue table and the dead table with the
 // description, reading each table's columns with query (schema, table).
-func checkTables(ctx context.Context, db *sql.DB, n *Names, query string, r columnRules) ([]string, error) {
+func checkTables(ctx context.Context, db *sql.DB, n *dialect.Names, query string, r columnRules) ([]string, error) {
 	var problems []string
 	for _, tb := range checkedTables(n) {
 		cols, err := readColumns(ctx, db, query, tb.schema, tb.name)
@@ -223,7 +224,7 @@ func (e *SchemaError) Error() string {
 // one problem naming the engine found and the dialect to use. Any other
 // error means the check could not run. It changes nothing.
 func (q *Queue) CheckSchema(ctx context.Context) error {
-	c, ok := capability[SchemaChecker](q.dialect)
+	c, ok := capability[dialect.SchemaChecker](q.dialect)
 	if !ok {
 		return fmt.Errorf("inbox: check schema: dialect %s has no schema check", q.dialect.Name())
 	}
@@ -250,7 +251,7 @@ func (q *Queue) CheckSchema(ctx context.Context) error {
 // of its insert: a key other than the id, not among the data columns. The
 // database must then fill it (a default, a generated column), which only
 // the schema check can tell: New accepts such a description.
-func keyUnwritten(n *Names) bool {
+func keyUnwritten(n *dialect.Names) bool {
 	r := n.Raw
 	if r.AdvisoryKey == "" || strings.EqualFold(r.AdvisoryKey, r.ID) {
 		return false
@@ -265,14 +266,14 @@ func keyUnwritten(n *Names) bool {
 
 // keyValueProblem says that the advisory key column gets no value: Enqueue
 // does not write it and the database does not fill it.
-func keyValueProblem(n *Names) string {
+func keyValueProblem(n *dialect.Names) string {
 	return fmt.Sprintf("column %s.%s (Table.AdvisoryKey) is not in Table.Data %q and has no default, so Enqueue would insert each job "+
 		"without a key (refused where the column is NOT NULL: MySQL's error 1364, PostgreSQL's 23502): list it in Table.Data and "+
 		"give each Job its key, or give the column a default", n.Raw.Name, n.Raw.AdvisoryKey, n.Raw.Data)
 }
 
 // claimsKeyProblem says that the claims table's id is not a key of its own.
-func claimsKeyProblem(n *Names) string {
+func claimsKeyProblem(n *dialect.Names) string {
 	return fmt.Sprintf("table %s: column %s is not its primary key (nor alone in a unique index), which the claims count's upsert needs",
 		n.Raw.ClaimsTable, n.Raw.ID)
 }

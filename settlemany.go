@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"github.com/sqlinbox/inbox/dialect"
 	"time"
 )
 
@@ -11,7 +12,7 @@ import (
 // last token filling the places past them), and returns each token's
 // verdict: nil, ErrLeaseLost, or the error that failed the whole batch. A
 // batch chosen as a deadlock's victim changed nothing and is sent again.
-func (q *Queue) settleMany(ctx context.Context, set *BatchStatements, o outcome, after time.Duration, toks []token) []error {
+func (q *Queue) settleMany(ctx context.Context, set *dialect.BatchStatements, o outcome, after time.Duration, toks []token) []error {
 	errs := make([]error, len(toks))
 	_ = q.retryDeadlock(func() error {
 		q.settleManyOnce(ctx, set, o, after, toks, errs)
@@ -25,7 +26,7 @@ func (q *Queue) settleMany(ctx context.Context, set *BatchStatements, o outcome,
 	return errs
 }
 
-func (q *Queue) settleManyOnce(ctx context.Context, set *BatchStatements, o outcome, after time.Duration, toks []token, errs []error) {
+func (q *Queue) settleManyOnce(ctx context.Context, set *dialect.BatchStatements, o outcome, after time.Duration, toks []token, errs []error) {
 	s := set.Ack
 	switch o {
 	case outRetry:
@@ -69,7 +70,7 @@ func (q *Queue) settleManyOnce(ctx context.Context, set *BatchStatements, o outc
 // there are tokens, it rolls back, and in a new transaction locks the rows
 // still carrying their tokens (set.Lock), which names them, then runs s
 // again under those locks.
-func (q *Queue) settleManyLocked(ctx context.Context, set *BatchStatements, s Stmt, v *values, toks []token, errs []error) {
+func (q *Queue) settleManyLocked(ctx context.Context, set *dialect.BatchStatements, s dialect.Stmt, v *values, toks []token, errs []error) {
 	var n int64
 	q.warm(ctx, s, set.Lock)
 	err := q.inTx(ctx, func(tx Executor) (bool, error) {

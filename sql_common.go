@@ -1,5 +1,6 @@
 package inbox
 
+import "github.com/sqlinbox/inbox/dialect"
 import "strings"
 
 // Statements that read the same on every engine, but for the placeholders
@@ -42,21 +43,21 @@ const (
 // candidates are the advisory form's unlocked reads of claimable rows: id,
 // key and attempt in id order, the first page and the pages after an id. The
 // attempt lets the claim refuse a row that changed since it was read.
-func candidates(t *sqlTemplate) (first, after Stmt) {
+func candidates(t *dialect.Template) (first, after dialect.Stmt) {
 	f, a := candidateTemplates(t)
-	return t.query(f), t.query(a)
+	return t.Query(f), t.Query(a)
 }
 
 // candidateTemplates are the templates of candidates.
-func candidateTemplates(t *sqlTemplate) (first, after string) {
+func candidateTemplates(t *dialect.Template) (first, after string) {
 	return "SELECT {id}, {key}, {attempt}{, priority} FROM {table}{where ready} ORDER BY {order} LIMIT $limit",
 		"SELECT {id}, {key}, {attempt}{, priority} FROM {table} WHERE " + pastCandidate(t) + "{and ready} ORDER BY {order} LIMIT $limit"
 }
 
 // pastCandidate is the condition of the rows past the candidate $id (and
 // $priority) in the claim order: by priority, then id.
-func pastCandidate(t *sqlTemplate) string {
-	if t.frags["priority"] != "" {
+func pastCandidate(t *dialect.Template) string {
+	if t.Fragment("priority") != "" {
 		return "({priority} < $priority OR {priority} = $priority AND {id} > $id)"
 	}
 	return "{id} > $id"
@@ -64,21 +65,21 @@ func pastCandidate(t *sqlTemplate) string {
 
 // advisorySettlements are the advisory form's Ack, Release and (with a
 // not-before column) Retry, each fenced by the attempt.
-func advisorySettlements(t *sqlTemplate, n *Names, st *Statements) {
-	st.Ack = t.exec("DELETE FROM {table} WHERE " + advisoryToken)
-	st.Release = t.exec("UPDATE {table} SET {attempt} = {attempt} - 1 WHERE " + advisoryToken)
-	st.Retry = retryLater(t, n, advisoryToken)
+func advisorySettlements(t *dialect.Template, n *dialect.Names, st *Statements) {
+	st.Settle.Ack = t.Exec("DELETE FROM {table} WHERE " + advisoryToken)
+	st.Settle.Release = t.Exec("UPDATE {table} SET {attempt} = {attempt} - 1 WHERE " + advisoryToken)
+	st.Settle.Retry = retryLater(t, n, advisoryToken)
 }
 
 // rowLockRetry is the row lock's Retry: the claim wrote nothing, so the
 // Retry counts the attempt spent, with the not-before time and the error
 // where the description has their columns.
-func rowLockRetry(t *sqlTemplate, n *Names) Stmt {
+func rowLockRetry(t *dialect.Template, n *dialect.Names) dialect.Stmt {
 	delay := ""
 	if n.NotBefore != "" {
 		delay = ", {notBefore} = {until}"
 	}
-	return t.exec("UPDATE {table} SET {attempt} = {attempt} + 1" + delay + "{, set error} WHERE " + rowLockToken)
+	return t.Exec("UPDATE {table} SET {attempt} = {attempt} + 1" + delay + "{, set error} WHERE " + rowLockToken)
 }
 
 // rowLockUndo sets the row lock's savepoint statements and Relock. The
@@ -89,30 +90,30 @@ func rowLockRetry(t *sqlTemplate, n *Names) Stmt {
 // as bound allows: the SQL that ends the wait on the server, or a
 // statement of its own taking the row where the engine's setting bounds
 // it (InnoDB's innodb_lock_wait_timeout, 50 s by default).
-func rowLockUndo(t *sqlTemplate, st *Statements, relock string) {
-	st.Savepoint = t.exec("SAVEPOINT inbox_attempt")
-	st.RollbackToSavepoint = t.exec("ROLLBACK TO SAVEPOINT inbox_attempt")
-	st.Relock = t.query(relock)
+func rowLockUndo(t *dialect.Template, st *Statements, relock string) {
+	st.RowLock.Savepoint = t.Exec("SAVEPOINT inbox_attempt")
+	st.RowLock.RollbackToSavepoint = t.Exec("ROLLBACK TO SAVEPOINT inbox_attempt")
+	st.RowLock.Relock = t.Query(relock)
 }
 
 // retryLater is the advisory form's Retry: it writes the
 // not-before time and, with Table.LastError, the error; empty when there is
 // neither column, as a Retry then only commits or lets go.
-func retryLater(t *sqlTemplate, n *Names, token string) Stmt {
+func retryLater(t *dialect.Template, n *dialect.Names, token string) dialect.Stmt {
 	switch {
 	case n.NotBefore != "":
-		return t.exec("UPDATE {table} SET {notBefore} = {until}{, set error} WHERE " + token)
+		return t.Exec("UPDATE {table} SET {notBefore} = {until}{, set error} WHERE " + token)
 	case n.LastError != "":
-		return t.exec("UPDATE {table} SET {lastError} = COALESCE($error, {lastError}) WHERE " + token)
+		return t.Exec("UPDATE {table} SET {lastError} = COALESCE($error, {lastError}) WHERE " + token)
 	}
-	return Stmt{}
+	return dialect.Stmt{}
 }
 
 // deadCopy is the move to the dead table in two statements, run in one
 // transaction: a copy with the delivered attempt, then the delete.
-func deadCopy(t *sqlTemplate, token string) (insert, del Stmt) {
-	insert = t.exec("INSERT INTO {dead} ({id}, {attempt}{, data}{, lastError}{, deadAt}) SELECT {id}, $delivered{, data}{, error}{, deadAt now} FROM {table} WHERE " + token)
-	del = t.exec("DELETE FROM {table} WHERE " + token)
+func deadCopy(t *dialect.Template, token string) (insert, del dialect.Stmt) {
+	insert = t.Exec("INSERT INTO {dead} ({id}, {attempt}{, data}{, lastError}{, deadAt}) SELECT {id}, $delivered{, data}{, error}{, deadAt now} FROM {table} WHERE " + token)
+	del = t.Exec("DELETE FROM {table} WHERE " + token)
 	return insert, del
 }
 
@@ -122,19 +123,19 @@ func deadCopy(t *sqlTemplate, token string) (insert, del Stmt) {
 // channel (PostgreSQL) the insert notifies in the same statement: the
 // notification is delivered when the job commits. clock is the engine's
 // clock for the enqueue time, empty for the caller's.
-func enqueue(st *Statements, n *Names, mark func(int) string, returning bool, clock string) {
-	st.Enqueue = enqueueRows(n, mark, returning, clock, 1, false, false)
-	st.EnqueueID = enqueueRows(n, mark, returning, clock, 1, true, false)
+func enqueue(st *Statements, n *dialect.Names, mark func(int) string, returning bool, clock string) {
+	st.Jobs.Enqueue = enqueueRows(n, mark, returning, clock, 1, false, false)
+	st.Jobs.EnqueueID = enqueueRows(n, mark, returning, clock, 1, true, false)
 	if enqueueAtColumn(n) != "" {
-		st.EnqueueAt = enqueueRows(n, mark, returning, clock, 1, false, true)
-		st.EnqueueIDAt = enqueueRows(n, mark, returning, clock, 1, true, true)
+		st.Jobs.EnqueueAt = enqueueRows(n, mark, returning, clock, 1, false, true)
+		st.Jobs.EnqueueIDAt = enqueueRows(n, mark, returning, clock, 1, true, true)
 	}
 }
 
 // enqueueAtColumn is the column a not-before time goes into: the lease
 // column under the lease form, which delays a job the way it delays a
 // retry, with an expiry; Table.NotBefore otherwise (empty: none).
-func enqueueAtColumn(n *Names) string {
+func enqueueAtColumn(n *dialect.Names) string {
 	if n.Form == Lease {
 		return n.LockedUntil
 	}
@@ -143,57 +144,55 @@ func enqueueAtColumn(n *Names) string {
 
 // enqueueRows is the insert of rows jobs in one statement, as enqueue
 // describes it, each row's parameters in the same order, row after row
-// ([BulkEnqueuer]). The column lists vary with the description, so it is
+// ([dialect.BulkEnqueuer]). The column lists vary with the description, so it is
 // written column by column.
-func enqueueRows(n *Names, mark func(int) string, returning bool, clock string, rows int, withID, withAt bool) Stmt {
-	s := &sqlBuilder{mark: mark}
+func enqueueRows(n *dialect.Names, mark func(int) string, returning bool, clock string, rows int, withID, withAt bool) dialect.Stmt {
+	s := dialect.NewBuilder(mark)
 	var cols []string
 	tuples := make([]string, 0, rows)
 	for r := 0; r < rows; r++ {
 		cols = cols[:0]
 		var vals []string
 		if withID {
-			cols, vals = append(cols, n.ID), append(vals, s.param(ArgID))
+			cols, vals = append(cols, n.ID), append(vals, s.Param(dialect.ArgID))
 		}
 		for i, c := range n.Data {
-			cols, vals = append(cols, c), append(vals, s.param(ArgData+Arg(i)))
+			cols, vals = append(cols, c), append(vals, s.Param(dialect.ArgData+dialect.Arg(i)))
 		}
 		if withAt {
-			cols, vals = append(cols, enqueueAtColumn(n)), append(vals, s.param(ArgNotBefore))
+			cols, vals = append(cols, enqueueAtColumn(n)), append(vals, s.Param(dialect.ArgNotBefore))
 		}
 		if n.Priority != "" {
-			cols, vals = append(cols, n.Priority), append(vals, s.param(ArgPriority))
+			cols, vals = append(cols, n.Priority), append(vals, s.Param(dialect.ArgPriority))
 		}
 		if n.EnqueuedAt != "" {
 			now := clock // the engine's, or the caller's passed as a parameter
 			if now == "" {
-				now = s.param(ArgNow)
+				now = s.Param(dialect.ArgNow)
 			}
 			cols, vals = append(cols, n.EnqueuedAt), append(vals, now)
 		}
 		tuples = append(tuples, "("+strings.Join(vals, ", ")+")")
 	}
+	insert := "INSERT INTO " + n.Table + " (" + strings.Join(cols, ", ") + ") VALUES " + strings.Join(tuples, ", ")
 	if len(cols) == 0 {
 		// Nothing to name: one row of defaults (the core sends a statement
 		// per job for such a table, as SQLite takes no DEFAULT in VALUES).
-		s.write("INSERT INTO ", n.Table, " DEFAULT VALUES")
-	} else {
-		s.write("INSERT INTO ", n.Table, " (", strings.Join(cols, ", "), ") VALUES ", strings.Join(tuples, ", "))
+		insert = "INSERT INTO " + n.Table + " DEFAULT VALUES"
 	}
 	if returning {
-		s.write(" RETURNING ", n.ID)
+		insert += " RETURNING " + n.ID
 	}
 	if n.NotifyChannel != "" {
 		// pg_notify in FROM runs once per statement, whatever the rows.
-		insert := s.b.String()
-		s.b.Reset()
-		s.write("WITH j AS (", insert, ") SELECT j.", n.ID, " FROM j CROSS JOIN pg_notify('", n.NotifyChannel, "', '') AS n")
+		insert = "WITH j AS (" + insert + ") SELECT j." + n.ID + " FROM j CROSS JOIN pg_notify('" + n.NotifyChannel + "', '') AS n"
 	}
-	return s.stmt(returning)
+	s.Write(insert)
+	return s.Stmt(returning)
 }
 
 // statsDead counts the dead table, -1 without one.
-func statsDead(n *Names) string {
+func statsDead(n *dialect.Names) string {
 	if n.Dead == "" {
 		return "-1"
 	}
@@ -202,7 +201,7 @@ func statsDead(n *Names) string {
 
 // statsCounts are the Stats columns but the age: ready by time, waiting,
 // and in work (inWork, an expression), each an indexed count.
-func statsCounts(n *Names, now, until, inWork string) string {
+func statsCounts(n *dialect.Names, now, until, inWork string) string {
 	if n.Form == Lease {
 		return "(SELECT COUNT(*) FROM {table} WHERE {lease} IS NULL) + (SELECT COUNT(*) FROM {table} WHERE {lease} <= " + now + "), " +
 			"(SELECT COUNT(*) FROM {table} WHERE {lease} > " + until + "), " +
@@ -219,7 +218,7 @@ func statsCounts(n *Names, now, until, inWork string) string {
 // ordered index reads a ready row can come from (none: NULL), each the
 // first entry of an index on the enqueue time; least picks the older where
 // NULLs are ignored (coalesced around an engine's LEAST that is not).
-func statsOldest(n *Names, now string) (free, due string) {
+func statsOldest(n *dialect.Names, now string) (free, due string) {
 	if n.EnqueuedAt == "" {
 		return "NULL", "NULL"
 	}
@@ -240,12 +239,12 @@ func statsOldest(n *Names, now string) (free, due string) {
 // the token found none, on the advisory session, under the advisory lock),
 // and must pass a caller's transaction still open, not wait for it. Empty
 // under the row lock, whose settlement ends in its own transaction.
-func verdictRead(t *sqlTemplate, n *Names) Stmt {
+func verdictRead(t *dialect.Template, n *dialect.Names) dialect.Stmt {
 	switch n.Form {
 	case Lease:
-		return t.query("SELECT {attempt}, {lease} FROM {table} WHERE {id} = $id")
+		return t.Query("SELECT {attempt}, {lease} FROM {table} WHERE {id} = $id")
 	case Advisory:
-		return t.query("SELECT {attempt} FROM {table} WHERE {id} = $id")
+		return t.Query("SELECT {attempt} FROM {table} WHERE {id} = $id")
 	}
-	return Stmt{}
+	return dialect.Stmt{}
 }

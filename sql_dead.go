@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"github.com/sqlinbox/inbox/dialect"
 	"strconv"
 	"strings"
 )
@@ -13,13 +14,13 @@ import (
 // shares); rowSeek for engines that seek an index by a row-value comparison
 // (PostgreSQL, SQLite), false for MySQL and MariaDB, whose planners also
 // need the NULL dead_at rows asked for otherwise (below).
-func deadJobs(t *sqlTemplate, n *Names, st *Statements, returning, rowSeek bool) {
-	st.Cancel = t.exec("DELETE FROM {table} WHERE {id} = $id")
-	st.JobExists = t.query("SELECT 1 FROM {table} WHERE {id} = $id")
+func deadJobs(t *dialect.Template, n *dialect.Names, st *Statements, returning, rowSeek bool) {
+	st.Jobs.Cancel = t.Exec("DELETE FROM {table} WHERE {id} = $id")
+	st.Jobs.Exists = t.Query("SELECT 1 FROM {table} WHERE {id} = $id")
 	if n.Form == RowLock {
 		// A claim holds its row's lock: SKIP LOCKED tells that row from a
 		// waiting one without waiting for the holder.
-		st.CancelLock = t.query("SELECT {id} FROM {table} WHERE {id} = $id FOR UPDATE SKIP LOCKED")
+		st.RowLock.CancelLock = t.Query("SELECT {id} FROM {table} WHERE {id} = $id FOR UPDATE SKIP LOCKED")
 	}
 	if n.Dead == "" {
 		return
@@ -34,8 +35,8 @@ func deadJobs(t *sqlTemplate, n *Names, st *Statements, returning, rowSeek bool)
 	// seeks (21 rows read). PostgreSQL would seek only the first and filter
 	// the ties, so each engine gets its own spelling.
 	if n.DeadAt == "" {
-		st.DeadList = t.query("SELECT " + cols + " FROM {dead} ORDER BY {id} DESC LIMIT $limit")
-		st.DeadListAfter = t.query("SELECT " + cols + " FROM {dead} WHERE {id} < $id ORDER BY {id} DESC LIMIT $limit")
+		st.Dead.List = t.Query("SELECT " + cols + " FROM {dead} ORDER BY {id} DESC LIMIT $limit")
+		st.Dead.ListAfter = t.Query("SELECT " + cols + " FROM {dead} WHERE {id} < $id ORDER BY {id} DESC LIMIT $limit")
 	} else {
 		past := "({deadAt}, {id}) < ($at, $id)"
 		if !rowSeek {
@@ -77,8 +78,8 @@ func deadJobs(t *sqlTemplate, n *Names, st *Statements, returning, rowSeek bool)
 			return "SELECT " + strings.Join(pos, ", ") + " FROM (" + read(dated, byKey) + " AS dated UNION ALL " +
 				read("{deadAt} IS NULL", nullsBy) + " AS undated) AS page ORDER BY (" + at + " IS NULL), " + order
 		}
-		st.DeadList = t.query(page("{deadAt} IS NOT NULL"))
-		st.DeadListAfter = t.query(page(past))
+		st.Dead.List = t.Query(page("{deadAt} IS NOT NULL"))
+		st.Dead.ListAfter = t.Query(page(past))
 		// Past a NULL job, MariaDB 10.11 reads the NULL rows by dead_at
 		// alone (ref) and filters the ids, all those newer than the cursor,
 		// unless the primary key's range on the id is out of its choice:
@@ -92,24 +93,24 @@ func deadJobs(t *sqlTemplate, n *Names, st *Statements, returning, rowSeek bool)
 		if rowSeek {
 			nullOrder = " ORDER BY {deadAt} DESC, {id} DESC LIMIT $limit"
 		}
-		st.DeadListAfterNull = t.query("SELECT " + cols + " FROM " + from + " WHERE {deadAt} IS NULL AND {id} < $id" + nullOrder)
+		st.Dead.ListAfterNull = t.Query("SELECT " + cols + " FROM " + from + " WHERE {deadAt} IS NULL AND {id} < $id" + nullOrder)
 	}
 	// Taking the dead row is the requeue's arbiter: of two operators
 	// requeueing one job, one deletes it, the other finds nothing.
 	if returning {
-		st.DeadTake = t.query("DELETE FROM {dead} WHERE {id} = $id RETURNING {id}{, data}{, lastError}")
+		st.Dead.Take = t.Query("DELETE FROM {dead} WHERE {id} = $id RETURNING {id}{, data}{, lastError}")
 	} else {
-		st.DeadTake = t.query("SELECT {id}{, data}{, lastError} FROM {dead} WHERE {id} = $id FOR UPDATE")
-		st.DeadTakeDelete = t.exec("DELETE FROM {dead} WHERE {id} = $id")
+		st.Dead.Take = t.Query("SELECT {id}{, data}{, lastError} FROM {dead} WHERE {id} = $id FOR UPDATE")
+		st.Dead.TakeDelete = t.Exec("DELETE FROM {dead} WHERE {id} = $id")
 	}
 	// Ids are never reused: an id given to Enqueue is looked up here first,
 	// one probe of the dead table's primary key.
-	st.DeadHas = t.query("SELECT 1 FROM {dead} WHERE {id} = $id")
-	st.DeadPurge = t.exec("DELETE FROM {dead}")
+	st.Dead.Has = t.Query("SELECT 1 FROM {dead} WHERE {id} = $id")
+	st.Dead.Purge = t.Exec("DELETE FROM {dead}")
 	if n.DeadAt != "" {
-		st.DeadPurgeBefore = t.exec("DELETE FROM {dead} WHERE {deadAt} < $at")
+		st.Dead.PurgeBefore = t.Exec("DELETE FROM {dead} WHERE {deadAt} < $at")
 	}
 	if n.LastError != "" {
-		st.RequeueError = t.exec("UPDATE {table} SET {lastError} = $error WHERE {id} = $id")
+		st.Dead.RequeueError = t.Exec("UPDATE {table} SET {lastError} = $error WHERE {id} = $id")
 	}
 }

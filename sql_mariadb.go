@@ -3,7 +3,19 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"github.com/sqlinbox/inbox/dialect"
 	"strings"
+)
+
+// The optional interfaces of package dialect that mariadb has.
+var (
+	_ dialect.Locker           = mariadb{}
+	_ dialect.LockWaiter       = mariadb{}
+	_ dialect.TableIdentifier  = mariadb{}
+	_ dialect.DeadlockDetector = mariadb{}
+	_ dialect.BatchDialect     = mariadb{}
+	_ dialect.BulkEnqueuer     = mariadb{}
+	_ dialect.SchemaChecker    = mariadb{}
 )
 
 // MariaDB is the dialect of MariaDB 10.6 or later (SKIP LOCKED) through
@@ -25,7 +37,7 @@ type mariadb struct{ mysql }
 func (mariadb) Name() string { return "mariadb" }
 
 // BatchStatements are [MySQL]'s but for Ack, which returns the ids it
-// deleted ([BatchDialect]): the batcher reads which tokens were still in
+// deleted ([dialect.BatchDialect]): the batcher reads which tokens were still in
 // place from its rows, so it needs no transaction and no Lock. A token
 // whose id is not returned lost its lease; a row deleted by a token with
 // the same id but another attempt or expiry cannot be, as the statement
@@ -38,7 +50,7 @@ func (mariadb) Name() string { return "mariadb" }
 // loop at 4 and 16 workers, batches of 16). [MySQL]'s keeps the plain row:
 // MySQL 8 searches a row-value IN by key only when the row holds nothing
 // but columns.
-func (d mariadb) BatchStatements(n *Names, size int) (*BatchStatements, error) {
+func (d mariadb) BatchStatements(n *dialect.Names, size int) (*dialect.BatchStatements, error) {
 	tokens := "({id}, {attempt}, COALESCE({lease})) IN (" + strings.TrimSuffix(strings.Repeat("($id, $attempt, $expiry), ", size), ", ") + ")"
 	st, err := myBatchStatements(n, size, tokens)
 	if err != nil {
@@ -56,19 +68,19 @@ func (d mariadb) BatchStatements(n *Names, size int) (*BatchStatements, error) {
 // MDL_SHARED_WRITE on it until it ends (open claims, and settlements and
 // enqueues in progress). Without the plugin (INSTALL SONAME
 // 'metadata_lock_info') the view does not exist and in work is -1.
-func (d mariadb) Statements(n *Names) (*Statements, error) {
+func (d mariadb) Statements(n *dialect.Names) (*Statements, error) {
 	st, err := d.mysql.Statements(n)
 	if err != nil || n.Form != RowLock {
 		return st, err
 	}
-	st.InWork = Stmt{SQL: "SELECT COUNT(DISTINCT THREAD_ID) FROM information_schema.METADATA_LOCK_INFO " +
+	st.Jobs.InWork = dialect.Stmt{SQL: "SELECT COUNT(DISTINCT THREAD_ID) FROM information_schema.METADATA_LOCK_INFO " +
 		"WHERE LOCK_TYPE = 'Table metadata lock' AND LOCK_MODE = 'MDL_SHARED_WRITE' AND TABLE_SCHEMA = " + mySchemaLiteral(n) +
 		" AND TABLE_NAME = '" + n.TableName + "'", Rows: true}
 	return st, nil
 }
 
 // CheckSchema is [MySQL]'s, and also reports a server that is not MariaDB
-// ([SchemaChecker]).
-func (mariadb) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+// ([dialect.SchemaChecker]).
+func (mariadb) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) ([]string, error) {
 	return myCheckSchema(ctx, db, n, true)
 }

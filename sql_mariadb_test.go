@@ -8,6 +8,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"github.com/sqlinbox/inbox/dialect"
 	"strings"
 	"testing"
 	"time"
@@ -191,19 +192,19 @@ func TestMariaDBClaimsAreMySQLs(t *testing.T) {
 		my, mdb := st[0], st[1]
 		for _, f := range []struct {
 			name   string
-			my, md Stmt
+			my, md dialect.Stmt
 		}{
-			{"Claim", my.Claim, mdb.Claim}, {"ClaimSelect", my.ClaimSelect, mdb.ClaimSelect},
-			{"ClaimSelectMore", my.ClaimSelectMore, mdb.ClaimSelectMore}, {"ClaimMark", my.ClaimMark, mdb.ClaimMark},
-			{"Pick", my.Pick, mdb.Pick}, {"PickAfter", my.PickAfter, mdb.PickAfter}, {"PickMore", my.PickMore, mdb.PickMore},
-			{"PickMoreAfter", my.PickMoreAfter, mdb.PickMoreAfter}, {"PickLock", my.PickLock, mdb.PickLock},
+			{"Claim", my.Claim.Take, mdb.Claim.Take}, {"Claim.Select", my.Claim.Select, mdb.Claim.Select},
+			{"Claim.SelectMore", my.Claim.SelectMore, mdb.Claim.SelectMore}, {"Claim.Mark", my.Claim.Mark, mdb.Claim.Mark},
+			{"Pick", my.Claim.Pick, mdb.Claim.Pick}, {"PickAfter", my.Claim.PickAfter, mdb.Claim.PickAfter}, {"PickMore", my.Claim.PickMore, mdb.Claim.PickMore},
+			{"PickMoreAfter", my.Claim.PickMoreAfter, mdb.Claim.PickMoreAfter}, {"PickLock", my.Claim.PickLock, mdb.Claim.PickLock},
 		} {
 			if f.my.SQL != f.md.SQL || f.my.Clock != f.md.Clock || len(f.my.Args) != len(f.md.Args) {
 				t.Errorf("%+v: %s differs:\n mysql   %s\n mariadb %s", tb, f.name, f.my.SQL, f.md.SQL)
 			}
 		}
-		if (tb.NotBefore != "" || tb.Priority != "") != (my.PickLock.SQL != "") {
-			t.Errorf("%+v: PickLock %q", tb, my.PickLock.SQL)
+		if (tb.NotBefore != "" || tb.Priority != "") != (my.Claim.PickLock.SQL != "") {
+			t.Errorf("%+v: PickLock %q", tb, my.Claim.PickLock.SQL)
 		}
 	}
 }

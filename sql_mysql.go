@@ -7,9 +7,21 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"strconv"
 	"strings"
 	"time"
+)
+
+// The optional interfaces of package dialect that mysql has.
+var (
+	_ dialect.Locker           = mysql{}
+	_ dialect.LockWaiter       = mysql{}
+	_ dialect.TableIdentifier  = mysql{}
+	_ dialect.DeadlockDetector = mysql{}
+	_ dialect.BatchDialect     = mysql{}
+	_ dialect.BulkEnqueuer     = mysql{}
+	_ dialect.SchemaChecker    = mysql{}
 )
 
 // MySQL is the dialect of MySQL 8 and MariaDB 10.6 or later (SKIP LOCKED)
@@ -51,7 +63,7 @@ func (mysql) ScanTime(src any) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("mysql: time column returned %T", src)
 }
 
-// claimMarkIDs is how many ids one lease ClaimMark takes.
+// claimMarkIDs is how many ids one lease Claim.Mark takes.
 const claimMarkIDs = 16
 
 // myPickIDs are the candidates one PickLock names: enough to pass the jobs
@@ -59,7 +71,7 @@ const claimMarkIDs = 16
 // of primary-key probes.
 var myPickIDs = strings.TrimSuffix(strings.Repeat("$id, ", 32), ", ")
 
-func (mysql) Statements(n *Names) (*Statements, error) {
+func (mysql) Statements(n *dialect.Names) (*Statements, error) {
 	if n.NotifyChannel != "" {
 		return nil, fmt.Errorf("Config.NotifyChannel %q: MySQL has no notifications; idle workers of other processes find jobs by polling", n.NotifyChannel)
 	}
@@ -70,7 +82,7 @@ func (mysql) Statements(n *Names) (*Statements, error) {
 	if !n.DBClock {
 		now = "$now"
 	}
-	t := newTemplate(n, question, now, "$until")
+	t := dialect.NewTemplate(n, dialect.Question, now, "$until")
 	var st *Statements
 	switch n.Form {
 	case Lease:
@@ -81,16 +93,16 @@ func (mysql) Statements(n *Names) (*Statements, error) {
 		st = myAdvisory(t, n)
 	}
 	if n.DBClock {
-		st.Now = t.query("SELECT UTC_TIMESTAMP(6)")
+		st.Now = t.Query("SELECT UTC_TIMESTAMP(6)")
 	}
-	enqueue(st, n, question, false, myEnqueueClock(n))
+	enqueue(st, n, dialect.Question, false, myEnqueueClock(n))
 	// MySQL has no DELETE … RETURNING (MariaDB has, but shares these).
 	deadJobs(t, n, st, false, false)
 	// In work is counted in this statement under the lease form alone; the
 	// row lock's comes from the server's lock tables apart (InWork), which
 	// may be missing or not granted. The clock is read first.
 	free, due := statsOldest(n, "$now")
-	st.Stats = t.query("SELECT " + statsCounts(n, "$now", "$until", "-1") +
+	st.Jobs.Stats = t.Query("SELECT " + statsCounts(n, "$now", "$until", "-1") +
 		", TIMESTAMPDIFF(MICROSECOND, COALESCE(LEAST(" + free + ", " + due + "), " + free + ", " + due + "), $now)")
 	if n.Form == RowLock {
 		// MySQL 8 lists every InnoDB lock in performance_schema.data_locks:
@@ -101,18 +113,18 @@ func (mysql) Statements(n *Names) (*Statements, error) {
 		// metadata locks instead). The advisory form's GET_LOCK names are
 		// hashes of table and key: the server cannot tell which are this
 		// table's without hashing every row's key.
-		st.InWork = t.query("SELECT CASE WHEN @@performance_schema = 1 THEN (SELECT COUNT(DISTINCT ENGINE_TRANSACTION_ID) " +
+		st.Jobs.InWork = t.Query("SELECT CASE WHEN @@performance_schema = 1 THEN (SELECT COUNT(DISTINCT ENGINE_TRANSACTION_ID) " +
 			"FROM performance_schema.data_locks WHERE OBJECT_SCHEMA = " + mySchemaLiteral(n) + " AND OBJECT_NAME = '" + n.TableName +
 			"' AND LOCK_TYPE = 'TABLE' AND LOCK_MODE = 'IX' AND LOCK_STATUS = 'GRANTED') ELSE -1 END")
 	}
-	st.Verdict = verdictRead(t, n)
+	st.Settle.Verdict = verdictRead(t, n)
 	return st, nil
 }
 
 // mySchemaLiteral is the table's database as an SQL expression: the
 // qualifier as a string (identifiers are letters, digits and underscores:
 // nothing to escape) or the connection's database.
-func mySchemaLiteral(n *Names) string {
+func mySchemaLiteral(n *dialect.Names) string {
 	if n.Schema == "" {
 		return "DATABASE()"
 	}
@@ -121,7 +133,7 @@ func mySchemaLiteral(n *Names) string {
 
 // myLease: without UPDATE … RETURNING the claim locks its rows with a
 // SELECT in a READ COMMITTED transaction, then writes their leases.
-func myLease(t *sqlTemplate, n *Names) *Statements {
+func myLease(t *dialect.Template, n *dialect.Names) *Statements {
 	st := &Statements{}
 	// Rows whose lease ran out (a crashed holder, a retry delay) and free
 	// rows are read apart, each an ordered, limited read of the index on
@@ -155,7 +167,7 @@ func myLease(t *sqlTemplate, n *Names) *Statements {
 	// that sorts locks every row it read, returned or not, until the claim
 	// commits: 40 locks for a claim of one among 20 due rows, which the
 	// concurrent claims then step over, taking jobs of lower priority. The
-	// claim then picks (Statements.Pick): the due rows and the free ones
+	// claim then picks (Statements.Claim.Pick): the due rows and the free ones
 	// are read without locks, in claim order, and the best are locked by
 	// primary key, in id order among rows of one priority, each read
 	// locking only the rows it returns.
@@ -166,28 +178,28 @@ func myLease(t *sqlTemplate, n *Names) *Statements {
 		// first with a priority, for the reason below.
 		claimable := "({lease} IS NULL OR {lease} <= " + now + ")"
 		if n.Priority != "" {
-			st.Pick = t.query("SELECT {pick} FROM {table} WHERE " + claimable + " ORDER BY {order} LIMIT $limit")
-			st.PickAfter = t.query("SELECT {pick} FROM {table} WHERE " + claimable + " AND " + pastCandidate(t) + " ORDER BY {order} LIMIT $limit")
-			st.PickLock = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {id} IN (" + myPickIDs +
+			st.Claim.Pick = t.Query("SELECT {pick} FROM {table} WHERE " + claimable + " ORDER BY {order} LIMIT $limit")
+			st.Claim.PickAfter = t.Query("SELECT {pick} FROM {table} WHERE " + claimable + " AND " + pastCandidate(t) + " ORDER BY {order} LIMIT $limit")
+			st.Claim.PickLock = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {id} IN (" + myPickIDs +
 				") AND " + claimable + " ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
-			st.PickLock.Clock = n.DBClock
+			st.Claim.PickLock.Clock = n.DBClock
 		} else {
-			st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE " + claimable + " ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
-			st.ClaimSelect.Clock = n.DBClock
+			st.Claim.Select = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE " + claimable + " ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
+			st.Claim.Select.Clock = n.DBClock
 		}
 	} else if n.Priority != "" {
 		past := pastCandidate(t)
-		st.Pick = t.query("SELECT {pick} FROM {table} WHERE {lease} <= " + now + " ORDER BY {order} LIMIT $limit")
-		st.PickAfter = t.query("SELECT {pick} FROM {table} WHERE {lease} <= " + now + " AND " + past + " ORDER BY {order} LIMIT $limit")
-		st.PickMore = t.query("SELECT {pick} FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit")
-		st.PickMoreAfter = t.query("SELECT {pick} FROM {table} WHERE {lease} IS NULL AND " + past + " ORDER BY {order} LIMIT $limit")
-		st.PickLock = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {id} IN (" + myPickIDs +
+		st.Claim.Pick = t.Query("SELECT {pick} FROM {table} WHERE {lease} <= " + now + " ORDER BY {order} LIMIT $limit")
+		st.Claim.PickAfter = t.Query("SELECT {pick} FROM {table} WHERE {lease} <= " + now + " AND " + past + " ORDER BY {order} LIMIT $limit")
+		st.Claim.PickMore = t.Query("SELECT {pick} FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit")
+		st.Claim.PickMoreAfter = t.Query("SELECT {pick} FROM {table} WHERE {lease} IS NULL AND " + past + " ORDER BY {order} LIMIT $limit")
+		st.Claim.PickLock = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {id} IN (" + myPickIDs +
 			") AND (COALESCE({lease}) IS NULL OR COALESCE({lease}) <= " + now + ") ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
-		st.PickLock.Clock = n.DBClock
+		st.Claim.PickLock.Clock = n.DBClock
 	} else {
-		st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} <= " + now + " ORDER BY {lease} DESC, {id} DESC LIMIT $limit FOR UPDATE SKIP LOCKED")
-		st.ClaimSelectMore = t.query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
-		st.ClaimSelect.Clock, st.ClaimSelectMore.Clock = n.DBClock, n.DBClock
+		st.Claim.Select = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} <= " + now + " ORDER BY {lease} DESC, {id} DESC LIMIT $limit FOR UPDATE SKIP LOCKED")
+		st.Claim.SelectMore = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+		st.Claim.Select.Clock, st.Claim.SelectMore.Clock = n.DBClock, n.DBClock
 	}
 	// One UPDATE writes the leases of up to claimMarkIDs rows; a claim of
 	// fewer repeats its last row, which changes nothing twice. It writes a
@@ -195,24 +207,24 @@ func myLease(t *sqlTemplate, n *Names) *Statements {
 	// claimable: the SELECT's lock is real on one server, but on a Galera
 	// node it is local, and a row read there may since have been claimed
 	// through another node, whose writeset the UPDATE then sees.
-	st.ClaimMark = t.exec("UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = $until WHERE ({id}, {attempt}) IN (" +
+	st.Claim.Mark = t.Exec("UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = $until WHERE ({id}, {attempt}) IN (" +
 		strings.Repeat("($id, $delivered), ", claimMarkIDs-1) + "($id, $delivered)) AND ({lease} <= $now OR {lease} IS NULL)")
 	// When the mark changed fewer rows than it named, the rows carrying its
 	// expiry are the claim's.
 	// An idle loop asks first: the claim is a transaction of five
 	// statements, the probe one.
-	st.Probe = t.query(leaseProbe)
-	st.ClaimMarked = t.query("SELECT {id} FROM {table} WHERE {id} IN (" +
+	st.Jobs.Probe = t.Query(leaseProbe)
+	st.Claim.Marked = t.Query("SELECT {id} FROM {table} WHERE {id} IN (" +
 		strings.Repeat("$id, ", claimMarkIDs-1) + "$id) AND {lease} = $until")
-	st.Extend = t.exec("UPDATE {table} SET {lease} = $until WHERE " + myLeaseToken)
-	st.Retry = t.exec("UPDATE {table} SET {lease} = $until{, set error} WHERE " + myLeaseToken)
+	st.Settle.Extend = t.Exec("UPDATE {table} SET {lease} = $until WHERE " + myLeaseToken)
+	st.Settle.Retry = t.Exec("UPDATE {table} SET {lease} = $until{, set error} WHERE " + myLeaseToken)
 	// MySQL reports changed rows, not matched ones: a write of the expiry a
 	// row already holds is confirmed by counting the token.
-	st.Exists = t.query("SELECT COUNT(*) FROM {table} WHERE " + myLeaseToken)
-	st.Ack = t.exec("DELETE FROM {table} WHERE " + myLeaseToken)
-	st.Release = t.exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + myLeaseToken)
+	st.Settle.Exists = t.Query("SELECT COUNT(*) FROM {table} WHERE " + myLeaseToken)
+	st.Settle.Ack = t.Exec("DELETE FROM {table} WHERE " + myLeaseToken)
+	st.Settle.Release = t.Exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + myLeaseToken)
 	if n.Dead != "" {
-		st.DeadInsert, st.DeadDelete = deadCopy(t, myLeaseToken)
+		st.Settle.Dead, st.Settle.DeadDelete = deadCopy(t, myLeaseToken)
 	}
 	return st
 }
@@ -239,7 +251,7 @@ const myLeaseToken = "{id} = $id AND {attempt} = $attempt AND COALESCE({lease}) 
 // index and sort them: a locking read then keeps the lock of every ready
 // row it read until the held transaction ends (41 row locks for a claim
 // of one among 20 ready rows), and every other claim finds nothing while
-// it is held. The claim then picks (Statements.Pick): candidates are read
+// it is held. The claim then picks (Statements.Claim.Pick): candidates are read
 // without locks, in claim order, and PickLock locks the first free one by
 // primary key, a range read in id order that stops at its LIMIT.
 //
@@ -248,20 +260,20 @@ const myLeaseToken = "{id} = $id AND {attempt} = $attempt AND COALESCE({lease}) 
 // way in: compared plainly, the ready rows' range of (not_before, id) is a
 // plan too, and a sort after it would lock every ready row again (MariaDB
 // chose it for a read of ten candidates' ids).
-func myRowLock(t *sqlTemplate, n *Names) *Statements {
+func myRowLock(t *dialect.Template, n *dialect.Names) *Statements {
 	st := &Statements{}
 	if n.NotBefore != "" {
-		st.Pick = t.query("SELECT {pick} FROM {table}{where ready} ORDER BY {order} LIMIT $limit")
-		st.PickAfter = t.query("SELECT {pick} FROM {table} WHERE " + pastCandidate(t) + "{and ready} ORDER BY {order} LIMIT $limit")
-		st.PickLock = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} WHERE {id} IN (" + myPickIDs +
+		st.Claim.Pick = t.Query("SELECT {pick} FROM {table}{where ready} ORDER BY {order} LIMIT $limit")
+		st.Claim.PickAfter = t.Query("SELECT {pick} FROM {table} WHERE " + pastCandidate(t) + "{and ready} ORDER BY {order} LIMIT $limit")
+		st.Claim.PickLock = t.Query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} WHERE {id} IN (" + myPickIDs +
 			") AND (COALESCE({notBefore}) IS NULL OR COALESCE({notBefore}) <= {now}) ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
 	} else {
-		st.Claim = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED")
+		st.Claim.Take = t.Query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED")
 	}
 	// The claim is a transaction: an idle loop asks first.
-	st.Probe = t.query(rowLockProbe)
-	st.Ack = t.exec("DELETE FROM {table} WHERE " + rowLockToken)
-	st.Retry = rowLockRetry(t, n)
+	st.Jobs.Probe = t.Query(rowLockProbe)
+	st.Settle.Ack = t.Exec("DELETE FROM {table} WHERE " + rowLockToken)
+	st.Settle.Retry = rowLockRetry(t, n)
 	// The wait ends at innodb_lock_wait_timeout: MySQL 8 cannot bound it
 	// in the statement (MariaDB's WAIT n is not MySQL's).
 	rowLockUndo(t, st, "SELECT {id} FROM {table} WHERE {id} = $id AND {attempt} = $delivered FOR UPDATE")
@@ -269,13 +281,13 @@ func myRowLock(t *sqlTemplate, n *Names) *Statements {
 		// Written by a second session while the held transaction has the
 		// row, so only its holder counts it; without RETURNING the count is
 		// read back after.
-		st.ClaimsCount = t.exec("INSERT INTO {claims} ({id}, claims) VALUES ($id, 1) ON DUPLICATE KEY UPDATE claims = claims + 1")
-		st.ClaimsRead = t.query("SELECT claims FROM {claims} WHERE {id} = $id")
-		st.ClaimsGiveBack = t.exec("UPDATE {claims} SET claims = claims - 1 WHERE {id} = $id AND claims > 0")
-		st.ClaimsClear = t.exec("DELETE FROM {claims} WHERE {id} = $id")
+		st.RowLock.ClaimsCount = t.Exec("INSERT INTO {claims} ({id}, claims) VALUES ($id, 1) ON DUPLICATE KEY UPDATE claims = claims + 1")
+		st.RowLock.ClaimsRead = t.Query("SELECT claims FROM {claims} WHERE {id} = $id")
+		st.RowLock.ClaimsGiveBack = t.Exec("UPDATE {claims} SET claims = claims - 1 WHERE {id} = $id AND claims > 0")
+		st.RowLock.ClaimsClear = t.Exec("DELETE FROM {claims} WHERE {id} = $id")
 	}
 	if n.Dead != "" {
-		st.DeadInsert, st.DeadDelete = deadCopy(t, rowLockToken)
+		st.Settle.Dead, st.Settle.DeadDelete = deadCopy(t, rowLockToken)
 	}
 	return st
 }
@@ -285,19 +297,19 @@ func myRowLock(t *sqlTemplate, n *Names) *Statements {
 // at once so that a crash spends it. The count checks attempt and readiness
 // again: a caller's transaction that settled the row (RetryTx) may have
 // committed between the two.
-func myAdvisory(t *sqlTemplate, n *Names) *Statements {
+func myAdvisory(t *dialect.Template, n *dialect.Names) *Statements {
 	st := &Statements{}
-	st.Candidates, st.CandidatesAfter = candidates(t)
-	st.ClaimSelect = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} WHERE {id} = $id AND {attempt} = $delivered{and ready}")
-	st.ClaimMark = t.exec("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id AND {attempt} = $delivered{and ready}")
+	st.Advisory.Candidates, st.Advisory.CandidatesAfter = candidates(t)
+	st.Claim.Select = t.Query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} WHERE {id} = $id AND {attempt} = $delivered{and ready}")
+	st.Claim.Mark = t.Exec("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id AND {attempt} = $delivered{and ready}")
 	advisorySettlements(t, n, st)
-	if st.Retry.SQL != "" {
+	if st.Settle.Retry.SQL != "" {
 		// A Retry writing the values the row holds changes no row,
 		// which MySQL reports as none affected: it is confirmed by counting.
-		st.Exists = t.query("SELECT COUNT(*) FROM {table} WHERE " + advisoryToken)
+		st.Settle.Exists = t.Query("SELECT COUNT(*) FROM {table} WHERE " + advisoryToken)
 	}
 	if n.Dead != "" {
-		st.DeadInsert, st.DeadDelete = deadCopy(t, advisoryToken)
+		st.Settle.Dead, st.Settle.DeadDelete = deadCopy(t, advisoryToken)
 	}
 	return st
 }
@@ -331,20 +343,20 @@ func (mysql) Unlock(ctx context.Context, conn *sql.Conn, table, key string) erro
 }
 
 // BatchStatements builds the lease settlements of size tokens at once
-// ([BatchDialect]). The tokens are compared as row values, which MySQL and
+// ([dialect.BatchDialect]). The tokens are compared as row values, which MySQL and
 // MariaDB plan as a range of primary-key lookups. MySQL 8 has no DELETE …
 // RETURNING (MariaDB has), so one approach serves both: the statement runs
 // in a transaction whose rows affected is checked against the number of
 // tokens; when it falls short, Lock (SELECT … FOR UPDATE of the tokens still
 // in place) names the rows first and the statement runs again under those
 // locks.
-func (mysql) BatchStatements(n *Names, size int) (*BatchStatements, error) {
+func (mysql) BatchStatements(n *dialect.Names, size int) (*dialect.BatchStatements, error) {
 	return myBatchStatements(n, size, tokensIn(size))
 }
 
 // myBatchStatements are the batched settlements of MySQL and MariaDB, whose
 // rows are those tokens names.
-func myBatchStatements(n *Names, size int, tokens string) (*BatchStatements, error) {
+func myBatchStatements(n *dialect.Names, size int, tokens string) (*dialect.BatchStatements, error) {
 	if n.Form != Lease {
 		return nil, fmt.Errorf("batched settlement is for the lease form")
 	}
@@ -359,13 +371,13 @@ func myBatchStatements(n *Names, size int, tokens string) (*BatchStatements, err
 	if !n.DBClock {
 		until = "$until"
 	}
-	t := newTemplate(n, question, "", until)
-	return &BatchStatements{
+	t := dialect.NewTemplate(n, dialect.Question, "", until)
+	return &dialect.BatchStatements{
 		Size:    size,
-		Ack:     t.exec("DELETE FROM {table} WHERE " + tokens),
-		Release: t.exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + tokens),
-		Retry:   t.exec("UPDATE {table} SET {lease} = {until} WHERE " + tokens),
-		Lock:    t.query("SELECT {id} FROM {table} WHERE " + tokens + " FOR UPDATE"),
+		Ack:     t.Exec("DELETE FROM {table} WHERE " + tokens),
+		Release: t.Exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + tokens),
+		Retry:   t.Exec("UPDATE {table} SET {lease} = {until} WHERE " + tokens),
+		Lock:    t.Query("SELECT {id} FROM {table} WHERE " + tokens + " FOR UPDATE"),
 	}, nil
 }
 
@@ -377,9 +389,9 @@ func (mysql) IsDeadlock(err error) bool {
 }
 
 // TableIdentity is the table's database and name as the server stores them
-// ([TableIdentifier]). GET_LOCK names are server-wide, so the database is
+// ([dialect.TableIdentifier]). GET_LOCK names are server-wide, so the database is
 // part of them, and "jobs" and "test.jobs" lock the same keys.
-func (mysql) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, error) {
+func (mysql) TableIdentity(ctx context.Context, db *sql.DB, n *dialect.Names) (string, error) {
 	var ident sql.NullString
 	err := db.QueryRowContext(ctx, "SELECT (SELECT CONCAT(table_schema, '.', table_name) FROM information_schema.tables "+
 		"WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?)", n.Schema, n.TableName).Scan(&ident)
@@ -393,7 +405,7 @@ func (mysql) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, e
 // leading with (priority DESC, id) (MariaDB 10.8 or later keeps DESC): InnoDB's SKIP LOCKED after a filesort picks
 // the first row in order and then skips it when held, returning none, so
 // every claim would wait for the head job's holder.
-func myPriorityIndex(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+func myPriorityIndex(ctx context.Context, db *sql.DB, n *dialect.Names) ([]string, error) {
 	var found int
 	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.statistics p JOIN information_schema.statistics i "+
 		"ON i.table_schema = p.table_schema AND i.table_name = p.table_name AND i.index_name = p.index_name AND i.seq_in_index = 2 "+
@@ -434,9 +446,9 @@ func myLookalike(s server, f Form, galera bool) string {
 // storage engine through information_schema, a LastError column too
 // narrow for MaxErrorText, an id the server assigns other than by
 // AUTO_INCREMENT and an advisory key Enqueue leaves without a value
-// ([SchemaChecker]). Its first statement (myProbe) tells a server of
+// ([dialect.SchemaChecker]). Its first statement (myProbe) tells a server of
 // another engine, which is named with the dialect to use.
-func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+func (mysql) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) ([]string, error) {
 	return myCheckSchema(ctx, db, n, false)
 }
 
@@ -449,7 +461,7 @@ var myRules = columnRules{fits: myKind, timeType: "DATETIME(6)", textCap: myText
 
 // myCheckSchema is the schema check of [MySQL] and, with mariadbOnly, of
 // [MariaDB], which also refuses a server that is not MariaDB.
-func myCheckSchema(ctx context.Context, db *sql.DB, n *Names, mariadbOnly bool) ([]string, error) {
+func myCheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names, mariadbOnly bool) ([]string, error) {
 	problems, other, err := myServer(ctx, db, n, mariadbOnly)
 	if err != nil || other {
 		return problems, err
@@ -499,7 +511,7 @@ const myFill = "SELECT column_name, column_default, extra, COALESCE(generation_e
 // (LastInsertId is 0 otherwise), so Enqueue could not return the new job's
 // id; and an advisory key that Enqueue does not write ([keyUnwritten]) and
 // the server does not fill, which every insert would leave without a key.
-func myFilled(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+func myFilled(ctx context.Context, db *sql.DB, n *dialect.Names) ([]string, error) {
 	key := n.Raw.ID
 	if keyUnwritten(n) {
 		key = n.Raw.AdvisoryKey
@@ -545,7 +557,7 @@ const myEngine = "SELECT COALESCE(engine, '') FROM information_schema.tables WHE
 // claim holds nothing, a lease claim's read and write are not atomic, a
 // move to the dead table is not, and every loop runs the same jobs (issue
 // 21: 4 loops ran each of 40 jobs more than once on MyISAM).
-func myEngines(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+func myEngines(ctx context.Context, db *sql.DB, n *dialect.Names) ([]string, error) {
 	var problems []string
 	for _, tb := range checkedTables(n) {
 		var engine string
@@ -577,7 +589,7 @@ func myEngines(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
 // only looks like MySQL, a Galera node, the version (SKIP LOCKED, for the
 // lease and row-lock forms); with mariadbOnly, a server that is not
 // MariaDB.
-func myServer(ctx context.Context, db *sql.DB, n *Names, mariadbOnly bool) (problems []string, other bool, err error) {
+func myServer(ctx context.Context, db *sql.DB, n *dialect.Names, mariadbOnly bool) (problems []string, other bool, err error) {
 	s, err := probeServer(ctx, db, askMySQL, askPostgres, askSQLite)
 	if err != nil {
 		return nil, false, err
@@ -658,7 +670,7 @@ func myKind(k colKind, t string) bool {
 
 // myClaimsKey reports a claims table whose id is not a key of its own: the
 // count's upsert would insert a row per claim and never count.
-func myClaimsKey(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+func myClaimsKey(ctx context.Context, db *sql.DB, n *dialect.Names) ([]string, error) {
 	var tables, keys int
 	err := db.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM information_schema.tables t "+
 		"WHERE t.table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND t.table_name = ?), "+
@@ -678,10 +690,10 @@ func myClaimsKey(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
 // @@auto_increment_increment apart (more than 1 on a Galera node) in every
 // innodb_autoinc_lock_mode. The server takes up to 65,535 placeholders in a
 // prepared statement.
-func (mysql) EnqueueMany(n *Names, rows int, withID, withAt bool) ManyStatements {
-	return ManyStatements{
-		Insert: enqueueRows(n, question, false, myEnqueueClock(n), rows, withID, withAt),
-		Step:   Stmt{SQL: "SELECT @@auto_increment_increment", Rows: true},
+func (mysql) EnqueueMany(n *dialect.Names, rows int, withID, withAt bool) dialect.ManyStatements {
+	return dialect.ManyStatements{
+		Insert: enqueueRows(n, dialect.Question, false, myEnqueueClock(n), rows, withID, withAt),
+		Step:   dialect.Stmt{SQL: "SELECT @@auto_increment_increment", Rows: true},
 	}
 }
 
@@ -689,9 +701,24 @@ func (mysql) MaxEnqueueParams() int { return 65535 }
 
 // myEnqueueClock is the enqueue time's SQL: the engine's clock, or empty
 // for the caller's, passed as a parameter.
-func myEnqueueClock(n *Names) string {
+func myEnqueueClock(n *dialect.Names) string {
 	if n.DBClock {
 		return "UTC_TIMESTAMP(6)"
 	}
 	return ""
+}
+
+// WaitLock waits in GET_LOCK for whole seconds, ending before ctx's
+// deadline ([dialect.LockWaiter]); without a deadline, five seconds.
+func (mysql) WaitLock(ctx context.Context, conn *sql.Conn, table, key string) error {
+	wait := 5
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = max(int(time.Until(deadline)/time.Second), 1)
+	}
+	var ok sql.NullInt64
+	err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", MySQLLockName(table, key), wait).Scan(&ok)
+	if err == nil && ok.Int64 != 1 {
+		err = errors.New("GET_LOCK timed out")
+	}
+	return err
 }

@@ -11,6 +11,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"strconv"
 	"strings"
 	"testing"
@@ -182,7 +183,7 @@ func TestMySQLLeaseInjectedClock(t *testing.T) {
 	m.Met(t)
 }
 
-// A claim of more rows than one ClaimMark takes writes its leases in chunks
+// A claim of more rows than one Claim.Mark takes writes its leases in chunks
 // of 16 ids, in claim order; the last chunk repeats its last id.
 func TestMySQLLeaseClaimMarkChunks(t *testing.T) {
 	m := newMock(t)
@@ -252,7 +253,7 @@ func TestMySQLLeaseMarkShortfall(t *testing.T) {
 	m.Met(t)
 }
 
-// A dialect with a lease ClaimMark and no ClaimMarked cannot tell which rows
+// A dialect with a lease Claim.Mark and no Claim.Marked cannot tell which rows
 // a short mark wrote: the claim rolls back and says so.
 func TestLeaseMarkShortfallWithoutClaimMarked(t *testing.T) {
 	m := newMock(t)
@@ -266,15 +267,15 @@ func TestLeaseMarkShortfallWithoutClaimMarked(t *testing.T) {
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1, 8, 1)...).WillReturnResult(affected(1))
 	m.ExpectRollback()
 	ds, err := q.Claim(context.Background(), 2)
-	if err == nil || len(ds) != 0 || !strings.Contains(err.Error(), "ClaimMarked") {
-		t.Fatalf("Claim = %d jobs, %v; want none and an error naming ClaimMarked", len(ds), err)
+	if err == nil || len(ds) != 0 || !strings.Contains(err.Error(), "Claim.Marked") {
+		t.Fatalf("Claim = %d jobs, %v; want none and an error naming Claim.Marked", len(ds), err)
 	}
 	m.Met(t)
 }
 
 // noClaimMarked is a dialect from outside the package that marks lease rows
 // but cannot read back which it marked.
-var noClaimMarked = editedDialect{inbox.MySQL, func(st *inbox.Statements) { st.ClaimMarked = inbox.Stmt{} }}
+var noClaimMarked = editedDialect{inbox.MySQL, func(st *inbox.Statements) { st.Claim.Marked = dialect.Stmt{} }}
 
 // MySQL counts changed rows: an extension or retry writing the expiry the
 // row already holds affects none. The token's count confirms it; only a

@@ -7,9 +7,21 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"strconv"
 	"strings"
 	"time"
+)
+
+// The optional interfaces of package dialect that postgres has.
+var (
+	_ dialect.Locker           = postgres{}
+	_ dialect.LockWaiter       = postgres{}
+	_ dialect.TableIdentifier  = postgres{}
+	_ dialect.DeadlockDetector = postgres{}
+	_ dialect.BatchDialect     = postgres{}
+	_ dialect.BulkEnqueuer     = postgres{}
+	_ dialect.SchemaChecker    = postgres{}
 )
 
 // Postgres is the dialect of PostgreSQL (12 or later, for MATERIALIZED; SKIP
@@ -35,13 +47,13 @@ func (postgres) ScanTime(src any) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("postgres: time column returned %T, want time.Time (is the column timestamptz?)", src)
 }
 
-func (postgres) Statements(n *Names) (*Statements, error) {
+func (postgres) Statements(n *dialect.Names) (*Statements, error) {
 	// The engine's clock, fixed for one statement, or the caller's.
 	now, until := "statement_timestamp()", "(statement_timestamp() + $micros * interval '1 microsecond')"
 	if !n.DBClock {
 		now, until = "$now", "$until"
 	}
-	t := newTemplate(n, dollar, now, until)
+	t := dialect.NewTemplate(n, dialect.Dollar, now, until)
 	var st *Statements
 	switch n.Form {
 	case Lease:
@@ -51,16 +63,16 @@ func (postgres) Statements(n *Names) (*Statements, error) {
 	case Advisory:
 		st = pgAdvisory(t, n)
 	}
-	enqueue(st, n, dollar, true, pgEnqueueClock(n))
-	st.Stats = pgStats(t, n)
+	enqueue(st, n, dialect.Dollar, true, pgEnqueueClock(n))
+	st.Jobs.Stats = pgStats(t, n)
 	deadJobs(t, n, st, true, true)
-	st.Verdict = verdictRead(t, n)
+	st.Settle.Verdict = verdictRead(t, n)
 	return st, nil
 }
 
 // pgLease: the claim writes the leases in one statement that returns what it
 // wrote; every settlement is a compare-and-set on the token.
-func pgLease(t *sqlTemplate, n *Names) *Statements {
+func pgLease(t *dialect.Template, n *dialect.Names) *Statements {
 	st := &Statements{}
 	// Free rows (no lease) and expired ones are read apart, each an
 	// ordered, limited index read (free: a partial index on id WHERE the
@@ -89,46 +101,46 @@ func pgLease(t *sqlTemplate, n *Names) *Statements {
 	// the generic plan's estimate (a tenth of the table) cost more than
 	// every custom plan, so the server planned each claim anew: 80 µs of a
 	// 500 µs claim of 16. The bound is the smallest of 1, 2, 4, …, 512 and
-	// MaxClaim at or above the limit (ClaimBounded), so the generic plan
+	// MaxClaim at or above the limit (Claim.TakeBounded), so the generic plan
 	// always expects fewer rows than a custom one. The rows are locked as
 	// the outer LIMIT pulls them, so no row beyond $limit is locked.
-	claim := func(bound string) Stmt { return pgLeaseClaim(t, n, bound) }
+	claim := func(bound string) dialect.Stmt { return pgLeaseClaim(t, n, bound) }
 	if n.Shallow {
 		// A shallow table has no lease index to read apart: one ordered
 		// read through the primary key (or the priority's index) steps
 		// over the few rows under lease, and the leases written leave
 		// every index as it was (a HOT update, where the page has room).
-		claim = func(bound string) Stmt {
-			return t.query("WITH picked AS MATERIALIZED (SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} IS NULL OR {lease} <= {now}" +
+		claim = func(bound string) dialect.Stmt {
+			return t.Query("WITH picked AS MATERIALIZED (SELECT {id} FROM (SELECT {id} FROM {table} WHERE {lease} IS NULL OR {lease} <= {now}" +
 				" ORDER BY {order} LIMIT " + bound + " FOR UPDATE SKIP LOCKED) AS bounded LIMIT $limit) " +
 				pgMarkPicked)
 		}
 	}
-	st.ClaimBounded = boundedClaims(claim)
-	st.Claim = st.ClaimBounded[len(st.ClaimBounded)-1]
+	st.Claim.TakeBounded = boundedClaims(claim)
+	st.Claim.Take = st.Claim.TakeBounded[len(st.Claim.TakeBounded)-1]
 	if n.DBClock {
 		// The engine chose the new expiry: it comes back as the token.
-		st.Extend = t.query("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken + " RETURNING {lease}")
+		st.Settle.Extend = t.Query("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken + " RETURNING {lease}")
 	} else {
-		st.Extend = t.exec("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken)
+		st.Settle.Extend = t.Exec("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken)
 	}
-	st.Ack = t.exec("DELETE FROM {table} WHERE " + leaseToken)
-	st.Retry = t.exec("UPDATE {table} SET {lease} = {until}{, set error} WHERE " + leaseToken)
-	st.Release = t.exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + leaseToken)
+	st.Settle.Ack = t.Exec("DELETE FROM {table} WHERE " + leaseToken)
+	st.Settle.Retry = t.Exec("UPDATE {table} SET {lease} = {until}{, set error} WHERE " + leaseToken)
+	st.Settle.Release = t.Exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + leaseToken)
 	if n.Dead != "" {
-		st.DeadInsert = pgDeadMove(t, leaseToken)
+		st.Settle.Dead = pgDeadMove(t, leaseToken)
 	}
 	return st
 }
 
 // pgLeaseClaim is the lease claim on the recommended indexes: free rows and
 // expired ones read apart (see pgLease).
-func pgLeaseClaim(t *sqlTemplate, n *Names, bound string) Stmt {
+func pgLeaseClaim(t *dialect.Template, n *dialect.Names, bound string) dialect.Stmt {
 	dueOrder := "{lease}"
 	if n.Priority != "" {
 		dueOrder = "{order}"
 	}
-	return t.query("WITH picked AS MATERIALIZED (SELECT {id} FROM (" +
+	return t.Query("WITH picked AS MATERIALIZED (SELECT {id} FROM (" +
 		"(SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT " + bound + " FOR UPDATE SKIP LOCKED) AS free LIMIT $limit)" +
 		" UNION ALL " +
 		"(SELECT {pick} FROM (SELECT {pick} FROM {table} WHERE {lease} <= {now} ORDER BY " + dueOrder + " LIMIT " + bound + " FOR UPDATE SKIP LOCKED) AS expired LIMIT $limit)" +
@@ -142,9 +154,9 @@ const pgMarkPicked = "UPDATE {table} AS j SET {attempt} = j.{attempt} + 1, {leas
 	" RETURNING j.{id}, j.{attempt} - 1, j.{lease}{, j.data}{, j.extra}"
 
 // boundedClaims is claim bounded by 1, 2, 4, …, 512 and MaxClaim: the
-// statements of Statements.ClaimBounded.
-func boundedClaims(claim func(bound string) Stmt) []Stmt {
-	var sts []Stmt
+// statements of Statements.Claim.TakeBounded.
+func boundedClaims(claim func(bound string) dialect.Stmt) []dialect.Stmt {
+	var sts []dialect.Stmt
 	for b := 1; ; b *= 2 {
 		if b > MaxClaim {
 			b = MaxClaim
@@ -164,13 +176,13 @@ func boundedClaims(claim func(bound string) Stmt) []Stmt {
 // was lost waits for the row's lock (recordAnew).
 const pgRelockWait = "30s"
 
-func pgRowLock(t *sqlTemplate, n *Names) *Statements {
+func pgRowLock(t *dialect.Template, n *dialect.Names) *Statements {
 	st := &Statements{}
-	st.Claim = t.query("SELECT {id}, {attempt}{, data}{, extra} FROM {table}{where ready} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED")
+	st.Claim.Take = t.Query("SELECT {id}, {attempt}{, data}{, extra} FROM {table}{where ready} ORDER BY {order} LIMIT 1 FOR UPDATE SKIP LOCKED")
 	// The claim is a transaction: an idle loop asks first.
-	st.Probe = t.query(rowLockProbe)
-	st.Ack = t.exec("DELETE FROM {table} WHERE " + rowLockToken)
-	st.Retry = rowLockRetry(t, n)
+	st.Jobs.Probe = t.Query(rowLockProbe)
+	st.Settle.Ack = t.Exec("DELETE FROM {table} WHERE " + rowLockToken)
+	st.Settle.Retry = rowLockRetry(t, n)
 	// lock_timeout, set for the transaction by the subquery (OFFSET 0
 	// keeps it one), bounds the wait on the server: a client that gave up
 	// instead would leave its backend waiting, then holding the row.
@@ -180,13 +192,13 @@ func pgRowLock(t *sqlTemplate, n *Names) *Statements {
 		// Written by a second session once the held transaction has the
 		// row, so only the row's holder counts it; an upsert committed on
 		// its own, whatever becomes of the claim.
-		st.ClaimsCount = t.query("INSERT INTO {claims} AS c ({id}, claims) VALUES ($id, 1)" +
+		st.RowLock.ClaimsCount = t.Query("INSERT INTO {claims} AS c ({id}, claims) VALUES ($id, 1)" +
 			" ON CONFLICT ({id}) DO UPDATE SET claims = c.claims + 1 RETURNING claims")
-		st.ClaimsGiveBack = t.exec("UPDATE {claims} SET claims = claims - 1 WHERE {id} = $id AND claims > 0")
-		st.ClaimsClear = t.exec("DELETE FROM {claims} WHERE {id} = $id")
+		st.RowLock.ClaimsGiveBack = t.Exec("UPDATE {claims} SET claims = claims - 1 WHERE {id} = $id AND claims > 0")
+		st.RowLock.ClaimsClear = t.Exec("DELETE FROM {claims} WHERE {id} = $id")
 	}
 	if n.Dead != "" {
-		st.DeadInsert = pgDeadMove(t, rowLockToken)
+		st.Settle.Dead = pgDeadMove(t, rowLockToken)
 	}
 	return st
 }
@@ -196,16 +208,16 @@ func pgRowLock(t *sqlTemplate, n *Names) *Statements {
 // then re-reads the row under it and commits the attempt, so a crash spends
 // it. The attempt must still be the one the candidate read saw: a row
 // settled and claimed again meanwhile is another delivery's.
-func pgAdvisory(t *sqlTemplate, n *Names) *Statements {
+func pgAdvisory(t *dialect.Template, n *dialect.Names) *Statements {
 	st := &Statements{}
-	st.Candidates, st.CandidatesAfter = candidates(t)
+	st.Advisory.Candidates, st.Advisory.CandidatesAfter = candidates(t)
 	first, after := candidateTemplates(t)
-	st.LockFirst, st.LockFirstAfter = pgLockFirst(t, first), pgLockFirst(t, after)
-	st.Claim = t.query("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id AND {attempt} = $delivered{and ready}" +
+	st.Advisory.LockFirst, st.Advisory.LockFirstAfter = pgLockFirst(t, first), pgLockFirst(t, after)
+	st.Claim.Take = t.Query("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id AND {attempt} = $delivered{and ready}" +
 		" RETURNING {id}, {attempt} - 1{, data}{, extra}")
 	advisorySettlements(t, n, st)
 	if n.Dead != "" {
-		st.DeadInsert = pgDeadMove(t, advisoryToken)
+		st.Settle.Dead = pgDeadMove(t, advisoryToken)
 	}
 	return st
 }
@@ -218,21 +230,21 @@ func pgAdvisory(t *sqlTemplate, n *Names) *Statements {
 // names the table: telling this table's apart means hashing every row's
 // key, a full scan (1.1 s on a million rows, PostgreSQL 15), so in work is
 // -1 there.
-func pgStats(t *sqlTemplate, n *Names) Stmt {
+func pgStats(t *dialect.Template, n *dialect.Names) dialect.Stmt {
 	now := "CAST({now} AS timestamptz)"
 	inWork := "-1"
 	if n.Form == RowLock {
 		inWork = "(SELECT COUNT(DISTINCT pid) FROM pg_catalog.pg_locks WHERE relation = '{table}'::regclass AND mode IN ('RowShareLock', 'RowExclusiveLock') AND granted)"
 	}
 	free, due := statsOldest(n, now)
-	return t.query("SELECT " + statsCounts(n, now, "{until}", inWork) +
+	return t.Query("SELECT " + statsCounts(n, now, "{until}", inWork) +
 		", CAST(EXTRACT(EPOCH FROM (" + now + " - LEAST(" + free + ", " + due + "))) * 1000000 AS bigint)")
 }
 
 // pgDeadMove moves a row to the dead table in one statement, atomic alone:
 // DELETE … RETURNING feeds the INSERT.
-func pgDeadMove(t *sqlTemplate, token string) Stmt {
-	return t.exec("WITH gone AS (DELETE FROM {table} WHERE " + token + " RETURNING {id}{, data}{, lastError})" +
+func pgDeadMove(t *dialect.Template, token string) dialect.Stmt {
+	return t.Exec("WITH gone AS (DELETE FROM {table} WHERE " + token + " RETURNING {id}{, data}{, lastError})" +
 		" INSERT INTO {dead} ({id}, {attempt}{, data}{, lastError}{, deadAt}) SELECT {id}, $delivered{, data}{, error}{, deadAt now} FROM gone")
 }
 
@@ -252,14 +264,14 @@ func pgDeadMove(t *sqlTemplate, token string) Stmt {
 // or short page costs this one statement. UNION ALL runs its branches in
 // turn, and the outer LIMIT ends the statement at the first row, so the
 // second branch runs only when the first found nothing.
-func pgLockFirst(t *sqlTemplate, page string) Stmt {
+func pgLockFirst(t *dialect.Template, page string) dialect.Stmt {
 	// The page's columns renamed: the key may be the id column itself.
 	cols := "id, k, a"
-	if t.frags["priority"] != "" {
+	if t.Fragment("priority") != "" {
 		cols += ", p"
 	}
 	from := " FROM (" + page + ") AS c (" + cols + ")"
-	return t.query("(SELECT " + cols + ", true" + from + " WHERE pg_try_advisory_lock(" + pgLockKeySQL("k") + ") LIMIT 1)" +
+	return t.Query("(SELECT " + cols + ", true" + from + " WHERE pg_try_advisory_lock(" + pgLockKeySQL("k") + ") LIMIT 1)" +
 		" UNION ALL (SELECT " + cols + ", false" + from + " OFFSET CAST($limit AS bigint) - 1) LIMIT 1")
 }
 
@@ -296,14 +308,14 @@ func (postgres) Unlock(ctx context.Context, conn *sql.Conn, table, key string) e
 }
 
 // BatchStatements builds the lease settlements of size tokens at once
-// ([BatchDialect]). RETURNING names the rows settled, so one statement,
+// ([dialect.BatchDialect]). RETURNING names the rows settled, so one statement,
 // committed on its own, gives every token its own verdict. The tokens come
 // as three arrays (ids, stored attempts, expiries), one statement text for
 // every size: the ids are probed by the primary key, and each row found
 // must carry the attempt and expiry at its id's place. Against 48 scalar
 // parameters for 16 tokens (row values), this costs the server less to
 // parse and plan, and the client fewer allocations.
-func (postgres) BatchStatements(n *Names, size int) (*BatchStatements, error) {
+func (postgres) BatchStatements(n *dialect.Names, size int) (*dialect.BatchStatements, error) {
 	if n.Form != Lease {
 		return nil, fmt.Errorf("batched settlement is for the lease form")
 	}
@@ -311,14 +323,14 @@ func (postgres) BatchStatements(n *Names, size int) (*BatchStatements, error) {
 	if !n.DBClock {
 		until = "$until"
 	}
-	t := newTemplate(n, dollar, "", until)
+	t := dialect.NewTemplate(n, dialect.Dollar, "", until)
 	where := " WHERE " + pgTokensArray + " RETURNING {id}"
-	return &BatchStatements{
+	return &dialect.BatchStatements{
 		Size:    size,
-		Ack:     t.query("DELETE FROM {table}" + where),
-		Release: t.query("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1" + where),
+		Ack:     t.Query("DELETE FROM {table}" + where),
+		Release: t.Query("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1" + where),
 		// One delay for the whole statement: retries are grouped by delay.
-		Retry: t.query("UPDATE {table} SET {lease} = {until}" + where),
+		Retry: t.Query("UPDATE {table} SET {lease} = {until}" + where),
 	}, nil
 }
 
@@ -336,7 +348,7 @@ const pgTokensArray = "{id} = ANY ($ids)" +
 // lib/pq and pgx both send as it is, the server reading it as the array
 // type the statement gives its parameter. An expiry is written in UTC with
 // its offset, so that the session's time zone cannot shift it.
-func pgTokenArray(a Arg, toks []token, single token) string {
+func pgTokenArray(a dialect.Arg, toks []token, single token) string {
 	if len(toks) == 0 {
 		toks = []token{single}
 	}
@@ -347,11 +359,11 @@ func pgTokenArray(a Arg, toks []token, single token) string {
 			b = append(b, ',')
 		}
 		switch a {
-		case ArgIDs:
+		case dialect.ArgIDs:
 			b = pgArrayID(b, t.id)
-		case ArgAttempts:
+		case dialect.ArgAttempts:
 			b = strconv.AppendInt(b, t.attempt+1, 10)
-		case ArgExpiries:
+		case dialect.ArgExpiries:
 			b = append(t.expiry.UTC().AppendFormat(append(b, '"'), "2006-01-02 15:04:05.000000"), `+00"`...)
 		}
 	}
@@ -388,9 +400,9 @@ func (postgres) IsDeadlock(err error) bool {
 }
 
 // TableIdentity is the table's schema and name as the server resolves the
-// description's name through the session's search_path ([TableIdentifier]),
+// description's name through the session's search_path ([dialect.TableIdentifier]),
 // so that "jobs" and "public.jobs" lock the same keys.
-func (postgres) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, error) {
+func (postgres) TableIdentity(ctx context.Context, db *sql.DB, n *dialect.Names) (string, error) {
 	var ident sql.NullString
 	err := db.QueryRowContext(ctx, "SELECT (SELECT ns.nspname || '.' || c.relname FROM pg_catalog.pg_class c "+
 		"JOIN pg_catalog.pg_namespace ns ON ns.oid = c.relnamespace WHERE c.oid = to_regclass($1))", n.Table).Scan(&ident)
@@ -477,9 +489,9 @@ const pgColumns = "SELECT column_name, COALESCE(data_type || '(' || CAST(charact
 // engines that only speak like it), the tables' columns through
 // information_schema, a LastError column too narrow for MaxErrorText and
 // the claims table's key, and an advisory key Enqueue leaves without a
-// value ([SchemaChecker]). Its first statement (pgProbe) tells a server of
+// value ([dialect.SchemaChecker]). Its first statement (pgProbe) tells a server of
 // another engine, which is named with the dialect to use.
-func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) ([]string, error) {
 	s, err := probeServer(ctx, db, askPostgres, askMySQL, askSQLite)
 	if err != nil {
 		return nil, err
@@ -536,17 +548,36 @@ const pgKeyFilled = "SELECT column_default IS NOT NULL OR is_identity = 'YES' OR
 
 // EnqueueMany is Enqueue's insert with a row per job. PostgreSQL's protocol
 // counts a statement's parameters in 16 bits.
-func (postgres) EnqueueMany(n *Names, rows int, withID, withAt bool) ManyStatements {
-	return ManyStatements{Insert: enqueueRows(n, dollar, true, pgEnqueueClock(n), rows, withID, withAt)}
+func (postgres) EnqueueMany(n *dialect.Names, rows int, withID, withAt bool) dialect.ManyStatements {
+	return dialect.ManyStatements{Insert: enqueueRows(n, dialect.Dollar, true, pgEnqueueClock(n), rows, withID, withAt)}
 }
 
 func (postgres) MaxEnqueueParams() int { return 65535 }
 
 // pgEnqueueClock is the enqueue time's SQL: the engine's clock, or empty
 // for the caller's, passed as a parameter.
-func pgEnqueueClock(n *Names) string {
+func pgEnqueueClock(n *dialect.Names) string {
 	if n.DBClock {
 		return "statement_timestamp()"
 	}
 	return ""
+}
+
+// WaitLock has the server end the wait (lock_timeout, set for this
+// statement alone) a tenth before ctx's deadline ([dialect.LockWaiter]).
+// pgx gives up at a deadline by closing its socket, and a backend waiting
+// for a lock does not notice: it took the lock once its holder let go and
+// held it until it found its client gone (a key seen held after the
+// holder's Ack, in TestCutAdvisory).
+func (postgres) WaitLock(ctx context.Context, conn *sql.Conn, table, key string) error {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		_, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", PostgresLockKey(table, key))
+		return err
+	}
+	wait := max(time.Until(deadline)*9/10, time.Millisecond)
+	// OFFSET 0 keeps the subquery, and so the setting, ahead of the lock.
+	_, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1) FROM (SELECT set_config('lock_timeout', $2, true) OFFSET 0) AS bounded",
+		PostgresLockKey(table, key), strconv.FormatInt(wait.Milliseconds(), 10)+"ms")
+	return err
 }

@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,10 +126,10 @@ type walkingPostgres struct{ inbox.Dialect }
 
 func (w walkingPostgres) Unwrap() inbox.Dialect { return w.Dialect }
 
-func (w walkingPostgres) Statements(n *inbox.Names) (*inbox.Statements, error) {
+func (w walkingPostgres) Statements(n *dialect.Names) (*inbox.Statements, error) {
 	st, err := w.Dialect.Statements(n)
 	if err == nil {
-		st.LockFirst, st.LockFirstAfter = inbox.Stmt{}, inbox.Stmt{}
+		st.Advisory.LockFirst, st.Advisory.LockFirstAfter = dialect.Stmt{}, dialect.Stmt{}
 	}
 	return st, err
 }
@@ -1004,43 +1005,43 @@ func TestPostgresAdvisoryLockFirstHeldHere(t *testing.T) {
 func TestPostgresAdvisoryLockFirstPriority(t *testing.T) {
 	q := newQueue(t, newMock(t), inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "id", Priority: "priority"}})
 	st := q.Statements()
-	if st.LockFirst.SQL != pgPriorityLockFirst {
-		t.Fatalf("LockFirst:\n%s\nwant\n%s", st.LockFirst.SQL, pgPriorityLockFirst)
+	if st.Advisory.LockFirst.SQL != pgPriorityLockFirst {
+		t.Fatalf("LockFirst:\n%s\nwant\n%s", st.Advisory.LockFirst.SQL, pgPriorityLockFirst)
 	}
-	if want := []inbox.Arg{inbox.ArgLimit, inbox.ArgIdentity, inbox.ArgLimit, inbox.ArgLimit}; fmt.Sprint(st.LockFirst.Args) != fmt.Sprint(want) {
-		t.Fatalf("LockFirst args %v, want %v", st.LockFirst.Args, want)
+	if want := []dialect.Arg{dialect.ArgLimit, dialect.ArgIdentity, dialect.ArgLimit, dialect.ArgLimit}; fmt.Sprint(st.Advisory.LockFirst.Args) != fmt.Sprint(want) {
+		t.Fatalf("LockFirst args %v, want %v", st.Advisory.LockFirst.Args, want)
 	}
 }
 
 // A claim of n jobs sends the statement bounded by the smallest of 1, 2, 4,
 // …, 512 and MaxClaim at or above n, its bound written in the text and n a
-// parameter; on other engines ClaimFor is Claim, or ClaimOne for one job.
+// parameter; on other engines Claim.For is Claim, or Claim.TakeOne for one job.
 func TestClaimFor(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
 	st := q.Statements()
 	for n, bound := range map[int]int{1: 1, 2: 2, 3: 4, 4: 4, 16: 16, 17: 32, 256: 256, 512: 512, 513: inbox.MaxClaim, inbox.MaxClaim: inbox.MaxClaim} {
-		if got, want := st.ClaimFor(n).SQL, pgClaimUpTo(bound, false); got != want {
-			t.Errorf("ClaimFor(%d):\n got %s\nwant %s", n, got, want)
+		if got, want := st.Claim.For(n).SQL, pgClaimUpTo(bound, false); got != want {
+			t.Errorf("Claim.For(%d):\n got %s\nwant %s", n, got, want)
 		}
 	}
-	if st.Claim.SQL != pgClaimUpTo(inbox.MaxClaim, false) {
-		t.Errorf("Claim is not bounded by MaxClaim: %s", st.Claim.SQL)
+	if st.Claim.Take.SQL != pgClaimUpTo(inbox.MaxClaim, false) {
+		t.Errorf("Claim is not bounded by MaxClaim: %s", st.Claim.Take.SQL)
 	}
 	sq := newQueue(t, m, inbox.Config{Dialect: inbox.SQLite, Table: leaseTable, Lease: time.Minute}).Statements()
-	if sq.ClaimFor(1).SQL != sq.ClaimOne.SQL || sq.ClaimFor(2).SQL != sq.Claim.SQL || len(sq.ClaimBounded) != 0 {
-		t.Errorf("SQLite: ClaimFor(1) %q, ClaimFor(2) %q", sq.ClaimFor(1).SQL, sq.ClaimFor(2).SQL)
+	if sq.Claim.For(1).SQL != sq.Claim.TakeOne.SQL || sq.Claim.For(2).SQL != sq.Claim.Take.SQL || len(sq.Claim.TakeBounded) != 0 {
+		t.Errorf("SQLite: Claim.For(1) %q, Claim.For(2) %q", sq.Claim.For(1).SQL, sq.Claim.For(2).SQL)
 	}
 	m.Met(t)
 }
 
-// A dialect whose ClaimBounded does not hold the eleven bounds is refused
+// A dialect whose Claim.TakeBounded does not hold the eleven bounds is refused
 // by New, naming the field, before any I/O.
 func TestNewRefusesClaimBounded(t *testing.T) {
 	m := newMock(t)
-	_, err := inbox.New(m.DB, inbox.Config{Dialect: editedDialect{inbox.Postgres, func(st *inbox.Statements) { st.ClaimBounded = st.ClaimBounded[:3] }}, Table: leaseTable})
-	if err == nil || !strings.Contains(err.Error(), "Statements.ClaimBounded has 3 statements, want 11") {
-		t.Fatalf("New: %v, want the ClaimBounded refused", err)
+	_, err := inbox.New(m.DB, inbox.Config{Dialect: editedDialect{inbox.Postgres, func(st *inbox.Statements) { st.Claim.TakeBounded = st.Claim.TakeBounded[:3] }}, Table: leaseTable})
+	if err == nil || !strings.Contains(err.Error(), "Statements.Claim.TakeBounded has 3 statements, want 11") {
+		t.Fatalf("New: %v, want the Claim.TakeBounded refused", err)
 	}
 	m.Met(t)
 	if n := m.Sent(); n != 0 {

@@ -5,9 +5,19 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"path/filepath"
 	"strings"
 	"time"
+)
+
+// The optional interfaces of package dialect that sqlite has.
+var (
+	_ dialect.TableIdentifier = sqlite{}
+	_ dialect.InMemory        = sqlite{}
+	_ dialect.BatchDialect    = sqlite{}
+	_ dialect.BulkEnqueuer    = sqlite{}
+	_ dialect.SchemaChecker   = sqlite{}
 )
 
 // SQLite is the dialect of SQLite 3.35 or later (RETURNING), through
@@ -59,11 +69,11 @@ func (sqlite) ScanTime(src any) (time.Time, error) {
 // LOCKED; a write holds the database's one write lock from its first read to
 // its end, so one UPDATE … RETURNING claims atomically. The clock is always
 // the caller's, passed as parameters.
-func (sqlite) Statements(n *Names) (*Statements, error) {
+func (sqlite) Statements(n *dialect.Names) (*Statements, error) {
 	if n.NotifyChannel != "" {
 		return nil, fmt.Errorf("Config.NotifyChannel %q: SQLite has no notifications; idle workers of other processes find jobs by polling", n.NotifyChannel)
 	}
-	t := newTemplate(n, question, "$now", "$until")
+	t := dialect.NewTemplate(n, dialect.Question, "$now", "$until")
 	var st *Statements
 	switch n.Form {
 	case Lease:
@@ -73,18 +83,18 @@ func (sqlite) Statements(n *Names) (*Statements, error) {
 	default:
 		return nil, fmt.Errorf("SQLite has no row locks: name Table.LockedUntil for the lease form or Table.AdvisoryKey for the advisory form")
 	}
-	enqueue(st, n, question, true, "")
+	enqueue(st, n, dialect.Question, true, "")
 	deadJobs(t, n, st, true, true)
 	// In work under the advisory form is the process's own count.
 	free, due := statsOldest(n, "$now")
-	st.Stats = t.query("SELECT " + statsCounts(n, "$now", "$until", "-1") +
+	st.Jobs.Stats = t.Query("SELECT " + statsCounts(n, "$now", "$until", "-1") +
 		", CAST((julianday($now) - julianday(COALESCE(MIN(" + free + ", " + due + "), " + free + ", " + due + "))) * 86400000000 AS INTEGER)")
-	st.Verdict = verdictRead(t, n)
+	st.Settle.Verdict = verdictRead(t, n)
 	return st, nil
 }
 
 // sqliteLease: one statement claims, holding the write lock throughout.
-func sqliteLease(t *sqlTemplate, n *Names) *Statements {
+func sqliteLease(t *dialect.Template, n *dialect.Names) *Statements {
 	st := &Statements{}
 	// Expired rows and free ones are read apart, each an ordered, limited
 	// read of the index on (lease, id), so that a head of rows under lease
@@ -120,14 +130,14 @@ func sqliteLease(t *sqlTemplate, n *Names) *Statements {
 	}
 	// A claim of one names its row with "=": SQLite then updates in one
 	// pass, where IN collects the rows in a temporary table first.
-	st.Claim = t.query(claim)
-	st.ClaimOne = t.query(strings.Replace(claim, " IN (", " = (", 1))
-	st.Extend = t.exec("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken)
-	st.Ack = t.exec("DELETE FROM {table} WHERE " + leaseToken)
-	st.Retry = t.exec("UPDATE {table} SET {lease} = {until}{, set error} WHERE " + leaseToken)
-	st.Release = t.exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + leaseToken)
+	st.Claim.Take = t.Query(claim)
+	st.Claim.TakeOne = t.Query(strings.Replace(claim, " IN (", " = (", 1))
+	st.Settle.Extend = t.Exec("UPDATE {table} SET {lease} = {until} WHERE " + leaseToken)
+	st.Settle.Ack = t.Exec("DELETE FROM {table} WHERE " + leaseToken)
+	st.Settle.Retry = t.Exec("UPDATE {table} SET {lease} = {until}{, set error} WHERE " + leaseToken)
+	st.Settle.Release = t.Exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + leaseToken)
 	if n.Dead != "" {
-		st.DeadInsert, st.DeadDelete = deadCopy(t, leaseToken)
+		st.Settle.Dead, st.Settle.DeadDelete = deadCopy(t, leaseToken)
 	}
 	return st
 }
@@ -135,23 +145,23 @@ func sqliteLease(t *sqlTemplate, n *Names) *Statements {
 // sqliteAdvisory: the process holds the keys (no session locks); the claim
 // re-reads the row after the key is taken and commits the attempt, if it is
 // still the one the candidate read saw.
-func sqliteAdvisory(t *sqlTemplate, n *Names) *Statements {
+func sqliteAdvisory(t *dialect.Template, n *dialect.Names) *Statements {
 	st := &Statements{}
-	st.Candidates, st.CandidatesAfter = candidates(t)
-	st.Claim = t.query("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id AND {attempt} = $delivered{and ready}" +
+	st.Advisory.Candidates, st.Advisory.CandidatesAfter = candidates(t)
+	st.Claim.Take = t.Query("UPDATE {table} SET {attempt} = {attempt} + 1 WHERE {id} = $id AND {attempt} = $delivered{and ready}" +
 		" RETURNING {id}, {attempt} - 1{, data}{, extra}")
 	advisorySettlements(t, n, st)
 	if n.Dead != "" {
-		st.DeadInsert, st.DeadDelete = deadCopy(t, advisoryToken)
+		st.Settle.Dead, st.Settle.DeadDelete = deadCopy(t, advisoryToken)
 	}
 	return st
 }
 
 // CheckSchema checks the version (3.35, for RETURNING), the tables' columns,
 // that a rowid id cannot be reused, and an advisory key Enqueue leaves
-// without a value ([SchemaChecker]). A server reached with this dialect is
+// without a value ([dialect.SchemaChecker]). A server reached with this dialect is
 // named, with the dialect to use.
-func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, error) {
+func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) ([]string, error) {
 	var problems []string
 	s, err := probeServer(ctx, db, askSQLite, askPostgres, askMySQL)
 	if err != nil {
@@ -213,7 +223,7 @@ func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *Names) ([]string, 
 const sqliteKeyFilled = "SELECT dflt_value IS NOT NULL OR hidden IN (2, 3) FROM pragma_table_xinfo(?, ?) WHERE name = ? COLLATE NOCASE"
 
 // sqliteSchema is the schema of the queue table: main unless named.
-func sqliteSchema(n *Names) string {
+func sqliteSchema(n *dialect.Names) string {
 	if n.Schema == "" {
 		return "main"
 	}
@@ -223,7 +233,7 @@ func sqliteSchema(n *Names) string {
 // sqliteReusesIDs reports whether the queue table's id is SQLite's rowid
 // without AUTOINCREMENT: SQLite then gives a new row the highest id in use
 // plus one, which is the id of the job deleted last when it was the highest.
-func sqliteReusesIDs(ctx context.Context, db *sql.DB, n *Names) (bool, error) {
+func sqliteReusesIDs(ctx context.Context, db *sql.DB, n *dialect.Names) (bool, error) {
 	schema := sqliteSchema(n)
 	var typ string
 	var pk, pks int
@@ -267,20 +277,20 @@ func sqliteKind(k colKind, declared string) bool {
 }
 
 // BatchStatements builds the lease settlements of size tokens at once
-// ([BatchDialect]): those of Postgres, with the tokens as an OR of per-token
+// ([dialect.BatchDialect]): those of Postgres, with the tokens as an OR of per-token
 // conditions, each searched by rowid, where a row-value IN would scan the
 // table.
-func (sqlite) BatchStatements(n *Names, size int) (*BatchStatements, error) {
+func (sqlite) BatchStatements(n *dialect.Names, size int) (*dialect.BatchStatements, error) {
 	if n.Form != Lease {
 		return nil, fmt.Errorf("batched settlement is for the lease form")
 	}
-	t := newTemplate(n, question, "", "$until")
+	t := dialect.NewTemplate(n, dialect.Question, "", "$until")
 	where := " WHERE " + tokensOr(size) + " RETURNING {id}"
-	return &BatchStatements{
+	return &dialect.BatchStatements{
 		Size:    size,
-		Ack:     t.query("DELETE FROM {table}" + where),
-		Release: t.query("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1" + where),
-		Retry:   t.query("UPDATE {table} SET {lease} = {until}" + where),
+		Ack:     t.Query("DELETE FROM {table}" + where),
+		Release: t.Query("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1" + where),
+		Retry:   t.Query("UPDATE {table} SET {lease} = {until}" + where),
 	}, nil
 }
 
@@ -290,11 +300,11 @@ func (sqlite) BatchStatements(n *Names, size int) (*BatchStatements, error) {
 const sqliteMemory = ":memory:"
 
 // TableIdentity is the table's database file and its name in lower case, as
-// SQLite's names are ([TableIdentifier]): every pool of the process on one
+// SQLite's names are ([dialect.TableIdentifier]): every pool of the process on one
 // file shares the keys in work, however the table is spelled ("jobs",
 // "main.jobs", "JOBS"). A database with no file (in memory) is its pool's
 // alone.
-func (sqlite) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, error) {
+func (sqlite) TableIdentity(ctx context.Context, db *sql.DB, n *dialect.Names) (string, error) {
 	schema := n.Schema
 	if schema == "" {
 		schema = "main"
@@ -321,8 +331,14 @@ func (sqlite) TableIdentity(ctx context.Context, db *sql.DB, n *Names) (string, 
 // (each one larger than the table's largest). SQLite takes 32,766
 // parameters since 3.32 (mattn/go-sqlite3 and modernc.org/sqlite bundle
 // later ones); an older library linked in takes 999.
-func (sqlite) EnqueueMany(n *Names, rows int, withID, withAt bool) ManyStatements {
-	return ManyStatements{Insert: enqueueRows(n, question, true, "", rows, withID, withAt)}
+// IsInMemory reports whether identity names a table of a database in
+// memory ([dialect.InMemory]).
+func (sqlite) IsInMemory(identity string) bool {
+	return strings.HasPrefix(identity, sqliteMemory+"\x00")
+}
+
+func (sqlite) EnqueueMany(n *dialect.Names, rows int, withID, withAt bool) dialect.ManyStatements {
+	return dialect.ManyStatements{Insert: enqueueRows(n, dialect.Question, true, "", rows, withID, withAt)}
 }
 
 func (sqlite) MaxEnqueueParams() int { return 32766 }

@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"reflect"
 	"strings"
 	"testing"
@@ -153,21 +154,29 @@ func TestStatementsPlaceholders(t *testing.T) {
 				st := reflect.ValueOf(*q.Statements())
 				type namedStmt struct {
 					name string
-					s    inbox.Stmt
+					s    dialect.Stmt
 				}
 				var all []namedStmt
-				for i := 0; i < st.NumField(); i++ {
-					switch f := st.Field(i).Interface().(type) {
-					case inbox.Stmt:
-						all = append(all, namedStmt{st.Type().Field(i).Name, f})
-					case []inbox.Stmt:
-						for k, s := range f {
-							all = append(all, namedStmt{fmt.Sprintf("%s[%d]", st.Type().Field(i).Name, k), s})
+				var walk func(v reflect.Value, path string)
+				walk = func(v reflect.Value, path string) {
+					for i := 0; i < v.NumField(); i++ {
+						name := path + v.Type().Field(i).Name
+						switch f := v.Field(i).Interface().(type) {
+						case dialect.Stmt:
+							all = append(all, namedStmt{name, f})
+						case []dialect.Stmt:
+							for k, s := range f {
+								all = append(all, namedStmt{fmt.Sprintf("%s[%d]", name, k), s})
+							}
+						default:
+							if v.Field(i).Kind() != reflect.Struct {
+								t.Fatalf("Statements.%s is a %T", name, f)
+							}
+							walk(v.Field(i), name+".")
 						}
-					default:
-						t.Fatalf("Statements.%s is a %T", st.Type().Field(i).Name, f)
 					}
 				}
+				walk(st, "")
 				for _, ns := range all {
 					s := ns.s
 					if s.SQL == "" {
@@ -286,7 +295,7 @@ type editedDialect struct {
 	edit func(*inbox.Statements)
 }
 
-func (d editedDialect) Statements(n *inbox.Names) (*inbox.Statements, error) {
+func (d editedDialect) Statements(n *dialect.Names) (*inbox.Statements, error) {
 	st, err := d.Dialect.Statements(n)
 	if err == nil {
 		d.edit(st)

@@ -44,10 +44,10 @@ type Stats struct {
 // no Table.EnqueuedAt, which the age of the oldest ready job needs.
 var ErrNoEnqueuedAt = errors.New("inbox: the age of the oldest ready job needs Table.EnqueuedAt")
 
-// Stats reads the queue's state in one statement (Statements.Stats) of
+// Stats reads the queue's state in one statement (Statements.Jobs.Stats) of
 // indexed counts: with the recommended indexes it reads no table row (see
 // docs/schema.md). Where the jobs in work are listed by a lock view that may
-// be missing (Statements.InWork), a second statement reads them; its
+// be missing (Statements.Jobs.InWork), a second statement reads them; its
 // failure is reported in Stats.InWorkErr, not as Stats' error. It needs
 // Table.EnqueuedAt ([ErrNoEnqueuedAt]).
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
@@ -56,15 +56,15 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		return st, opErr("stats", ErrNoEnqueuedAt)
 	}
 	v := values{micros: q.lease.Microseconds()}
-	if err := q.fillTimes(ctx, q.db, q.st.Stats, &v, q.lease); err != nil {
+	if err := q.fillTimes(ctx, q.db, q.st.Jobs.Stats, &v, q.lease); err != nil {
 		return st, opErr("stats", err)
 	}
 	var age sql.NullInt64
-	if err := q.queryRow(ctx, q.db, q.st.Stats, &v).Scan(&st.Ready, &st.Waiting, &st.InWork, &st.Dead, &age); err != nil {
+	if err := q.queryRow(ctx, q.db, q.st.Jobs.Stats, &v).Scan(&st.Ready, &st.Waiting, &st.InWork, &st.Dead, &age); err != nil {
 		return st, opErr("stats", err)
 	}
-	if st.InWork < 0 && q.st.InWork.SQL != "" {
-		if err := q.queryRow(ctx, q.db, q.st.InWork, &v).Scan(&st.InWork); err != nil {
+	if st.InWork < 0 && q.st.Jobs.InWork.SQL != "" {
+		if err := q.queryRow(ctx, q.db, q.st.Jobs.InWork, &v).Scan(&st.InWork); err != nil {
 			if ctx.Err() != nil {
 				return st, opErr("stats", err)
 			}

@@ -39,7 +39,7 @@ func TestStatsInWorkSQL(t *testing.T) {
 	} {
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: w.dialect, Table: w.table})
-		st := q.Statements().InWork
+		st := q.Statements().Jobs.InWork
 		if st.SQL != w.sql || len(st.Args) != 0 || (w.sql != "" && !st.Rows) {
 			t.Errorf("%s: InWork = %q (args %v, rows %v), want %q, no args, rows", w.name, st.SQL, st.Args, st.Rows, w.sql)
 		}
@@ -83,8 +83,8 @@ func TestStatsInWorkRead(t *testing.T) {
 		t.Run(w.name, func(t *testing.T) {
 			m := newMock(t)
 			q := newQueue(t, m, cfg(w.dialect))
-			m.ExpectQuery(q.Statements().Stats.SQL).WillReturnRows(statsRow())
-			w.answer(m.ExpectQuery(q.Statements().InWork.SQL).WithArgs())
+			m.ExpectQuery(q.Statements().Jobs.Stats.SQL).WillReturnRows(statsRow())
+			w.answer(m.ExpectQuery(q.Statements().Jobs.InWork.SQL).WithArgs())
 			st, err := q.Stats(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -102,8 +102,8 @@ func TestStatsInWorkRead(t *testing.T) {
 		m := newMock(t)
 		q := newQueue(t, m, cfg(inbox.MariaDB))
 		ctx, cancel := context.WithCancel(context.Background())
-		m.ExpectQuery(q.Statements().Stats.SQL).WillReturnRows(statsRow())
-		m.ExpectQuery(q.Statements().InWork.SQL).WillDelayFor(time.Minute).WillReturnRows(sqlmock.NewRows([]string{"n"}).AddRow(1))
+		m.ExpectQuery(q.Statements().Jobs.Stats.SQL).WillReturnRows(statsRow())
+		m.ExpectQuery(q.Statements().Jobs.InWork.SQL).WillDelayFor(time.Minute).WillReturnRows(sqlmock.NewRows([]string{"n"}).AddRow(1))
 		before := m.Sent()
 		go func() {
 			// Cancel once the lock read reached the driver (the second

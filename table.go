@@ -3,6 +3,7 @@ package inbox
 import (
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"strconv"
 	"strings"
 )
@@ -26,8 +27,8 @@ func (t Table) withDefaults() Table {
 }
 
 // describe validates t (defaults applied) and quotes its identifiers with d.
-func describe(d Dialect, t Table) (Names, error) {
-	n := Names{Raw: t}
+func describe(d Dialect, t Table) (dialect.Names, error) {
+	n := dialect.Names{Raw: dialect.Table(t)}
 	if t.Name == "" {
 		return n, errors.New("inbox: new: Table.Name is empty")
 	}
@@ -40,7 +41,7 @@ func describe(d Dialect, t Table) (Names, error) {
 		n.Form = Advisory
 	}
 	n.Shallow = t.Shallow
-	if err := n.quoteAll(d, t); err != nil {
+	if err := quoteAll(&n, d, t); err != nil {
 		return n, err
 	}
 	if err := checkOptions(&n, t); err != nil {
@@ -50,7 +51,7 @@ func describe(d Dialect, t Table) (Names, error) {
 }
 
 // quoteAll validates and quotes every identifier of t into n.
-func (n *Names) quoteAll(d Dialect, t Table) error {
+func quoteAll(n *dialect.Names, d Dialect, t Table) error {
 	var err error
 	if n.Table, n.Schema, n.TableName, err = quoteTable(d, "Table.Name", t.Name); err != nil {
 		return err
@@ -108,7 +109,7 @@ func quoteColumn(d Dialect, field, name string) (string, error) {
 }
 
 // checkOptions refuses optional fields that do not fit together or the form.
-func checkOptions(n *Names, t Table) error {
+func checkOptions(n *dialect.Names, t Table) error {
 	switch {
 	case n.Dead != "" && n.Dead == n.Table:
 		return fmt.Errorf("inbox: new: Table.DeadTable %q is the queue table itself", t.DeadTable)
@@ -134,7 +135,7 @@ func checkOptions(n *Names, t Table) error {
 
 // checkDistinct refuses two roles named by one column. Data columns may
 // repeat the id (a job's id is data too); the advisory key may be the id.
-func checkDistinct(n *Names) error {
+func checkDistinct(n *dialect.Names) error {
 	seen := map[string]string{}
 	for _, c := range []struct{ field, v string }{{"ID", n.ID}, {"Attempt", n.Attempt}, {"LockedUntil", n.LockedUntil}, {"NotBefore", n.NotBefore},
 		{"LastError", n.LastError}, {"Priority", n.Priority}, {"EnqueuedAt", n.EnqueuedAt}} {

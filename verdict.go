@@ -4,7 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strconv"
+	"github.com/sqlinbox/inbox/dialect"
 	"time"
 )
 
@@ -48,18 +48,18 @@ type pendingSettlement struct {
 	until time.Time // lease Retry: the expiry it wrote, when the package computed it
 }
 
-// rowState is a row as Statements.Verdict read it.
+// rowState is a row as Statements.Settle.Verdict read it.
 type rowState struct {
 	found   bool
 	attempt int64     // as stored
 	expiry  time.Time // lease form; zero for NULL
 }
 
-// readRow reads d's row through ex with Statements.Verdict.
+// readRow reads d's row through ex with Statements.Settle.Verdict.
 func (d *Delivery) readRow(ctx context.Context, ex Executor) (rowState, error) {
 	q := d.q
 	var r rowState
-	if q.st.Verdict.SQL == "" {
+	if q.st.Settle.Verdict.SQL == "" {
 		return r, errors.New("the dialect has no Verdict statement")
 	}
 	var raw any
@@ -67,7 +67,7 @@ func (d *Delivery) readRow(ctx context.Context, ex Executor) (rowState, error) {
 	if !q.form.leased() {
 		dest = dest[:1]
 	}
-	err := q.queryRow(ctx, ex, q.st.Verdict, &values{id: d.id}).Scan(dest...)
+	err := q.queryRow(ctx, ex, q.st.Settle.Verdict, &values{id: d.id}).Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, nil
 	}
@@ -309,7 +309,7 @@ func (d *Delivery) readAdvisory(ctx context.Context) (rowState, error) {
 		d.conn = nil
 		q.holds.unreserve(1)
 	}
-	w, ok := capability[lockWaiter](q.dialect)
+	w, ok := capability[dialect.LockWaiter](q.dialect)
 	if q.locker == nil || !ok {
 		return d.readRow(ctx, q.db)
 	}
@@ -317,46 +317,13 @@ func (d *Delivery) readAdvisory(ctx context.Context) (rowState, error) {
 	if err != nil {
 		return rowState{}, err
 	}
-	if err := w.waitLock(ctx, conn, d.ident, d.key); err != nil {
+	if err := w.WaitLock(ctx, conn, d.ident, d.key); err != nil {
 		discard(conn)
 		return rowState{}, err
 	}
 	r, err := d.readRow(ctx, conn)
 	q.letGo(ctx, conn, d.ident, d.key)
 	return r, err
-}
-
-// lockWaiter takes a session lock, waiting for it as long as ctx allows.
-type lockWaiter interface {
-	waitLock(ctx context.Context, conn *sql.Conn, table, key string) error
-}
-
-// waitLock on PostgreSQL has the server end the wait (lock_timeout, set for
-// this statement alone) a tenth before ctx's deadline. pgx gives up at a
-// deadline by closing its socket, and a backend waiting for a lock does
-// not notice: it took the lock once its holder let go and held it until it
-// found its client gone (a key seen held after the holder's Ack, in
-// TestCutAdvisory).
-func (postgres) waitLock(ctx context.Context, conn *sql.Conn, table, key string) error {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		_, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", PostgresLockKey(table, key))
-		return err
-	}
-	wait := max(time.Until(deadline)*9/10, time.Millisecond)
-	// OFFSET 0 keeps the subquery, and so the setting, ahead of the lock.
-	_, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1) FROM (SELECT set_config('lock_timeout', $2, true) OFFSET 0) AS bounded",
-		PostgresLockKey(table, key), strconv.FormatInt(wait.Milliseconds(), 10)+"ms")
-	return err
-}
-
-func (mysql) waitLock(ctx context.Context, conn *sql.Conn, table, key string) error {
-	var ok sql.NullInt64
-	err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", MySQLLockName(table, key), int(verdictTimeout/time.Second)).Scan(&ok)
-	if err == nil && ok.Int64 != 1 {
-		err = errors.New("GET_LOCK timed out")
-	}
-	return err
 }
 
 // Committed tells d that tx, in which a settlement of d ran (AckTx,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"github.com/sqlinbox/inbox/dialect"
 	"testing"
 	"time"
 
@@ -33,14 +34,14 @@ func TestVerdictStatements(t *testing.T) {
 	} {
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: c.d, Table: c.tb})
-		s := q.Statements().Verdict
+		s := q.Statements().Settle.Verdict
 		if c.empty {
 			if s.SQL != "" {
 				t.Errorf("%s %s: Verdict %q, want none", c.d.Name(), q.Form(), s.SQL)
 			}
 			continue
 		}
-		if s.SQL != c.want || !s.Rows || len(s.Args) != 1 || s.Args[0] != inbox.ArgID {
+		if s.SQL != c.want || !s.Rows || len(s.Args) != 1 || s.Args[0] != dialect.ArgID {
 			t.Errorf("%s %s: Verdict %q %v rows=%v, want %q [ArgID]", c.d.Name(), q.Form(), s.SQL, s.Args, s.Rows, c.want)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"slices"
 	"strings"
 	"sync"
@@ -666,21 +667,21 @@ func TestWorkRecordsErrors(t *testing.T) {
 	st := q.Statements()
 	exp := utc0.Add(time.Minute)
 	cols := "id,attempt,locked_until,payload,last_error"
-	args := func(s inbox.Stmt, text string) []driver.Value {
+	args := func(s dialect.Stmt, text string) []driver.Value {
 		out := make([]driver.Value, len(s.Args))
 		for i, a := range s.Args {
 			out[i] = sqlmock.AnyArg()
-			if a == inbox.ArgError {
+			if a == dialect.ArgError {
 				out[i] = text
 			}
 		}
 		return out
 	}
-	m.ExpectQuery(st.ClaimFor(1).SQL).WillReturnRows(rows(cols, row(int64(7), int64(1), exp, []byte("p"), nil)))
-	m.ExpectExec(st.Retry.SQL).WithArgs(args(st.Retry, "inbox: handler panicked: kaboom")...).WillReturnResult(affected(1))
-	m.ExpectQuery(st.ClaimFor(1).SQL).WillReturnRows(rows(cols, row(int64(7), int64(2), exp, []byte("p"), "inbox: handler panicked: kaboom")))
-	m.ExpectExec(st.DeadInsert.SQL).WithArgs(args(st.DeadInsert, "still failing")...).WillReturnResult(affected(1))
-	m.ExpectQuery(st.ClaimFor(1).SQL).WillReturnRows(rows(cols))
+	m.ExpectQuery(st.Claim.For(1).SQL).WillReturnRows(rows(cols, row(int64(7), int64(1), exp, []byte("p"), nil)))
+	m.ExpectExec(st.Settle.Retry.SQL).WithArgs(args(st.Settle.Retry, "inbox: handler panicked: kaboom")...).WillReturnResult(affected(1))
+	m.ExpectQuery(st.Claim.For(1).SQL).WillReturnRows(rows(cols, row(int64(7), int64(2), exp, []byte("p"), "inbox: handler panicked: kaboom")))
+	m.ExpectExec(st.Settle.Dead.SQL).WithArgs(args(st.Settle.Dead, "still failing")...).WillReturnResult(affected(1))
+	m.ExpectQuery(st.Claim.For(1).SQL).WillReturnRows(rows(cols))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var seen []string
@@ -689,7 +690,7 @@ func TestWorkRecordsErrors(t *testing.T) {
 		if d.Attempt() == 1 {
 			panic("kaboom")
 		}
-		m.After("query "+st.ClaimFor(1).SQL, cancel)
+		m.After("query "+st.Claim.For(1).SQL, cancel)
 		return errors.New("still failing")
 	})
 	workDone(t, done)
@@ -822,7 +823,7 @@ func TestProbeSQL(t *testing.T) {
 			cfg.Now = time.Now
 		}
 		q := newQueue(t, newMock(t), cfg)
-		if got := q.Statements().Probe.SQL; got != w.sql {
+		if got := q.Statements().Jobs.Probe.SQL; got != w.sql {
 			t.Errorf("%s %s, caller's clock %v:\n got %s\nwant %s", w.engine, w.form, w.callerClock, got, w.sql)
 		}
 	}

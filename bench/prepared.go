@@ -13,6 +13,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"io"
 	"strings"
 	"time"
@@ -38,7 +39,7 @@ func newStmtSide(ctx context.Context, e engine, db *sql.DB, table string, prepar
 	s := &stmtSide{e: e, db: db, st: q.Statements(), lease: q.Lease(), dialect: e.dialect}
 	if prepared {
 		s.prep = map[string]*sql.Stmt{}
-		for _, st := range []inbox.Stmt{s.st.Now, s.st.Claim, s.st.ClaimSelect, s.st.ClaimMark, s.st.Ack} {
+		for _, st := range []dialect.Stmt{s.st.Now, s.st.Claim.Take, s.st.Claim.Select, s.st.Claim.Mark, s.st.Settle.Ack} {
 			if st.SQL == "" {
 				continue
 			}
@@ -59,7 +60,7 @@ type execer interface {
 
 // query runs st through ex, or its prepared statement (bound to tx when
 // there is one).
-func (s *stmtSide) query(ctx context.Context, ex execer, tx *sql.Tx, st inbox.Stmt, args []any) (*sql.Rows, error) {
+func (s *stmtSide) query(ctx context.Context, ex execer, tx *sql.Tx, st dialect.Stmt, args []any) (*sql.Rows, error) {
 	if p := s.prep[st.SQL]; p != nil {
 		if tx != nil {
 			p = tx.StmtContext(ctx, p)
@@ -69,7 +70,7 @@ func (s *stmtSide) query(ctx context.Context, ex execer, tx *sql.Tx, st inbox.St
 	return ex.QueryContext(ctx, st.SQL, args...)
 }
 
-func (s *stmtSide) exec(ctx context.Context, ex execer, tx *sql.Tx, st inbox.Stmt, args []any) (sql.Result, error) {
+func (s *stmtSide) exec(ctx context.Context, ex execer, tx *sql.Tx, st dialect.Stmt, args []any) (sql.Result, error) {
 	if p := s.prep[st.SQL]; p != nil {
 		if tx != nil {
 			p = tx.StmtContext(ctx, p)
@@ -80,23 +81,23 @@ func (s *stmtSide) exec(ctx context.Context, ex execer, tx *sql.Tx, st inbox.Stm
 }
 
 // args fills st's parameters as inbox would.
-func (s *stmtSide) args(st inbox.Stmt, id any, stored int64, expiry, now time.Time) []any {
+func (s *stmtSide) args(st dialect.Stmt, id any, stored int64, expiry, now time.Time) []any {
 	out := make([]any, len(st.Args))
 	for i, a := range st.Args {
 		switch a {
-		case inbox.ArgID:
+		case dialect.ArgID:
 			out[i] = id
-		case inbox.ArgAttempt:
+		case dialect.ArgAttempt:
 			out[i] = stored
-		case inbox.ArgExpiry:
+		case dialect.ArgExpiry:
 			out[i] = s.dialect.TimeArg(expiry)
-		case inbox.ArgNow:
+		case dialect.ArgNow:
 			out[i] = s.dialect.TimeArg(now)
-		case inbox.ArgUntil:
+		case dialect.ArgUntil:
 			out[i] = s.dialect.TimeArg(now.Add(s.lease))
-		case inbox.ArgMicros:
+		case dialect.ArgMicros:
 			out[i] = s.lease.Microseconds()
-		case inbox.ArgLimit:
+		case dialect.ArgLimit:
 			out[i] = 1
 		}
 	}
@@ -108,9 +109,9 @@ func (s *stmtSide) round(ctx context.Context) (int, error) {
 	var stored int64
 	var expiry time.Time
 	found := false
-	if s.st.Claim.SQL != "" {
+	if s.st.Claim.Take.SQL != "" {
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		rows, err := s.query(ctx, s.db, nil, s.st.Claim, s.args(s.st.Claim, nil, 0, time.Time{}, now))
+		rows, err := s.query(ctx, s.db, nil, s.st.Claim.Take, s.args(s.st.Claim.Take, nil, 0, time.Time{}, now))
 		if err != nil {
 			return 0, err
 		}
@@ -154,7 +155,7 @@ func (s *stmtSide) round(ctx context.Context) (int, error) {
 			if err != nil {
 				return err
 			}
-			rows, err = s.query(ctx, tx, tx, s.st.ClaimSelect, s.args(s.st.ClaimSelect, nil, 0, time.Time{}, now))
+			rows, err = s.query(ctx, tx, tx, s.st.Claim.Select, s.args(s.st.Claim.Select, nil, 0, time.Time{}, now))
 			if err != nil {
 				return err
 			}
@@ -172,7 +173,7 @@ func (s *stmtSide) round(ctx context.Context) (int, error) {
 				return rows.Err()
 			}
 			expiry = now.Add(s.lease)
-			if _, err := s.exec(ctx, tx, tx, s.st.ClaimMark, s.args(s.st.ClaimMark, id, 0, time.Time{}, now)); err != nil {
+			if _, err := s.exec(ctx, tx, tx, s.st.Claim.Mark, s.args(s.st.Claim.Mark, id, 0, time.Time{}, now)); err != nil {
 				return err
 			}
 			return tx.Commit()
@@ -185,7 +186,7 @@ func (s *stmtSide) round(ctx context.Context) (int, error) {
 	if !found {
 		return 0, nil
 	}
-	res, err := s.exec(ctx, s.db, nil, s.st.Ack, s.args(s.st.Ack, id, stored, expiry, time.Time{}))
+	res, err := s.exec(ctx, s.db, nil, s.st.Settle.Ack, s.args(s.st.Settle.Ack, id, stored, expiry, time.Time{}))
 	if err != nil {
 		return 0, err
 	}

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"io"
 	"os"
 	"os/exec"
@@ -529,7 +530,7 @@ func warm(ctx context.Context, db *sql.DB, n int) error {
 	return nil
 }
 
-// walkDialect is a dialect without Statements.LockFirst: its advisory claim
+// walkDialect is a dialect without Statements.Advisory.LockFirst: its advisory claim
 // takes each candidate's lock from Go, one round trip a key, as every
 // engine did before LockFirst. "-forms advisory,advisory-walk" measures the
 // two in one run.
@@ -537,10 +538,10 @@ type walkDialect struct{ inbox.Dialect }
 
 func (w walkDialect) Unwrap() inbox.Dialect { return w.Dialect }
 
-func (w walkDialect) Statements(n *inbox.Names) (*inbox.Statements, error) {
+func (w walkDialect) Statements(n *dialect.Names) (*inbox.Statements, error) {
 	st, err := w.Dialect.Statements(n)
 	if err == nil {
-		st.LockFirst, st.LockFirstAfter = inbox.Stmt{}, inbox.Stmt{}
+		st.Advisory.LockFirst, st.Advisory.LockFirstAfter = dialect.Stmt{}, dialect.Stmt{}
 	}
 	return st, err
 }

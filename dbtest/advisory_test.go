@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -107,7 +108,7 @@ func TestAdvisoryKeySerialises(t *testing.T) {
 // only to reach that moment; the re-read it tests is the same code.
 type hookDialect struct {
 	inbox.Dialect
-	locker inbox.Locker // the engine's, nil on SQLite
+	locker dialect.Locker // the engine's, nil on SQLite
 	before func()
 	calls  atomic.Int32
 	// beforeUnlock, when set, runs before each Unlock with its context.
@@ -116,8 +117,8 @@ type hookDialect struct {
 
 // TableIdentity passes the engine's table identity through, so that a
 // hooked queue locks the keys an unhooked one does.
-func (h *hookDialect) TableIdentity(ctx context.Context, db *sql.DB, n *inbox.Names) (string, error) {
-	if ti, ok := h.Dialect.(inbox.TableIdentifier); ok {
+func (h *hookDialect) TableIdentity(ctx context.Context, db *sql.DB, n *dialect.Names) (string, error) {
+	if ti, ok := h.Dialect.(dialect.TableIdentifier); ok {
 		return ti.TableIdentity(ctx, db, n)
 	}
 	return n.Raw.Name, nil
@@ -127,10 +128,10 @@ func (h *hookDialect) TableIdentity(ctx context.Context, db *sql.DB, n *inbox.Na
 // hook between the candidate read and the lock needs the walk from Go,
 // which MySQL and SQLite take. (LockFirst reads and locks in one
 // statement; TestLockFirstMiss reaches its window.)
-func (h *hookDialect) Statements(n *inbox.Names) (*inbox.Statements, error) {
+func (h *hookDialect) Statements(n *dialect.Names) (*inbox.Statements, error) {
 	st, err := h.Dialect.Statements(n)
 	if err == nil && h.before != nil {
-		st.LockFirst, st.LockFirstAfter = inbox.Stmt{}, inbox.Stmt{}
+		st.Advisory.LockFirst, st.Advisory.LockFirstAfter = dialect.Stmt{}, dialect.Stmt{}
 	}
 	return st, err
 }
@@ -168,7 +169,7 @@ func TestAdvisorySettledBeforeLock(t *testing.T) {
 		id := enqueueKey(t, eq, db, "raced", "A")
 
 		h := &hookDialect{Dialect: e.Dialect}
-		h.locker, _ = e.Dialect.(inbox.Locker)
+		h.locker, _ = e.Dialect.(dialect.Locker)
 		h.before = func() {
 			d := claimOne(t, other)
 			if d.ID() != id {

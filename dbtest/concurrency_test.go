@@ -12,6 +12,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -1046,7 +1047,7 @@ func TestConcAdvisoryUnlockFails(t *testing.T) {
 			t.Run(op, func(t *testing.T) {
 				emptyTables(t, db, table)
 				h := &hookDialect{Dialect: e.Dialect}
-				h.locker, _ = e.Dialect.(inbox.Locker)
+				h.locker, _ = e.Dialect.(dialect.Locker)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				var armed atomic.Bool

@@ -2,8 +2,8 @@ package dbtest
 
 // The dashboard's reads on real databases (issue 23): a page reads every
 // queue's Stats (TestExplainStats checks its plan), the row lock's lock view
-// where there is one, and a page of dead jobs (Statements.DeadList, or
-// DeadListAfter and DeadListAfterNull for the next pages). With the index
+// where there is one, and a page of dead jobs (Statements.Dead.List, or
+// Dead.ListAfter and Dead.ListAfterNull for the next pages). With the index
 // on (dead_at, id) that docs/schema.md recommends, the dead page is two
 // reads of that index in order, the deaths and those with a NULL dead_at,
 // each of at most a page, and a sort of what they returned: no full scan
@@ -19,6 +19,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -152,17 +153,17 @@ func TestExplainDashboard(t *testing.T) {
 		}
 		for _, st := range []struct {
 			name string
-			s    inbox.Stmt
+			s    dialect.Stmt
 			id   int
-		}{{"DeadList", q.Statements().DeadList, 0}, {"DeadListAfter", q.Statements().DeadListAfter, 10000}, {"DeadListAfterNull", q.Statements().DeadListAfterNull, 25000}} {
+		}{{"Dead.List", q.Statements().Dead.List, 0}, {"Dead.ListAfter", q.Statements().Dead.ListAfter, 10000}, {"Dead.ListAfterNull", q.Statements().Dead.ListAfterNull, 25000}} {
 			var args []any
 			for _, a := range st.s.Args {
 				switch a {
-				case inbox.ArgLimit:
+				case dialect.ArgLimit:
 					args = append(args, 20)
-				case inbox.ArgID:
+				case dialect.ArgID:
 					args = append(args, st.id)
-				case inbox.ArgNotBefore:
+				case dialect.ArgNotBefore:
 					args = append(args, opsTime(e, now.Add(-10000*time.Minute)))
 				default:
 					t.Fatalf("%s: argument %v", st.name, a)
@@ -173,7 +174,7 @@ func TestExplainDashboard(t *testing.T) {
 			// most a page, then one sort of what they returned; the page
 			// past a NULL dead_at one read and no sort.
 			sorts, branches := 1, 2
-			if st.name == "DeadListAfterNull" {
+			if st.name == "Dead.ListAfterNull" {
 				sorts, branches = 0, 1
 			}
 			switch {
@@ -209,7 +210,7 @@ func TestExplainDashboard(t *testing.T) {
 						t.Errorf("%s: read %d of %s read %v rows for a page of 20 at depth 10,000", st.name, i, dead, r.Rows)
 					}
 				}
-				if st.name == "DeadListAfter" && (len(rs) == 0 || rs[0].Op != "range") {
+				if st.name == "Dead.ListAfter" && (len(rs) == 0 || rs[0].Op != "range") {
 					t.Errorf("%s: not a range of %s_at:\n%s", st.name, dead, js)
 				}
 			default:

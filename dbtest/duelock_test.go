@@ -66,7 +66,7 @@ func TestLeaseDueReadLocksNoLease(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tx.Rollback()
-			rows, err := tx.QueryContext(ctx, st.ClaimSelect.SQL, opsArgs(t, e, st.ClaimSelect, time.Now(), time.Minute, 16)...)
+			rows, err := tx.QueryContext(ctx, st.Claim.Select.SQL, opsArgs(t, e, st.Claim.Select, time.Now(), time.Minute, 16)...)
 			if err != nil {
 				t.Fatal(err)
 			}

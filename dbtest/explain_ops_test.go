@@ -21,6 +21,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"strings"
 	"testing"
 	"time"
@@ -147,18 +148,18 @@ func opsTime(e Engine, t time.Time) any {
 
 // opsArgs are the arguments of st, in its order: the clock's now (and now
 // plus lease), the lease in microseconds, a limit.
-func opsArgs(t *testing.T, e Engine, st inbox.Stmt, now time.Time, lease time.Duration, limit int) []any {
+func opsArgs(t *testing.T, e Engine, st dialect.Stmt, now time.Time, lease time.Duration, limit int) []any {
 	t.Helper()
 	var args []any
 	for _, a := range st.Args {
 		switch a {
-		case inbox.ArgNow:
+		case dialect.ArgNow:
 			args = append(args, opsTime(e, now))
-		case inbox.ArgUntil:
+		case dialect.ArgUntil:
 			args = append(args, opsTime(e, now.Add(lease)))
-		case inbox.ArgMicros:
+		case dialect.ArgMicros:
 			args = append(args, lease.Microseconds())
-		case inbox.ArgLimit:
+		case dialect.ArgLimit:
 			args = append(args, limit)
 		default:
 			t.Fatalf("%s: no value for argument %d", st.SQL, a)
@@ -235,7 +236,7 @@ func TestExplainStats(t *testing.T) {
 		if err := q.CheckSchema(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		st := q.Statements().Stats
+		st := q.Statements().Jobs.Stats
 		plan := explainPlan(t, e, db, true, st.SQL, opsArgs(t, e, st, now, time.Minute, 0)...)
 		t.Logf("Stats:\n%s", planText(plan))
 		noFullScan(t, e, "Stats", plan, table)
@@ -311,18 +312,18 @@ func TestExplainPriorityClaim(t *testing.T) {
 		// pick (sql_mysql.go): the lease's reads due rows (the few expired
 		// ones, sorted), then free ones, the row lock's its ready rows, all
 		// without locks.
-		var find []inbox.Stmt
+		var find []dialect.Stmt
 		switch {
 		case form == "advisory":
-			find = []inbox.Stmt{st.Candidates}
+			find = []dialect.Stmt{st.Advisory.Candidates}
 		case e.IsMySQL() && form == "lease":
-			find = []inbox.Stmt{st.Pick, st.PickMore}
+			find = []dialect.Stmt{st.Claim.Pick, st.Claim.PickMore}
 		case e.IsMySQL():
-			find = []inbox.Stmt{st.Pick}
-		case st.Claim.SQL != "":
-			find = []inbox.Stmt{st.ClaimFor(1)}
+			find = []dialect.Stmt{st.Claim.Pick}
+		case st.Claim.Take.SQL != "":
+			find = []dialect.Stmt{st.Claim.For(1)}
 		default:
-			find = []inbox.Stmt{st.ClaimSelect}
+			find = []dialect.Stmt{st.Claim.Select}
 		}
 		var plan []planNode
 		for _, s := range find {
@@ -367,18 +368,18 @@ func TestExplainPriorityClaim(t *testing.T) {
 				// every row it read locked), stopping at its LIMIT.
 				var args []any
 				id := int64(opsHighFirst(t, db, table))
-				for _, a := range st.PickLock.Args {
+				for _, a := range st.Claim.PickLock.Args {
 					switch a {
-					case inbox.ArgID:
+					case dialect.ArgID:
 						args = append(args, id)
 						id++
-					case inbox.ArgNow:
+					case dialect.ArgNow:
 						args = append(args, opsTime(e, now))
-					case inbox.ArgLimit:
+					case dialect.ArgLimit:
 						args = append(args, 1)
 					}
 				}
-				lock := explainPlan(t, e, db, true, st.PickLock.SQL, args...)
+				lock := explainPlan(t, e, db, true, st.Claim.PickLock.SQL, args...)
 				t.Logf("pick's lock:\n%s", planText(lock))
 				explainMust(t, "pick's lock", lock, []string{"range on " + table + " using PRIMARY"}, []string{"filesort"})
 				for _, r := range reads(lock, table) {
@@ -386,7 +387,7 @@ func TestExplainPriorityClaim(t *testing.T) {
 						t.Errorf("pick's lock: %v reads %.0f rows for a claim of one", r, r.Rows+r.Removed)
 					}
 				}
-				if extra := mysqlExtra(t, db, st.PickLock.SQL, args...); strings.Contains(extra, "filesort") {
+				if extra := mysqlExtra(t, db, st.Claim.PickLock.SQL, args...); strings.Contains(extra, "filesort") {
 					t.Errorf("pick's lock sorts the rows: %s", extra)
 				}
 			}

@@ -14,6 +14,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"strings"
 	"testing"
 	"time"
@@ -365,7 +366,7 @@ func TestExplainLeaseClaim(t *testing.T) {
 			// The batch statements probe the primary key, once per token, at
 			// every size. MySQL: as the driver sends them by default, in
 			// statements the server prepares.
-			names := inbox.Names{Form: inbox.Lease, Table: quote(e, table), TableName: table, ID: quote(e, "id"),
+			names := dialect.Names{Form: inbox.Lease, Table: quote(e, table), TableName: table, ID: quote(e, "id"),
 				Attempt: quote(e, "attempt"), LockedUntil: quote(e, "locked_until"), Data: []string{quote(e, "payload")}, DBClock: !e.IsSQLite()}
 			prepDB := db
 			if e.IsMySQL() {
@@ -373,7 +374,7 @@ func TestExplainLeaseClaim(t *testing.T) {
 			}
 			checkBatch := func(when string) {
 				for _, size := range []int{1, 2, 16} {
-					bst, err := e.Dialect.(inbox.BatchDialect).BatchStatements(&names, size)
+					bst, err := e.Dialect.(dialect.BatchDialect).BatchStatements(&names, size)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -402,7 +403,7 @@ func TestExplainLeaseClaim(t *testing.T) {
 						plan = explainPlan(t, e, db, false, bst.Ack.SQL, arr(ids), arr(atts), arr(exps))
 						explainMust(t, what, plan, []string{" using " + table + "_pkey"}, []string{"Seq Scan"})
 					case e.IsMySQL():
-						for _, st := range []inbox.Stmt{bst.Ack, bst.Release, bst.Lock} {
+						for _, st := range []dialect.Stmt{bst.Ack, bst.Release, bst.Lock} {
 							plan = explainPlan(t, e, prepDB, false, st.SQL, tok...)
 							explainMust(t, what+": "+st.SQL[:6], plan, []string{" on " + table + " using PRIMARY"}, []string{"ALL on", "index on"})
 						}
@@ -436,13 +437,13 @@ func TestExplainLeaseClaim(t *testing.T) {
 				// a READ COMMITTED transaction too.
 				exp := future.Format("2006-01-02 15:04:05.000000")
 				for _, c := range []struct {
-					s    inbox.Stmt
+					s    dialect.Stmt
 					args []any
 				}{
-					{st.Ack, []any{int64(100), int64(1), exp}},
-					{st.Release, []any{int64(100), int64(1), exp}},
-					{st.Extend, []any{exp, int64(100), int64(1), exp}},
-					{st.Exists, []any{int64(100), int64(1), exp}},
+					{st.Settle.Ack, []any{int64(100), int64(1), exp}},
+					{st.Settle.Release, []any{int64(100), int64(1), exp}},
+					{st.Settle.Extend, []any{exp, int64(100), int64(1), exp}},
+					{st.Settle.Exists, []any{int64(100), int64(1), exp}},
 				} {
 					plan = explainPlan(t, e, prepDB, false, c.s.SQL, c.args...)
 					explainMust(t, "single token: "+c.s.SQL[:6], plan, []string{" on " + table + " using PRIMARY"}, []string{"ALL on", "index on", "_lu"})
@@ -451,21 +452,21 @@ func TestExplainLeaseClaim(t *testing.T) {
 			switch {
 			case e.IsPostgres():
 				// limit, now, limit, limit, until
-				plan = explainPlan(t, e, db, true, st.ClaimFor(1).SQL, 1, now, 1, 1, now.Add(time.Minute))
+				plan = explainPlan(t, e, db, true, st.Claim.For(1).SQL, 1, now, 1, 1, now.Add(time.Minute))
 				explainMust(t, "claim", plan,
 					[]string{"Index Scan on " + table + " using " + table + "_free", "Index Scan on " + table + " using " + table + "_lu"},
 					[]string{"Seq Scan"})
 				// The generic plan too: it cannot see the limits, and must
 				// still probe the claimed rows by primary key.
-				generic := explainGenericPlan(t, db, st.ClaimFor(1).SQL, 1, now, 1, 1, now.Add(time.Minute))
+				generic := explainGenericPlan(t, db, st.Claim.For(1).SQL, 1, now, 1, 1, now.Add(time.Minute))
 				explainMust(t, "claim, generic plan", generic,
 					[]string{"Index Scan on " + table + " using " + table + "_free", "Index Scan on " + table + " using " + table + "_pkey"},
 					[]string{"Seq Scan"})
 			case e.IsMySQL():
 				// The rows whose lease ran out (now, limit), then free
 				// rows (limit): each one ordered read of the lease index.
-				plan = explainPlan(t, e, db, true, st.ClaimSelect.SQL, now.UTC().Format("2006-01-02 15:04:05.000000"), 1)
-				more := explainPlan(t, e, db, true, st.ClaimSelectMore.SQL, 1)
+				plan = explainPlan(t, e, db, true, st.Claim.Select.SQL, now.UTC().Format("2006-01-02 15:04:05.000000"), 1)
+				more := explainPlan(t, e, db, true, st.Claim.SelectMore.SQL, 1)
 				plan = append(plan, more...)
 				explainMust(t, "claim", plan, nil, []string{"ALL on " + table})
 				rs := reads(plan, table)
@@ -490,17 +491,17 @@ func TestExplainLeaseClaim(t *testing.T) {
 				markArgs = append(markArgs, my(now))
 				markedArgs = append(markedArgs, my(now.Add(time.Minute)))
 				for _, c := range []struct {
-					s    inbox.Stmt
+					s    dialect.Stmt
 					args []any
 					uses string
-				}{{st.ClaimMark, markArgs, "PRIMARY"}, {st.ClaimMarked, markedArgs, ""}} {
+				}{{st.Claim.Mark, markArgs, "PRIMARY"}, {st.Claim.Marked, markedArgs, ""}} {
 					p := explainPlan(t, e, prepDB, false, c.s.SQL, c.args...)
 					explainMust(t, "claim: "+c.s.SQL[:6], p, []string{" on " + table + " using " + c.uses}, []string{"ALL on", "index on"})
 				}
 				// The idle loop's probe: one range of the lease index from
 				// its start, never the primary key walked past the head of
 				// leases in force.
-				probe := explainPlan(t, e, db, true, st.Probe.SQL, my(now))
+				probe := explainPlan(t, e, db, true, st.Jobs.Probe.SQL, my(now))
 				explainMust(t, "probe", probe, []string{" on " + table + " using " + table + "_lu"}, []string{"ALL on", "index on"})
 				for _, r := range reads(probe, table) {
 					if r.Rows+r.Removed > 16 {
@@ -510,7 +511,7 @@ func TestExplainLeaseClaim(t *testing.T) {
 			default:
 				// until, limit, now, limit, limit
 				ts := func(t time.Time) string { return t.UTC().Format(inbox.SQLiteTimeFormat) }
-				plan = explainPlan(t, e, db, true, st.ClaimFor(1).SQL, ts(now.Add(time.Minute)), 1, ts(now), 1, 1)
+				plan = explainPlan(t, e, db, true, st.Claim.For(1).SQL, ts(now.Add(time.Minute)), 1, ts(now), 1, 1)
 				explainMust(t, "claim", plan, []string{"USING COVERING INDEX " + table + "_lu (locked_until=?)", "USING COVERING INDEX " + table + "_lu (locked_until<?)"},
 					[]string{"SCAN " + table})
 			}
@@ -570,8 +571,8 @@ func TestExplainLeaseClaimWithoutStatistics(t *testing.T) {
 			st := q.Statements()
 			args := []any{1, now, 1, 1, now.Add(time.Minute)}
 			for what, plan := range map[string][]planNode{
-				"custom plan":  explainPlan(t, e, db, true, st.ClaimFor(1).SQL, args...),
-				"generic plan": explainGenericPlan(t, db, st.ClaimFor(1).SQL, args...),
+				"custom plan":  explainPlan(t, e, db, true, st.Claim.For(1).SQL, args...),
+				"generic plan": explainGenericPlan(t, db, st.Claim.For(1).SQL, args...),
 			} {
 				explainMust(t, "claim without statistics, "+what, plan,
 					[]string{"Index Scan on " + table + " using " + table + "_free", "Index Scan on " + table + " using " + table + "_lu"},
@@ -603,7 +604,7 @@ func TestExplainRowLockPick(t *testing.T) {
 					order := claimOrderOf(t, e, db, table, "rowlock", priority, now)
 					q := newQueue(t, db, lockConfig(e, table, "rowlock", priority, now))
 					st := q.Statements()
-					pick := explainPlan(t, e, db, true, st.Pick.SQL, opsArgs(t, e, st.Pick, now, time.Minute, 10)...)
+					pick := explainPlan(t, e, db, true, st.Claim.Pick.SQL, opsArgs(t, e, st.Claim.Pick, now, time.Minute, 10)...)
 					t.Logf("pick:\n%s", planText(pick))
 					noFullScan(t, e, "pick", pick, table)
 					for _, r := range reads(pick, table) {
@@ -616,19 +617,19 @@ func TestExplainRowLockPick(t *testing.T) {
 					for _, n := range []int{10, 32} {
 						var args []any
 						k := 0
-						for _, a := range st.PickLock.Args {
+						for _, a := range st.Claim.PickLock.Args {
 							switch a {
-							case inbox.ArgID:
+							case dialect.ArgID:
 								args = append(args, order[min(k, n-1, len(order)-1)])
 								k++
-							case inbox.ArgNow:
+							case dialect.ArgNow:
 								args = append(args, opsTime(e, now))
-							case inbox.ArgLimit:
+							case dialect.ArgLimit:
 								args = append(args, 1)
 							}
 						}
 						what := fmt.Sprintf("pick's lock of %d", n)
-						lock := explainPlan(t, e, db, true, st.PickLock.SQL, args...)
+						lock := explainPlan(t, e, db, true, st.Claim.PickLock.SQL, args...)
 						t.Logf("%s:\n%s", what, planText(lock))
 						explainMust(t, what, lock, []string{"range on " + table + " using PRIMARY"}, []string{"filesort"})
 						for _, r := range reads(lock, table) {
@@ -636,7 +637,7 @@ func TestExplainRowLockPick(t *testing.T) {
 								t.Errorf("%s: %v reads %.0f rows for a claim of one", what, r, r.Rows+r.Removed)
 							}
 						}
-						if extra := mysqlExtra(t, db, st.PickLock.SQL, args...); strings.Contains(extra, "filesort") {
+						if extra := mysqlExtra(t, db, st.Claim.PickLock.SQL, args...); strings.Contains(extra, "filesort") {
 							t.Errorf("%s sorts the rows: %s", what, extra)
 						}
 					}

@@ -1,6 +1,6 @@
 package dbtest
 
-// PostgreSQL's advisory claim takes its lock in SQL (Statements.LockFirst):
+// PostgreSQL's advisory claim takes its lock in SQL (Statements.Advisory.LockFirst):
 // the server walks a page of candidates and stops at the first key it
 // locks. These tests hold it to what the walk from Go promised: the lock
 // is PostgresLockKey's, one lock a job, held keys passed over however many
@@ -58,7 +58,7 @@ func TestLockFirstLocksPostgresLockKey(t *testing.T) {
 				table := lockFirstTable(t, e, db, "lockfirst_"+name, c.typ)
 				for _, spelling := range []string{table, "public." + table} {
 					q := newQueue(t, db2, inbox.Config{Dialect: e.Dialect, Table: inbox.Table{Name: spelling, AdvisoryKey: "k"}})
-					if q.Statements().LockFirst.SQL == "" {
+					if q.Statements().Advisory.LockFirst.SQL == "" {
 						t.Fatal("the PostgreSQL dialect has no LockFirst: this test tests nothing")
 					}
 					for _, k := range c.keys {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"net"
 	"sort"
 	"strconv"
@@ -21,11 +22,11 @@ import (
 // as the engine resolves it (Postgres: schema.table; MySQL: database.table).
 func tableIdentity(t testing.TB, e Engine, db *sql.DB, table string) string {
 	t.Helper()
-	ti, ok := e.Dialect.(inbox.TableIdentifier)
+	ti, ok := e.Dialect.(dialect.TableIdentifier)
 	if !ok {
 		return table
 	}
-	n := inbox.Names{Raw: inbox.Table{Name: table}}
+	n := dialect.Names{Raw: dialect.Table{Name: table}}
 	var quoted []string
 	parts := strings.Split(table, ".")
 	for _, p := range parts {

@@ -9,7 +9,7 @@ import (
 // TestClaimPlannedOnce: on PostgreSQL a lease claim run prepared (pgx's
 // statement cache; lib/pq with Config.Prepare) is planned in its first five
 // runs only, then runs the generic plan: its locking reads are bounded by a
-// number in the text (Statements.ClaimBounded), which the plan can see. With
+// number in the text (Statements.Claim.TakeBounded), which the plan can see. With
 // the limit a parameter alone the server planned every claim again, its
 // generic plan expecting a tenth of the table. The table has its claim
 // indexes and is named plainly and by its schema; claims of 1, 3 and 16.
@@ -54,7 +54,7 @@ func TestClaimPlannedOnce(t *testing.T) {
 							}
 						}
 						var generic, custom int64
-						sent := q.Statements().ClaimFor(batch).SQL
+						sent := q.Statements().Claim.For(batch).SQL
 						err := db.QueryRowContext(ctx, "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1", sent).Scan(&generic, &custom)
 						if err != nil {
 							t.Fatalf("claim of %d: the session's prepared claim: %v", batch, err)

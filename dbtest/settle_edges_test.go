@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"math/rand"
 	"strings"
 	"sync"
@@ -474,7 +475,7 @@ func TestClaimReadFailsGivesBack(t *testing.T) {
 		if !lease(form) && !e.IsSQLite() {
 			// The candidate read sees a readable priority; the row the
 			// claim re-reads under the lock has none.
-			l, _ := e.Dialect.(inbox.Locker)
+			l, _ := e.Dialect.(dialect.Locker)
 			cfg.Dialect = &hookDialect{Dialect: e.Dialect, locker: l, before: spoil}
 			hooked = true
 		}

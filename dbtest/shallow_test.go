@@ -15,7 +15,7 @@ import (
 
 // TestShallowClaimOrder: the one ordered read takes free rows and expired
 // leases in id order, steps over live leases and delayed jobs, and fences
-// the holder of a lease that ran out; claims of one (SQLite's ClaimOne)
+// the holder of a lease that ran out; claims of one (SQLite's Claim.TakeOne)
 // and of several alike. CheckSchema accepts the table without claim
 // indexes, described either way.
 func TestShallowClaimOrder(t *testing.T) {

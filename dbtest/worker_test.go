@@ -14,6 +14,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"runtime"
 	"slices"
 	"strings"
@@ -514,13 +515,13 @@ func TestWorkIdlePolls(t *testing.T) {
 		q := newQueue(t, db, queueConfig(e, Table(table, form), nil))
 		count.watch(q)
 		st := q.Statements()
-		pollSQL := st.Probe.SQL
+		pollSQL := st.Jobs.Probe.SQL
 		if pollSQL == "" {
-			pollSQL = st.ClaimFor(1).SQL // the loops claim one job at a time
+			pollSQL = st.Claim.For(1).SQL // the loops claim one job at a time
 			if form == "advisory" {
-				pollSQL = st.Candidates.SQL
-				if st.LockFirst.SQL != "" {
-					pollSQL = st.LockFirst.SQL
+				pollSQL = st.Advisory.Candidates.SQL
+				if st.Advisory.LockFirst.SQL != "" {
+					pollSQL = st.Advisory.LockFirst.SQL
 				}
 			}
 		}
@@ -597,10 +598,10 @@ func TestWorkPollsPerTable(t *testing.T) {
 		count.watch(qb)
 		// What an idle lease loop sends when its interval runs out.
 		pollOf := func(q *inbox.Queue) string {
-			if st := q.Statements(); st.Probe.SQL != "" {
-				return st.Probe.SQL
+			if st := q.Statements(); st.Jobs.Probe.SQL != "" {
+				return st.Jobs.Probe.SQL
 			}
-			return q.Statements().ClaimFor(1).SQL // a batch of one
+			return q.Statements().Claim.For(1).SQL // a batch of one
 		}
 		pa, pb := pollOf(qa), pollOf(qb)
 		polled := func() (a, b int) {
@@ -763,7 +764,7 @@ type workXCounter struct {
 // form and engine.
 func (c *workXCounter) watch(q *inbox.Queue) {
 	st := q.Statements()
-	for _, s := range append([]inbox.Stmt{st.Claim, st.ClaimOne, st.ClaimSelect, st.Candidates, st.LockFirst, st.Pick}, st.ClaimBounded...) {
+	for _, s := range append([]dialect.Stmt{st.Claim.Take, st.Claim.TakeOne, st.Claim.Select, st.Advisory.Candidates, st.Advisory.LockFirst, st.Claim.Pick}, st.Claim.TakeBounded...) {
 		if s.SQL != "" {
 			c.claimed.Add(s.SQL)
 		}

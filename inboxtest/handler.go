@@ -212,12 +212,12 @@ func settledBy(calls []call) string {
 		switch {
 		case c.op == "prepare":
 			// Config.Prepare: the statement runs next, if at all.
-		case c.is("DeadInsert"):
+		case c.is("Settle.Dead"):
 			// Its DeadDelete may have the Ack's text: the insert tells.
 			return "dead"
-		case c.is("Ack"):
+		case c.is("Settle.Ack"):
 			kind = "ack"
-		case c.is("Retry") && kind == "release":
+		case c.is("Settle.Retry") && kind == "release":
 			kind = "retry"
 		}
 	}

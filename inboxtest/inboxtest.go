@@ -41,6 +41,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"math"
 	"reflect"
 	"runtime"
@@ -290,7 +291,7 @@ func (m *Mock) ExpectEmptyClaim(max int) { m.ExpectClaim(max) }
 // being one statement (the lease on PostgreSQL and SQLite, the advisory
 // lock).
 func (m *Mock) ExpectProbe(found bool) {
-	p := m.q.Statements().Probe
+	p := m.q.Statements().Jobs.Probe
 	if p.SQL == "" {
 		panic("inboxtest: expect probe: this queue's idle loop claims at once, without a probe; expect the claim")
 	}
@@ -386,7 +387,7 @@ func (m *Mock) ExpectExtend(id any) { m.expect(id, Extend, false) }
 
 // ExpectLeaseLost expects call on the job id to find its hold gone. Lease
 // and advisory: the statement that checks the delivery's token finds no row,
-// the row is read back (Statements.Verdict; the lease only while it is in
+// the row is read back (Statements.Settle.Verdict; the lease only while it is in
 // force) and found another claim's, and the call returns
 // [inbox.ErrLeaseLost]. Row lock: the first statement
 // on the held transaction fails with [ErrSessionLost], which the call
@@ -553,9 +554,9 @@ func (m *Mock) args(c call, g *group) []driver.Value {
 			break
 		}
 		switch a {
-		case inbox.ArgMicros:
+		case dialect.ArgMicros:
 			args[i] = positive{}
-		case inbox.ArgUntil:
+		case dialect.ArgUntil:
 			if _, loose := args[i].(anyTime); loose {
 				continue // a time from time.Now: any
 			}

@@ -7,11 +7,10 @@ package inboxtest
 import (
 	"database/sql/driver"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"runtime"
 	"strings"
 	"time"
-
-	"github.com/sqlinbox/inbox"
 )
 
 // delayWords is a delay as the messages write it.
@@ -146,7 +145,7 @@ func (s *sent) is(names ...string) bool {
 
 // arg returns the value of the statement's first parameter a, nil when it
 // takes none.
-func (s *sent) arg(a inbox.Arg) driver.Value {
+func (s *sent) arg(a dialect.Arg) driver.Value {
 	if s.k == nil {
 		return nil
 	}
@@ -167,7 +166,7 @@ func (s *sent) preamble() bool {
 	case "begin", "prepare":
 		return true
 	case "query", "exec":
-		return s.is("Now", "RollbackToSavepoint", "Relock")
+		return s.is("Now", "RowLock.RollbackToSavepoint", "RowLock.Relock")
 	}
 	return false
 }
@@ -191,17 +190,17 @@ func (s *sent) opOf() string {
 		return s.api
 	}
 	switch {
-	case s.is("DeadInsert"):
+	case s.is("Settle.Dead"):
 		return "Dead"
-	case s.is("Ack", "Retry", "Release", "Extend", "Probe"):
-		for _, n := range []string{"Ack", "Retry", "Release", "Extend", "Probe"} {
+	case s.is("Settle.Ack", "Settle.Retry", "Settle.Release", "Settle.Extend", "Jobs.Probe"):
+		for _, n := range []string{"Settle.Ack", "Settle.Retry", "Settle.Release", "Settle.Extend", "Jobs.Probe"} {
 			if s.is(n) {
-				return n
+				return n[strings.IndexByte(n, '.')+1:]
 			}
 		}
 	case s.dialect == "identity" || s.dialect == "lock" ||
-		s.is("Claim", "ClaimOne", "ClaimSelect", "ClaimSelectMore", "ClaimMark", "Pick", "PickMore", "PickLock",
-			"Candidates", "LockFirst"):
+		s.is("Claim.Take", "Claim.TakeOne", "Claim.Select", "Claim.SelectMore", "Claim.Mark", "Claim.Pick", "Claim.PickMore", "Claim.PickLock",
+			"Advisory.Candidates", "Advisory.LockFirst"):
 		return "Claim"
 	case s.k != nil:
 		return "the queue's " + s.k.names[0]
@@ -221,7 +220,7 @@ func (r *tap) what(s *sent) (string, any) {
 		return "a statement not the queue's (" + s.line() + ")", nil
 	}
 	var id any
-	if v := s.arg(inbox.ArgID); v != nil {
+	if v := s.arg(dialect.ArgID); v != nil {
 		id, _ = normID(v)
 	} else if s.held != nil && op != "Claim" {
 		id = s.held
@@ -234,18 +233,18 @@ func (r *tap) what(s *sent) (string, any) {
 		} else if ok {
 			details = append(details, "after about "+d.String())
 		}
-		if t := textOf(s.arg(inbox.ArgError)); t != "" {
+		if t := textOf(s.arg(dialect.ArgError)); t != "" {
 			details = append(details, errorWords(t))
 		}
 		if len(details) > 0 {
 			op += "(" + strings.Join(details, ", ") + ")"
 		}
 	case "Dead", "DeadTx", "Drop":
-		if t := textOf(s.arg(inbox.ArgError)); t != "" {
+		if t := textOf(s.arg(dialect.ArgError)); t != "" {
 			op += "(" + errorWords(t) + ")"
 		}
 	case "Claim":
-		if v := s.arg(inbox.ArgLimit); v != nil && s.is("Claim", "ClaimOne", "ClaimSelect") {
+		if v := s.arg(dialect.ArgLimit); v != nil && s.is("Claim.Take", "Claim.TakeOne", "Claim.Select") {
 			op = fmt.Sprintf("Claim(ctx, %v)", v)
 		}
 	}
@@ -255,23 +254,23 @@ func (r *tap) what(s *sent) (string, any) {
 // delay is the delay of the retry s sends, when its arguments tell
 // (ok), and whether exactly: where the queue read time.Now, only about.
 func (r *tap) delay(s *sent) (d time.Duration, exact, ok bool) {
-	if v := s.arg(inbox.ArgMicros); v != nil {
+	if v := s.arg(dialect.ArgMicros); v != nil {
 		n, ok := v.(int64)
 		return time.Duration(n) * time.Microsecond, true, ok
 	}
-	u := s.arg(inbox.ArgUntil)
+	u := s.arg(dialect.ArgUntil)
 	if u == nil || s.m == nil {
 		return 0, false, false
 	}
-	dialect := s.m.db.d
-	until, err := dialect.ScanTime(u)
+	dl := s.m.db.d
+	until, err := dl.ScanTime(u)
 	if err != nil {
 		return 0, false, false
 	}
 	var now time.Time
 	switch {
-	case s.arg(inbox.ArgNow) != nil:
-		if now, err = dialect.ScanTime(s.arg(inbox.ArgNow)); err != nil {
+	case s.arg(dialect.ArgNow) != nil:
+		if now, err = dl.ScanTime(s.arg(dialect.ArgNow)); err != nil {
 			return 0, false, false
 		}
 	case s.m.now != nil:

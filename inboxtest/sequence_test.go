@@ -9,6 +9,7 @@ import (
 	"database/sql/driver"
 	"flag"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"os"
 	"strings"
 	"testing"
@@ -89,35 +90,35 @@ func TestSequenceMySQLClock(t *testing.T) {
 	st := m.q.Statements()
 	want(t, "claim", record(m, func() { m.ExpectClaim(1, job7) }),
 		"begin",
-		"query "+st.ClaimSelect.SQL+" [1]",
-		"exec "+st.ClaimMark.SQL+" [2024-01-01 12:00:30.000000 "+marks16(7, 1)+" 2024-01-01 12:00:00.000000]",
+		"query "+st.Claim.Select.SQL+" [1]",
+		"exec "+st.Claim.Mark.SQL+" [2024-01-01 12:00:30.000000 "+marks16(7, 1)+" 2024-01-01 12:00:00.000000]",
 		"commit")
 	want(t, "retry", record(m, func() { m.ExpectRetry(7, time.Minute) }),
 		"query SELECT UTC_TIMESTAMP(6)",
-		"exec "+st.Retry.SQL+" [2024-01-01 12:01:01.000000 7 2 2024-01-01 12:00:30.000000]")
+		"exec "+st.Settle.Retry.SQL+" [2024-01-01 12:01:01.000000 7 2 2024-01-01 12:00:30.000000]")
 	// The dead move is two statements in a transaction of its own. Each
 	// reading of the engine's clock is a second after the last.
 	m.ExpectClaim(1, job7)
 	want(t, "dead", record(m, func() { m.ExpectDead(7) }),
 		"begin",
-		"exec "+st.DeadInsert.SQL+" [1 7 2 2024-01-01 12:00:32.000000]",
-		"exec "+st.DeadDelete.SQL+" [7 2 2024-01-01 12:00:32.000000]",
+		"exec "+st.Settle.Dead.SQL+" [1 7 2 2024-01-01 12:00:32.000000]",
+		"exec "+st.Settle.DeadDelete.SQL+" [7 2 2024-01-01 12:00:32.000000]",
 		"commit")
 	m.ExpectClaim(1, job7)
 	// Within the lease the row is read back: gone would be a cancel.
 	want(t, "dead, lost", record(m, func() { m.ExpectLeaseLost(7, Dead) }),
 		"begin",
-		"exec "+st.DeadInsert.SQL+" [1 7 2 2024-01-01 12:00:33.000000]",
+		"exec "+st.Settle.Dead.SQL+" [1 7 2 2024-01-01 12:00:33.000000]",
 		"rollback",
-		"query "+st.Verdict.SQL+" [7]")
+		"query "+st.Settle.Verdict.SQL+" [7]")
 
 	// The caller's clock: no read, its reading in UTC to the microsecond.
 	m = recorder(t, inbox.Config{Dialect: inbox.MySQL, Table: pgLease, Now: func() time.Time { return t0 }})
 	st = m.q.Statements()
 	want(t, "claim, injected clock", record(m, func() { m.ExpectClaim(1, job7) }),
 		"begin",
-		"query "+st.ClaimSelect.SQL+" [2024-03-01 12:00:00.123456 1]",
-		"exec "+st.ClaimMark.SQL+" [2024-03-01 12:00:30.123456 "+marks16(7, 1)+" 2024-03-01 12:00:00.123456]",
+		"query "+st.Claim.Select.SQL+" [2024-03-01 12:00:00.123456 1]",
+		"exec "+st.Claim.Mark.SQL+" [2024-03-01 12:00:30.123456 "+marks16(7, 1)+" 2024-03-01 12:00:00.123456]",
 		"commit")
 }
 
@@ -128,24 +129,24 @@ func TestSequencePostgresLease(t *testing.T) {
 	st := m.q.Statements()
 	exp := dbNow.Add(30 * time.Second)
 	want(t, "claim", record(m, func() { m.ExpectClaim(4, job7) }),
-		fmt.Sprintf("query %s [4 4 4 %d]", st.ClaimFor(4).SQL, (30*time.Second).Microseconds()))
+		fmt.Sprintf("query %s [4 4 4 %d]", st.Claim.For(4).SQL, (30*time.Second).Microseconds()))
 	want(t, "dead", record(m, func() { m.ExpectDead(7) }),
-		fmt.Sprintf("exec %s [7 2 %v 1]", st.DeadInsert.SQL, exp))
-	if !strings.HasPrefix(st.DeadInsert.SQL, `WITH gone AS (DELETE FROM "jobs"`) || st.DeadDelete.SQL != "" {
-		t.Errorf("dead move: %q then %q, want one statement", st.DeadInsert.SQL, st.DeadDelete.SQL)
+		fmt.Sprintf("exec %s [7 2 %v 1]", st.Settle.Dead.SQL, exp))
+	if !strings.HasPrefix(st.Settle.Dead.SQL, `WITH gone AS (DELETE FROM "jobs"`) || st.Settle.DeadDelete.SQL != "" {
+		t.Errorf("dead move: %q then %q, want one statement", st.Settle.Dead.SQL, st.Settle.DeadDelete.SQL)
 	}
 	// The engine's clock has moved on by the next claim.
 	m.ExpectClaim(1, job7)
 	want(t, "retry", record(m, func() { m.ExpectRetry(7, time.Minute) }),
-		fmt.Sprintf("exec %s [%d 7 2 %v]", st.Retry.SQL, time.Minute.Microseconds(), exp.Add(time.Second)))
+		fmt.Sprintf("exec %s [%d 7 2 %v]", st.Settle.Retry.SQL, time.Minute.Microseconds(), exp.Add(time.Second)))
 
 	m = recorder(t, inbox.Config{Dialect: inbox.Postgres, Table: pgLease, Now: func() time.Time { return t0 }})
 	st = m.q.Statements()
 	now := t0.UTC().Truncate(time.Microsecond)
 	want(t, "claim, injected clock", record(m, func() { m.ExpectClaim(1, job7) }),
-		fmt.Sprintf("query %s [1 %v 1 1 %v]", st.ClaimFor(1).SQL, now, now.Add(30*time.Second)))
+		fmt.Sprintf("query %s [1 %v 1 1 %v]", st.Claim.For(1).SQL, now, now.Add(30*time.Second)))
 	want(t, "ack", record(m, func() { m.ExpectAck(7) }),
-		fmt.Sprintf("exec %s [7 2 %v]", st.Ack.SQL, now.Add(30*time.Second)))
+		fmt.Sprintf("exec %s [7 2 %v]", st.Settle.Ack.SQL, now.Add(30*time.Second)))
 }
 
 // The row lock: a transaction per job, open until the settlement; the
@@ -155,32 +156,32 @@ func TestSequenceRowLock(t *testing.T) {
 	st := m.q.Statements()
 	want(t, "claim of 2 finding 1", record(m, func() { m.ExpectClaim(2, job7) }),
 		"begin",
-		"query "+st.Claim.SQL,
-		"query "+st.ClaimsCount.SQL+" [7]",
+		"query "+st.Claim.Take.SQL,
+		"query "+st.RowLock.ClaimsCount.SQL+" [7]",
 		"begin",
-		"query "+st.Claim.SQL,
+		"query "+st.Claim.Take.SQL,
 		"rollback")
 	want(t, "ack", record(m, func() { m.ExpectAck(7) }),
-		"exec "+st.Ack.SQL+" [7]",
-		"exec "+st.ClaimsClear.SQL+" [7]",
+		"exec "+st.Settle.Ack.SQL+" [7]",
+		"exec "+st.RowLock.ClaimsClear.SQL+" [7]",
 		"commit")
 	m.ExpectClaim(1, job7)
 	want(t, "release", record(m, func() { m.ExpectRelease(7) }),
 		"begin",
-		"exec "+st.ClaimsGiveBack.SQL+" [7]",
+		"exec "+st.RowLock.ClaimsGiveBack.SQL+" [7]",
 		"rollback",
 		"commit")
 	m.ExpectClaim(1, job7)
 	want(t, "tx", record(m, func() { m.ExpectTx(7) }),
-		"exec "+st.Savepoint.SQL)
+		"exec "+st.RowLock.Savepoint.SQL)
 	want(t, "retry after tx", record(m, func() { m.ExpectRetry(7, 0) }),
-		"exec "+st.RollbackToSavepoint.SQL,
-		"exec "+st.Retry.SQL+" [0 7]",
-		"exec "+st.ClaimsClear.SQL+" [7]",
+		"exec "+st.RowLock.RollbackToSavepoint.SQL,
+		"exec "+st.Settle.Retry.SQL+" [0 7]",
+		"exec "+st.RowLock.ClaimsClear.SQL+" [7]",
 		"commit")
 	m.ExpectClaim(1, job7)
 	want(t, "ack, session lost", record(m, func() { m.ExpectLeaseLost(7, Ack) }),
-		"exec "+st.Ack.SQL+" [7] ! "+ErrSessionLost.Error(),
+		"exec "+st.Settle.Ack.SQL+" [7] ! "+ErrSessionLost.Error(),
 		"rollback")
 
 	m = recorder(t, inbox.Config{Dialect: inbox.MySQL, Table: rowLock})
@@ -189,11 +190,11 @@ func TestSequenceRowLock(t *testing.T) {
 	// locks, then the first free one locked by primary key.
 	want(t, "mysql claim", record(m, func() { m.ExpectClaim(1, job7) }),
 		"begin",
-		"query "+st.Pick.SQL+" [10]",
-		"query "+st.PickLock.SQL+" [7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 1]")
+		"query "+st.Claim.Pick.SQL+" [10]",
+		"query "+st.Claim.PickLock.SQL+" [7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 1]")
 	want(t, "mysql retry", record(m, func() { m.ExpectRetry(7, time.Minute) }),
 		"query SELECT UTC_TIMESTAMP(6)",
-		"exec "+st.Retry.SQL+" [2024-01-01 12:01:00.000000 7]",
+		"exec "+st.Settle.Retry.SQL+" [2024-01-01 12:01:00.000000 7]",
 		"commit")
 }
 
@@ -207,28 +208,28 @@ func TestSequenceAdvisory(t *testing.T) {
 	key := inbox.PostgresLockKey("jobs", "7")
 	want(t, "first claim", record(m, func() { m.ExpectClaim(1, job7) }),
 		`query SELECT (SELECT ns.nspname || '.' || c.relname FROM pg_catalog.pg_class c …`,
-		"query "+st.LockFirst.SQL+" [10 jobs 10 10]",
-		"query "+st.Claim.SQL+" [7 1]")
+		"query "+st.Advisory.LockFirst.SQL+" [10 jobs 10 10]",
+		"query "+st.Claim.Take.SQL+" [7 1]")
 	want(t, "ack", record(m, func() { m.ExpectAck(7) }),
-		"exec "+st.Ack.SQL+" [7 2]",
+		"exec "+st.Settle.Ack.SQL+" [7 2]",
 		fmt.Sprintf("query SELECT pg_advisory_unlock($1) [%d]", key))
 	// No key free and no page's last row: nothing follows.
 	want(t, "second claim", record(m, func() { m.ExpectEmptyClaim(1) }),
-		"query "+st.LockFirst.SQL+" [10 jobs 10 10]")
+		"query "+st.Advisory.LockFirst.SQL+" [10 jobs 10 10]")
 
 	m = recorder(t, inbox.Config{Dialect: inbox.MySQL, Table: advisory})
 	st = m.q.Statements()
 	name := inbox.MySQLLockName("jobs", "7")
 	want(t, "mysql first claim", record(m, func() { m.ExpectClaim(1, job7) }),
 		"query SELECT (SELECT CONCAT(table_schema, '.', table_name) FROM information_schema.tables …",
-		"query "+st.Candidates.SQL+" [10]",
+		"query "+st.Advisory.Candidates.SQL+" [10]",
 		"query SELECT GET_LOCK(?, 0) ["+name+"]",
-		"query "+st.ClaimSelect.SQL+" [7 1]",
-		"exec "+st.ClaimMark.SQL+" [7 1]")
+		"query "+st.Claim.Select.SQL+" [7 1]",
+		"exec "+st.Claim.Mark.SQL+" [7 1]")
 	want(t, "mysql dead", record(m, func() { m.ExpectDead(7) }),
 		"begin",
-		"exec "+st.DeadInsert.SQL+" [1 7 2]",
-		"exec "+st.DeadDelete.SQL+" [7 2]",
+		"exec "+st.Settle.Dead.SQL+" [1 7 2]",
+		"exec "+st.Settle.DeadDelete.SQL+" [7 2]",
 		"commit",
 		"query SELECT RELEASE_LOCK(?) ["+name+"]")
 
@@ -237,10 +238,10 @@ func TestSequenceAdvisory(t *testing.T) {
 	st = m.q.Statements()
 	want(t, "sqlite first claim", record(m, func() { m.ExpectClaim(1, job7) }),
 		"query SELECT (SELECT file FROM pragma_database_list …",
-		"query "+st.Candidates.SQL+" [2024-03-01T12:00:00.123456Z 10]",
-		"query "+st.Claim.SQL+" [7 1 2024-03-01T12:00:00.123456Z]")
+		"query "+st.Advisory.Candidates.SQL+" [2024-03-01T12:00:00.123456Z 10]",
+		"query "+st.Claim.Take.SQL+" [7 1 2024-03-01T12:00:00.123456Z]")
 	want(t, "sqlite retry", record(m, func() { m.ExpectRetry(7, time.Minute) }),
-		"exec "+st.Retry.SQL+" [2024-03-01T12:01:00.123456Z 7 2]")
+		"exec "+st.Settle.Retry.SQL+" [2024-03-01T12:01:00.123456Z 7 2]")
 }
 
 // The arguments expected: exact but for the page size of the advisory
@@ -383,16 +384,16 @@ func docSection(t *testing.T, b *strings.Builder, cfg inbox.Config) {
 	show("Claim(ctx, 1), the queue's first, returning job 7:", "Claim", func() { m.ExpectClaim(1, job7) })
 	m.ExpectAck(7)
 	show("Claim(ctx, 1) finding none:", "Claim", func() { m.ExpectEmptyClaim(1) })
-	if p := m.q.Statements().Probe; p.SQL != "" {
+	if p := m.q.Statements().Jobs.Probe; p.SQL != "" {
 		// Sent by an idle worker.Run loop, not by a call of the worker's: shown
 		// as ExpectProbe expects it.
 		arg := ""
 		if len(p.Args) > 0 {
 			arg = "now"
 		}
-		fmt.Fprintf(b, "worker.Run, idle, its fallback interval run out (ExpectProbe; a claim follows a row):\n  query Probe(%s) → row (1) or no row\n", arg)
+		fmt.Fprintf(b, "worker.Run, idle, its fallback interval run out (ExpectProbe; a claim follows a row):\n  query Jobs.Probe(%s) → row (1) or no row\n", arg)
 		stmts = append(stmts, p.SQL)
-		seen[p.SQL], names[p.SQL] = true, "Probe"
+		seen[p.SQL], names[p.SQL] = true, "Jobs.Probe"
 	}
 	type settle struct {
 		title, prefer string
@@ -445,7 +446,8 @@ func docName(m *Mock, c call, prefer string) string {
 		return ""
 	}
 	for _, n := range c.names {
-		if n == prefer || (prefer == "Dead" && strings.HasPrefix(n, "Dead")) {
+		leaf := n[strings.LastIndexByte(n, '.')+1:]
+		if leaf == prefer || strings.HasPrefix(n, prefer+".") || (prefer == "Dead" && strings.HasPrefix(n, "Settle.Dead")) {
 			return n
 		}
 	}
@@ -463,14 +465,14 @@ func docLine(m *Mock, c call, name, prefer string) string {
 	var args []string
 	for i := 0; i < len(c.args); i++ {
 		args = append(args, docArg(m, c, i, prefer))
-		if c.stmt != nil && c.stmt.Args[i] == inbox.ArgID {
+		if c.stmt != nil && c.stmt.Args[i] == dialect.ArgID {
 			n := 1
-			for i+n < len(c.args) && c.stmt.Args[i+n] == inbox.ArgID {
+			for i+n < len(c.args) && c.stmt.Args[i+n] == dialect.ArgID {
 				n++
 			}
 			if n > 1 {
 				what := "the claimed ids"
-				if c.is("PickLock") {
+				if c.is("Claim.PickLock") {
 					what = "candidates of one priority"
 				}
 				args[len(args)-1] = fmt.Sprintf("%d ids (%s in order, the last repeated)", n, what)
@@ -508,34 +510,34 @@ func docArg(m *Mock, c call, i int, prefer string) string {
 	}
 	retry := prefer == "Retry"
 	switch a := c.stmt.Args[i]; a {
-	case inbox.ArgID:
+	case dialect.ArgID:
 		return "id"
-	case inbox.ArgAttempt:
+	case dialect.ArgAttempt:
 		return "attempt+1"
-	case inbox.ArgDelivered:
+	case dialect.ArgDelivered:
 		return "attempt"
-	case inbox.ArgExpiry:
+	case dialect.ArgExpiry:
 		return "expiry"
-	case inbox.ArgIDs:
+	case dialect.ArgIDs:
 		return "{id, …}"
-	case inbox.ArgAttempts:
+	case dialect.ArgAttempts:
 		return "{attempt+1, …}"
-	case inbox.ArgExpiries:
+	case dialect.ArgExpiries:
 		return "{expiry, …}"
-	case inbox.ArgNow:
+	case dialect.ArgNow:
 		return "now"
-	case inbox.ArgUntil:
+	case dialect.ArgUntil:
 		if retry {
 			return "now+d"
 		}
 		return "now+lease"
-	case inbox.ArgMicros:
+	case dialect.ArgMicros:
 		if retry {
 			return "d in µs"
 		}
 		return "lease in µs"
-	case inbox.ArgLimit:
-		if c.is("Candidates", "CandidatesAfter", "Pick", "PickAfter", "PickMore", "PickMoreAfter") {
+	case dialect.ArgLimit:
+		if c.is("Advisory.Candidates", "Advisory.CandidatesAfter", "Claim.Pick", "Claim.PickAfter", "Claim.PickMore", "Claim.PickMoreAfter") {
 			return "page"
 		}
 		return "max"

@@ -11,6 +11,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"reflect"
 	"strings"
 	"testing"
@@ -61,135 +62,135 @@ type stmtDoc struct{ what, when string }
 // fails the test, so that a new statement gets its description.
 var stmtDocs = map[string]stmtDoc{
 	"Now": {"Reads the engine's clock, for the statements after it that send times the engine cannot return itself.",
-		"before a statement that sends a time computed from now (a `Retry`, an `Extend`, `Stats`), when `Config.Now` is not set; a lease claim reads the clock with its rows instead."},
-	"Claim": {"Claims jobs in one statement: marks them taken (the attempt counted, under the lease the expiry written) and returns id, the attempt delivered, the expiry (lease) and the data columns.",
+		"before a statement that sends a time computed from now (a `Settle.Retry`, an `Settle.Extend`, `Jobs.Stats`), when `Config.Now` is not set; a lease claim reads the clock with its rows instead."},
+	"Claim.Take": {"Claims jobs in one statement: marks them taken (the attempt counted, under the lease the expiry written) and returns id, the attempt delivered, the expiry (lease) and the data columns.",
 		"`Queue.Claim`, and so each claim of `worker.Run`. Lease: up to max jobs, outside any transaction. Row lock: one job, inside the transaction that then holds it, once per job claimed. Advisory: the candidate whose lock was just taken, if no one claimed it meanwhile."},
-	"ClaimOne": {"Claims one job, as `Claim` does, naming its row with `=` where `Claim` names a set with `IN`: SQLite then updates in one pass, without a temporary table.",
+	"Claim.TakeOne": {"Claims one job, as `Claim.Take` does, naming its row with `=` where `Claim.Take` names a set with `IN`: SQLite then updates in one pass, without a temporary table.",
 		"`Queue.Claim` of one job (each claim of `worker.Run` with a batch of one)."},
-	"ClaimSelect": {"Reads and locks claimable jobs in the claim's transaction, returning id, the attempt delivered and the data columns.",
+	"Claim.Select": {"Reads and locks claimable jobs in the claim's transaction, returning id, the attempt delivered and the data columns.",
 		"`Queue.Claim` on an engine without `UPDATE … RETURNING`, first statement of the claim's transaction (advisory: the candidate under its lock)."},
-	"ClaimMark": {"Marks the jobs the claim read: counts their attempt and, under the lease, writes their expiry; a row marked only if it still carries the attempt read and is still claimable.",
-		"`Queue.Claim`, after `ClaimSelect` (or `PickLock`), in the same transaction; a lease claim marks up to 16 jobs per statement."},
-	"ClaimMarked": {"Returns which of the named jobs carry the expiry just written.",
-		"`Queue.Claim`, when a lease `ClaimMark` changed fewer rows than it named: the claim delivers those alone."},
-	"ClaimSelectMore": {"Reads more claimable jobs, as `ClaimSelect` does, for the places it left.",
+	"Claim.Mark": {"Marks the jobs the claim read: counts their attempt and, under the lease, writes their expiry; a row marked only if it still carries the attempt read and is still claimable.",
+		"`Queue.Claim`, after `Claim.Select` (or `Claim.PickLock`), in the same transaction; a lease claim marks up to 16 jobs per statement."},
+	"Claim.Marked": {"Returns which of the named jobs carry the expiry just written.",
+		"`Queue.Claim`, when a lease `Claim.Mark` changed fewer rows than it named: the claim delivers those alone."},
+	"Claim.SelectMore": {"Reads more claimable jobs, as `Claim.Select` does, for the places it left.",
 		"`Queue.Claim` of a lease, when the first read returned fewer jobs than max."},
-	"Pick": {"Reads up to a page of claimable jobs' ids (and priorities) in claim order, without locking them: InnoDB keeps the lock of every row a locking read passed, so the claim locks only the rows it takes, by id (`PickLock`).",
+	"Claim.Pick": {"Reads up to a page of claimable jobs' ids (and priorities) in claim order, without locking them: InnoDB keeps the lock of every row a locking read passed, so the claim locks only the rows it takes, by id (`Claim.PickLock`).",
 		"`Queue.Claim`, first page of candidates."},
-	"PickAfter": {"Reads the next page of candidates, past the last one read, in claim order.",
+	"Claim.PickAfter": {"Reads the next page of candidates, past the last one read, in claim order.",
 		"`Queue.Claim`, when every candidate of the page before was held by others."},
-	"PickMore": {"Reads a second set of candidates (the free jobs, where `Pick` reads the expired leases); the claim merges both in claim order.",
-		"`Queue.Claim` of a lease, beside `Pick`."},
-	"PickMoreAfter": {"The next page of `PickMore`'s candidates.",
+	"Claim.PickMore": {"Reads a second set of candidates (the free jobs, where `Claim.Pick` reads the expired leases); the claim merges both in claim order.",
+		"`Queue.Claim` of a lease, beside `Claim.Pick`."},
+	"Claim.PickMoreAfter": {"The next page of `Claim.PickMore`'s candidates.",
 		"`Queue.Claim` of a lease, when the candidates before were held by others."},
-	"PickLock": {"Locks, among the candidates named, the jobs still claimable and not held by another transaction, in id order, and returns them as `ClaimSelect` does.",
-		"`Queue.Claim`, after `Pick`, in the claim's transaction."},
-	"Candidates": {"Reads up to a page of claimable jobs (id, key, attempt) in id order, without locking them.",
+	"Claim.PickLock": {"Locks, among the candidates named, the jobs still claimable and not held by another transaction, in id order, and returns them as `Claim.Select` does.",
+		"`Queue.Claim`, after `Claim.Pick`, in the claim's transaction."},
+	"Advisory.Candidates": {"Reads up to a page of claimable jobs (id, key, attempt) in id order, without locking them.",
 		"`Queue.Claim` of the advisory form, before it tries each candidate's lock."},
-	"CandidatesAfter": {"Reads the next page of candidates, past the last id read.",
+	"Advisory.CandidatesAfter": {"Reads the next page of candidates, past the last id read.",
 		"`Queue.Claim` of the advisory form, when the page before gave fewer jobs than max."},
-	"LockFirst": {"Reads a page of candidates as `Candidates` does and, on the server, tries each key's session lock in claim order, stopping at the first taken: returns that candidate (id, key, attempt) and true, its lock held by the session. When no key is free it returns a full page's last candidate and false (no lock), or no row for a short page. The lock key is `PostgresLockKey`'s, hashed in SQL.",
-		"`Queue.Claim` of the advisory form on PostgreSQL, once per job, each on a connection of its own; the claim then re-reads the row with `Claim` on that connection."},
-	"LockFirstAfter": {"`LockFirst` over the next page of candidates, past the last id read.",
+	"Advisory.LockFirst": {"Reads a page of candidates as `Advisory.Candidates` does and, on the server, tries each key's session lock in claim order, stopping at the first taken: returns that candidate (id, key, attempt) and true, its lock held by the session. When no key is free it returns a full page's last candidate and false (no lock), or no row for a short page. The lock key is `PostgresLockKey`'s, hashed in SQL.",
+		"`Queue.Claim` of the advisory form on PostgreSQL, once per job, each on a connection of its own; the claim then re-reads the row with `Claim.Take` on that connection."},
+	"Advisory.LockFirstAfter": {"`Advisory.LockFirst` over the next page of candidates, past the last id read.",
 		"`Queue.Claim` of the advisory form on PostgreSQL, when no key of a full page before was free."},
-	"Extend": {"Moves a lease's expiry forward, if the row still carries the delivery's token (id, attempt, expiry).",
+	"Settle.Extend": {"Moves a lease's expiry forward, if the row still carries the delivery's token (id, attempt, expiry).",
 		"the keeper (`Delivery.Keep`, `KeepGroup`, and so `worker.Run`), every half lease while the handler runs."},
-	"Exists": {"Counts the rows carrying a token, on an engine that reports only changed rows as affected.",
-		"after an `Extend` or a `Retry` that affected no row: a write of the value the row already held is not a lost lease."},
-	"Verdict": {"Reads the job's row as it stands (its attempt and, under the lease, its expiry), a plain read sent once no statement of the settlement can still run: what the database holds after a settlement whose outcome is unknown.",
+	"Settle.Exists": {"Counts the rows carrying a token, on an engine that reports only changed rows as affected.",
+		"after an `Settle.Extend` or a `Settle.Retry` that affected no row: a write of the value the row already held is not a lost lease."},
+	"Settle.Verdict": {"Reads the job's row as it stands (its attempt and, under the lease, its expiry), a plain read sent once no statement of the settlement can still run: what the database holds after a settlement whose outcome is unknown.",
 		"a settlement whose context ended or whose connection broke mid-statement (lease: after an extension by the token found none; advisory: on the delivery's session, or under its lock), a settlement after one in the caller's transaction not yet known to have committed, and an advisory claim, for each delivery settled in a transaction never confirmed."},
-	"Ack": {"Deletes the job, if its row still carries the delivery's token (lease: id, attempt, expiry; advisory: id, attempt; row lock: the held transaction's row).",
+	"Settle.Ack": {"Deletes the job, if its row still carries the delivery's token (lease: id, attempt, expiry; advisory: id, attempt; row lock: the held transaction's row).",
 		"`Delivery.Ack`, `AckTx` (in the caller's transaction), and `worker.Run` when the handler returns nil."},
-	"Retry": {"Gives the job back for a later attempt: under the lease, an expiry at the retry time; otherwise the not-before time (and, row lock, the attempt counted).",
+	"Settle.Retry": {"Gives the job back for a later attempt: under the lease, an expiry at the retry time; otherwise the not-before time (and, row lock, the attempt counted).",
 		"`Delivery.Retry`, `RetryTx`, and `worker.Run` when the handler returns an error."},
-	"Release": {"Gives the job back at once without spending its attempt.",
+	"Settle.Release": {"Gives the job back at once without spending its attempt.",
 		"`Delivery.Release`, `ReleaseTx`, and `worker.Run` for a job claimed after its shutdown began."},
-	"DeadInsert": {"Copies the job into the dead table with the attempt delivered (where the engine can, deleting it in the same statement).",
+	"Settle.Dead": {"Copies the job into the dead table with the attempt delivered (where the engine can, deleting it in the same statement).",
 		"`Delivery.Dead`, `DeadTx`, `worker.Run` past `MaxAttempts`; row lock: a claim past `Table.MaxClaims`."},
-	"DeadDelete": {"Deletes the job the dead move copied, in the same transaction.",
-		"after `DeadInsert`, on an engine that cannot do both in one statement."},
-	"ClaimsCount": {"Counts one more delivery of the job in the claims table (returning the count where the engine can).",
+	"Settle.DeadDelete": {"Deletes the job the dead move copied, in the same transaction.",
+		"after `Settle.Dead`, on an engine that cannot do both in one statement."},
+	"RowLock.ClaimsCount": {"Counts one more delivery of the job in the claims table (returning the count where the engine can).",
 		"`Queue.Claim` of the row lock, from the pool, once the claim's transaction holds the row."},
-	"ClaimsRead": {"Reads the job's delivery count.",
-		"after `ClaimsCount`, on an engine whose upsert cannot return it."},
-	"ClaimsGiveBack": {"Takes one delivery back from the count.",
+	"RowLock.ClaimsRead": {"Reads the job's delivery count.",
+		"after `RowLock.ClaimsCount`, on an engine whose upsert cannot return it."},
+	"RowLock.ClaimsGiveBack": {"Takes one delivery back from the count.",
 		"`Delivery.Release` of the row lock, from the pool, before the held transaction rolls back."},
-	"ClaimsClear": {"Removes the job's count.",
-		"every other row-lock settlement (`Ack`, `Retry`, `Dead`), in the held transaction."},
-	"Savepoint": {"Marks the held transaction before the handler writes to it.",
+	"RowLock.ClaimsClear": {"Removes the job's count.",
+		"every other row-lock settlement (`Settle.Ack`, `Settle.Retry`, `Dead`), in the held transaction."},
+	"RowLock.Savepoint": {"Marks the held transaction before the handler writes to it.",
 		"the first `Delivery.Tx()` of a row-lock delivery."},
-	"RollbackToSavepoint": {"Undoes what the handler wrote in the held transaction.",
-		"a row-lock `Retry`, `Dead` or `Drop` after `Delivery.Tx()`, before it records the attempt."},
-	"Relock": {"Locks the job again if it still carries the attempt delivered, waiting for the lock up to a bound the server enforces (PostgreSQL: `lock_timeout` 30 s, set for its transaction; MySQL and MariaDB: `innodb_lock_wait_timeout`), since the holder may be the lost transaction's own session, still running a cut statement; a timed-out wait is a lost lease.",
-		"a row-lock `Retry`, `Dead` or `Drop` whose held transaction cannot be used any more (a failed statement, a deadlock, a cut session), first statement of a transaction of its own."},
-	"Enqueue": {"Inserts a job with the data given; the id comes from the table.",
+	"RowLock.RollbackToSavepoint": {"Undoes what the handler wrote in the held transaction.",
+		"a row-lock `Settle.Retry`, `Dead` or `Drop` after `Delivery.Tx()`, before it records the attempt."},
+	"RowLock.Relock": {"Locks the job again if it still carries the attempt delivered, waiting for the lock up to a bound the server enforces (PostgreSQL: `lock_timeout` 30 s, set for its transaction; MySQL and MariaDB: `innodb_lock_wait_timeout`), since the holder may be the lost transaction's own session, still running a cut statement; a timed-out wait is a lost lease.",
+		"a row-lock `Settle.Retry`, `Dead` or `Drop` whose held transaction cannot be used any more (a failed statement, a deadlock, a cut session), first statement of a transaction of its own."},
+	"Jobs.Enqueue": {"Inserts a job with the data given; the id comes from the table.",
 		"`Queue.Enqueue` without `Job.ID` or `Job.NotBefore`."},
-	"EnqueueID": {"Inserts a job with the id given.",
+	"Jobs.EnqueueID": {"Inserts a job with the id given.",
 		"`Queue.Enqueue` with `Job.ID`."},
-	"EnqueueAt": {"Inserts a job not claimable before the time given.",
+	"Jobs.EnqueueAt": {"Inserts a job not claimable before the time given.",
 		"`Queue.Enqueue` with `Job.NotBefore`."},
-	"EnqueueIDAt": {"Inserts a job with the id and the not-before time given.",
+	"Jobs.EnqueueIDAt": {"Inserts a job with the id and the not-before time given.",
 		"`Queue.Enqueue` with both."},
-	"Probe": {"Returns a row when a claim may find a job, in one statement where the claim is a transaction of several.",
+	"Jobs.Probe": {"Returns a row when a claim may find a job, in one statement where the claim is a transaction of several.",
 		"`Queue.Probe`: `worker.Run`, idle, when its fallback interval runs out; it claims only after a row."},
-	"DeadList": {"Lists up to a page of dead jobs, the most recent death first; with `Table.DeadAt`, those without a time of death (dead before the column was added) last.",
+	"Dead.List": {"Lists up to a page of dead jobs, the most recent death first; with `Table.DeadAt`, those without a time of death (dead before the column was added) last.",
 		"`Queue.ListDead` (the dashboard's dead list)."},
-	"DeadListAfter": {"Lists the next page of dead jobs, past the last one listed.",
+	"Dead.ListAfter": {"Lists the next page of dead jobs, past the last one listed.",
 		"`Queue.ListDead` with a cursor."},
-	"DeadListAfterNull": {"Lists the next page of the dead jobs without a time of death, past the last one listed.",
+	"Dead.ListAfterNull": {"Lists the next page of the dead jobs without a time of death, past the last one listed.",
 		"`Queue.ListDead` with a cursor whose `DeadAt` is zero, with `Table.DeadAt`."},
-	"DeadTake": {"Takes a dead job's data out of the dead table (deleting it, or locking it where the engine cannot return a deleted row).",
+	"Dead.Take": {"Takes a dead job's data out of the dead table (deleting it, or locking it where the engine cannot return a deleted row).",
 		"`Queue.RequeueDead`, in its transaction, before it enqueues the job again."},
-	"DeadTakeDelete": {"Deletes the dead job `DeadTake` locked.",
-		"`Queue.RequeueDead`, after `DeadTake`, on an engine without `DELETE … RETURNING`."},
-	"DeadPurge": {"Deletes every dead job.",
+	"Dead.TakeDelete": {"Deletes the dead job `Dead.Take` locked.",
+		"`Queue.RequeueDead`, after `Dead.Take`, on an engine without `DELETE … RETURNING`."},
+	"Dead.Purge": {"Deletes every dead job.",
 		"`Queue.PurgeDead` with a zero time."},
-	"DeadPurgeBefore": {"Deletes the dead jobs that died before the time given.",
+	"Dead.PurgeBefore": {"Deletes the dead jobs that died before the time given.",
 		"`Queue.PurgeDead(ctx, t)`."},
-	"DeadHas": {"Tells whether the dead table holds a job with the id given.",
+	"Dead.Has": {"Tells whether the dead table holds a job with the id given.",
 		"`Queue.Enqueue` and `Queue.EnqueueMany` with `Job.ID`, before the insert: a dead job's id is refused."},
-	"RequeueError": {"Writes a requeued job's last error text back.",
+	"Dead.RequeueError": {"Writes a requeued job's last error text back.",
 		"`Queue.RequeueDead`, after the insert, when the dead job had an error text."},
-	"Cancel": {"Deletes a job that waits (under the lease, whatever its lease: the holder learns by its keeper).",
+	"Jobs.Cancel": {"Deletes a job that waits (under the lease, whatever its lease: the holder learns by its keeper).",
 		"`Queue.Cancel`."},
-	"CancelLock": {"Locks the job without waiting, returning it when no claim holds it.",
-		"`Queue.Cancel` of the row lock, before `Cancel`, in one transaction."},
-	"JobExists": {"Tells a job in work from a missing one.",
+	"RowLock.CancelLock": {"Locks the job without waiting, returning it when no claim holds it.",
+		"`Queue.Cancel` of the row lock, before `Jobs.Cancel`, in one transaction."},
+	"Jobs.Exists": {"Tells a job in work from a missing one.",
 		"`Queue.Cancel`, when nothing was deleted."},
-	"Stats": {"Counts the jobs ready, waiting, in work and dead, and the age of the oldest ready one, in one row.",
+	"Jobs.Stats": {"Counts the jobs ready, waiting, in work and dead, and the age of the oldest ready one, in one row.",
 		"`Queue.Stats`: the dashboard and the metrics handler, on each scrape or page load."},
-	"InWork": {"Counts the jobs held, from the server's lock view, where `Stats` cannot tell them apart.",
-		"`Queue.Stats`, after `Stats`; its error leaves the count at -1."},
+	"Jobs.InWork": {"Counts the jobs held, from the server's lock view, where `Jobs.Stats` cannot tell them apart.",
+		"`Queue.Stats`, after `Jobs.Stats`; its error leaves the count at -1."},
 }
 
 // formDocs say it for one form, where the statement of that name differs
 // by form: "Field/form", the form as in the schema file's name.
 var formDocs = map[string]stmtDoc{
-	"Claim/lease": {"Claims up to max free or expired jobs in one statement: counts their attempt, writes their expiry, and returns id, the attempt delivered, the expiry and the data columns.",
+	"Claim.Take/lease": {"Claims up to max free or expired jobs in one statement: counts their attempt, writes their expiry, and returns id, the attempt delivered, the expiry and the data columns.",
 		"`Queue.Claim` (each claim of `worker.Run`), outside any transaction."},
-	"Claim/rowlock": {"Locks one claimable job in the claim's transaction, which holds it until the settlement, and returns id, the attempt delivered and the data columns. It writes nothing: a crash rolls it back.",
+	"Claim.Take/rowlock": {"Locks one claimable job in the claim's transaction, which holds it until the settlement, and returns id, the attempt delivered and the data columns. It writes nothing: a crash rolls it back.",
 		"`Queue.Claim`, once per job, each in a transaction of its own; a claim of fewer jobs than max ends with one that finds none."},
-	"Claim/advisory": {"Counts the attempt of the candidate whose lock was just taken, if it still has the attempt read and is claimable, and returns id, the attempt delivered and the data columns.",
-		"`Queue.Claim` of the advisory form, after `LockFirst` (PostgreSQL) or `TryLock`, for each candidate locked."},
-	"ClaimSelect/advisory": {"Reads the candidate whose lock was just taken, if it still has the attempt read and is claimable.",
+	"Claim.Take/advisory": {"Counts the attempt of the candidate whose lock was just taken, if it still has the attempt read and is claimable, and returns id, the attempt delivered and the data columns.",
+		"`Queue.Claim` of the advisory form, after `Advisory.LockFirst` (PostgreSQL) or `TryLock`, for each candidate locked."},
+	"Claim.Select/advisory": {"Reads the candidate whose lock was just taken, if it still has the attempt read and is claimable.",
 		"`Queue.Claim` of the advisory form, after `TryLock`, for each candidate locked; no transaction."},
-	"ClaimMark/advisory": {"Counts the attempt of the candidate read, if it still has the attempt read and is claimable.",
-		"`Queue.Claim` of the advisory form, after `ClaimSelect`."},
-	"Ack/lease": {"Deletes the job if its row still carries the delivery's token (id, attempt, expiry): none deleted is a lost lease.",
+	"Claim.Mark/advisory": {"Counts the attempt of the candidate read, if it still has the attempt read and is claimable.",
+		"`Queue.Claim` of the advisory form, after `Claim.Select`."},
+	"Settle.Ack/lease": {"Deletes the job if its row still carries the delivery's token (id, attempt, expiry): none deleted is a lost lease.",
 		"`Delivery.Ack`, `AckTx` (in the caller's transaction), and `worker.Run` when the handler returns nil."},
-	"Ack/rowlock": {"Deletes the job in the held transaction; the settlement then commits it, with what the handler wrote through `Delivery.Tx()`.",
+	"Settle.Ack/rowlock": {"Deletes the job in the held transaction; the settlement then commits it, with what the handler wrote through `Delivery.Tx()`.",
 		"`Delivery.Ack`, and `worker.Run` when the handler returns nil."},
-	"Ack/advisory": {"Deletes the job if its row still has the attempt delivered: none deleted means the lock was lost and the job claimed again.",
+	"Settle.Ack/advisory": {"Deletes the job if its row still has the attempt delivered: none deleted means the lock was lost and the job claimed again.",
 		"`Delivery.Ack`, `AckTx` (in the caller's transaction), and `worker.Run` when the handler returns nil; `Unlock` follows."},
-	"Retry/lease": {"Sets the lease to expire at the retry time, when the job is claimable again, if the row still carries the delivery's token.",
+	"Settle.Retry/lease": {"Sets the lease to expire at the retry time, when the job is claimable again, if the row still carries the delivery's token.",
 		"`Delivery.Retry`, `RetryTx`, and `worker.Run` when the handler returns an error."},
-	"Retry/rowlock": {"Counts the spent attempt and sets the not-before time, in the held transaction, which the settlement then commits.",
+	"Settle.Retry/rowlock": {"Counts the spent attempt and sets the not-before time, in the held transaction, which the settlement then commits.",
 		"`Delivery.Retry`, and `worker.Run` when the handler returns an error."},
-	"Retry/advisory": {"Sets the not-before time, if the row still has the attempt delivered.",
+	"Settle.Retry/advisory": {"Sets the not-before time, if the row still has the attempt delivered.",
 		"`Delivery.Retry` with a delay, `RetryTx`, and `worker.Run` when the handler returns an error; `Unlock` follows."},
-	"Release/lease": {"Clears the lease and gives the attempt back, if the row still carries the delivery's token.",
+	"Settle.Release/lease": {"Clears the lease and gives the attempt back, if the row still carries the delivery's token.",
 		"`Delivery.Release`, `ReleaseTx`, and `worker.Run` for a job claimed after its shutdown began."},
-	"Release/advisory": {"Gives the attempt back, if the row still has the attempt delivered.",
+	"Settle.Release/advisory": {"Gives the attempt back, if the row still has the attempt delivered.",
 		"`Delivery.Release`, `ReleaseTx`, and `worker.Run` for a job claimed after its shutdown began or whose handler failed as it began; `Unlock` follows."},
 }
 
@@ -211,10 +212,10 @@ type sqlDocNamed struct {
 // Batcher's statements.
 type captureDialect struct {
 	inbox.Dialect
-	names *inbox.Names
+	names *dialect.Names
 }
 
-func (c *captureDialect) Statements(n *inbox.Names) (*inbox.Statements, error) {
+func (c *captureDialect) Statements(n *dialect.Names) (*inbox.Statements, error) {
 	c.names = n
 	return c.Dialect.Statements(n)
 }
@@ -235,41 +236,47 @@ func sqlDocStatements(t *testing.T, d inbox.Dialect, form string, table inbox.Ta
 		t.Fatal(err)
 	}
 	var out []sqlDocNamed
-	add := func(docs map[string]stmtDoc, v reflect.Value, prefix string) {
+	var add func(docs map[string]stmtDoc, v reflect.Value, prefix, path string)
+	add = func(docs map[string]stmtDoc, v reflect.Value, prefix, path string) {
 		for i := 0; i < v.NumField(); i++ {
 			f := v.Type().Field(i)
-			st, ok := v.Field(i).Interface().(inbox.Stmt)
+			name := path + f.Name
+			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(dialect.Stmt{}) {
+				add(docs, v.Field(i), prefix, name+".") // a part of Statements
+				continue
+			}
+			st, ok := v.Field(i).Interface().(dialect.Stmt)
 			if !ok {
 				continue
 			}
-			doc, ok := formDocs[f.Name+"/"+form]
+			doc, ok := formDocs[name+"/"+form]
 			if !ok || prefix != "" {
-				doc, ok = docs[f.Name]
+				doc, ok = docs[name]
 			}
 			if !ok {
-				t.Errorf("%s%s has no description in sqldoc_test.go: say what it does and when it runs", prefix, f.Name)
+				t.Errorf("%s%s has no description in sqldoc_test.go: say what it does and when it runs", prefix, name)
 			}
 			if st.SQL != "" {
-				out = append(out, sqlDocNamed{prefix + f.Name, st.SQL, doc})
+				out = append(out, sqlDocNamed{prefix + name, st.SQL, doc})
 			}
 		}
 	}
-	add(stmtDocs, reflect.ValueOf(*q.Statements()), "")
+	add(stmtDocs, reflect.ValueOf(*q.Statements()), "", "")
 	if q.Form() == inbox.Lease {
-		bs, err := d.(inbox.BatchDialect).BatchStatements(cd.names, sqlDocBatch)
+		bs, err := d.(dialect.BatchDialect).BatchStatements(cd.names, sqlDocBatch)
 		if err != nil {
 			t.Fatal(err)
 		}
-		add(batchDocs, reflect.ValueOf(*bs), "Batch ")
+		add(batchDocs, reflect.ValueOf(*bs), "Batch ", "")
 	}
 	ctx := context.Background()
-	if ti, ok := d.(inbox.TableIdentifier); ok && q.Form() == inbox.Advisory {
+	if ti, ok := d.(dialect.TableIdentifier); ok && q.Form() == inbox.Advisory {
 		_, _ = ti.TableIdentity(ctx, db, cd.names)
 		out = append(out, rec.take(t, "TableIdentity", stmtDoc{
 			"Reads the table's identity, the same for every spelling of its name: the advisory keys and lock names are made from it.",
 			"The first `Queue.Claim` of each advisory queue."})...)
 	}
-	if l, ok := d.(inbox.Locker); ok && q.Form() == inbox.Advisory {
+	if l, ok := d.(dialect.Locker); ok && q.Form() == inbox.Advisory {
 		conn, err := db.Conn(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"io"
 	"reflect"
 	"strings"
@@ -48,9 +49,9 @@ type call struct {
 	affected int64
 	err      error
 	inTx     bool
-	stmt     *inbox.Stmt // the queue's statement, nil for the dialect's own calls
-	names    []string    // the Statements fields with this text
-	dialect  string      // "identity", "lock" or "unlock" for the dialect's own calls
+	stmt     *dialect.Stmt // the queue's statement, nil for the dialect's own calls
+	names    []string      // the Statements fields with this text
+	dialect  string        // "identity", "lock" or "unlock" for the dialect's own calls
 }
 
 // job is a Job as the stand-in returns it.
@@ -64,7 +65,7 @@ type job struct {
 }
 
 type known struct {
-	stmt  inbox.Stmt
+	stmt  dialect.Stmt
 	names []string
 }
 
@@ -120,12 +121,12 @@ func newStandIn(cfg inbox.Config) (*standIn, error) {
 		return s, nil
 	}
 	identity := t.Name
-	if ti, ok := capability[inbox.TableIdentifier](s.d); ok {
+	if ti, ok := capability[dialect.TableIdentifier](s.d); ok {
 		quoted, schema, name, err := quoteTable(s.d, t.Name)
 		if err != nil {
 			return nil, err
 		}
-		n := &inbox.Names{Form: inbox.Advisory, Table: quoted, Schema: schema, TableName: name, Raw: t}
+		n := &dialect.Names{Form: inbox.Advisory, Table: quoted, Schema: schema, TableName: name, Raw: dialect.Table(t)}
 		// An empty answer names an in-memory database on SQLite, whose
 		// identity is then its pool's alone; other engines' identity is
 		// the answer itself, which must not be empty.
@@ -144,7 +145,7 @@ func newStandIn(cfg inbox.Config) (*standIn, error) {
 			return nil, fmt.Errorf("no answer found for dialect %s's TableIdentity", s.d.Name())
 		}
 	}
-	if l, ok := capability[inbox.Locker](s.d); ok {
+	if l, ok := capability[dialect.Locker](s.d); ok {
 		for _, ans := range []driver.Value{true, int64(1)} {
 			var got bool
 			sent, err := probe(ans, func(ctx context.Context, db *sql.DB) error {
@@ -179,7 +180,7 @@ func (s *standIn) learn(q *inbox.Queue) {
 	s.form, s.lease = q.Form(), q.Lease()
 	st := reflect.ValueOf(*q.Statements())
 	s.known = map[string]*known{}
-	add := func(stmt inbox.Stmt, name string) {
+	add := func(stmt dialect.Stmt, name string) {
 		if stmt.SQL == "" {
 			return
 		}
@@ -190,17 +191,24 @@ func (s *standIn) learn(q *inbox.Queue) {
 		}
 		k.names = append(k.names, name)
 	}
-	for i := 0; i < st.NumField(); i++ {
-		switch f := st.Field(i).Interface().(type) {
-		case inbox.Stmt:
-			add(f, st.Type().Field(i).Name)
-		case []inbox.Stmt:
-			// ClaimBounded: each is the claim, for its bound.
-			for _, stmt := range f {
-				add(stmt, "Claim")
+	var walk func(v reflect.Value, path string)
+	walk = func(v reflect.Value, path string) {
+		for i := 0; i < v.NumField(); i++ {
+			name := path + v.Type().Field(i).Name
+			switch f := v.Field(i).Interface().(type) {
+			case dialect.Stmt:
+				add(f, name)
+			case []dialect.Stmt:
+				// Claim.TakeBounded: each is the claim, for its bound.
+				for _, stmt := range f {
+					add(stmt, "Claim.Take")
+				}
+			default:
+				walk(v.Field(i), name+".") // a part of Statements
 			}
 		}
 	}
+	walk(st, "")
 	// As the queue reads now: Config.Now, else the engine's clock
 	// statement, else time.Now.
 	s.realClock = !s.nowFunc && q.Statements().Now.SQL == ""
@@ -312,7 +320,7 @@ func (s *standIn) respond(conn *sconn, kind, query string, nv []driver.NamedValu
 			c.err = fmt.Errorf("inboxtest: the queue sent a statement the helper does not know: %s", query)
 			return c
 		}
-		if v := c.arg(inbox.ArgUntil); s.realClock && kind == "exec" && v != nil {
+		if v := c.arg(dialect.ArgUntil); s.realClock && kind == "exec" && v != nil {
 			if s.loose == nil {
 				s.loose = map[driver.Value]bool{}
 			}
@@ -340,7 +348,7 @@ func (c *call) is(names ...string) bool {
 
 // arg returns the value of the statement's first parameter a, nil when it
 // takes none.
-func (c *call) arg(a inbox.Arg) driver.Value {
+func (c *call) arg(a dialect.Arg) driver.Value {
 	for i, x := range c.stmt.Args {
 		if x == a && i < len(c.args) {
 			return c.args[i]
@@ -354,13 +362,13 @@ func (s *standIn) answerQuery(c *call) {
 	switch {
 	case c.is("Now"):
 		c.cols, c.rows = []string{"now"}, [][]driver.Value{{s.d.TimeArg(s.engineNow())}}
-	case c.is("Claim", "ClaimOne", "ClaimSelect"):
+	case c.is("Claim.Take", "Claim.TakeOne", "Claim.Select"):
 		s.claimRows(c)
-	case c.is("ClaimSelectMore"):
+	case c.is("Claim.SelectMore"):
 		// The claim's jobs all came with the first read.
 		s.claimRows(c)
 		c.rows = nil
-	case c.is("Pick", "PickMore"):
+	case c.is("Claim.Pick", "Claim.PickMore"):
 		// The candidates of a pick: the next job (row lock), or every
 		// job, all free (lease).
 		c.cols = []string{s.table.ID}
@@ -371,7 +379,7 @@ func (s *standIn) answerQuery(c *call) {
 		switch {
 		case s.form == inbox.RowLock && s.next < len(s.jobs):
 			cands = s.jobs[s.next : s.next+1]
-		case s.form == inbox.Lease && c.is("PickMore"):
+		case s.form == inbox.Lease && c.is("Claim.PickMore"):
 			cands = s.jobs
 		}
 		for _, j := range cands {
@@ -381,14 +389,14 @@ func (s *standIn) answerQuery(c *call) {
 			}
 			c.rows = append(c.rows, r)
 		}
-	case c.is("PickAfter", "PickMoreAfter"):
+	case c.is("Claim.PickAfter", "Claim.PickMoreAfter"):
 		c.cols = []string{s.table.ID}
 		if s.table.Priority != "" {
 			c.cols = append(c.cols, s.table.Priority)
 		}
-	case c.is("PickLock"):
+	case c.is("Claim.PickLock"):
 		s.claimRows(c)
-	case c.is("Candidates"):
+	case c.is("Advisory.Candidates"):
 		c.cols = []string{s.table.ID, s.table.AdvisoryKey, s.table.Attempt}
 		if s.table.Priority != "" {
 			c.cols = append(c.cols, s.table.Priority)
@@ -400,7 +408,7 @@ func (s *standIn) answerQuery(c *call) {
 			}
 			c.rows = append(c.rows, r)
 		}
-	case c.is("LockFirst", "LockFirstAfter"):
+	case c.is("Advisory.LockFirst", "Advisory.LockFirstAfter"):
 		// The server's walk locks the next job's key: one job a call (the
 		// jobs after the first past the one before); then none, and the
 		// page short.
@@ -418,25 +426,25 @@ func (s *standIn) answerQuery(c *call) {
 			}
 			c.rows = append(c.rows, append(r, true))
 		}
-	case c.is("CandidatesAfter"):
+	case c.is("Advisory.CandidatesAfter"):
 		c.cols = []string{s.table.ID, s.table.AdvisoryKey, s.table.Attempt}
 		if s.table.Priority != "" {
 			c.cols = append(c.cols, s.table.Priority)
 		}
-	case c.is("Extend"):
+	case c.is("Settle.Extend"):
 		c.cols = []string{s.table.LockedUntil}
 		if lost {
 			s.hit = true
 			return
 		}
 		c.rows = [][]driver.Value{{s.until(c)}}
-	case c.is("Exists"):
+	case c.is("Settle.Exists"):
 		n := int64(1)
 		if lost {
 			s.hit, n = true, 0
 		}
 		c.cols, c.rows = []string{"count"}, [][]driver.Value{{n}}
-	case c.is("Verdict") && lost:
+	case c.is("Settle.Verdict") && lost:
 		// A hold found gone within the lease (or the advisory lock) is
 		// read back: the row is there, another claim's (a later attempt),
 		// so the call returns ErrLeaseLost; or gone, a cancel.
@@ -451,17 +459,17 @@ func (s *standIn) answerQuery(c *call) {
 		if s.form == inbox.Lease {
 			c.rows[0] = append(c.rows[0], s.d.TimeArg(dbNow.Add(time.Hour)))
 		}
-	case c.is("ClaimsCount", "ClaimsRead"):
+	case c.is("RowLock.ClaimsCount", "RowLock.ClaimsRead"):
 		c.cols, c.rows = []string{"claims"}, [][]driver.Value{{int64(1)}}
-	case c.is("Probe"):
+	case c.is("Jobs.Probe"):
 		// Whether a job is ready: the expectation answers (ExpectProbe).
 		c.cols = []string{"1"}
-	case c.is("Relock"):
+	case c.is("RowLock.Relock"):
 		// A settlement whose held session was lost locks the row again
 		// in a transaction of its own: another claim has the job.
 		c.cols = []string{s.table.ID}
 		if s.op != opSessionLost {
-			c.rows = [][]driver.Value{{c.arg(inbox.ArgID)}}
+			c.rows = [][]driver.Value{{c.arg(dialect.ArgID)}}
 		}
 	default:
 		c.err = fmt.Errorf("inboxtest: the helper has no answer for %v", c.names)
@@ -470,26 +478,26 @@ func (s *standIn) answerQuery(c *call) {
 
 func (s *standIn) answerExec(c *call) {
 	switch {
-	case c.is("ClaimMark"):
+	case c.is("Claim.Mark"):
 		c.affected = 1
 		if s.form == inbox.Lease {
 			// One statement marks several rows, its last id repeated.
 			ids := map[any]bool{}
 			for i, a := range c.stmt.Args {
-				if a == inbox.ArgID && i < len(c.args) {
+				if a == dialect.ArgID && i < len(c.args) {
 					ids[c.args[i]] = true
 				}
 			}
 			c.affected = int64(len(ids))
 		}
-	case c.is("Ack", "Retry", "Release", "DeadInsert", "DeadDelete", "Extend"):
+	case c.is("Settle.Ack", "Settle.Retry", "Settle.Release", "Settle.Dead", "Settle.DeadDelete", "Settle.Extend"):
 		c.affected = 1
 		if s.op == opLost || s.op == opCancelled {
 			s.hit, c.affected = true, 0
 		}
-	case c.is("ClaimsCount", "ClaimsGiveBack", "ClaimsClear"):
+	case c.is("RowLock.ClaimsCount", "RowLock.ClaimsGiveBack", "RowLock.ClaimsClear"):
 		c.affected = 1
-	case c.is("Savepoint", "RollbackToSavepoint"):
+	case c.is("RowLock.Savepoint", "RowLock.RollbackToSavepoint"):
 	default:
 		c.err = fmt.Errorf("inboxtest: the helper has no answer for %v", c.names)
 	}
@@ -498,7 +506,7 @@ func (s *standIn) answerExec(c *call) {
 // until is the expiry a lease statement wrote: the time it was given, or
 // the engine's clock plus the lease.
 func (s *standIn) until(c *call) driver.Value {
-	if v := c.arg(inbox.ArgUntil); v != nil {
+	if v := c.arg(dialect.ArgUntil); v != nil {
 		return v
 	}
 	return s.d.TimeArg(s.engineNow().Add(s.lease))
@@ -515,7 +523,7 @@ func (s *standIn) engineNow() time.Time {
 // claimRows answers a claim statement: every job at once (lease), the next
 // one (row lock), or the one whose id it names (advisory).
 func (s *standIn) claimRows(c *call) {
-	expiry := c.is("Claim", "ClaimOne") && s.form == inbox.Lease
+	expiry := c.is("Claim.Take", "Claim.TakeOne") && s.form == inbox.Lease
 	c.cols = []string{s.table.ID, s.table.Attempt}
 	if expiry {
 		c.cols = append(c.cols, s.table.LockedUntil)
@@ -551,11 +559,11 @@ func (s *standIn) claimRows(c *call) {
 	}
 	// A pick's lock takes the jobs among the ids it names.
 	named := func(j job) bool {
-		if !c.is("PickLock") {
+		if !c.is("Claim.PickLock") {
 			return true
 		}
 		for i, a := range c.stmt.Args {
-			if a == inbox.ArgID && i < len(c.args) && c.args[i] == j.id {
+			if a == dialect.ArgID && i < len(c.args) && c.args[i] == j.id {
 				return true
 			}
 		}
@@ -574,7 +582,7 @@ func (s *standIn) claimRows(c *call) {
 			s.next++
 		}
 	case inbox.Advisory:
-		id := c.arg(inbox.ArgID)
+		id := c.arg(dialect.ArgID)
 		for _, j := range s.jobs {
 			if j.id == id {
 				c.rows = append(c.rows, row(j))
@@ -597,19 +605,19 @@ func (s *standIn) matchers(c call) []driver.Value {
 			continue
 		}
 		switch c.stmt.Args[i] {
-		case inbox.ArgNow, inbox.ArgUntil:
+		case dialect.ArgNow, dialect.ArgUntil:
 			if s.realClock {
 				out[i] = anyTime{s.d}
 			}
-		case inbox.ArgExpiry:
+		case dialect.ArgExpiry:
 			if s.loose[a] {
 				out[i] = anyTime{s.d}
 			}
-		case inbox.ArgLimit:
-			if c.is("Candidates", "CandidatesAfter", "LockFirst", "LockFirstAfter") {
+		case dialect.ArgLimit:
+			if c.is("Advisory.Candidates", "Advisory.CandidatesAfter", "Advisory.LockFirst", "Advisory.LockFirstAfter") {
 				out[i] = above(len(c.rows))
 			}
-		case inbox.ArgError:
+		case dialect.ArgError:
 			// The text the worker recorded with SetError, or none.
 			out[i] = sqlmock.AnyArg()
 		}

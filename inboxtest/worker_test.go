@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"strings"
 	"testing"
 	"time"
@@ -482,14 +483,14 @@ type rewritten struct{ inbox.Dialect }
 
 func (r rewritten) Unwrap() inbox.Dialect { return r.Dialect }
 
-func (r rewritten) Statements(n *inbox.Names) (*inbox.Statements, error) {
+func (r rewritten) Statements(n *dialect.Names) (*inbox.Statements, error) {
 	st, err := r.Dialect.Statements(n)
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range []*inbox.Stmt{&st.Now, &st.Claim, &st.ClaimOne, &st.ClaimSelect, &st.ClaimSelectMore, &st.ClaimMark, &st.Candidates,
-		&st.CandidatesAfter, &st.Extend, &st.Exists, &st.Ack, &st.Retry, &st.Release, &st.DeadInsert,
-		&st.DeadDelete, &st.ClaimsCount, &st.ClaimsRead, &st.ClaimsGiveBack, &st.ClaimsClear} {
+	for _, s := range []*dialect.Stmt{&st.Now, &st.Claim.Take, &st.Claim.TakeOne, &st.Claim.Select, &st.Claim.SelectMore, &st.Claim.Mark, &st.Advisory.Candidates,
+		&st.Advisory.CandidatesAfter, &st.Settle.Extend, &st.Settle.Exists, &st.Settle.Ack, &st.Settle.Retry, &st.Settle.Release, &st.Settle.Dead,
+		&st.Settle.DeadDelete, &st.RowLock.ClaimsCount, &st.RowLock.ClaimsRead, &st.RowLock.ClaimsGiveBack, &st.RowLock.ClaimsClear} {
 		if s.SQL != "" {
 			s.SQL = "/* v2 */ " + s.SQL
 		}

@@ -1,7 +1,11 @@
 // Package cockroach is a dialect of CockroachDB for inbox's lease form,
-// written from outside the package with its exported API alone: how a
-// distributed engine that speaks PostgreSQL's protocol, but not all of its
-// semantics, gets statements of its own. See docs/scaling.md.
+// written from outside package inbox on package
+// [github.com/sqlinbox/inbox/dialect] alone: how a distributed engine that
+// speaks PostgreSQL's protocol, but not all of its semantics, gets
+// statements of its own. It implements [dialect.Dialect] and three of the
+// optional interfaces, and writes its statements with [dialect.Template]
+// (a [dialect.Builder] for the insert, whose data parameters a template
+// cannot name). See docs/scaling.md.
 //
 // Only the lease form: CockroachDB's session advisory-lock functions are
 // stubs that always grant the lock (cockroachdb/cockroach#13546), and its
@@ -29,42 +33,42 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dialect"
 )
 
 // Dialect is the dialect value to put in inbox.Config.Dialect.
-var Dialect inbox.Dialect = dialect{}
+var Dialect dialect.Dialect = crdb{}
 
-// dialect implements inbox.Dialect, and of the optional interfaces
+// crdb implements dialect.Dialect, and of the optional interfaces
 // DeadlockDetector (CockroachDB's retry errors), BatchDialect (the
 // Batcher's statements) and SchemaChecker: every one the lease form reads.
 // Not Locker, so that nothing would ever take an advisory lock here; not
 // TableIdentifier, which only the advisory form reads. It has no Unwrap
 // either: unwrapping to inbox.Postgres would hand the package that
 // dialect's Locker, which was not written for CockroachDB.
-type dialect struct{}
+type crdb struct{}
 
 // The optional interfaces this dialect implements, checked by the compiler.
 var (
-	_ inbox.DeadlockDetector = dialect{}
-	_ inbox.BatchDialect     = dialect{}
-	_ inbox.SchemaChecker    = dialect{}
+	_ dialect.DeadlockDetector = crdb{}
+	_ dialect.BatchDialect     = crdb{}
+	_ dialect.SchemaChecker    = crdb{}
 )
 
-func (dialect) Name() string { return "cockroachdb" }
+func (crdb) Name() string { return "cockroachdb" }
 
 // QuoteIdent quotes as PostgreSQL does; the core has already refused
 // anything but letters, digits and underscores.
-func (dialect) QuoteIdent(s string) (string, error) {
+func (crdb) QuoteIdent(s string) (string, error) {
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`, nil
 }
 
 // TimeArg passes a time as itself: pgx and lib/pq send it as timestamptz,
 // which CockroachDB keeps to the microsecond, the precision of the
 // package's tokens.
-func (dialect) TimeArg(t time.Time) any { return t }
+func (crdb) TimeArg(t time.Time) any { return t }
 
-func (dialect) ScanTime(src any) (time.Time, error) {
+func (crdb) ScanTime(src any) (time.Time, error) {
 	if t, ok := src.(time.Time); ok {
 		return t, nil
 	}
@@ -75,12 +79,12 @@ func (dialect) ScanTime(src any) (time.Time, error) {
 // and Config.NotifyChannel: CockroachDB has no LISTEN/NOTIFY. The optional
 // columns (LastError, Priority, EnqueuedAt, which Queue.Stats needs) are
 // written.
-func (dialect) Statements(n *inbox.Names) (*inbox.Statements, error) {
+func (crdb) Statements(n *dialect.Names) (*dialect.Statements, error) {
 	switch n.Form {
-	case inbox.Advisory:
+	case dialect.Advisory:
 		return nil, errors.New("cockroachdb: the advisory form needs session locks, and CockroachDB's advisory-lock functions " +
 			"always grant them (cockroachdb/cockroach#13546): use the lease form (Table.LockedUntil)")
-	case inbox.RowLock:
+	case dialect.RowLock:
 		return nil, errors.New("cockroachdb: the row-lock form holds a transaction for a whole handler, and CockroachDB keeps " +
 			"FOR UPDATE locks best-effort under SERIALIZABLE: use the lease form (Table.LockedUntil)")
 	}
@@ -90,123 +94,69 @@ func (dialect) Statements(n *inbox.Names) (*inbox.Statements, error) {
 	return leaseStatements(n), nil
 }
 
-// stmt builds one statement, numbering its placeholders $1, $2, … in the
-// order the text takes them and recording what each one is.
-type stmt struct {
-	b    strings.Builder
-	args []inbox.Arg
-}
-
-// sql writes text; arg writes the placeholder of a.
-func (s *stmt) sql(parts ...string) *stmt {
-	for _, p := range parts {
-		s.b.WriteString(p)
+// templates returns the templates of n, placeholders numbered $1, $2, …
+// in the order the text takes them. The clock ({now}, {until}): by default
+// the gateway node's, statement_timestamp(), one reading for the whole
+// statement. CockroachDB keeps its nodes' clocks within --max-offset (500
+// ms by default: a node whose clock is off from half the others by 80 % of
+// it shuts itself down), so a lease must be much longer than that, and the
+// keeper's margin (a tenth of the lease) larger. With Config.Now the
+// caller's clock comes as parameters instead. The lease's length is cast:
+// CockroachDB multiplies an INTERVAL by an int, a float or a decimal, and
+// its type inference would have nothing to choose by.
+func templates(n *dialect.Names) *dialect.Template {
+	if n.DBClock {
+		return dialect.NewTemplate(n, dialect.Dollar, "statement_timestamp()",
+			"statement_timestamp() + $micros::INT8 * INTERVAL '1 microsecond'")
 	}
-	return s
+	return dialect.NewTemplate(n, dialect.Dollar, "$now", "$until")
 }
 
-func (s *stmt) arg(a inbox.Arg) *stmt {
-	s.args = append(s.args, a)
-	s.b.WriteString("$" + strconv.Itoa(len(s.args)))
-	return s
-}
-
-// cast writes the placeholder of a with a type, for the places where
-// CockroachDB's type inference would have nothing to go by.
-func (s *stmt) cast(a inbox.Arg, typ string) *stmt {
-	return s.arg(a).sql("::", typ)
-}
-
-func (s *stmt) query() inbox.Stmt { return inbox.Stmt{SQL: s.b.String(), Args: s.args, Rows: true} }
-func (s *stmt) exec() inbox.Stmt  { return inbox.Stmt{SQL: s.b.String(), Args: s.args} }
-
-// clock returns the writers of the clock and of the ownership token of n.
-// The clock: by default the gateway node's, statement_timestamp(), one
-// reading for the whole statement. CockroachDB keeps its nodes' clocks
-// within --max-offset (500 ms by default: a node whose clock is off from
-// half the others by 80 % of it shuts itself down), so a lease must be
-// much longer than that, and the keeper's margin (a tenth of the lease)
-// larger. With Config.Now the caller's clock comes as parameters instead.
-// The token: every settlement is a compare-and-set on the whole of it, so
-// a holder whose lease ran out changes nothing.
-func clock(n *inbox.Names) (now, until, token func(*stmt) *stmt) {
-	now = func(s *stmt) *stmt {
-		if n.DBClock {
-			return s.sql("statement_timestamp()")
-		}
-		return s.arg(inbox.ArgNow)
-	}
-	until = func(s *stmt) *stmt {
-		if n.DBClock {
-			return s.sql("statement_timestamp() + ").cast(inbox.ArgMicros, "INT8").sql(" * INTERVAL '1 microsecond'")
-		}
-		return s.arg(inbox.ArgUntil)
-	}
-	token = func(s *stmt) *stmt {
-		return s.sql(n.ID, " = ").arg(inbox.ArgID).sql(" AND ", n.Attempt, " = ").arg(inbox.ArgAttempt).
-			sql(" AND ", n.LockedUntil, " = ").arg(inbox.ArgExpiry)
-	}
-	return now, until, token
-}
+// token is the ownership token of a lease: every settlement is a
+// compare-and-set on the whole of it, so a holder whose lease ran out
+// changes nothing.
+const token = "{id} = $id AND {attempt} = $attempt AND {lease} = $expiry"
 
 // BatchStatements settles size lease tokens in one statement each
-// ([inbox.BatchDialect]): the tokens as a list of row values, each row
+// ([dialect.BatchDialect]): the tokens as a list of row values, each row
 // settled only if it still carries its whole token, and the ids settled
 // returned, so that each delivery learns its own result.
-func (dialect) BatchStatements(n *inbox.Names, size int) (*inbox.BatchStatements, error) {
-	if n.Form != inbox.Lease {
+func (crdb) BatchStatements(n *dialect.Names, size int) (*dialect.BatchStatements, error) {
+	if n.Form != dialect.Lease {
 		return nil, errors.New("cockroachdb: batched settlement is for the lease form")
 	}
-	_, until, _ := clock(n)
-	in := func(s *stmt) inbox.Stmt {
-		s.sql(" WHERE (", n.ID, ", ", n.Attempt, ", ", n.LockedUntil, ") IN (")
-		for i := 0; i < size; i++ {
-			if i > 0 {
-				s.sql(", ")
-			}
-			s.sql("(").arg(inbox.ArgID).sql(", ").arg(inbox.ArgAttempt).sql(", ").arg(inbox.ArgExpiry).sql(")")
-		}
-		return s.sql(") RETURNING ", n.ID).query()
+	t := templates(n)
+	tokens := make([]string, size)
+	for i := range tokens {
+		tokens[i] = "($id, $attempt, $expiry)"
 	}
-	return &inbox.BatchStatements{
+	in := " WHERE ({id}, {attempt}, {lease}) IN (" + strings.Join(tokens, ", ") + ") RETURNING {id}"
+	return &dialect.BatchStatements{
 		Size:    size,
-		Ack:     in((&stmt{}).sql("DELETE FROM ", n.Table)),
-		Release: in((&stmt{}).sql("UPDATE ", n.Table, " SET ", n.LockedUntil, " = NULL, ", n.Attempt, " = ", n.Attempt, " - 1")),
+		Ack:     t.Query("DELETE FROM {table}" + in),
+		Release: t.Query("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1" + in),
 		// One delay for the whole statement: the Batcher groups retries by it.
-		Retry: in(until((&stmt{}).sql("UPDATE ", n.Table, " SET ", n.LockedUntil, " = "))),
+		Retry: t.Query("UPDATE {table} SET {lease} = {until}" + in),
 	}, nil
 }
 
 // leaseStatements writes the lease form's statements for n.
-func leaseStatements(n *inbox.Names) *inbox.Statements {
-	t, id, att, lease := n.Table, n.ID, n.Attempt, n.LockedUntil
-	data := ""
-	if len(n.Data) > 0 {
-		data = ", " + strings.Join(n.Data, ", ")
-	}
-	now, until, token := clock(n)
-	st := &inbox.Statements{}
-	st.Enqueue, st.EnqueueID = insert(n, false, false), insert(n, true, false)
-	st.EnqueueAt, st.EnqueueIDAt = insert(n, false, true), insert(n, true, true)
+func leaseStatements(n *dialect.Names) *dialect.Statements {
+	t := templates(n)
+	st := &dialect.Statements{}
+	st.Jobs.Enqueue, st.Jobs.EnqueueID = insert(n, false, false), insert(n, true, false)
+	st.Jobs.EnqueueAt, st.Jobs.EnqueueIDAt = insert(n, false, true), insert(n, true, true)
 	if n.EnqueuedAt != "" {
-		st.Stats = stats(n)
+		st.Jobs.Stats = stats(t, n)
 	}
-	// The optional last error: a claim returns it after the data, and a
-	// Retry or Dead that records none keeps the row's. Its parameter is
-	// cast: NULL for none has no type of its own.
-	extra, setError, deadError := "", func(s *stmt) *stmt { return s }, ""
-	if le := n.LastError; le != "" {
-		extra, deadError = ", "+le, ", "+le
-		setError = func(s *stmt) *stmt {
-			return s.sql(", ", le, " = COALESCE(").cast(inbox.ArgError, "TEXT").sql(", ", le, ")")
-		}
-	}
-	// The optional priority: claimed highest first, then by id, and
-	// returned after the last error.
-	order := id
-	if n.Priority != "" {
-		order = n.Priority + " DESC, " + id
-		extra += ", " + n.Priority
+	// The optional last error: a claim returns it after the data ({, extra},
+	// before the priority), and a Retry or Dead that records none keeps the
+	// row's. Its parameter is cast, as the template's {, set error} does
+	// not: NULL for none has no type of its own.
+	setError, deadError := "", ""
+	if n.LastError != "" {
+		setError = ", {lastError} = COALESCE($error::TEXT, {lastError})"
+		deadError = ", COALESCE($error::TEXT, {lastError})"
 	}
 
 	// Claim: one statement, an implicit transaction, which CockroachDB
@@ -219,47 +169,34 @@ func leaseStatements(n *inbox.Names) *inbox.Statements {
 	// free and expired are read in one condition, not in the two ordered
 	// branches of inbox.Postgres: a UNION of locking subqueries is nowhere
 	// in CockroachDB's documentation, so this claim walks the rows under a
-	// lease in force at the head of the id order.
-	c := &stmt{}
-	c.sql("UPDATE ", t, " SET ", att, " = ", att, " + 1, ", lease, " = ")
-	until(c).sql(" WHERE ", id, " IN (SELECT ", id, " FROM ", t, " WHERE ", lease, " IS NULL OR ", lease, " <= ")
-	now(c).sql(" ORDER BY ", order, " LIMIT ").arg(inbox.ArgLimit).sql(" FOR UPDATE SKIP LOCKED) AND (", lease, " IS NULL OR ", lease, " <= ")
-	now(c).sql(") RETURNING ", id, ", ", att, " - 1, ", lease, data, extra)
-	st.Claim = c.query()
+	// lease in force at the head of the id order. {order} is the id, or
+	// the priority (highest first) then the id.
+	st.Claim.Take = t.Query("UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = {until}" +
+		" WHERE {id} IN (SELECT {id} FROM {table} WHERE {lease} IS NULL OR {lease} <= {now}" +
+		" ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED) AND ({lease} IS NULL OR {lease} <= {now})" +
+		" RETURNING {id}, {attempt} - 1, {lease}{, data}{, extra}")
 
 	// Extend: with the engine's clock the new expiry is the engine's to
 	// choose, so it comes back as the token; with the caller's, the
 	// package wrote it.
-	e := &stmt{}
-	until(e.sql("UPDATE ", t, " SET ", lease, " = "))
-	token(e.sql(" WHERE "))
 	if n.DBClock {
-		st.Extend = e.sql(" RETURNING ", lease).query()
+		st.Settle.Extend = t.Query("UPDATE {table} SET {lease} = {until} WHERE " + token + " RETURNING {lease}")
 	} else {
-		st.Extend = e.exec()
+		st.Settle.Extend = t.Exec("UPDATE {table} SET {lease} = {until} WHERE " + token)
 	}
-
-	st.Ack = token((&stmt{}).sql("DELETE FROM ", t, " WHERE ")).exec()
-	r := &stmt{}
-	setError(until(r.sql("UPDATE ", t, " SET ", lease, " = ")))
-	st.Retry = token(r.sql(" WHERE ")).exec()
-	st.Release = token((&stmt{}).sql("UPDATE ", t, " SET ", lease, " = NULL, ", att, " = ", att, " - 1 WHERE ")).exec()
+	st.Settle.Ack = t.Exec("DELETE FROM {table} WHERE " + token)
+	st.Settle.Retry = t.Exec("UPDATE {table} SET {lease} = {until}" + setError + " WHERE " + token)
+	st.Settle.Release = t.Exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + token)
 
 	if n.Dead != "" {
 		// Dead: one statement, atomic alone and retried like the others
 		// (a move in two statements would need an explicit transaction,
-		// whose retry error reaches the caller). CockroachDB takes a
-		// data-modifying WITH at the top level of a query. The delivered
-		// attempt is cast: in a SELECT list it has no column to take a
-		// type from.
-		d := &stmt{}
-		token(d.sql("WITH gone AS (DELETE FROM ", t, " WHERE "))
-		d.sql(" RETURNING ", id, data, extra, ") INSERT INTO ", n.Dead, " (", id, ", ", att, data, deadError, ") SELECT ", id, ", ")
-		d.cast(inbox.ArgDelivered, "INT8").sql(data)
-		if n.LastError != "" {
-			d.sql(", COALESCE(").cast(inbox.ArgError, "TEXT").sql(", ", n.LastError, ")")
-		}
-		st.DeadInsert = d.sql(" FROM gone").exec()
+		// whose retry error reaches the caller), so DeadDelete stays
+		// empty. CockroachDB takes a data-modifying WITH at the top level
+		// of a query. The delivered attempt is cast: in a SELECT list it
+		// has no column to take a type from.
+		st.Settle.Dead = t.Exec("WITH gone AS (DELETE FROM {table} WHERE " + token + " RETURNING {id}{, data}{, extra})" +
+			" INSERT INTO {dead} ({id}, {attempt}{, data}{, lastError}) SELECT {id}, $delivered::INT8{, data}" + deadError + " FROM gone")
 	}
 
 	return st
@@ -270,68 +207,51 @@ func leaseStatements(n *inbox.Names) *inbox.Statements {
 // beyond one lease from now), in work (a lease ending within one), dead (-1
 // without a dead table), and the age in microseconds of the oldest ready
 // job, read in one condition rather than as the least of two minimums.
-func stats(n *inbox.Names) inbox.Stmt {
-	t, lease := n.Table, n.LockedUntil
-	now, until, _ := clock(n)
-	s := &stmt{}
-	s.sql("SELECT (SELECT count(*) FROM ", t, " WHERE ", lease, " IS NULL OR ", lease, " <= ")
-	now(s).sql("), (SELECT count(*) FROM ", t, " WHERE ", lease, " > ")
-	until(s).sql("), (SELECT count(*) FROM ", t, " WHERE ", lease, " > ")
-	now(s).sql(" AND ", lease, " <= ")
-	until(s).sql("), ")
+func stats(t *dialect.Template, n *dialect.Names) dialect.Stmt {
+	const ready = "{lease} IS NULL OR {lease} <= {now}"
+	dead := "-1"
 	if n.Dead != "" {
-		s.sql("(SELECT count(*) FROM ", n.Dead, "), ")
-	} else {
-		s.sql("-1, ")
+		dead = "(SELECT count(*) FROM {dead})"
 	}
-	s.sql("CAST(EXTRACT(EPOCH FROM (")
-	now(s).sql(" - (SELECT min(", n.EnqueuedAt, ") FROM ", t, " WHERE ", lease, " IS NULL OR ", lease, " <= ")
-	now(s).sql("))) * 1000000 AS INT8)")
-	return s.query()
+	return t.Query("SELECT (SELECT count(*) FROM {table} WHERE " + ready + ")," +
+		" (SELECT count(*) FROM {table} WHERE {lease} > {until})," +
+		" (SELECT count(*) FROM {table} WHERE {lease} > {now} AND {lease} <= {until}), " + dead + "," +
+		" CAST(EXTRACT(EPOCH FROM ({now} - (SELECT min({enqueuedAt}) FROM {table} WHERE " + ready + "))) * 1000000 AS INT8)")
 }
 
 // insert writes Enqueue's statement for n, with an id given (withID) and a
-// not-before time (withAt) or not. RETURNING gives the id, whatever
-// generates it (unique_rowid() in the schema below). A lease-form job
-// delayed by Job.NotBefore is written with that time as its lease. The
-// optional priority is the job's; the optional enqueue time the clock's.
-func insert(n *inbox.Names, withID, withAt bool) inbox.Stmt {
-	var cols []string
-	var args []inbox.Arg
+// not-before time (withAt) or not, on a Builder: a template has no name
+// for the data columns' parameters (dialect.ArgData+i). RETURNING gives
+// the id, whatever generates it (unique_rowid() in the schema below). A
+// lease-form job delayed by Job.NotBefore is written with that time as its
+// lease. The optional priority is the job's; the optional enqueue time the
+// clock's.
+func insert(n *dialect.Names, withID, withAt bool) dialect.Stmt {
+	s := dialect.NewBuilder(dialect.Dollar)
+	var cols, vals []string
 	if withID {
-		cols, args = append(cols, n.ID), append(args, inbox.ArgID)
+		cols, vals = append(cols, n.ID), append(vals, s.Param(dialect.ArgID))
 	}
 	for i, col := range n.Data {
-		cols, args = append(cols, col), append(args, inbox.ArgData+inbox.Arg(i))
+		cols, vals = append(cols, col), append(vals, s.Param(dialect.ArgData+dialect.Arg(i)))
 	}
 	if withAt {
-		cols, args = append(cols, n.LockedUntil), append(args, inbox.ArgNotBefore)
+		cols, vals = append(cols, n.LockedUntil), append(vals, s.Param(dialect.ArgNotBefore))
 	}
 	if n.Priority != "" {
-		cols, args = append(cols, n.Priority), append(args, inbox.ArgPriority)
-	}
-	s := (&stmt{}).sql("INSERT INTO ", n.Table)
-	if len(cols) == 0 && n.EnqueuedAt == "" {
-		return s.sql(" DEFAULT VALUES RETURNING ", n.ID).query()
+		cols, vals = append(cols, n.Priority), append(vals, s.Param(dialect.ArgPriority))
 	}
 	if n.EnqueuedAt != "" {
-		cols = append(cols, n.EnqueuedAt)
-	}
-	s.sql(" (", strings.Join(cols, ", "), ") VALUES (")
-	for i, a := range args {
-		if i > 0 {
-			s.sql(", ")
+		now := "statement_timestamp()"
+		if !n.DBClock {
+			now = s.Param(dialect.ArgNow)
 		}
-		s.arg(a)
+		cols, vals = append(cols, n.EnqueuedAt), append(vals, now)
 	}
-	if n.EnqueuedAt != "" {
-		if len(args) > 0 {
-			s.sql(", ")
-		}
-		now, _, _ := clock(n)
-		now(s)
+	if len(cols) == 0 {
+		return s.Write("INSERT INTO ", n.Table, " DEFAULT VALUES RETURNING ", n.ID).Stmt(true)
 	}
-	return s.sql(") RETURNING ", n.ID).query()
+	return s.Write("INSERT INTO ", n.Table, " (", strings.Join(cols, ", "), ") VALUES (", strings.Join(vals, ", "), ") RETURNING ", n.ID).Stmt(true)
 }
 
 // IsDeadlock reports CockroachDB's transaction retry errors (SQLSTATE
@@ -339,7 +259,7 @@ func insert(n *inbox.Names, withID, withAt bool) inbox.Stmt {
 // lib/pq) or its text. The package sends such a statement again: it was
 // rolled back whole. Not 40003, "result is ambiguous": that statement may
 // have committed, and sending it again is for the caller to decide.
-func (dialect) IsDeadlock(err error) bool {
+func (crdb) IsDeadlock(err error) bool {
 	var st interface{ SQLState() string }
 	if errors.As(err, &st) {
 		return st.SQLState() == "40001"
@@ -352,10 +272,10 @@ var minVersion = [2]int{22, 2}
 
 // CheckSchema checks that the server is CockroachDB 22.2 or later and that
 // the queue table (and the dead table, if named) have the description's
-// columns, the lease column a TIMESTAMPTZ ([inbox.SchemaChecker]). It does
+// columns, the lease column a TIMESTAMPTZ ([dialect.SchemaChecker]). It does
 // not look at column families: SKIP LOCKED refuses a table with more than
 // one, so create the table without FAMILY clauses.
-func (dialect) CheckSchema(ctx context.Context, db *sql.DB, n *inbox.Names) ([]string, error) {
+func (crdb) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) ([]string, error) {
 	var version string
 	if err := db.QueryRowContext(ctx, "SELECT version()").Scan(&version); err != nil {
 		return nil, err
@@ -366,19 +286,22 @@ func (dialect) CheckSchema(ctx context.Context, db *sql.DB, n *inbox.Names) ([]s
 	} else if v[0] < minVersion[0] || v[0] == minVersion[0] && v[1] < minVersion[1] {
 		problems = append(problems, fmt.Sprintf("CockroachDB v%d.%d is older than v22.2, which brought SKIP LOCKED", v[0], v[1]))
 	}
+	// The columns as the description names them (Names.Raw), which is
+	// how the catalog spells them.
+	r := n.Raw
 	tables := []struct {
 		schema, name string
 		cols         []string
-	}{{n.Schema, n.TableName, append([]string{n.ID, n.Attempt, n.LockedUntil}, n.Data...)}}
+	}{{n.Schema, n.TableName, append([]string{r.ID, r.Attempt, r.LockedUntil}, r.Data...)}}
 	if n.Dead != "" {
 		tables = append(tables, struct {
 			schema, name string
 			cols         []string
-		}{n.DeadSchema, n.DeadName, append([]string{n.ID, n.Attempt}, n.Data...)})
+		}{n.DeadSchema, n.DeadName, append([]string{r.ID, r.Attempt}, r.Data...)})
 	}
-	if n.LastError != "" {
+	if r.LastError != "" {
 		for i := range tables {
-			tables[i].cols = append(tables[i].cols, n.LastError)
+			tables[i].cols = append(tables[i].cols, r.LastError)
 		}
 	}
 	const q = "SELECT column_name, data_type FROM information_schema.columns " +
@@ -392,13 +315,12 @@ func (dialect) CheckSchema(ctx context.Context, db *sql.DB, n *inbox.Names) ([]s
 			problems = append(problems, fmt.Sprintf("table %s not found", tb.name))
 			continue
 		}
-		for _, quoted := range tb.cols {
-			col := unquote(quoted)
+		for _, col := range tb.cols {
 			typ, ok := types[col]
 			switch {
 			case !ok:
 				problems = append(problems, fmt.Sprintf("table %s has no column %s", tb.name, col))
-			case quoted == n.LockedUntil && !isTimestampTZ(typ):
+			case col == r.LockedUntil && !isTimestampTZ(typ):
 				problems = append(problems, fmt.Sprintf("column %s.%s is %s, want TIMESTAMPTZ", tb.name, col, typ))
 			}
 		}
@@ -426,11 +348,6 @@ func columns(ctx context.Context, db *sql.DB, q, schema, table string) (map[stri
 
 func isTimestampTZ(typ string) bool {
 	return typ == "timestamptz" || typ == "timestamp with time zone"
-}
-
-// unquote reverses QuoteIdent.
-func unquote(q string) string {
-	return strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(q, `"`), `"`), `""`, `"`)
 }
 
 // parseVersion reads the release of a version() text such as

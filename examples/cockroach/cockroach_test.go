@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dialect"
 )
 
 // jobsTable is the description of Schema's tables.
@@ -48,30 +49,30 @@ const (
 // TestStatements pins each statement's text, parameters and whether it
 // returns rows, under both clocks.
 func TestStatements(t *testing.T) {
-	a := func(args ...inbox.Arg) []inbox.Arg { return args }
-	data := inbox.ArgData
+	a := func(args ...dialect.Arg) []dialect.Arg { return args }
+	data := dialect.ArgData
 	for _, tc := range []struct {
 		clock string
 		now   func() time.Time
-		want  map[string]inbox.Stmt
+		want  map[string]dialect.Stmt
 	}{
-		{"engine", nil, map[string]inbox.Stmt{
-			"Claim":       {SQL: claimSQL, Args: a(inbox.ArgMicros, inbox.ArgLimit), Rows: true},
-			"Extend":      {SQL: extendSQL, Args: a(inbox.ArgMicros, inbox.ArgID, inbox.ArgAttempt, inbox.ArgExpiry), Rows: true},
-			"Ack":         {SQL: ackSQL, Args: a(inbox.ArgID, inbox.ArgAttempt, inbox.ArgExpiry)},
-			"Retry":       {SQL: retrySQL, Args: a(inbox.ArgMicros, inbox.ArgID, inbox.ArgAttempt, inbox.ArgExpiry)},
-			"Release":     {SQL: releaseSQL, Args: a(inbox.ArgID, inbox.ArgAttempt, inbox.ArgExpiry)},
-			"DeadInsert":  {SQL: deadSQL, Args: a(inbox.ArgID, inbox.ArgAttempt, inbox.ArgExpiry, inbox.ArgDelivered)},
+		{"engine", nil, map[string]dialect.Stmt{
+			"Claim":       {SQL: claimSQL, Args: a(dialect.ArgMicros, dialect.ArgLimit), Rows: true},
+			"Extend":      {SQL: extendSQL, Args: a(dialect.ArgMicros, dialect.ArgID, dialect.ArgAttempt, dialect.ArgExpiry), Rows: true},
+			"Ack":         {SQL: ackSQL, Args: a(dialect.ArgID, dialect.ArgAttempt, dialect.ArgExpiry)},
+			"Retry":       {SQL: retrySQL, Args: a(dialect.ArgMicros, dialect.ArgID, dialect.ArgAttempt, dialect.ArgExpiry)},
+			"Release":     {SQL: releaseSQL, Args: a(dialect.ArgID, dialect.ArgAttempt, dialect.ArgExpiry)},
+			"Dead":        {SQL: deadSQL, Args: a(dialect.ArgID, dialect.ArgAttempt, dialect.ArgExpiry, dialect.ArgDelivered)},
 			"Enqueue":     {SQL: enqueueSQL, Args: a(data), Rows: true},
-			"EnqueueID":   {SQL: enqueueIDSQL, Args: a(inbox.ArgID, data), Rows: true},
-			"EnqueueAt":   {SQL: enqueueAtSQL, Args: a(data, inbox.ArgNotBefore), Rows: true},
-			"EnqueueIDAt": {SQL: enqueueIDAtSQL, Args: a(inbox.ArgID, data, inbox.ArgNotBefore), Rows: true},
+			"EnqueueID":   {SQL: enqueueIDSQL, Args: a(dialect.ArgID, data), Rows: true},
+			"EnqueueAt":   {SQL: enqueueAtSQL, Args: a(data, dialect.ArgNotBefore), Rows: true},
+			"EnqueueIDAt": {SQL: enqueueIDAtSQL, Args: a(dialect.ArgID, data, dialect.ArgNotBefore), Rows: true},
 		}},
-		{"caller", time.Now, map[string]inbox.Stmt{
-			"Claim":  {SQL: claimCallerSQL, Args: a(inbox.ArgUntil, inbox.ArgNow, inbox.ArgLimit, inbox.ArgNow), Rows: true},
-			"Extend": {SQL: extendCallerSQL, Args: a(inbox.ArgUntil, inbox.ArgID, inbox.ArgAttempt, inbox.ArgExpiry)},
-			"Retry":  {SQL: extendCallerSQL, Args: a(inbox.ArgUntil, inbox.ArgID, inbox.ArgAttempt, inbox.ArgExpiry)},
-			"Ack":    {SQL: ackSQL, Args: a(inbox.ArgID, inbox.ArgAttempt, inbox.ArgExpiry)},
+		{"caller", time.Now, map[string]dialect.Stmt{
+			"Claim":  {SQL: claimCallerSQL, Args: a(dialect.ArgUntil, dialect.ArgNow, dialect.ArgLimit, dialect.ArgNow), Rows: true},
+			"Extend": {SQL: extendCallerSQL, Args: a(dialect.ArgUntil, dialect.ArgID, dialect.ArgAttempt, dialect.ArgExpiry)},
+			"Retry":  {SQL: extendCallerSQL, Args: a(dialect.ArgUntil, dialect.ArgID, dialect.ArgAttempt, dialect.ArgExpiry)},
+			"Ack":    {SQL: ackSQL, Args: a(dialect.ArgID, dialect.ArgAttempt, dialect.ArgExpiry)},
 		}},
 	} {
 		t.Run(tc.clock, func(t *testing.T) {
@@ -80,10 +81,10 @@ func TestStatements(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := q.Statements()
-			got := map[string]inbox.Stmt{
-				"Claim": st.Claim, "Extend": st.Extend, "Ack": st.Ack, "Retry": st.Retry, "Release": st.Release,
-				"DeadInsert": st.DeadInsert, "Enqueue": st.Enqueue, "EnqueueID": st.EnqueueID,
-				"EnqueueAt": st.EnqueueAt, "EnqueueIDAt": st.EnqueueIDAt,
+			got := map[string]dialect.Stmt{
+				"Claim": st.Claim.Take, "Extend": st.Settle.Extend, "Ack": st.Settle.Ack, "Retry": st.Settle.Retry,
+				"Release": st.Settle.Release, "Dead": st.Settle.Dead, "Enqueue": st.Jobs.Enqueue, "EnqueueID": st.Jobs.EnqueueID,
+				"EnqueueAt": st.Jobs.EnqueueAt, "EnqueueIDAt": st.Jobs.EnqueueIDAt,
 			}
 			for name, want := range tc.want {
 				g := got[name]
@@ -93,14 +94,16 @@ func TestStatements(t *testing.T) {
 			}
 			// The two-statement forms are not used: every statement is one
 			// implicit transaction, which CockroachDB may retry on its own.
-			if st.ClaimSelect.SQL != "" || st.ClaimMark.SQL != "" || st.DeadDelete.SQL != "" || st.Now.SQL != "" || st.Exists.SQL != "" {
+			// Nor are the bounded claims: the claim is Take alone.
+			if st.Claim.Select.SQL != "" || st.Claim.Mark.SQL != "" || st.Claim.TakeOne.SQL != "" || len(st.Claim.TakeBounded) != 0 ||
+				st.Settle.DeadDelete.SQL != "" || st.Now.SQL != "" || st.Settle.Exists.SQL != "" {
 				t.Errorf("unexpected statements: %+v", st)
 			}
 		})
 	}
 }
 
-func equalArgs(a, b []inbox.Arg) bool {
+func equalArgs(a, b []dialect.Arg) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -253,7 +256,7 @@ func TestAmbiguous(t *testing.T) {
 }
 
 func TestIsDeadlock(t *testing.T) {
-	d := Dialect.(inbox.DeadlockDetector)
+	d := Dialect.(dialect.DeadlockDetector)
 	for _, tc := range []struct {
 		err  error
 		want bool

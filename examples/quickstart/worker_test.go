@@ -33,12 +33,12 @@ func newMockQueue(t *testing.T) (*inbox.Queue, sqlmock.Sqlmock, time.Time) {
 }
 
 // expectClaim expects the claim of one job and returns the lease's expiry
-// as stored: the third part of the delivery's token. ClaimFor gives the
+// as stored: the third part of the delivery's token. Claim.For gives the
 // text a claim of n jobs sends, on every engine (SQLite claims one job with
-// ClaimOne, several with Claim).
+// Claim.TakeOne, several with Claim).
 func expectClaim(mock sqlmock.Sqlmock, q *inbox.Queue, now time.Time, id int64, attempt int, payload string) string {
 	until := now.Add(q.Lease()).Format(inbox.SQLiteTimeFormat)
-	mock.ExpectQuery(q.Statements().ClaimFor(1).SQL).
+	mock.ExpectQuery(q.Statements().Claim.For(1).SQL).
 		WithArgs(until, now.Format(inbox.SQLiteTimeFormat), 1, 1, 1).
 		WillReturnRows(sqlmock.NewRows([]string{"id", "attempt", "locked_until", "payload"}).
 			AddRow(id, attempt, until, []byte(payload)))
@@ -65,7 +65,7 @@ func TestHandleAcks(t *testing.T) {
 	until := expectClaim(mock, q, now, 7, 1, "Q3 sales")
 	// Ack deletes the row only while it carries the delivery's token: id,
 	// attempt as stored (the delivered one plus one) and expiry.
-	mock.ExpectExec(q.Statements().Ack.SQL).
+	mock.ExpectExec(q.Statements().Settle.Ack.SQL).
 		WithArgs(7, 2, until).
 		WillReturnResult(sqlmock.NewResult(0, 1))
 
@@ -82,7 +82,7 @@ func TestHandleRetries(t *testing.T) {
 	until := expectClaim(mock, q, now, 7, 1, "broken")
 	// A retry delay is a lease: locked_until moves to now + delay.
 	later := now.Add(retryDelay).Format(inbox.SQLiteTimeFormat)
-	mock.ExpectExec(q.Statements().Retry.SQL).
+	mock.ExpectExec(q.Statements().Settle.Retry.SQL).
 		WithArgs(later, 7, 2, until).
 		WillReturnResult(sqlmock.NewResult(0, 1))
 
@@ -100,10 +100,10 @@ func TestHandleDeadLetters(t *testing.T) {
 	// The move to the dead table: a copy then a delete, in one transaction.
 	st := q.Statements()
 	mock.ExpectBegin()
-	mock.ExpectExec(st.DeadInsert.SQL).
+	mock.ExpectExec(st.Settle.Dead.SQL).
 		WithArgs(maxAttempts, 7, maxAttempts+1, until).
 		WillReturnResult(sqlmock.NewResult(0, 1))
-	mock.ExpectExec(st.DeadDelete.SQL).
+	mock.ExpectExec(st.Settle.DeadDelete.SQL).
 		WithArgs(7, maxAttempts+1, until).
 		WillReturnResult(sqlmock.NewResult(0, 1))
 	mock.ExpectCommit()
@@ -122,7 +122,7 @@ func TestHandleDeadLetters(t *testing.T) {
 func TestHandleLeaseLost(t *testing.T) {
 	q, mock, now := newMockQueue(t)
 	until := expectClaim(mock, q, now, 7, 1, "Q3 sales")
-	mock.ExpectExec(q.Statements().Ack.SQL).
+	mock.ExpectExec(q.Statements().Settle.Ack.SQL).
 		WithArgs(7, 2, until).
 		WillReturnResult(sqlmock.NewResult(0, 0))
 
@@ -150,12 +150,12 @@ func TestClaimSQL(t *testing.T) {
 		"UNION ALL SELECT `id` FROM (SELECT `id` FROM `report_jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ?) " +
 		"LIMIT ?) " +
 		"RETURNING `id`, `attempt` - 1, `locked_until`, `payload`"
-	if got := q.Statements().Claim.SQL; got != want {
+	if got := q.Statements().Claim.Take.SQL; got != want {
 		t.Errorf("claim SQL:\n got %s\nwant %s", got, want)
 	}
 	// A claim of one names its row with "=", which SQLite updates in one
 	// pass.
-	if got, one := q.Statements().ClaimOne.SQL, strings.Replace(want, "WHERE `id` IN (", "WHERE `id` = (", 1); got != one {
+	if got, one := q.Statements().Claim.TakeOne.SQL, strings.Replace(want, "WHERE `id` IN (", "WHERE `id` = (", 1); got != one {
 		t.Errorf("claim-one SQL:\n got %s\nwant %s", got, one)
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sqlinbox/inbox/dialect"
 	"os"
 	"os/signal"
 	"regexp"
@@ -288,7 +289,7 @@ func openOutbox(ctx context.Context, driver, dsn, table string, lease time.Durat
 // Two servers may hold databases and tables of the same names: a stream fed
 // from both needs a -msgid-prefix per table.
 func TableSource(ctx context.Context, db *sql.DB, d inbox.Dialect, table string) (string, error) {
-	ti, ok := d.(inbox.TableIdentifier)
+	ti, ok := d.(dialect.TableIdentifier)
 	if !ok {
 		return "", fmt.Errorf("dialect %s cannot tell a table's identity", d.Name())
 	}
@@ -296,7 +297,7 @@ func TableSource(ctx context.Context, db *sql.DB, d inbox.Dialect, table string)
 	if err != nil {
 		return "", err
 	}
-	ident, err := ti.TableIdentity(ctx, db, &inbox.Names{Table: quoted, TableName: table})
+	ident, err := ti.TableIdentity(ctx, db, &dialect.Names{Table: quoted, TableName: table})
 	if err != nil {
 		return "", fmt.Errorf("the identity of table %s: %w", table, err)
 	}

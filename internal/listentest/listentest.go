@@ -144,7 +144,7 @@ func setup(t *testing.T, d Driver, name string) (table string, wdb *sql.DB, wq *
 	if wq, err = inbox.New(wdb, queueConfig(table)); err != nil {
 		t.Fatal(err)
 	}
-	count.Add(wq.Statements().ClaimFor(1).SQL) // the loops claim one job at a time
+	count.Add(wq.Statements().Claim.For(1).SQL) // the loops claim one job at a time
 	if oq, err = inbox.New(odb, queueConfig(table)); err != nil {
 		t.Fatal(err)
 	}
