@@ -10,6 +10,14 @@ import (
 	"time"
 )
 
+// advisoryHold is what holds an advisory delivery: the key value, the
+// table's identity, the two joined as the key set names the key in work,
+// and the pinned connection holding the lock.
+type advisoryHold struct {
+	key, ident, inProcess string
+	conn                  *sql.Conn
+}
+
 // advisoryForm holds a job by a session lock on its key ([form]).
 type advisoryForm struct{}
 
@@ -372,7 +380,7 @@ func (q *Queue) claimLocked(ctx context.Context, conn *sql.Conn, ident string, c
 		}
 		return nil, err
 	}
-	d.key, d.inProcess, d.ident, d.conn = c.key, inProcess, ident, conn
+	d.adv.key, d.adv.inProcess, d.adv.ident, d.adv.conn = c.key, inProcess, ident, conn
 	q.track(d)
 	return d, nil
 }
@@ -399,8 +407,8 @@ func (q *Queue) letGo(ctx context.Context, conn *sql.Conn, ident, key string) {
 func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, after time.Duration) error {
 	q := d.q
 	var ex Executor = q.db
-	if d.conn != nil {
-		ex = d.conn
+	if d.adv.conn != nil {
+		ex = d.adv.conn
 	}
 	if tx != nil {
 		ex = tx
@@ -491,10 +499,10 @@ func (d *Delivery) unlock(ctx context.Context) {
 	d.settled = true
 	// The process's hold goes before the session's, so that whoever takes
 	// the session lock next finds the key free in the process too.
-	q.keys.drop(d.inProcess)
-	if d.conn != nil {
-		q.letGo(ctx, d.conn, d.ident, d.key)
-		d.conn = nil
+	q.keys.drop(d.adv.inProcess)
+	if d.adv.conn != nil {
+		q.letGo(ctx, d.adv.conn, d.adv.ident, d.adv.key)
+		d.adv.conn = nil
 		q.holds.unreserve(1)
 	}
 	q.untrack(d)

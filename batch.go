@@ -170,12 +170,10 @@ func (b *Batcher) settleAll(ctx context.Context, ds []*Delivery, o outcome) []er
 	seen := newDeliverySet(len(ds))
 	for i, d := range ds {
 		switch {
-		case d.q != b.q:
-			errs[i] = errForeign(o)
 		case seen.add(ds[:i], d):
 			errs[i] = fmt.Errorf("inbox: %s: the delivery is given twice", o)
 		default:
-			errs[i] = b.precheck(ctx, d, o, 0)
+			errs[i] = batched{b}.admit(ctx, d, o, 0)
 		}
 		if errs[i] == nil {
 			d.pauseKeeper()
@@ -280,31 +278,21 @@ func errForeign(o outcome) error {
 // settle is Delivery.settle's protocol with the statements sent in a
 // batch.
 func (b *Batcher) settle(ctx context.Context, d *Delivery, o outcome, after time.Duration) error {
+	return d.settleBy(ctx, o, after, batched{b})
+}
+
+// batched sends a settlement in one of b's batches.
+type batched struct{ b *Batcher }
+
+// admit refuses a settlement before the keeper is paused, so that a
+// refused one changes nothing: as a delivery alone is refused, and a
+// delivery of another queue, a finished one, an ended context and a
+// closed batcher too, before it is queued.
+func (s batched) admit(ctx context.Context, d *Delivery, o outcome, after time.Duration) error {
+	b := s.b
 	if d.q != b.q {
 		return errForeign(o)
 	}
-	if err := b.precheck(ctx, d, o, after); err != nil {
-		return err
-	}
-	d.pauseKeeper()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := recheck(ctx, d, o); err != nil {
-		return err
-	}
-	it := itemOf(d, o, after)
-	own := [1]*batchItem{&it}
-	if err := b.run(ctx, own[:]); err != nil {
-		return opErr(o.String(), err)
-	}
-	return d.close(o, verdictOf(ctx, d, own[0]))
-}
-
-// precheck refuses a settlement before the keeper is paused, so that a
-// refused one changes nothing: as Delivery.settle does, and a finished
-// delivery, an ended context and a closed batcher too, before it is
-// queued.
-func (b *Batcher) precheck(ctx context.Context, d *Delivery, o outcome, after time.Duration) error {
 	if err := d.refuse(nil, o, after); err != nil {
 		return opErr(o.String(), err)
 	}
@@ -325,6 +313,20 @@ func (b *Batcher) precheck(ctx context.Context, d *Delivery, o outcome, after ti
 	return nil
 }
 
+// send queues d's token in a batch and waits for its verdict; d is open
+// and d.mu held, so a context that ended meanwhile is the last refusal.
+func (s batched) send(ctx context.Context, d *Delivery, o outcome, after time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	it := itemOf(d, o, after)
+	own := [1]*batchItem{&it}
+	if err := s.b.run(ctx, own[:]); err != nil {
+		return err
+	}
+	return verdictOf(ctx, d, own[0])
+}
+
 // recheck looks again once the keeper is paused and d.mu held: a
 // settlement may have finished d meanwhile, or ctx ended.
 func recheck(ctx context.Context, d *Delivery, o outcome) error {
@@ -339,7 +341,7 @@ func recheck(ctx context.Context, d *Delivery, o outcome) error {
 
 // itemOf copies d's token; d.mu is held.
 func itemOf(d *Delivery, o outcome, after time.Duration) batchItem {
-	return batchItem{id: d.id, attempt: d.attempt, expiry: d.expiry, o: o, after: after}
+	return batchItem{id: d.id, attempt: d.attempt, expiry: d.lease.expiry, o: o, after: after}
 }
 
 // verdictOf returns the result of it for d and finishes d on a verdict;

@@ -70,7 +70,7 @@ func btBatcher(t *testing.T, q *Queue, cfg BatchConfig) *Batcher {
 // btDel is a lease delivery as a claim would have made it: delivered
 // attempt, stored attempt+1, expiry as stored.
 func btDel(q *Queue, id any, attempt int64, expiry time.Time) *Delivery {
-	return &Delivery{q: q, id: id, attempt: attempt, expiry: expiry, data: []any{[]byte("p")}}
+	return &Delivery{q: q, id: id, attempt: attempt, lease: leaseHold{expiry: expiry}, data: []any{[]byte("p")}}
 }
 
 func btPending(b *Batcher) int {
@@ -873,7 +873,7 @@ func TestBatchKeeper(t *testing.T) {
 	boom := errors.New("driver: bad connection")
 
 	d := btDel(q, int64(1), 1, btExp)
-	d.sentAt = btNow
+	d.lease.sentAt = btNow
 	handler, stop := d.Keep(ctx)
 	defer stop()
 	clk.WaitAfters(t, 1) // the first extension, due at half the lease
@@ -896,7 +896,7 @@ func TestBatchKeeper(t *testing.T) {
 	}
 
 	d2 := btDel(q, int64(2), 1, btExp.Add(time.Minute))
-	d2.sentAt = clk.Now()
+	d2.lease.sentAt = clk.Now()
 	handler2, stop2 := d2.Keep(ctx)
 	defer stop2()
 	clk.WaitAfters(t, 3)

@@ -9,10 +9,23 @@ import (
 	"time"
 )
 
-// A delivery's life: the claimed job, the claim's rows read into it, and
-// its settlements through one protocol (settle), which batches go through
-// too. Its keeper is in keeper.go, the forms' statements in lease.go,
-// rowlock.go and advisory.go.
+// A delivery's life, from this file:
+//
+//   - Claimed: Queue.Claim (inbox.go) asks the form (form.go) to claim;
+//     each form's claim is in its own file (lease.go, rowlock.go,
+//     advisory.go), sending its statements through exec.go, and the rows
+//     it returns become deliveries here (scanClaimed), tracked by the queue
+//     and, where a job holds a connection, by the pool's count (pool.go).
+//   - Held: what holds it is one field per form (leaseHold, rowHold,
+//     advisoryHold, each declared in its form's file); a keeper (keeper.go)
+//     extends a lease or watches the hold until the settlement.
+//   - Settled: every settlement runs one protocol (settleBy, below), its
+//     statements sent alone by the form (direct) or in a batch (batched,
+//     batch.go, which groups them in groupcommit.go and sends them in
+//     settlemany.go).
+//   - Read back: a settlement whose outcome is unknown, or one in the
+//     caller's transaction, learns it from the row (verdict.go), and
+//     Committed ends a settlement made in the caller's transaction.
 
 // Delivery is one claimed job. Its methods are safe for concurrent use; a
 // delivery settles once.
@@ -26,24 +39,18 @@ type Delivery struct {
 	lastError string // Table.LastError as claimed
 	priority  int64  // Table.Priority as claimed
 
-	// Advisory: the key value, the table's identity, and the two joined as
-	// the key set names the key in work.
-	key, ident, inProcess string
-
 	mu      sync.Mutex
-	expiry  time.Time // lease: the token's expiry as stored
-	sentAt  time.Time // lease: when the statement that set expiry was sent (monoNow)
-	errText any       // what SetError recorded: a string, or nil
+	errText any // what SetError recorded: a string, or nil
 	settled bool
 	lost    bool               // settled by a verdict of ErrLeaseLost
 	gone    bool               // lost, and by a cancel: ErrCancelled
 	pending *pendingSettlement // lease, advisory: sent, not known to have taken effect
-	tx      *sql.Tx            // row lock: the held transaction
-	endTx   func()             // row lock: lets the held transaction's context go
-	sp      int                // row lock: the handler's savepoint (spNone, spTaken, spFailed)
-	spErr   error              // row lock: why the savepoint failed
-	conn    *sql.Conn          // advisory: the pinned connection holding the lock
 	keeper  *keeper
+
+	// What the job is held by, one per form, each declared with its form.
+	lease leaseHold    // lease.go
+	row   rowHold      // rowlock.go
+	adv   advisoryHold // advisory.go
 }
 
 // ID returns the job's id: an int64 for an integer key of any width, a
@@ -58,7 +65,7 @@ func (d *Delivery) Attempt() int { return int(d.attempt) }
 func (d *Delivery) Expiry() time.Time {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.expiry
+	return d.lease.expiry
 }
 
 // LastError returns the error text the job's last Retry or Dead recorded
@@ -91,7 +98,7 @@ func (d *Delivery) recordedError() bool {
 }
 
 // Key returns the advisory key the delivery holds (advisory form).
-func (d *Delivery) Key() string { return d.key }
+func (d *Delivery) Key() string { return d.adv.key }
 
 // Scan copies the data columns into dest, in the order of Table.Data,
 // converting as sql.Rows.Scan does for these destinations: *any, *string,
@@ -183,7 +190,7 @@ func (q *Queue) scanClaimedRow(rows *sql.Rows, d *Delivery, dest []any, sc *clai
 		if err != nil {
 			return err
 		}
-		d.expiry = micro(t)
+		d.lease.expiry = micro(t)
 	}
 	return nil
 }
@@ -227,7 +234,7 @@ func (q *Queue) unreadClaimed(rows *sql.Rows, ncols int, withExpiry bool, err er
 			if terr != nil {
 				continue
 			}
-			d.expiry = micro(t)
+			d.lease.expiry = micro(t)
 		}
 		e.rows = append(e.rows, d)
 	}
@@ -275,7 +282,7 @@ func (r *rawValue) Scan(src any) error {
 
 // tokenValues are the parameters of a statement checking d's token.
 func (d *Delivery) tokenValues() values {
-	return values{id: d.id, attempt: d.attempt, expiry: d.expiry, errText: d.errText}
+	return values{id: d.id, attempt: d.attempt, expiry: d.lease.expiry, errText: d.errText}
 }
 
 // Ack settles the job as done: its row is deleted. Under the row lock the
@@ -419,13 +426,22 @@ func (d *Delivery) refuse(tx *sql.Tx, o outcome, after time.Duration) error {
 	return d.q.form.refuse(d.q, tx, o, after)
 }
 
-// A settlement's protocol, one for a delivery alone (settle) and for one in
-// a batch (Batcher.settle, Batcher.settleAll): it is refused before
-// anything moves (refuse, which leaves the keeper extending); the keeper's
-// extensions stop (pauseKeeper); under d.mu, held until the verdict so that
-// no extension moves the token meanwhile, a delivery already finished
-// answers so (open); the statements run; and the result is recorded
-// (close).
+// A settlement's protocol, written once (settleBy) for a delivery alone
+// and for one in a batch; Batcher.settleAll runs the same steps for many
+// deliveries with one send. It is refused before anything moves (admit,
+// which leaves the keeper extending); the keeper's extensions stop
+// (pauseKeeper); under d.mu, held until the verdict so that no extension
+// moves the token meanwhile, a delivery already finished answers so
+// (open); the statements go (send); and the result is recorded (close).
+
+// A sender is how a settlement's statements go: alone (direct, the form's
+// statements, in tx when not nil) or in a batch (batched, batch.go).
+type sender interface {
+	// admit refuses a settlement before anything moves.
+	admit(ctx context.Context, d *Delivery, o outcome, after time.Duration) error
+	// send runs the settlement, d.mu held and d open.
+	send(ctx context.Context, d *Delivery, o outcome, after time.Duration) error
+}
 
 // settle runs outcome o, inside tx when not nil. A settlement that reached a
 // verdict (done, or the lease lost) finishes the delivery; one that failed on
@@ -433,8 +449,13 @@ func (d *Delivery) refuse(tx *sql.Tx, o outcome, after time.Duration) error {
 // allows, once the row read back says it did not take effect; one in tx
 // leaves it pending until tx is known to have committed.
 func (d *Delivery) settle(ctx context.Context, tx *sql.Tx, o outcome, after time.Duration) error {
-	if err := d.refuse(tx, o, after); err != nil {
-		return opErr(o.String(), err)
+	return d.settleBy(ctx, o, after, direct{tx})
+}
+
+// settleBy is the protocol, its statements sent by s.
+func (d *Delivery) settleBy(ctx context.Context, o outcome, after time.Duration, s sender) error {
+	if err := s.admit(ctx, d, o, after); err != nil {
+		return err
 	}
 	d.pauseKeeper()
 	d.mu.Lock()
@@ -442,7 +463,21 @@ func (d *Delivery) settle(ctx context.Context, tx *sql.Tx, o outcome, after time
 	if err := d.open(o); err != nil {
 		return err
 	}
-	return d.close(o, d.q.form.settle(ctx, d, tx, o, after))
+	return d.close(o, s.send(ctx, d, o, after))
+}
+
+// direct sends a settlement's statements alone, through its form.
+type direct struct{ tx *sql.Tx }
+
+func (s direct) admit(_ context.Context, d *Delivery, o outcome, after time.Duration) error {
+	if err := d.refuse(s.tx, o, after); err != nil {
+		return opErr(o.String(), err)
+	}
+	return nil
+}
+
+func (s direct) send(ctx context.Context, d *Delivery, o outcome, after time.Duration) error {
+	return d.q.form.settle(ctx, d, s.tx, o, after)
 }
 
 // open refuses a settlement of a finished delivery, whose keeper it ends;

@@ -228,24 +228,8 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	}
 	q := &Queue{db: db, cfg: cfg, dialect: cfg.Dialect, after: cfg.After, margin: cfg.KeepMargin,
 		live: map[*Delivery]struct{}{}, bell: bellOf(n.TableName)}
-	switch {
-	case n.Form != Lease && cfg.Lease != 0:
-		return nil, fmt.Errorf("inbox: new: Config.Lease %v is for the lease form; name Table.LockedUntil to select it", cfg.Lease)
-	case cfg.Lease < 0:
-		return nil, fmt.Errorf("inbox: new: Config.Lease %v is negative", cfg.Lease)
-	case cfg.Lease > 0 && cfg.Lease < time.Microsecond:
-		return nil, fmt.Errorf("inbox: new: Config.Lease %v is under a microsecond, the columns' precision", cfg.Lease)
-	case cfg.Lease == 0:
-		q.lease = DefaultLease
-	default:
-		q.lease = cfg.Lease
-	}
-	q.leaseMicros = q.lease.Microseconds()
-	if cfg.KeepMargin < 0 || (n.Form == Lease && cfg.KeepMargin >= q.lease/2) {
-		return nil, fmt.Errorf("inbox: new: Config.KeepMargin %v must be at least zero and under half the lease", cfg.KeepMargin)
-	}
-	if q.margin == 0 {
-		q.margin = q.lease / 10
+	if err := q.setLease(n.Form); err != nil {
+		return nil, err
 	}
 	q.now = cfg.Now
 	n.DBClock = cfg.Now == nil
@@ -270,6 +254,32 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 		q.keys = keySet{scope: db}
 	}
 	return q, nil
+}
+
+// setLease checks Config.Lease and Config.KeepMargin and sets q's lease
+// and keeper margin, defaults filled in.
+func (q *Queue) setLease(f Form) error {
+	cfg := q.cfg
+	switch {
+	case f != Lease && cfg.Lease != 0:
+		return fmt.Errorf("inbox: new: Config.Lease %v is for the lease form; name Table.LockedUntil to select it", cfg.Lease)
+	case cfg.Lease < 0:
+		return fmt.Errorf("inbox: new: Config.Lease %v is negative", cfg.Lease)
+	case cfg.Lease > 0 && cfg.Lease < time.Microsecond:
+		return fmt.Errorf("inbox: new: Config.Lease %v is under a microsecond, the columns' precision", cfg.Lease)
+	case cfg.Lease == 0:
+		q.lease = DefaultLease
+	default:
+		q.lease = cfg.Lease
+	}
+	q.leaseMicros = q.lease.Microseconds()
+	if cfg.KeepMargin < 0 || (f == Lease && cfg.KeepMargin >= q.lease/2) {
+		return fmt.Errorf("inbox: new: Config.KeepMargin %v must be at least zero and under half the lease", cfg.KeepMargin)
+	}
+	if q.margin == 0 {
+		q.margin = q.lease / 10
+	}
+	return nil
 }
 
 // WithLease returns a queue like q with lease d, for a table whose jobs need

@@ -29,7 +29,7 @@ type KeepGroup struct {
 func NewKeepGroup(ds []*Delivery) *KeepGroup {
 	g := &KeepGroup{}
 	if len(ds) > 1 && ds[0].q.form.leased() {
-		g.starter = newKeepStarter(ds[0].q, ds[0].sentAt, len(ds))
+		g.starter = newKeepStarter(ds[0].q, ds[0].lease.sentAt, len(ds))
 		g.kept = make([]*Delivery, 0, len(ds))
 	}
 	return g
@@ -148,7 +148,7 @@ func (d *Delivery) keep(ctx context.Context, s *keepStarter) (context.Context, f
 		d.mu.Unlock()
 		return kctx, func() { cancel(context.Canceled) }
 	}
-	k := &keeper{d: d, ctx: ctx, cancel: cancel, sentAt: d.sentAt}
+	k := &keeper{d: d, ctx: ctx, cancel: cancel, sentAt: d.lease.sentAt}
 	// Published with k.mu held, so that a settlement or pause from another
 	// goroutine finds the keeper's timer or goroutine in place.
 	k.mu.Lock()
@@ -450,11 +450,11 @@ func (k *keeper) extend(ctx context.Context, giveUp time.Time) (sent time.Time, 
 		k.d.mu.Lock()
 		defer k.d.mu.Unlock()
 		if k.d.settled {
-			res <- result{ErrSettled, k.d.sentAt}
+			res <- result{ErrSettled, k.d.lease.sentAt}
 			return
 		}
 		err := k.d.extendLocked(ectx)
-		res <- result{err, k.d.sentAt}
+		res <- result{err, k.d.lease.sentAt}
 	}()
 	select {
 	case r := <-res:

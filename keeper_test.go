@@ -64,7 +64,7 @@ func TestKeeperIdleUntilHalfLease(t *testing.T) {
 	q := btNew(t, db, Postgres, false)
 	before := keeperGoroutines()
 	d := btDel(q, int64(1), 1, btExp)
-	d.sentAt = time.Now()
+	d.lease.sentAt = time.Now()
 	kctx, stop := d.Keep(context.Background())
 	k := d.keeper
 	if s := stateOf(k); s != keeperWaiting {
@@ -97,7 +97,7 @@ func TestKeeperStartsWhenExtensionDue(t *testing.T) {
 	db, sm := btMock(t)
 	q := btNew(t, db, Postgres, false)
 	d := btDel(q, int64(1), 1, btExp)
-	d.sentAt = time.Now().Add(-q.lease / 2) // the first extension is due now
+	d.lease.sentAt = time.Now().Add(-q.lease / 2) // the first extension is due now
 	next := btExp.Add(time.Minute)
 	sm.ExpectQuery(`UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE "id" = $2 AND "attempt" = $3 AND "locked_until" = $4 RETURNING "locked_until"`).
 		WithArgs(q.lease.Microseconds(), int64(1), int64(2), btExp).
@@ -123,7 +123,7 @@ func TestKeeperHeldBeforeStart(t *testing.T) {
 	q := btNew(t, db, Postgres, false)
 	before := keeperGoroutines()
 	d := btDel(q, int64(1), 1, btExp)
-	d.sentAt = time.Now()
+	d.lease.sentAt = time.Now()
 	kctx, stop := d.Keep(context.Background())
 	defer stop()
 	k := d.keeper
@@ -136,7 +136,7 @@ func TestKeeperHeldBeforeStart(t *testing.T) {
 	k.mu.Lock()
 	giveUp := k.giveUp
 	k.mu.Unlock()
-	if want := d.sentAt.Add(q.lease - q.margin); !giveUp.Equal(want) {
+	if want := d.lease.sentAt.Add(q.lease - q.margin); !giveUp.Equal(want) {
 		t.Fatalf("deadline %v, want the claim's expiry less the margin, %v", giveUp, want)
 	}
 	// A run of the start timer that raced the pause is early: it must
@@ -220,7 +220,7 @@ func TestKeepStarterOneTimer(t *testing.T) {
 	var ks []*keeper
 	for i := 0; i < 3; i++ {
 		d := btDel(q, int64(i+1), 1, btExp)
-		d.sentAt = sent
+		d.lease.sentAt = sent
 		_, stop := d.keep(context.Background(), s)
 		stops = append(stops, stop)
 		ks = append(ks, d.keeper)
@@ -238,7 +238,7 @@ func TestKeepStarterOneTimer(t *testing.T) {
 	}
 	// A delivery of another claim is not the starter's.
 	other := btDel(q, int64(9), 1, btExp)
-	other.sentAt = sent.Add(time.Millisecond)
+	other.lease.sentAt = sent.Add(time.Millisecond)
 	_, stopOther := other.keep(context.Background(), s)
 	if other.keeper.start == nil {
 		t.Error("a keeper of another claim was taken by the starter")
@@ -282,7 +282,7 @@ func TestKeepStarterStarts(t *testing.T) {
 	}
 	for i := 0; i < 2; i++ {
 		d := btDel(q, int64(i+1), 1, btExp)
-		d.sentAt = sent
+		d.lease.sentAt = sent
 		_, stop := d.keep(context.Background(), s)
 		ds, stops = append(ds, d), append(stops, stop)
 	}
@@ -305,7 +305,7 @@ func TestKeepStarterHeldDeadline(t *testing.T) {
 	s := newKeepStarter(q, sent, 1)
 	defer s.stop()
 	d := btDel(q, int64(1), 1, btExp)
-	d.sentAt = sent
+	d.lease.sentAt = sent
 	kctx, stop := d.keep(context.Background(), s)
 	defer stop()
 	k := d.keeper

@@ -10,6 +10,13 @@ import (
 	"time"
 )
 
+// leaseHold is what holds a lease delivery: its token's expiry as stored,
+// and when the statement that set it was sent (monoNow), both guarded by
+// Delivery.mu.
+type leaseHold struct {
+	expiry, sentAt time.Time
+}
+
 // leaseForm holds a job by an expiry written into its row ([form]).
 type leaseForm struct{}
 
@@ -37,7 +44,7 @@ func (leaseForm) holdsConn(*Queue) bool { return false }
 
 // held: until its lease could have run out, measured from when its expiry
 // was sent.
-func (leaseForm) held(d *Delivery) bool { return d.q.monoNow().Before(d.sentAt.Add(d.q.lease)) }
+func (leaseForm) held(d *Delivery) bool { return d.q.monoNow().Before(d.lease.sentAt.Add(d.q.lease)) }
 
 func (leaseForm) finished(context.Context, *Delivery) {}
 
@@ -84,7 +91,7 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 		sortClaimOrder(ds)
 	}
 	for _, d := range ds {
-		d.sentAt = sent
+		d.lease.sentAt = sent
 	}
 	return ds, nil
 }
@@ -151,7 +158,7 @@ func (q *Queue) markClaimed(ctx context.Context, ex Executor, ds []*Delivery, v 
 		toks = toks[:0]
 		for _, d := range chunk {
 			toks = append(toks, token{id: d.id, attempt: d.attempt})
-			d.expiry, d.sentAt = v.until, sent
+			d.lease.expiry, d.lease.sentAt = v.until, sent
 		}
 		mv := values{tokens: toks, now: v.now, until: v.until}
 		n, err := q.exec(ctx, ex, q.st.Claim.Mark, &mv)
@@ -302,7 +309,7 @@ func (d *Delivery) extendLocked(ctx context.Context) error {
 			return err
 		}
 		// The token was in place: a settlement pending did not take effect.
-		d.expiry, d.sentAt, d.pending = micro(t), sent, nil
+		d.lease.expiry, d.lease.sentAt, d.pending = micro(t), sent, nil
 		return nil
 	}
 	n, err := q.exec(ctx, q.db, s, &v)
@@ -317,7 +324,7 @@ func (d *Delivery) extendLocked(ctx context.Context) error {
 			return err
 		}
 	}
-	d.expiry, d.sentAt, d.pending = v.until, sent, nil
+	d.lease.expiry, d.lease.sentAt, d.pending = v.until, sent, nil
 	return nil
 }
 

@@ -17,7 +17,7 @@ func TestKeepGroup(t *testing.T) {
 	var ds []*Delivery
 	for i := 0; i < 3; i++ {
 		d := btDel(q, int64(i+1), 1, btExp)
-		d.sentAt = sent
+		d.lease.sentAt = sent
 		ds = append(ds, d)
 	}
 	g := NewKeepGroup(ds)
@@ -57,7 +57,7 @@ func TestKeepGroup(t *testing.T) {
 
 	// A single delivery's group times its keeper itself.
 	one := btDel(q, int64(9), 1, btExp)
-	one.sentAt = time.Now()
+	one.lease.sentAt = time.Now()
 	g1 := NewKeepGroup([]*Delivery{one})
 	_, stop1 := g1.Keep(context.Background(), one)
 	if g1.starter != nil || one.keeper.start == nil {

@@ -10,6 +10,16 @@ import (
 	"time"
 )
 
+// rowHold is what holds a row-lock delivery: the claim's transaction, the
+// release of its context, and the handler's savepoint (spNone, spTaken,
+// spFailed) with why it failed.
+type rowHold struct {
+	tx    *sql.Tx
+	endTx func()
+	sp    int
+	spErr error
+}
+
 // rowLockForm holds a job by the claim's transaction ([form]).
 type rowLockForm struct{}
 
@@ -107,7 +117,7 @@ func (q *Queue) claimOneRowLock(ctx context.Context, now time.Time) (*Delivery, 
 				continue
 			}
 		}
-		d.tx, d.endTx = tx, end
+		d.row.tx, d.row.endTx = tx, end
 		q.track(d)
 		return d, nil
 	}
@@ -243,27 +253,27 @@ const (
 // [sql.ErrTxDone], and Ack returns the savepoint's error. Tx may be called
 // from several goroutines; a call during a settlement waits for it.
 func (d *Delivery) Tx() *sql.Tx {
-	if d.tx == nil {
+	if d.row.tx == nil {
 		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.sp == spNone && !d.settled {
-		d.sp = spTaken
+	if d.row.sp == spNone && !d.settled {
+		d.row.sp = spTaken
 		// No context to end it: the statement is the transaction's own,
 		// on the connection it holds.
-		if _, err := d.q.exec(context.Background(), d.q.own(d.tx), d.q.st.RowLock.Savepoint, &values{}); err != nil {
+		if _, err := d.q.exec(context.Background(), d.q.own(d.row.tx), d.q.st.RowLock.Savepoint, &values{}); err != nil {
 			// The transaction is gone: on MySQL a deadlock (a Galera
 			// brute-force abort) rolled it back, and the handler's
 			// statements would each commit on their own. Ending it here
 			// makes them fail (sql.ErrTxDone); Ack reports this error,
 			// and Retry and Dead record the attempt in a transaction of
 			// their own.
-			d.sp, d.spErr = spFailed, err
-			_ = d.tx.Rollback()
+			d.row.sp, d.row.spErr = spFailed, err
+			_ = d.row.tx.Rollback()
 		}
 	}
-	return d.tx
+	return d.row.tx
 }
 
 // checkRowLock refuses a row-lock dialect that cannot undo a failed
@@ -282,7 +292,7 @@ func checkRowLock(n *dialect.Names, st *Statements) error {
 // back in the queue.
 func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Duration) error {
 	q := d.q
-	tx := d.tx
+	tx := d.row.tx
 	v := values{id: d.id, attempt: d.attempt, micros: after.Microseconds(), errText: d.errText}
 	defer d.finishRowLock()
 	switch o {
@@ -291,9 +301,9 @@ func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Dura
 	case outRelease:
 		return d.releaseRowLock(ctx, &v)
 	}
-	if d.sp == spFailed {
+	if d.row.sp == spFailed {
 		_ = tx.Rollback()
-		return fmt.Errorf("the claim's transaction failed before the handler wrote: %w", d.spErr)
+		return fmt.Errorf("the claim's transaction failed before the handler wrote: %w", d.row.spErr)
 	}
 	ex := q.own(tx)
 	n, err := q.exec(ctx, ex, q.st.Settle.Ack, &v)
@@ -327,14 +337,14 @@ func (d *Delivery) settleRowLock(ctx context.Context, o outcome, after time.Dura
 // (recordAnew): a job can always be retried and always die.
 func (d *Delivery) recordRowLock(ctx context.Context, o outcome, v *values, after time.Duration) error {
 	q := d.q
-	ex := q.own(d.tx)
+	ex := q.own(d.row.tx)
 	undo := func() error {
-		switch d.sp {
+		switch d.row.sp {
 		case spTaken:
 			_, err := q.exec(ctx, ex, q.st.RowLock.RollbackToSavepoint, &values{})
 			return err
 		case spFailed:
-			return fmt.Errorf("the handler's savepoint could not be taken: %w", d.spErr)
+			return fmt.Errorf("the handler's savepoint could not be taken: %w", d.row.spErr)
 		}
 		return nil
 	}
@@ -352,9 +362,9 @@ func (d *Delivery) recordRowLock(ctx context.Context, o outcome, v *values, afte
 		}
 	}
 	if err == nil {
-		return d.tx.Commit()
+		return d.row.tx.Commit()
 	}
-	_ = d.tx.Rollback()
+	_ = d.row.tx.Rollback()
 	if err2 := d.recordAnew(ctx, o, v, after); err2 != nil {
 		return fmt.Errorf("%w (in the held transaction: %w)", err2, err)
 	}
@@ -459,7 +469,7 @@ func (d *Delivery) verdict(ctx context.Context, ex Executor, o outcome, v *value
 func (d *Delivery) releaseRowLock(ctx context.Context, v *values) error {
 	q := d.q
 	if q.st.RowLock.ClaimsGiveBack.SQL == "" {
-		return d.tx.Rollback()
+		return d.row.tx.Rollback()
 	}
 	bctx := context.WithoutCancel(ctx)
 	back, err := q.db.BeginTx(bctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -468,7 +478,7 @@ func (d *Delivery) releaseRowLock(ctx context.Context, v *values) error {
 			_ = back.Rollback()
 		}
 	}
-	rerr := d.tx.Rollback()
+	rerr := d.row.tx.Rollback()
 	if err == nil {
 		// A transaction the handler ended itself (ErrTxDone) was no
 		// crash either.
@@ -483,8 +493,8 @@ func (d *Delivery) releaseRowLock(ctx context.Context, v *values) error {
 
 func (d *Delivery) finishRowLock() {
 	d.settled = true
-	if d.endTx != nil {
-		d.endTx()
+	if d.row.endTx != nil {
+		d.row.endTx()
 	}
 	d.q.holds.unreserve(1)
 	d.q.untrack(d)

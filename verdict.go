@@ -110,14 +110,14 @@ func (d *Delivery) judge(o outcome, r rowState, until time.Time) verdictKind {
 			return applied
 		}
 		return lost
-	case r.attempt == stored && (!lease || r.expiry.Equal(d.expiry)):
+	case r.attempt == stored && (!lease || r.expiry.Equal(d.lease.expiry)):
 		switch {
 		case o != outRetry:
 			return notApplied
 		case !lease:
 			// An advisory Retry writes no part of the token.
 			return unclear
-		case !until.IsZero() && until.Equal(d.expiry):
+		case !until.IsZero() && until.Equal(d.lease.expiry):
 			// It wrote the expiry the row held.
 			return applied
 		}
@@ -301,12 +301,12 @@ func (d *Delivery) readBack(ctx context.Context, o outcome, until time.Time, err
 // once a statement is over) through the pool.
 func (d *Delivery) readAdvisory(ctx context.Context) (rowState, error) {
 	q := d.q
-	if d.conn != nil {
-		if r, err := d.readRow(ctx, d.conn); err == nil {
+	if d.adv.conn != nil {
+		if r, err := d.readRow(ctx, d.adv.conn); err == nil {
 			return r, nil
 		}
-		discard(d.conn)
-		d.conn = nil
+		discard(d.adv.conn)
+		d.adv.conn = nil
 		q.holds.unreserve(1)
 	}
 	w, ok := capability[dialect.LockWaiter](q.dialect)
@@ -317,12 +317,12 @@ func (d *Delivery) readAdvisory(ctx context.Context) (rowState, error) {
 	if err != nil {
 		return rowState{}, err
 	}
-	if err := w.WaitLock(ctx, conn, d.ident, d.key); err != nil {
+	if err := w.WaitLock(ctx, conn, d.adv.ident, d.adv.key); err != nil {
 		discard(conn)
 		return rowState{}, err
 	}
 	r, err := d.readRow(ctx, conn)
-	q.letGo(ctx, conn, d.ident, d.key)
+	q.letGo(ctx, conn, d.adv.ident, d.adv.key)
 	return r, err
 }
 
