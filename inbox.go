@@ -23,6 +23,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -300,6 +301,15 @@ func (q *Queue) Lease() time.Duration { return q.lease }
 // changed.
 func (q *Queue) Statements() *Statements { return q.st }
 
+// Config returns the configuration q was made with, the Table's defaults
+// filled in: a loop reads there whether a dead table or a not-before column
+// is named, and the notification channel.
+func (q *Queue) Config() Config {
+	c := q.cfg
+	c.Table.Data = slices.Clone(c.Table.Data)
+	return c
+}
+
 // Executor runs statements: *sql.DB, *sql.Tx and *sql.Conn all are one.
 type Executor interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
@@ -344,6 +354,36 @@ func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
 		return nil, opErr("claim", err)
 	}
 	return ds, nil
+}
+
+// Probe reports whether a claim may find a job, in one statement
+// ([Statements.Probe]) where the dialect has one, so that an idle loop's
+// fallback poll costs a statement, not a claim's transaction. Without a
+// probe statement (a claim of one statement already) it reports true and
+// sends nothing. It returns the statement's error, wrapped as
+// "inbox: probe: …"; a row it finds may be gone by the claim.
+func (q *Queue) Probe(ctx context.Context) (bool, error) {
+	if q.st.Probe.SQL == "" {
+		return true, nil
+	}
+	v := &values{}
+	now, err := q.claimNow(ctx, q.st.Probe)
+	if err != nil {
+		return false, opErr("probe", err)
+	}
+	v.now = now
+	var rows *sql.Rows
+	if rows, err = q.query(ctx, q.db, q.st.Probe, v); err != nil {
+		return false, opErr("probe", err)
+	}
+	found := rows.Next()
+	if err = rows.Close(); err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return false, opErr("probe", err)
+	}
+	return found, nil
 }
 
 // Shutdown gives back every job this queue holds by a transaction or an
