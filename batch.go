@@ -162,6 +162,13 @@ func (b *Batcher) AckAll(ctx context.Context, ds []*Delivery) []error {
 	return b.settleAll(ctx, ds, outAck)
 }
 
+// ReleaseAll is [Batcher.Release] of several deliveries queued together, as
+// [Batcher.AckAll] is for Ack: jobs a loop claimed and will not run go back
+// in one statement, their attempts not spent. The errors are in ds's order.
+func (b *Batcher) ReleaseAll(ctx context.Context, ds []*Delivery) []error {
+	return b.settleAll(ctx, ds, outRelease)
+}
+
 // settleAll settles ds together by o (acknowledgement or release).
 func (b *Batcher) settleAll(ctx context.Context, ds []*Delivery, o outcome) []error {
 	errs := make([]error, len(ds))

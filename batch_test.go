@@ -627,6 +627,38 @@ func TestBatchAckAllLarge(t *testing.T) {
 	btMet(t, sm)
 }
 
+// ReleaseAll gives a claim's lease jobs back in one statement, their
+// attempts restored, each token checked.
+func TestReleaseAll(t *testing.T) {
+	const claim = `WITH picked AS MATERIALIZED (SELECT "id" FROM (` +
+		`(SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" IS NULL ORDER BY "id" LIMIT 2 FOR UPDATE SKIP LOCKED) AS free LIMIT $1) UNION ALL ` +
+		`(SELECT "id" FROM (SELECT "id" FROM "jobs" WHERE "locked_until" <= statement_timestamp() ORDER BY "locked_until" LIMIT 2 FOR UPDATE SKIP LOCKED) AS expired LIMIT $2)` +
+		`) AS c ORDER BY "id" LIMIT $3) ` +
+		`UPDATE "jobs" AS j SET "attempt" = j."attempt" + 1, "locked_until" = (statement_timestamp() + $4 * interval '1 microsecond') WHERE j."id" = ANY (ARRAY(SELECT "id" FROM picked)) ` +
+		`RETURNING j."id", j."attempt" - 1, j."locked_until", j."payload"`
+	batchRelease := `UPDATE "jobs" SET "locked_until" = NULL, "attempt" = "attempt" - 1 WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`
+	db, sm := btMock(t)
+	q, err := New(db, Config{Dialect: Postgres, Table: Table{Name: "jobs", LockedUntil: "locked_until", DeadTable: "dead_jobs"}, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := btNow.Add(time.Minute)
+	sm.ExpectQuery(claim).WithArgs(2, 2, 2, int64(time.Minute/time.Microsecond)).WillReturnRows(sqlmock.NewRows([]string{"id", "attempt", "locked_until", "payload"}).
+		AddRow(int64(1), int64(1), exp, []byte("p")).AddRow(int64(2), int64(1), exp, []byte("p")))
+	sm.ExpectQuery(batchRelease).WithArgs(pgBatchArgs("{1,2}", "{2,2}", `{"2024-03-01 12:01:00.123456+00","2024-03-01 12:01:00.123456+00"}`)...).
+		WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(int64(1)))
+	ds, err := q.Claim(context.Background(), 2)
+	if err != nil || len(ds) != 2 || ds[0].ID() != int64(1) || ds[1].ID() != int64(2) {
+		t.Fatalf("Claim(2) = %v, %v; want jobs 1 and 2", ds, err)
+	}
+	b := btBatcher(t, q, BatchConfig{MaxBatch: 2})
+	errs := b.ReleaseAll(context.Background(), ds)
+	if len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], ErrLeaseLost) {
+		t.Errorf("ReleaseAll = %v, want nil and ErrLeaseLost for the job whose token no longer matched", errs)
+	}
+	btMet(t, sm)
+}
+
 // markReturned clears the error of every token whose id a row names, by a
 // scan for a few tokens and by a map for many: both ways give the same
 // verdicts, two tokens of one id included.

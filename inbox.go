@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sqlinbox/inbox/dialect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -311,6 +312,15 @@ func (q *Queue) Lease() time.Duration { return q.lease }
 // changed.
 func (q *Queue) Statements() *Statements { return q.st }
 
+// Config returns the configuration q was made with, the Table's defaults
+// filled in: a loop reads there whether a dead table or a not-before column
+// is named, and the notification channel.
+func (q *Queue) Config() Config {
+	c := q.cfg
+	c.Table.Data = slices.Clone(c.Table.Data)
+	return c
+}
+
 // Executor runs statements: *sql.DB, *sql.Tx and *sql.Conn all are one.
 type Executor interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
@@ -356,6 +366,7 @@ func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
 	}
 	return ds, nil
 }
+
 
 // Shutdown gives back every job this queue holds by a transaction or an
 // advisory lock, at once, as Release would (their connections go back to the

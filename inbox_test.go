@@ -1,7 +1,8 @@
 package inbox_test
 
-// Construction, the ownership rules of deliveries, the pool rule, Scan and
-// Enqueue's refusals, on sqlmock: no database needed.
+// Construction and the configuration a queue reports, the ownership rules
+// of deliveries, the pool rule and MaxInWork, Scan and Enqueue's refusals,
+// on sqlmock: no database needed.
 
 import (
 	"context"
@@ -152,6 +153,23 @@ func TestNewRefuses(t *testing.T) {
 		t.Errorf("refused constructions sent %d calls", n)
 	}
 	m.Met(t)
+}
+
+// Config returns the configuration with the Table's defaults, a copy the
+// caller may change without changing the queue.
+func TestQueueConfig(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: "jobs", LockedUntil: "locked_until", DeadTable: "dead"},
+		NotifyChannel: "jobs_ready", Lease: time.Minute})
+	c := q.Config()
+	if c.Table.ID != "id" || c.Table.Attempt != "attempt" || len(c.Table.Data) != 1 || c.Table.Data[0] != "payload" ||
+		c.Table.DeadTable != "dead" || c.NotifyChannel != "jobs_ready" || c.Lease != time.Minute || c.Dialect != inbox.Postgres {
+		t.Errorf("Config() = %+v", c)
+	}
+	c.Table.Data[0] = "changed"
+	if q.Config().Table.Data[0] != "payload" {
+		t.Error("changing Config()'s Table.Data changed the queue's")
+	}
 }
 
 // Claim refuses a count outside 1 to MaxClaim and an ended context, before
@@ -667,6 +685,36 @@ func TestPoolRule(t *testing.T) {
 		})
 		m.Met(t)
 	})
+}
+
+// MaxInWork (issue 22 item 7) is the pool's limit less one where a job in
+// work holds a connection (row lock; advisory with session locks), read at
+// each call, and -1 where nothing bounds it: the lease, SQLite's advisory
+// form (its keys live in the process), a pool without a limit.
+func TestMaxInWork(t *testing.T) {
+	m := newMock(t)
+	for _, c := range []struct {
+		cfg       inbox.Config
+		open      int
+		want      int
+		unlimited int // with no limit on the pool
+	}{
+		{inbox.Config{Dialect: inbox.Postgres, Table: rowLockTable}, 9, 8, -1},
+		{inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable}, 5, 4, -1},
+		{inbox.Config{Dialect: inbox.Postgres, Table: rowLockTable}, 1, 0, -1},
+		{inbox.Config{Dialect: inbox.Postgres, Table: leaseTable}, 9, -1, -1},
+		{inbox.Config{Dialect: inbox.SQLite, Table: advisoryTable}, 9, -1, -1},
+	} {
+		q := newQueue(t, m, c.cfg)
+		m.DB.SetMaxOpenConns(c.open)
+		if got := q.MaxInWork(); got != c.want {
+			t.Errorf("%s %s, SetMaxOpenConns(%d): MaxInWork %d, want %d", c.cfg.Dialect.Name(), q.Form(), c.open, got, c.want)
+		}
+		m.DB.SetMaxOpenConns(0)
+		if got := q.MaxInWork(); got != c.unlimited {
+			t.Errorf("%s %s, no limit: MaxInWork %d, want %d", c.cfg.Dialect.Name(), q.Form(), got, c.unlimited)
+		}
+	}
 }
 
 // A claim that fails part way gives back what it took: an error means

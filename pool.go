@@ -54,6 +54,25 @@ func (h poolHolds) unreserve(n int) {
 	}
 }
 
+// MaxInWork returns how many jobs the queue's pool can hold in work at once,
+// for every queue on the pool together, or -1 when nothing bounds it. Under
+// the row lock, and the advisory form where the engine has session locks
+// (PostgreSQL, MySQL), a job in work holds a connection and the pool keeps
+// one for the rest: it is the pool's SetMaxOpenConns less one, read now (0
+// for a pool of one, where Claim returns [ErrPoolTooSmall]). The lease form,
+// SQLite's advisory form and a pool without a limit are unbounded. A loop
+// reads it to refuse more workers than the pool can serve.
+func (q *Queue) MaxInWork() int {
+	if !q.form.holdsConn(q) {
+		return -1
+	}
+	max := q.db.Stats().MaxOpenConnections
+	if max <= 0 {
+		return -1
+	}
+	return max - 1
+}
+
 // keySet is a set of advisory keys in work in this process: per pool for
 // engines with session locks (the server arbitrates between pools, the set
 // only spares a lock call) and for a SQLite database in memory, which is

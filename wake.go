@@ -1,6 +1,8 @@
 package inbox
 
 import (
+	"context"
+	"database/sql"
 	"strings"
 	"sync"
 )
@@ -59,3 +61,33 @@ func (q *Queue) Wake() { q.bell.ring() }
 // that a job enqueued during the claim is not missed. Waiting is the
 // caller's: the package starts no timer for it.
 func (q *Queue) NextWake() <-chan struct{} { return q.bell.next() }
+
+// Probe reports whether a claim may find a job, in one statement
+// ([Statements.Probe]) where the dialect has one, so that an idle loop's
+// fallback poll costs a statement, not a claim's transaction. Without a
+// probe statement (a claim of one statement already) it reports true and
+// sends nothing. It returns the statement's error, wrapped as
+// "inbox: probe: …"; a row it finds may be gone by the claim.
+func (q *Queue) Probe(ctx context.Context) (bool, error) {
+	if q.st.Jobs.Probe.SQL == "" {
+		return true, nil
+	}
+	v := &values{}
+	now, err := q.claimNow(ctx, q.st.Jobs.Probe)
+	if err != nil {
+		return false, opErr("probe", err)
+	}
+	v.now = now
+	var rows *sql.Rows
+	if rows, err = q.query(ctx, q.db, q.st.Jobs.Probe, v); err != nil {
+		return false, opErr("probe", err)
+	}
+	found := rows.Next()
+	if err = rows.Close(); err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return false, opErr("probe", err)
+	}
+	return found, nil
+}

@@ -1,9 +1,10 @@
-package inbox_test
+package worker_test
 
-// The worker loop, package worker's Run, pinned with sqlmock's exact matcher: what it
-// sends for each outcome of a handler (ack, retry after the backoff, dead
-// past MaxAttempts, a panic), what it gives back at shutdown under each form,
-// and the claims a wake-up causes. One loop with a batch of one, so that the
+// The worker loop, Run, pinned with sqlmock's exact matcher (the harness and
+// the SQL in sqlmock_test.go): what it sends for each outcome of a handler
+// (ack, retry after the backoff, dead past MaxAttempts, a panic), what it
+// gives back at shutdown under each form, the claims a wake-up causes, and
+// what it does after an error. One loop with a batch of one, so that the
 // statements come in one order; the loop is stopped by ending its context
 // from a driver hook or from the handler, never by a timer.
 
@@ -449,22 +450,22 @@ func TestWorkPostgresAdvisory(t *testing.T) {
 // once.
 func TestWorkBatch(t *testing.T) {
 	var (
-		batchAck   = `DELETE FROM "jobs" WHERE ` + inbox.PgBatchWhere(1) + ` RETURNING "id"`
-		batchRetry = `UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE ` + inbox.PgBatchWhere(2) + ` RETURNING "id"`
+		batchAck   = `DELETE FROM "jobs" WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`
+		batchRetry = `UPDATE "jobs" SET "locked_until" = (statement_timestamp() + $1 * interval '1 microsecond') WHERE ` + pgBatchWhere(2) + ` RETURNING "id"`
 		exps       = `{"2024-03-01 12:01:00.123456+00"}`
 	)
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
 	exp := utc0.Add(time.Minute)
 	cols := "id,attempt,locked_until,payload"
-	m.ExpectQuery(pgClaimUpTo(4, false)).WithArgs(3, 3, 3, minute).WillReturnRows(rows(cols,
+	m.ExpectQuery(pgClaimUpTo(4)).WithArgs(3, 3, 3, minute).WillReturnRows(rows(cols,
 		row(int64(1), int64(1), exp, []byte("p")), row(int64(2), int64(1), exp, []byte("p")), row(int64(3), int64(1), exp, []byte("p"))))
-	m.ExpectQuery(batchAck).WithArgs(inbox.PgBatchArgs("{1}", "{2}", exps)...).WillReturnRows(rows("id", row(int64(1))))
-	m.ExpectQuery(batchRetry).WithArgs(append([]driver.Value{int64(90_000_000)}, inbox.PgBatchArgs("{2}", "{2}", exps)...)...).WillReturnRows(rows("id", row(int64(2))))
-	m.ExpectQuery(batchAck).WithArgs(inbox.PgBatchArgs("{3}", "{2}", exps)...).WillReturnRows(rows("id", row(int64(3))))
+	m.ExpectQuery(batchAck).WithArgs(pgBatchArgs("{1}", "{2}", exps)...).WillReturnRows(rows("id", row(int64(1))))
+	m.ExpectQuery(batchRetry).WithArgs(append([]driver.Value{int64(90_000_000)}, pgBatchArgs("{2}", "{2}", exps)...)...).WillReturnRows(rows("id", row(int64(2))))
+	m.ExpectQuery(batchAck).WithArgs(pgBatchArgs("{3}", "{2}", exps)...).WillReturnRows(rows("id", row(int64(3))))
 	// The batch was full: the loop claims again before it idles. That claim
 	// ends the test.
-	m.ExpectQuery(pgClaimUpTo(4, false)).WithArgs(3, 3, 3, minute).WillReturnRows(rows(cols))
+	m.ExpectQuery(pgClaimUpTo(4)).WithArgs(3, 3, 3, minute).WillReturnRows(rows(cols))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var log workLog
@@ -483,7 +484,7 @@ func TestWorkBatch(t *testing.T) {
 	done := workRun(ctx, q, worker.Config{Batch: 3, Backoff: log.backoff}, func(_ context.Context, d *inbox.Delivery) error {
 		log.handle(d)
 		if d.ID() == int64(1) {
-			m.After("query "+pgClaimUpTo(4, false), cancel) // the first claim was answered
+			m.After("query "+pgClaimUpTo(4), cancel) // the first claim was answered
 		}
 		wg.Done()
 		<-all // all three handlers run at once
@@ -495,7 +496,7 @@ func TestWorkBatch(t *testing.T) {
 	})
 	workDone(t, done)
 	m.Met(t)
-	want := []string{"query " + pgClaimUpTo(4, false), "query " + batchAck, "query " + batchRetry, "query " + batchAck, "query " + pgClaimUpTo(4, false)}
+	want := []string{"query " + pgClaimUpTo(4), "query " + batchAck, "query " + batchRetry, "query " + batchAck, "query " + pgClaimUpTo(4)}
 	if got := m.Log(0); !slices.Equal(got, want) {
 		t.Errorf("calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
@@ -704,19 +705,19 @@ func TestWorkRecordsErrors(t *testing.T) {
 // none of its handlers runs: a lease batch in one statement, its attempts
 // not spent.
 func TestWorkGivesBackLateClaim(t *testing.T) {
-	batchRelease := `UPDATE "jobs" SET "locked_until" = NULL, "attempt" = "attempt" - 1 WHERE ` + inbox.PgBatchWhere(1) + ` RETURNING "id"`
+	batchRelease := `UPDATE "jobs" SET "locked_until" = NULL, "attempt" = "attempt" - 1 WHERE ` + pgBatchWhere(1) + ` RETURNING "id"`
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable, Lease: time.Minute})
 	exp := utc0.Add(time.Minute)
-	m.ExpectQuery(pgClaimUpTo(4, false)).WithArgs(3, 3, 3, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
+	m.ExpectQuery(pgClaimUpTo(4)).WithArgs(3, 3, 3, minute).WillReturnRows(rows("id,attempt,locked_until,payload",
 		row(int64(1), int64(1), exp, []byte("p")), row(int64(2), int64(1), exp, []byte("p")), row(int64(3), int64(1), exp, []byte("p"))))
-	m.ExpectQuery(batchRelease).WithArgs(inbox.PgBatchArgs("{1,2,3}", "{2,2,2}",
+	m.ExpectQuery(batchRelease).WithArgs(pgBatchArgs("{1,2,3}", "{2,2,2}",
 		`{"2024-03-01 12:01:00.123456+00","2024-03-01 12:01:00.123456+00","2024-03-01 12:01:00.123456+00"}`)...).
 		WillReturnRows(rows("id", row(int64(1)), row(int64(2)), row(int64(3))))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// The loop's context ends while the claim is on its way back.
-	m.After("query "+pgClaimUpTo(4, false), cancel)
+	m.After("query "+pgClaimUpTo(4), cancel)
 	var log workLog
 	done := workRun(ctx, q, worker.Config{Batch: 3}, func(_ context.Context, d *inbox.Delivery) error {
 		log.handle(d)
@@ -747,9 +748,9 @@ func TestWorkProbes(t *testing.T) {
 	m.ExpectQuery(probe).WithoutArgs().WillReturnError(errors.New("server gone"))
 	// The failure has the loop check the schema, which fails too: the
 	// server is away, which may heal, and the loop goes on.
-	m.ExpectQuery(inbox.MyProbe).WithoutArgs().WillReturnError(errors.New("server gone"))
-	m.ExpectQuery(inbox.PgProbe).WithoutArgs().WillReturnError(errors.New("server gone"))
-	m.ExpectQuery(inbox.SQLiteProbe).WithoutArgs().WillReturnError(errors.New("server gone"))
+	m.ExpectQuery(myProbe).WithoutArgs().WillReturnError(errors.New("server gone"))
+	m.ExpectQuery(pgProbe).WithoutArgs().WillReturnError(errors.New("server gone"))
+	m.ExpectQuery(sqliteProbe).WithoutArgs().WillReturnError(errors.New("server gone"))
 	m.ExpectQuery(probe).WithoutArgs().WillReturnRows(rows("1", row(int64(1))))
 	m.ExpectBegin()
 	m.ExpectQuery(myLeaseDueClock).WithArgs(1).WillReturnRows(rows(cols))
@@ -776,7 +777,7 @@ func TestWorkProbes(t *testing.T) {
 	workDone(t, done)
 	m.Since(t, 0,
 		"begin", "query "+myLeaseDueClock, "query "+myLeaseFreeClock, "commit",
-		"query "+probe, "query "+probe, "query "+inbox.MyProbe, "query "+inbox.PgProbe, "query "+inbox.SQLiteProbe, "query "+probe,
+		"query "+probe, "query "+probe, "query "+myProbe, "query "+pgProbe, "query "+sqliteProbe, "query "+probe,
 		"begin", "query "+myLeaseDueClock, "query "+myLeaseFreeClock, "exec "+myLeaseMark, "commit",
 		"exec "+myLeaseAck)
 	m.Met(t)
@@ -788,43 +789,35 @@ func TestWorkProbes(t *testing.T) {
 	}
 }
 
-// TestProbeSQL pins the probe of each engine and form: set where the claim
-// is a transaction of several statements (MySQL's lease, every row lock),
-// empty where it is one statement already, under both clocks.
-func TestProbeSQL(t *testing.T) {
-	tables := map[string]inbox.Table{
-		"lease":    {Name: "jobs", LockedUntil: "locked_until"},
-		"row lock": {Name: "jobs", NotBefore: "not_before"},
-		"plain":    {Name: "jobs"},
-		"advisory": {Name: "jobs", AdvisoryKey: "id", NotBefore: "not_before"},
-	}
-	dialects := map[string]inbox.Dialect{"postgres": inbox.Postgres, "mysql": inbox.MySQL, "mariadb": inbox.MariaDB, "sqlite": inbox.SQLite}
-	for _, w := range []struct {
-		engine, form string
-		callerClock  bool
-		sql          string
-	}{
-		{"postgres", "lease", false, ""},
-		{"postgres", "row lock", false, `SELECT 1 FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= statement_timestamp()) LIMIT 1`},
-		{"postgres", "row lock", true, `SELECT 1 FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= $1) LIMIT 1`},
-		{"postgres", "plain", false, `SELECT 1 FROM "jobs" LIMIT 1`},
-		{"postgres", "advisory", false, ""},
-		{"mysql", "lease", false, "SELECT 1 FROM `jobs` WHERE `locked_until` IS NULL OR `locked_until` <= UTC_TIMESTAMP(6) LIMIT 1"},
-		{"mysql", "lease", true, "SELECT 1 FROM `jobs` WHERE `locked_until` IS NULL OR `locked_until` <= ? LIMIT 1"},
-		{"mariadb", "lease", false, "SELECT 1 FROM `jobs` WHERE `locked_until` IS NULL OR `locked_until` <= UTC_TIMESTAMP(6) LIMIT 1"},
-		{"mysql", "row lock", false, "SELECT 1 FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) LIMIT 1"},
-		{"mysql", "plain", true, "SELECT 1 FROM `jobs` LIMIT 1"},
-		{"mysql", "advisory", false, ""},
-		{"sqlite", "lease", true, ""},
-		{"sqlite", "advisory", true, ""},
-	} {
-		cfg := inbox.Config{Dialect: dialects[w.engine], Table: tables[w.form]}
-		if w.callerClock {
-			cfg.Now = time.Now
+// What the loop meets and does not return goes to Config.OnError: here a
+// claim the driver fails, which may heal. The loop then checks the schema
+// (which cannot run either) and claims again after a backoff, until its
+// context ends.
+func TestWorkOnError(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: leaseTable})
+	errDown := errors.New("connection refused")
+	m.ExpectQuery(pgLeaseClaim).WillReturnError(errDown)
+	// The failure has the loop check the schema, which fails too: the
+	// server may come back, so the loop claims again.
+	m.ExpectQuery(pgProbe).WillReturnError(errDown)
+	m.ExpectQuery(myProbe).WillReturnError(errDown)
+	m.ExpectQuery(sqliteProbe).WillReturnError(errDown)
+	m.ExpectQuery(pgLeaseClaim).WillReturnError(errDown)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var seen []error
+	cfg := worker.Config{Poll: time.Millisecond, OnError: func(err error) {
+		seen = append(seen, err)
+		if len(seen) == 2 {
+			cancel()
 		}
-		q := newQueue(t, newMock(t), cfg)
-		if got := q.Statements().Jobs.Probe.SQL; got != w.sql {
-			t.Errorf("%s %s, caller's clock %v:\n got %s\nwant %s", w.engine, w.form, w.callerClock, got, w.sql)
-		}
+	}}
+	if err := worker.Run(ctx, q, cfg, func(context.Context, *inbox.Delivery) error { return nil }); err != nil {
+		t.Fatal(err)
 	}
+	if len(seen) != 2 || !errors.Is(seen[0], errDown) || !errors.Is(seen[1], errDown) {
+		t.Fatalf("OnError saw %v, want the driver's error twice", seen)
+	}
+	m.Met(t)
 }

@@ -1,4 +1,4 @@
-package inbox_test
+package worker_test
 
 // The handler decides its job's fate (issue 22 item 5), pinned with
 // sqlmock's exact matcher on the PostgreSQL lease: a Permanent error goes
@@ -6,6 +6,7 @@ package inbox_test
 // the backoff, a handler that settled its delivery itself leaves the loop
 // sending nothing and reporting nothing, and Config.Timeout ends the
 // handler's context with worker.ErrTimeout and retries after the backoff.
+// fate_test.go checks the rules themselves, inside the package.
 
 import (
 	"context"
