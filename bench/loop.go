@@ -2,14 +2,14 @@ package main
 
 // -run work: the throughput of worker.Run against the hand-written
 // claim/ack loop of the table (hand_side.go) and inbox's own Claim/Ack loop
-// (inbox_side.go), in the same run, on the same pool. For a line
-// of n workers and batch b, Work runs n loops with worker.Config.Batch b (each
-// job of a batch handled in a goroutine of its own and acknowledged by
-// Delivery.Ack) and the no-op handler of the table; the other two sides run
-// n workers of their rounds. The sides alternate in segments (work, hand,
-// Claim/Ack, then backwards), the tables topped up before each; a Work
-// segment ends by cancelling the loops' context, and its time runs until
-// every loop has returned, its last acknowledgements included.
+// (inbox_side.go), in the same run, on the same pool. For a line of n
+// workers and batch b, Work runs n loops with worker.Config.Batch b and the
+// no-op handler of the table (-work-hold makes some of its handlers slow);
+// the other two sides run n workers of their rounds. The sides alternate in
+// segments (work, hand, Claim/Ack, then backwards), the tables topped up
+// before each; a Work segment ends by cancelling the loops' context, and its
+// time runs until every loop has returned, its last acknowledgements
+// included.
 //
 // Work and Claim/Ack share inbox's table, which has the recommended lease
 // indexes under the lease form; the hand-written side has a table of its
@@ -17,8 +17,9 @@ package main
 //
 // With a batch over one the lease lines differ in how they acknowledge:
 // the hand-written side the batch in one statement, the Claim/Ack side
-// through the Batcher's AckAll after handling the jobs in turn, Work from
-// each job's goroutine through a Batcher full at the claim's size.
+// through the Batcher's AckAll after handling the jobs in turn, Work by the
+// loop's own gathering: one AckAll for a batch of quick handlers, groups
+// sent as they end once the batch's first millisecond has passed.
 
 import (
 	"context"
@@ -32,6 +33,13 @@ import (
 
 	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/worker"
+)
+
+// The Work side's uneven handlers (-work-hold): one job in workHoldEvery,
+// by the order the loops handle them, holds for workHold.
+var (
+	workHold      time.Duration
+	workHoldEvery = 16
 )
 
 // loopForms are the forms -run work measures.
@@ -155,8 +163,12 @@ func measureWork(ctx context.Context, q *inbox.Queue, c cell, total int, duratio
 	timer := time.AfterFunc(duration, cancel)
 	defer timer.Stop()
 	h := func(_ context.Context, d *inbox.Delivery) error {
-		if handled.Add(1) >= int64(total) {
+		k := handled.Add(1)
+		if k >= int64(total) {
 			once.Do(cancel)
+		}
+		if workHold > 0 && k%int64(workHoldEvery) == 0 {
+			time.Sleep(workHold)
 		}
 		return handle(d)
 	}

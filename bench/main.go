@@ -65,8 +65,14 @@ func main() {
 	flag.IntVar(&enqueueJobs, "enqueue-jobs", enqueueJobs, "enqueue: jobs of one call")
 	flag.StringVar(&baseline, "baseline", baseline, "table, breakdown, work: the lease baseline: minimal (issue 25's: client's clock, one token per claim, primary key only; SQLite's lease an integer) or tokens (each row's id, attempt and expiry checked, the engine's clock)")
 	flag.BoolVar(&handIndexes, "hand-indexes", false, "table, work: give the hand-written side's lease table inbox's recommended lease indexes too (by default it has its primary key only, as a minimal queue would)")
+	flag.DurationVar(&workHold, "work-hold", 0, "work: the handler of one job in -work-hold-every of the Work side holds this long (uneven handlers; the other sides run none)")
+	flag.IntVar(&workHoldEvery, "work-hold-every", workHoldEvery, "work: see -work-hold")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if workHoldEvery < 1 {
+		fmt.Fprintf(os.Stderr, "bench: -work-hold-every %d: want 1 or more\n", workHoldEvery)
+		os.Exit(2)
+	}
 	if prepareInbox != "auto" && prepareInbox != "on" && prepareInbox != "off" {
 		fmt.Fprintf(os.Stderr, "bench: -prepare %q: want auto, on or off\n", prepareInbox)
 		os.Exit(2)

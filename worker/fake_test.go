@@ -31,9 +31,10 @@ func btQueue(tb testing.TB, f *fakedb.Lease) *inbox.Queue {
 
 // The batch loop settles a lease claim's jobs through a Batcher whose
 // batches are full at the claim's size: handlers that succeed together are
-// acknowledged in one statement (the wait here is an hour, so only the
-// full batch can have sent it), and one that runs on does not hold back the
-// others past the wait.
+// acknowledged in one statement (the wait here is an hour, so the batch
+// never spreads), and one that runs on does not hold back the others past
+// the wait, on the real clock (batch_test.go pins the same on timers the
+// test fires).
 func TestWorkBatchSharesStatements(t *testing.T) {
 	run := func(t *testing.T, wait time.Duration, handle func(id any, acks func() [][]any) error) [][]any {
 		f := fakedb.NewLease()

@@ -416,7 +416,10 @@ type loop struct {
 	// batchers settle the lease jobs of a claim of n (their key) together,
 	// where the dialect has batched statements; nil otherwise.
 	batchers  map[int]*inbox.Batcher
-	batchWait time.Duration // how long a batch's settlements wait for their siblings
+	batchWait time.Duration // how long a batch's acknowledgements wait for their siblings
+	// afterFunc is time.AfterFunc, the clock of a batch's waits (the
+	// spread, a group's wait in collect); tests replace it.
+	afterFunc func(time.Duration, func()) *time.Timer
 	// detached is Run's ctx without its cancellation: every settlement
 	// runs under it.
 	detached context.Context
@@ -480,7 +483,8 @@ func newLoop(ctx context.Context, q *inbox.Queue, cfg Config, handle Handler) (*
 	tb := q.Config().Table
 	w := &loop{q: q, lease: q.Form() == inbox.Lease, dead: tb.DeadTable != "",
 		handle: handle, batch: cfg.Batch, poll: cfg.Poll, attempts: cfg.MaxAttempts, backoff: cfg.Backoff, onError: cfg.OnError,
-		onEvent: cfg.OnEvent, name: tb.Name, detached: context.WithoutCancel(ctx), grace: cfg.Grace, timeout: cfg.Timeout}
+		onEvent: cfg.OnEvent, name: tb.Name, detached: context.WithoutCancel(ctx), grace: cfg.Grace, timeout: cfg.Timeout,
+		afterFunc: time.AfterFunc}
 	w.hard = w.detached
 	w.delays = w.lease || tb.NotBefore != ""
 	w.nextCheck = 1
@@ -608,48 +612,50 @@ type succeeded struct {
 }
 
 // runBatch runs the handlers of a lease batch and acknowledges those that
-// succeed through b, the one batching layer. While the handlers are quick
+// succeed, gathering the acknowledgements itself: b sends each group it is
+// given at once (batcherFor sets no MaxWait). While the handlers are quick
 // they run here, one after the other, and the batch costs no goroutine and
 // one AckAll: a goroutine per job cost the loop a tenth of its throughput
 // against a loop calling Claim and AckAll. Once w.batchWait has passed since
-// the batch began, the jobs not started yet each get a goroutine of their
-// own, the jobs already done are acknowledged at once, and each job ending
-// after is acknowledged by b.Ack from its own goroutine, which b's group
-// commit gathers with its siblings' (up to w.batchWait). So no job waits
-// longer than w.batchWait for a sibling's handler, before its own starts or
-// before its acknowledgement is sent.
+// the batch began (the spread), the jobs not started yet each get a
+// goroutine of their own, the jobs already done are acknowledged at once,
+// and the jobs ending after are gathered by collect. So no job waits longer
+// than w.batchWait for a sibling's handler, before its own starts or before
+// its acknowledgement is sent.
 func (w *loop) runBatch(b *inbox.Batcher, ds []*inbox.Delivery, g *inbox.KeepGroup) {
 	n := len(ds)
 	var (
 		next   atomic.Int32 // index of the next job to start
 		mu     sync.Mutex
-		spread bool                      // the timer ran: jobs ending after it ack alone
+		spread bool                      // the timer ran: jobs ending after it report on done
 		ended  bool                      // this goroutine ran the batch to its end first
-		early  = make([]succeeded, 0, n) // succeeded before the spread, not acknowledged yet
-		jobs   sync.WaitGroup            // the jobs the spread started
-		spun   = make(chan struct{})     // closed once the spread started them and acked early
+		early  = make([]succeeded, 0, n) // ended before the spread, not acknowledged yet
+		// Made by the spread, under mu: a batch of quick handlers needs
+		// neither.
+		done      chan succeeded // the jobs ending after the spread
+		collected chan struct{}  // closed once collect has acknowledged them
 	)
-	timer := time.AfterFunc(w.batchWait, func() {
+	timer := w.afterFunc(w.batchWait, func() {
 		mu.Lock()
 		if ended {
 			mu.Unlock()
 			return
 		}
 		spread = true
-		acks := early
+		done, collected = make(chan succeeded, n), make(chan struct{})
+		acks, rest := early, n-len(early)
 		early = nil
 		mu.Unlock()
 		for k := int(next.Load()); k < n; k++ {
-			jobs.Add(1)
 			go func() {
-				defer jobs.Done()
 				if i := int(next.Add(1)) - 1; i < n {
-					w.ackGroup(b, w.handleOne(ds[i], b, g))
+					done <- w.handleOne(ds[i], b, g)
 				}
 			}()
 		}
 		w.ackGroup(b, acks...)
-		close(spun)
+		w.collect(b, done, rest)
+		close(collected)
 	})
 	for {
 		i := int(next.Add(1)) - 1
@@ -660,7 +666,7 @@ func (w *loop) runBatch(b *inbox.Batcher, ds []*inbox.Delivery, g *inbox.KeepGro
 		mu.Lock()
 		if spread {
 			mu.Unlock()
-			w.ackGroup(b, s)
+			done <- s
 			break
 		}
 		early = append(early, s)
@@ -675,8 +681,42 @@ func (w *loop) runBatch(b *inbox.Batcher, ds []*inbox.Delivery, g *inbox.KeepGro
 		return
 	}
 	mu.Unlock()
-	<-spun
-	jobs.Wait()
+	<-collected
+}
+
+// collect acknowledges the rest jobs of a spread batch as they report on
+// done, in groups of one statement: a group waits up to w.batchWait from its
+// first job for the others, and goes at once when no job of the batch is
+// left running. (The Batcher's group commit gathers too, but by its MaxWait
+// alone, blind to how many jobs are still running: docs/design/batcher.md.)
+func (w *loop) collect(b *inbox.Batcher, done <-chan succeeded, rest int) {
+	group := make([]succeeded, 0, rest)
+	for rest > 0 {
+		s := <-done
+		rest--
+		if s.d == nil {
+			continue // settled by handleOne
+		}
+		group = append(group, s)
+		if rest > 0 {
+			waited := make(chan struct{})
+			t := w.afterFunc(w.batchWait, func() { close(waited) })
+		wait:
+			for rest > 0 {
+				select {
+				case s := <-done:
+					group = append(group, s)
+					rest--
+				case <-waited:
+					break wait
+				}
+			}
+			t.Stop()
+		}
+		w.ackGroup(b, group...)
+		clear(group)
+		group = group[:0]
+	}
 }
 
 // ackGroup acknowledges the jobs of group that succeeded in one statement
@@ -696,10 +736,10 @@ func (w *loop) ackGroup(b *inbox.Batcher, group ...succeeded) {
 	}
 }
 
-// workBatchWait is how long the settlement of a job of a lease batch waits
-// for its siblings' before it is sent: a batch whose handlers finish
+// workBatchWait is how long the acknowledgement of a job of a lease batch
+// waits for its siblings' before it is sent: a batch whose handlers finish
 // together goes in one statement, and one that finishes apart costs each
-// settlement at most this much more time.
+// acknowledgement at most this much more time.
 const workBatchWait = time.Millisecond
 
 // maxBatcher is inbox's bound on BatchConfig.MaxBatch.
@@ -715,8 +755,12 @@ func (w *loop) batcherFor(n int) *inbox.Batcher {
 	n = min(n, maxBatcher)
 	b := w.batchers[n]
 	if b == nil {
+		// No MaxWait: runBatch gathers the acknowledgements itself, and a
+		// wait here as well would hold each group it sends short of n (a
+		// job failed, or the batch spread) for acknowledgements that
+		// cannot come.
 		var err error
-		if b, err = w.q.NewBatcher(inbox.BatchConfig{MaxBatch: n, MaxWait: w.batchWait, Flushers: 1}); err != nil {
+		if b, err = w.q.NewBatcher(inbox.BatchConfig{MaxBatch: n, Flushers: 1}); err != nil {
 			return nil
 		}
 		w.batchers[n] = b
