@@ -7,6 +7,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"github.com/sqlinbox/inbox/dialect"
 	"strings"
@@ -26,6 +27,14 @@ type Job struct {
 	// Priority is the job's priority, written when Table.Priority is named:
 	// higher is claimed first.
 	Priority int
+	// UniqueKey, when not empty, is the job's key in Table.UniqueKey: a job
+	// holding it already is not joined by this one ([ErrDuplicate], with
+	// its id), unless Replace.
+	UniqueKey string
+	// Replace (with UniqueKey) has a job holding the key take this job's
+	// Data and NotBefore when it is not in work, for debouncing: Enqueue
+	// then returns its id. A job in work is left alone ([ErrDuplicate]).
+	Replace bool
 }
 
 // Enqueue inserts job through ex (a *sql.DB, *sql.Tx or *sql.Conn, so that it
@@ -34,7 +43,9 @@ type Job struct {
 // named, the dead table is probed for it first (one primary-key read) and
 // a dead job's id is refused ([ErrDeadID]); an id in the queue table is
 // the database's duplicate-key error. A job given no ID whose id the
-// database does not report is [ErrIDNotReturned], the job inserted.
+// database does not report is [ErrIDNotReturned], the job inserted. A job
+// whose [Job.UniqueKey] another job holds is not inserted: the error
+// matches [ErrDuplicate] and names that job (docs/unique.md).
 func (q *Queue) Enqueue(ctx context.Context, ex Executor, job Job) (any, error) {
 	if len(job.Data) != len(q.names.Data) {
 		return nil, fmt.Errorf("inbox: enqueue: %d data values for the %d data columns %v", len(job.Data), len(q.names.Data), q.names.Raw.Data)
@@ -51,10 +62,17 @@ func (q *Queue) Enqueue(ctx context.Context, ex Executor, job Job) (any, error) 
 	if !job.NotBefore.IsZero() && s.SQL == "" {
 		return nil, fmt.Errorf("inbox: enqueue: a not-before time needs Table.NotBefore under the %s form", q.names.Form)
 	}
+	if err := q.checkUnique(job); err != nil {
+		return nil, opErr("enqueue", err)
+	}
 	if err := q.checkNotDead(ctx, ex, []Job{job}); err != nil {
 		return nil, opErr("enqueue", err)
 	}
-	id, err := q.insert(ctx, ex, s, job)
+	insert := q.insert
+	if job.UniqueKey != "" {
+		insert = q.insertUnique
+	}
+	id, err := insert(ctx, ex, s, job)
 	if err != nil {
 		return nil, err
 	}
@@ -69,12 +87,19 @@ func (q *Queue) Enqueue(ctx context.Context, ex Executor, job Job) (any, error) 
 // insert runs the enqueue statement s and returns the new job's id.
 func (q *Queue) insert(ctx context.Context, ex Executor, s dialect.Stmt, job Job) (any, error) {
 	v := values{id: job.ID, data: job.Data, notBefore: job.NotBefore, priority: int64(job.Priority)}
+	if job.UniqueKey != "" {
+		v.uniqueKey = job.UniqueKey
+	}
 	if err := q.fillTimes(ctx, ex, s, &v, 0); err != nil {
 		return nil, opErr("enqueue", err)
 	}
 	if s.Rows {
 		var id any
-		if err := q.queryRow(ctx, ex, s, &v).Scan(&id); err != nil {
+		err := q.queryRow(ctx, ex, s, &v).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) && job.UniqueKey != "" {
+			return nil, errKeyTaken // ON CONFLICT DO NOTHING
+		}
+		if err != nil {
 			return nil, opErr("enqueue", err)
 		}
 		if id == nil {

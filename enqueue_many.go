@@ -53,6 +53,9 @@ func (q *Queue) EnqueueMany(ctx context.Context, ex Executor, jobs []Job) ([]any
 		if !job.NotBefore.IsZero() && q.st.Jobs.EnqueueAt.SQL == "" {
 			return nil, fmt.Errorf("inbox: enqueue many: job %d: a not-before time needs Table.NotBefore under the %s form", i, q.names.Form)
 		}
+		if err := q.checkUnique(job); err != nil {
+			return nil, fmt.Errorf("inbox: enqueue many: job %d: %v", i, err)
+		}
 	}
 	if len(jobs) == 0 {
 		return []any{}, nil
@@ -61,6 +64,9 @@ func (q *Queue) EnqueueMany(ctx context.Context, ex Executor, jobs []Job) ([]any
 		return nil, opErr("enqueue many", err)
 	}
 	ids := make([]any, len(jobs))
+	if keyed(jobs) {
+		return q.insertKeyed(ctx, ex, jobs, ids)
+	}
 	chunks := q.manyChunks(jobs)
 	err := q.inOneTx(ctx, ex, len(chunks) > 1, func(ex Executor) error {
 		for _, c := range chunks {
@@ -301,6 +307,8 @@ func (q *Queue) manyArgs(ctx context.Context, ex Executor, s dialect.Stmt, jobs 
 			out[i] = int64(j.Priority)
 		case dialect.ArgNow:
 			out[i] = q.dialect.TimeArg(v.now)
+		case dialect.ArgUniqueKey:
+			out[i] = nil // keyed jobs go one by one (insertKeyed)
 		default:
 			out[i] = j.Data[a-dialect.ArgData]
 		}

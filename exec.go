@@ -36,6 +36,7 @@ type values struct {
 	errText    any // the error text a settlement records: a string, or nil
 	priority   int64
 	identity   string // the table's, for statements that name its locks
+	uniqueKey  any    // a job's unique key, nil for none
 	data       []any
 	// tokens are several rows', for a statement that takes the token's
 	// parameters once per row: the n-th ArgID, ArgAttempt (or ArgDelivered)
@@ -101,7 +102,13 @@ func (q *Queue) args(s dialect.Stmt, v *values) *[]any {
 		case dialect.ArgLimit:
 			out[i] = v.limit
 		case dialect.ArgNotBefore:
-			out[i] = q.dialect.TimeArg(micro(v.notBefore))
+			if v.notBefore.IsZero() {
+				out[i] = nil // a Replace's "none"
+			} else {
+				out[i] = q.dialect.TimeArg(micro(v.notBefore))
+			}
+		case dialect.ArgUniqueKey:
+			out[i] = v.uniqueKey
 		case dialect.ArgError:
 			out[i] = v.errText
 		case dialect.ArgPriority:

@@ -112,6 +112,12 @@ type Table struct {
 	// EnqueuedAt names an optional time column that Enqueue writes with the
 	// clock's time, for [Queue.Stats]' age of the oldest ready job.
 	EnqueuedAt string
+	// UniqueKey names an optional text column, covered alone by a unique
+	// index, that holds [Job.UniqueKey]: while a job with a key is in the
+	// table (waiting, retrying or in work), another with that key is not
+	// inserted ([ErrDuplicate]). Acknowledged or dead, the job frees its
+	// key. docs/unique.md has the schema.
+	UniqueKey string
 }
 
 // MaxErrorText is the most bytes of an error's text that Table.LastError
@@ -366,7 +372,6 @@ func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {
 	}
 	return ds, nil
 }
-
 
 // Shutdown gives back every job this queue holds by a transaction or an
 // advisory lock, at once, as Release would (their connections go back to the

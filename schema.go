@@ -91,7 +91,16 @@ func wantedColumns(n *dialect.Names, role tableRole) []colWant {
 	if r.NotBefore != "" {
 		w = append(w, colWant{"NotBefore", r.NotBefore, kindTime})
 	}
+	if r.UniqueKey != "" {
+		w = append(w, colWant{"UniqueKey", r.UniqueKey, kindString})
+	}
 	return w
+}
+
+// uniqueKeyProblem says the unique key's column lacks its index.
+func uniqueKeyProblem(n *dialect.Names) string {
+	return fmt.Sprintf("table %s: Table.UniqueKey %q has no unique index of its own (a unique index on that column alone, not partial): "+
+		"without it two jobs could hold one key; see docs/unique.md", n.Raw.Name, n.Raw.UniqueKey)
 }
 
 // readColumns runs a query returning (name, type) rows, keyed by name.

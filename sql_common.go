@@ -165,6 +165,9 @@ func enqueueRows(n *dialect.Names, mark func(int) string, returning bool, clock 
 		if n.Priority != "" {
 			cols, vals = append(cols, n.Priority), append(vals, s.Param(dialect.ArgPriority))
 		}
+		if n.UniqueKey != "" {
+			cols, vals = append(cols, n.UniqueKey), append(vals, s.Param(dialect.ArgUniqueKey))
+		}
 		if n.EnqueuedAt != "" {
 			now := clock // the engine's, or the caller's passed as a parameter
 			if now == "" {
@@ -179,6 +182,10 @@ func enqueueRows(n *dialect.Names, mark func(int) string, returning bool, clock 
 		// Nothing to name: one row of defaults (the core sends a statement
 		// per job for such a table, as SQLite takes no DEFAULT in VALUES).
 		insert = "INSERT INTO " + n.Table + " DEFAULT VALUES"
+	}
+	if returning && n.UniqueKey != "" {
+		// An engine that returns rows says "held" by returning none.
+		insert += " ON CONFLICT (" + n.UniqueKey + ") DO NOTHING"
 	}
 	if returning {
 		insert += " RETURNING " + n.ID
@@ -247,4 +254,43 @@ func verdictRead(t *dialect.Template, n *dialect.Names) dialect.Stmt {
 		return t.Query("SELECT {attempt} FROM {table} WHERE {id} = $id")
 	}
 	return dialect.Stmt{}
+}
+
+// uniqueStatements are the unique key's (Statements.Unique), when the
+// description names one. With separate, Replace updates by id alone and
+// ReplaceLock locks the row first, its condition checked there (MySQL,
+// which counts only changed rows as affected and cannot lock its own
+// table in an UPDATE's subquery); otherwise Replace holds the condition,
+// the row lock's a lock taken without waiting.
+func uniqueStatements(t *dialect.Template, n *dialect.Names, separate bool) dialect.UniqueStatements {
+	if n.UniqueKey == "" {
+		return dialect.UniqueStatements{}
+	}
+	find := "SELECT {id}, {attempt} FROM {table} WHERE {unique} = $unique"
+	set, cond := "{id} = {id}", ""
+	switch n.Form {
+	case dialect.Lease:
+		find, set = "SELECT {id}, {attempt} FROM {table} WHERE {unique} = $unique", "{lease} = $at"
+		cond = " AND ({attempt} = 1 OR {lease} IS NULL OR {lease} <= {now})"
+	case dialect.Advisory:
+		find, cond = "SELECT {id}, {attempt}, {key} FROM {table} WHERE {unique} = $unique", " AND {attempt} = $attempt"
+	}
+	if n.NotBefore != "" {
+		set = "{notBefore} = $at"
+	}
+	u := dialect.UniqueStatements{Find: t.Query(find)}
+	update := "UPDATE {table} SET " + set + "{, set data} WHERE {id} = $id"
+	switch {
+	case separate && n.Form == dialect.RowLock:
+		u.ReplaceLock = t.Query("SELECT {id} FROM {table} WHERE {id} = $id FOR UPDATE SKIP LOCKED")
+		u.Replace = t.Exec(update)
+	case separate:
+		u.ReplaceLock = t.Query("SELECT {id} FROM {table} WHERE {id} = $id" + cond + " FOR UPDATE")
+		u.Replace = t.Exec(update)
+	case n.Form == dialect.RowLock:
+		u.Replace = t.Exec("UPDATE {table} SET " + set + "{, set data} WHERE {id} = (SELECT {id} FROM {table} WHERE {id} = $id FOR UPDATE SKIP LOCKED)")
+	default:
+		u.Replace = t.Exec(update + cond)
+	}
+	return u
 }

@@ -96,6 +96,7 @@ func (mysql) Statements(n *dialect.Names) (*Statements, error) {
 		st.Now = t.Query("SELECT UTC_TIMESTAMP(6)")
 	}
 	enqueue(st, n, dialect.Question, false, myEnqueueClock(n))
+	st.Unique = uniqueStatements(t, n, true)
 	// MySQL has no DELETE … RETURNING (MariaDB has, but shares these).
 	deadJobs(t, n, st, false, false)
 	// In work is counted in this statement under the lease form alone; the
@@ -492,6 +493,15 @@ func myCheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names, mariadbOnl
 		}
 		problems = append(problems, p...)
 	}
+	if n.UniqueKey != "" {
+		var unique int
+		if err := db.QueryRowContext(ctx, myUniqueIndexed, n.Schema, n.TableName, n.Raw.UniqueKey).Scan(&unique); err != nil {
+			return nil, err
+		}
+		if unique == 0 {
+			problems = append(problems, uniqueKeyProblem(n))
+		}
+	}
 	if n.ClaimsTable == "" {
 		return problems, nil
 	}
@@ -722,3 +732,9 @@ func (mysql) WaitLock(ctx context.Context, conn *sql.Conn, table, key string) er
 	}
 	return err
 }
+
+// myUniqueIndexed counts the unique indexes of the column alone.
+const myUniqueIndexed = "SELECT COUNT(*) FROM information_schema.statistics s WHERE s.table_schema = COALESCE(NULLIF(?, ''), DATABASE()) " +
+	"AND s.table_name = ? AND s.column_name = ? AND s.non_unique = 0 AND s.seq_in_index = 1 AND NOT EXISTS (SELECT 1 " +
+	"FROM information_schema.statistics o WHERE o.table_schema = s.table_schema AND o.table_name = s.table_name " +
+	"AND o.index_name = s.index_name AND o.seq_in_index = 2)"

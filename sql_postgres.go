@@ -64,6 +64,7 @@ func (postgres) Statements(n *dialect.Names) (*Statements, error) {
 		st = pgAdvisory(t, n)
 	}
 	enqueue(st, n, dialect.Dollar, true, pgEnqueueClock(n))
+	st.Unique = uniqueStatements(t, n, false)
 	st.Jobs.Stats = pgStats(t, n)
 	deadJobs(t, n, st, true, true)
 	st.Settle.Verdict = verdictRead(t, n)
@@ -526,6 +527,16 @@ func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) (
 			problems = append(problems, keyValueProblem(n))
 		}
 	}
+	if n.UniqueKey != "" {
+		var unique bool
+		err := db.QueryRowContext(ctx, pgUniqueIndexed, n.Table, n.Raw.UniqueKey).Scan(&unique)
+		if err != nil {
+			return nil, err
+		}
+		if !unique {
+			problems = append(problems, uniqueKeyProblem(n))
+		}
+	}
 	if n.ClaimsTable == "" {
 		return problems, nil
 	}
@@ -581,3 +592,9 @@ func (postgres) WaitLock(ctx context.Context, conn *sql.Conn, table, key string)
 		PostgresLockKey(table, key), strconv.FormatInt(wait.Milliseconds(), 10)+"ms")
 	return err
 }
+
+// pgUniqueIndexed tells whether column $2 of table $1 has a unique index
+// of its own, whole (ON CONFLICT names it by the column alone).
+const pgUniqueIndexed = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_index i " +
+	"JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] " +
+	"WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnatts = 1 AND i.indpred IS NULL AND a.attname = $2)"

@@ -84,6 +84,7 @@ func (sqlite) Statements(n *dialect.Names) (*Statements, error) {
 		return nil, fmt.Errorf("SQLite has no row locks: name Table.LockedUntil for the lease form or Table.AdvisoryKey for the advisory form")
 	}
 	enqueue(st, n, dialect.Question, true, "")
+	st.Unique = uniqueStatements(t, n, false)
 	deadJobs(t, n, st, true, true)
 	// In work under the advisory form is the process's own count.
 	free, due := statsOldest(n, "$now")
@@ -201,6 +202,16 @@ func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) ([]
 	}
 	if reuse {
 		problems = append(problems, fmt.Sprintf("table %s: its id is INTEGER PRIMARY KEY without AUTOINCREMENT, so a new job takes the id of a deleted one (a stale holder's token could match it): declare it INTEGER PRIMARY KEY AUTOINCREMENT", n.Raw.Name))
+	}
+	if n.UniqueKey != "" {
+		var unique bool
+		err := db.QueryRowContext(ctx, sqliteUniqueIndexed, n.TableName, sqliteSchema(n), n.Raw.UniqueKey).Scan(&unique)
+		if err != nil {
+			return nil, err
+		}
+		if !unique {
+			problems = append(problems, uniqueKeyProblem(n))
+		}
 	}
 	if keyUnwritten(n) {
 		var filled bool
@@ -342,3 +353,9 @@ func (sqlite) EnqueueMany(n *dialect.Names, rows int, withID, withAt bool) diale
 }
 
 func (sqlite) MaxEnqueueParams() int { return 32766 }
+
+// sqliteUniqueIndexed tells whether column ?3 of table ?1 (schema ?2) has
+// a unique index of its own, whole: a UNIQUE constraint or index.
+const sqliteUniqueIndexed = "SELECT EXISTS (SELECT 1 FROM pragma_index_list(?1, ?2) AS l WHERE l.\"unique\" AND NOT l.partial " +
+	"AND (SELECT COUNT(*) FROM pragma_index_info(l.name, ?2)) = 1 " +
+	"AND (SELECT name FROM pragma_index_info(l.name, ?2)) = ?3 COLLATE NOCASE)"

@@ -61,7 +61,8 @@ func quoteAll(n *dialect.Names, d Dialect, t Table) error {
 		into        *string
 	}{{"ID", t.ID, &n.ID}, {"Attempt", t.Attempt, &n.Attempt}, {"LockedUntil", t.LockedUntil, &n.LockedUntil},
 		{"AdvisoryKey", t.AdvisoryKey, &n.Key}, {"NotBefore", t.NotBefore, &n.NotBefore},
-		{"LastError", t.LastError, &n.LastError}, {"Priority", t.Priority, &n.Priority}, {"EnqueuedAt", t.EnqueuedAt, &n.EnqueuedAt}} {
+		{"LastError", t.LastError, &n.LastError}, {"Priority", t.Priority, &n.Priority}, {"EnqueuedAt", t.EnqueuedAt, &n.EnqueuedAt},
+		{"UniqueKey", t.UniqueKey, &n.UniqueKey}} {
 		if *c.into, err = quoteColumn(d, c.field, c.name); err != nil {
 			return err
 		}

@@ -49,6 +49,9 @@ type Names struct {
 	// LastError, Priority and EnqueuedAt are the optional columns of the
 	// last error text, the priority (higher first) and the enqueue time.
 	LastError, Priority, EnqueuedAt string
+	// UniqueKey is the optional column of a job's unique key, which a
+	// unique index covers alone; empty when none is named.
+	UniqueKey string
 	// Dead is the quoted dead-letter table, empty when none is named.
 	Dead, DeadSchema, DeadName string
 	// DeadAt is the dead table's quoted time of death column, empty when
@@ -81,4 +84,5 @@ type Table struct {
 	MaxClaims                       int
 	DeadTable, DeadAt               string
 	LastError, Priority, EnqueuedAt string
+	UniqueKey                       string
 }

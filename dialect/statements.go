@@ -18,6 +18,7 @@ type Statements struct {
 	RowLock  RowLockStatements
 	Advisory AdvisoryStatements
 	Jobs     JobStatements
+	Unique   UniqueStatements
 	Dead     DeadStatements
 }
 
@@ -225,6 +226,36 @@ type JobStatements struct {
 	// plugin, performance_schema). Queue.Stats sends it after Stats; its
 	// error leaves InWork at -1 and is reported in Stats.InWorkErr.
 	InWork Stmt
+}
+
+// UniqueStatements serve the unique key (Names.UniqueKey), set when the
+// description names one. The Enqueue statements then write the key
+// (ArgUniqueKey) and, where the engine can say so, insert nothing when
+// another row holds it (PostgreSQL's and SQLite's ON CONFLICT DO NOTHING:
+// no row returned); elsewhere the insert fails on the unique index and
+// the core finds the job that holds the key.
+type UniqueStatements struct {
+	// Find returns the id and the stored attempt (then, advisory form,
+	// the key column) of the job holding ArgUniqueKey: a plain read,
+	// waiting for no lock.
+	Find Stmt
+	// Replace writes the job's data ($data0, …) and not-before time
+	// (ArgNotBefore, NULL for none; the lease form's is its lease
+	// column) into the job ArgID, if it is not in work: lease, its
+	// attempt is the first or its lease is not in force (a lapsed holder
+	// is fenced by the new expiry); row lock, no transaction holds its
+	// row (locked without waiting, in the statement or by ReplaceLock
+	// before it in the same transaction); advisory, its stored attempt is
+	// still ArgAttempt, once the core has taken its key's lock. One row
+	// affected: replaced.
+	Replace Stmt
+	// ReplaceLock (optional) locks the row ArgID if Replace may replace
+	// it (the same condition; row lock: without waiting) and returns its
+	// id, for an engine whose UPDATE counts only changed rows as affected
+	// or cannot lock its own table in a subquery (MySQL). The core sends
+	// it, then Replace by id alone, in one transaction, and a row from it
+	// means replaced.
+	ReplaceLock Stmt
 }
 
 // DeadStatements list, requeue and purge dead jobs (inbox's

@@ -13,13 +13,14 @@ const (
 	ArgUntil                    // a new time computed from now: now+lease, now+retry delay
 	ArgMicros                   // the lease or retry delay in microseconds, for a statement reading the engine's clock
 	ArgLimit                    // the most rows a statement may claim
-	ArgNotBefore                // a time the caller gave: Enqueue's not-before, ListDead's cursor, PurgeDead's cutoff
+	ArgNotBefore                // a time the caller gave: Enqueue's not-before, ListDead's cursor, PurgeDead's cutoff; NULL for the zero time
 	ArgError                    // the error text a Retry or Dead records (NULL for none: the row keeps its own)
 	ArgPriority                 // a job's priority: Enqueue's, or the last candidate's for the next page
 	ArgIDs                      // a batch's ids, one PostgreSQL array literal ("{1,2}"): a batch statement's per-row fence in three parameters
 	ArgAttempts                 // a batch's stored attempts (ArgAttempt of each token), an array literal as ArgIDs
 	ArgExpiries                 // a batch's expiries, an array literal as ArgIDs of timestamptz text in UTC to the microsecond
 	ArgIdentity                 // the table's identity ([TableIdentifier]), which names its advisory locks
+	ArgUniqueKey                // a job's unique key (Names.UniqueKey), NULL for none
 	ArgData                     // ArgData+i is the value of the i-th data column (Enqueue)
 )
 

@@ -71,8 +71,11 @@ func Question(int) string { return "?" }
 // error a Retry or Dead writes; {, deadAt} and {, deadAt now} the dead
 // table's time column and what Dead writes in it; all empty or plain
 // without the columns.
+// The unique key: {unique} its column; {, set data} assigns each data
+// column its value ($data0, $data1, …), with a leading comma.
 // Parameters: $id $attempt $delivered $expiry $now $until $micros $limit
-// $at $error $priority $ids $attempts $expiries $identity.
+// $at $error $priority $ids $attempts $expiries $identity $unique, and
+// $data0, $data1, … the data columns' values.
 //
 // A template naming an unknown fragment or parameter is a mistake in the
 // dialect, which every test of its statements meets: it panics.
@@ -86,6 +89,7 @@ var templateArgs = map[string]Arg{
 	"now": ArgNow, "until": ArgUntil, "micros": ArgMicros, "limit": ArgLimit,
 	"error": ArgError, "priority": ArgPriority, "at": ArgNotBefore,
 	"ids": ArgIDs, "attempts": ArgAttempts, "expiries": ArgExpiries, "identity": ArgIdentity,
+	"unique": ArgUniqueKey,
 }
 
 // NewTemplate returns the templates of n, each parameter written by mark
@@ -104,6 +108,12 @@ func NewTemplate(n *Names, mark func(int) string, now, until string) *Template {
 		"order": "{id}", "pick": "{id}",
 		// The dead table's time of death: the column and what Dead writes.
 		"deadAt": n.DeadAt, ", deadAt": "", ", deadAt now": "",
+		// The unique key column, and the data columns set from the job's
+		// values ($data0, $data1, …).
+		"unique": n.UniqueKey, ", set data": "",
+	}
+	for i, c := range n.Data {
+		f[", set data"] += ", " + c + " = $data" + strconv.Itoa(i)
 	}
 	if n.DeadAt != "" {
 		f[", deadAt"], f[", deadAt now"] = ", {deadAt}", ", {now}"
@@ -178,6 +188,15 @@ func (t *Template) expand(s *Builder, tmpl string) {
 				j++
 			}
 			a, ok := templateArgs[tmpl[start:j]]
+			if tmpl[start:j] == "data" {
+				// $data0, $data1, …: the data columns' values.
+				k := j
+				for k < len(tmpl) && '0' <= tmpl[k] && tmpl[k] <= '9' {
+					k++
+				}
+				n, err := strconv.Atoi(tmpl[j:k])
+				a, ok, j = ArgData+Arg(n), err == nil, k
+			}
 			if !ok {
 				panic("dialect: unknown template parameter in " + tmpl[i:])
 			}

@@ -161,6 +161,12 @@ var stmtDocs = map[string]stmtDoc{
 		"`Queue.Stats`: the dashboard and the metrics handler, on each scrape or page load."},
 	"Jobs.InWork": {"Counts the jobs held, from the server's lock view, where `Jobs.Stats` cannot tell them apart.",
 		"`Queue.Stats`, after `Jobs.Stats`; its error leaves the count at -1."},
+	"Unique.Find": {"Reads the id and attempt (advisory: and key) of the job holding a unique key, a plain read.",
+		"`Queue.Enqueue` of a job with `Job.UniqueKey`, once its insert found the key held."},
+	"Unique.Replace": {"Writes a job's data and not-before time into the job holding its key, if that job is not in work.",
+		"`Queue.Enqueue` with `Job.Replace`, after `Unique.Find`."},
+	"Unique.ReplaceLock": {"Locks the job holding the key if it may be replaced, before `Unique.Replace` in the same transaction.",
+		"`Queue.Enqueue` with `Job.Replace`, on engines whose UPDATE counts only changed rows."},
 }
 
 // formDocs say it for one form, where the statement of that name differs

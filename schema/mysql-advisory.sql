@@ -34,3 +34,5 @@ CREATE TABLE jobs_dead (
 -- CREATE INDEX jobs_priority ON jobs (priority DESC, id);
 -- For Queue.Stats (with EnqueuedAt): the counts and the oldest ready job.
 -- CREATE INDEX jobs_age ON jobs (not_before, enqueued_at);
+-- For unique jobs (Table.UniqueKey, docs/unique.md): a job's key, unique while it is in the queue.
+-- ALTER TABLE jobs ADD COLUMN unique_key varchar(191) NULL, ADD UNIQUE INDEX jobs_unique_key (unique_key);

@@ -38,3 +38,5 @@ CREATE TABLE jobs_dead (
 -- ALTER TABLE jobs DROP INDEX jobs_claimable, ADD INDEX jobs_claimable (locked_until, priority DESC, id);
 -- For Queue.Stats (with EnqueuedAt): the counts and the oldest free job.
 -- CREATE INDEX jobs_age ON jobs (locked_until, enqueued_at);
+-- For unique jobs (Table.UniqueKey, docs/unique.md): a job's key, unique while it is in the queue.
+-- ALTER TABLE jobs ADD COLUMN unique_key varchar(191) NULL, ADD UNIQUE INDEX jobs_unique_key (unique_key);

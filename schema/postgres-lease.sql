@@ -38,3 +38,6 @@ CREATE INDEX jobs_lu ON jobs (locked_until);
 -- CREATE INDEX jobs_free ON jobs (priority DESC, id) WHERE locked_until IS NULL;
 -- For Queue.Stats (with EnqueuedAt): the oldest free job.
 -- CREATE INDEX jobs_free_age ON jobs (enqueued_at) WHERE locked_until IS NULL;
+-- For unique jobs (Table.UniqueKey, docs/unique.md): a job's key, unique while it is in the queue.
+-- ALTER TABLE jobs ADD COLUMN unique_key text;
+-- CREATE UNIQUE INDEX jobs_unique_key ON jobs (unique_key);

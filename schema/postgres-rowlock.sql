@@ -42,3 +42,6 @@ CREATE INDEX jobs_ready ON jobs (not_before, id);
 -- CREATE INDEX jobs_priority ON jobs (priority DESC, id);
 -- For Queue.Stats (with EnqueuedAt): the oldest ready job; jobs_ready serves the counts.
 -- CREATE INDEX jobs_ready_age ON jobs (enqueued_at) WHERE not_before IS NULL;
+-- For unique jobs (Table.UniqueKey, docs/unique.md): a job's key, unique while it is in the queue.
+-- ALTER TABLE jobs ADD COLUMN unique_key text;
+-- CREATE UNIQUE INDEX jobs_unique_key ON jobs (unique_key);

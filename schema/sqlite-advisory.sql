@@ -42,3 +42,6 @@ CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (not_before, id);
 -- CREATE INDEX jobs_priority ON jobs (priority DESC, id);
 -- For Queue.Stats (with EnqueuedAt): the counts and the oldest ready job.
 -- CREATE INDEX jobs_age ON jobs (not_before, enqueued_at);
+-- For unique jobs (Table.UniqueKey, docs/unique.md): a job's key, unique while it is in the queue.
+-- ALTER TABLE jobs ADD COLUMN unique_key TEXT;
+-- CREATE UNIQUE INDEX jobs_unique_key ON jobs (unique_key);

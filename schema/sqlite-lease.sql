@@ -46,3 +46,6 @@ CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (locked_until, id);
 -- CREATE INDEX jobs_claimable ON jobs (locked_until, priority DESC, id);
 -- For Queue.Stats (with EnqueuedAt): the counts and the oldest free job.
 -- CREATE INDEX jobs_age ON jobs (locked_until, enqueued_at);
+-- For unique jobs (Table.UniqueKey, docs/unique.md): a job's key, unique while it is in the queue.
+-- ALTER TABLE jobs ADD COLUMN unique_key TEXT;
+-- CREATE UNIQUE INDEX jobs_unique_key ON jobs (unique_key);
