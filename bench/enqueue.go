@@ -71,6 +71,11 @@ func runEnqueue(ctx context.Context, out, log io.Writer, es []engine, duration t
 // enqueueLine measures the producers in alternating segments and returns
 // each one's median rate.
 func enqueueLine(ctx context.Context, ps []producer, seg time.Duration, segments int) ([]float64, error) {
+	return enqueueLineOf(ctx, ps, seg, segments, enqueueJobs)
+}
+
+// enqueueLineOf is enqueueLine with calls of n jobs.
+func enqueueLineOf(ctx context.Context, ps []producer, seg time.Duration, segments, n int) ([]float64, error) {
 	rs := make([]result, len(ps))
 	for i := 0; i < segments; i++ {
 		for k := range ps {
@@ -81,10 +86,10 @@ func enqueueLine(ctx context.Context, ps []producer, seg time.Duration, segments
 			var r result
 			start := time.Now()
 			for time.Since(start) < seg || r.jobs == 0 {
-				if err := p.call(ctx, enqueueJobs); err != nil {
+				if err := p.call(ctx, n); err != nil {
 					return nil, fmt.Errorf("%s: %w", p.name, err)
 				}
-				r.jobs += enqueueJobs
+				r.jobs += n
 			}
 			r.elapsed = time.Since(start)
 			j := (k + i) % len(ps)

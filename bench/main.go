@@ -177,6 +177,10 @@ func run(ctx context.Context, out, log io.Writer, o options) error {
 			if err := runEnqueue(ctx, out, log, es, o.duration, o.segments, dir); err != nil {
 				return err
 			}
+		case "unique": // bench/unique.go: Enqueue with a unique key against a plain one
+			if err := runUnique(ctx, out, es, o.duration, o.segments, dir); err != nil {
+				return err
+			}
 		case "breakdown": // bench/breakdown.go: where the time of a job goes, both sides
 			if runBreakdownMode == nil {
 				return fmt.Errorf("-run breakdown reads getrusage: not built on %s", runtime.GOOS)
@@ -185,7 +189,7 @@ func run(ctx context.Context, out, log io.Writer, o options) error {
 				return err
 			}
 		default:
-			return fmt.Errorf("-run %q: want table, depth, prepared, latency, idle, work, scale, peers, sustained, enqueue or breakdown", what)
+			return fmt.Errorf("-run %q: want table, depth, prepared, latency, idle, work, scale, peers, sustained, enqueue, unique or breakdown", what)
 		}
 	}
 	return nil
