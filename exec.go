@@ -94,19 +94,11 @@ func (q *Queue) args(s dialect.Stmt, v *values) *[]any {
 		case dialect.ArgUntil:
 			out[i] = q.dialect.TimeArg(v.until)
 		case dialect.ArgMicros:
-			if v.micros == q.lease.Microseconds() {
-				out[i] = q.leaseMicros // boxed once: every claim takes it
-			} else {
-				out[i] = v.micros
-			}
+			out[i] = q.microsArg(v.micros)
 		case dialect.ArgLimit:
 			out[i] = v.limit
 		case dialect.ArgNotBefore:
-			if v.notBefore.IsZero() {
-				out[i] = nil // a Replace's "none"
-			} else {
-				out[i] = q.dialect.TimeArg(micro(v.notBefore))
-			}
+			out[i] = q.timeOrNull(v.notBefore)
 		case dialect.ArgUniqueKey:
 			out[i] = v.uniqueKey
 		case dialect.ArgError:
@@ -125,6 +117,24 @@ func (q *Queue) args(s dialect.Stmt, v *values) *[]any {
 		}
 	}
 	return list
+}
+
+// microsArg is micros as a parameter: the lease's boxed once, as every
+// claim takes it.
+func (q *Queue) microsArg(micros int64) any {
+	if micros == q.lease.Microseconds() {
+		return q.leaseMicros
+	}
+	return micros
+}
+
+// timeOrNull is t as a parameter, NULL for the zero time (a Replace's
+// "none").
+func (q *Queue) timeOrNull(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return q.dialect.TimeArg(micro(t))
 }
 
 // freeArgs hands an argument list back, dropping its values.

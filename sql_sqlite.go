@@ -203,15 +203,10 @@ func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) ([]
 	if reuse {
 		problems = append(problems, fmt.Sprintf("table %s: its id is INTEGER PRIMARY KEY without AUTOINCREMENT, so a new job takes the id of a deleted one (a stale holder's token could match it): declare it INTEGER PRIMARY KEY AUTOINCREMENT", n.Raw.Name))
 	}
-	if n.UniqueKey != "" {
-		var unique bool
-		err := db.QueryRowContext(ctx, sqliteUniqueIndexed, n.TableName, sqliteSchema(n), n.Raw.UniqueKey).Scan(&unique)
-		if err != nil {
-			return nil, err
-		}
-		if !unique {
-			problems = append(problems, uniqueKeyProblem(n))
-		}
+	if p, err := sqliteUniqueProblem(ctx, db, n); err != nil {
+		return nil, err
+	} else if p != "" {
+		problems = append(problems, p)
 	}
 	if keyUnwritten(n) {
 		var filled bool
@@ -353,6 +348,19 @@ func (sqlite) EnqueueMany(n *dialect.Names, rows int, withID, withAt bool) diale
 }
 
 func (sqlite) MaxEnqueueParams() int { return 32766 }
+
+// sqliteUniqueProblem checks the unique key's index, when one is named.
+func sqliteUniqueProblem(ctx context.Context, db *sql.DB, n *dialect.Names) (string, error) {
+	if n.UniqueKey == "" {
+		return "", nil
+	}
+	var unique bool
+	err := db.QueryRowContext(ctx, sqliteUniqueIndexed, n.TableName, sqliteSchema(n), n.Raw.UniqueKey).Scan(&unique)
+	if err != nil || unique {
+		return "", err
+	}
+	return uniqueKeyProblem(n), nil
+}
 
 // sqliteUniqueIndexed tells whether column ?3 of table ?1 (schema ?2) has
 // a unique index of its own, whole: a UNIQUE constraint or index.

@@ -646,13 +646,7 @@ func (w *loop) runBatch(b *inbox.Batcher, ds []*inbox.Delivery, g *inbox.KeepGro
 		acks, rest := early, n-len(early)
 		early = nil
 		mu.Unlock()
-		for k := int(next.Load()); k < n; k++ {
-			go func() {
-				if i := int(next.Add(1)) - 1; i < n {
-					done <- w.handleOne(ds[i], b, g)
-				}
-			}()
-		}
+		w.startRest(ds, &next, done, b, g)
 		w.ackGroup(b, acks...)
 		w.collect(b, done, rest)
 		close(collected)
@@ -716,6 +710,19 @@ func (w *loop) collect(b *inbox.Batcher, done <-chan succeeded, rest int) {
 		w.ackGroup(b, group...)
 		clear(group)
 		group = group[:0]
+	}
+}
+
+// startRest gives each job of ds not started yet a goroutine of its own,
+// which reports the job's end on done.
+func (w *loop) startRest(ds []*inbox.Delivery, next *atomic.Int32, done chan<- succeeded, b *inbox.Batcher, g *inbox.KeepGroup) {
+	n := len(ds)
+	for k := int(next.Load()); k < n; k++ {
+		go func() {
+			if i := int(next.Add(1)) - 1; i < n {
+				done <- w.handleOne(ds[i], b, g)
+			}
+		}()
 	}
 }
 
