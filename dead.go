@@ -14,7 +14,8 @@ var (
 	// requeue took it first. Nothing was changed.
 	ErrNotDead = errors.New("inbox: no dead job with this id")
 	// ErrNotFound is returned by [Queue.Cancel] when the table holds no job
-	// with the id. Nothing was changed.
+	// with the id (nothing was changed), and by [Queue.Job] when neither
+	// the table nor the dead table does.
 	ErrNotFound = errors.New("inbox: no job with this id")
 	// ErrInWork is returned by [Queue.Cancel] under the row lock when a
 	// claim holds the job: its holder settles it. Nothing was changed.

@@ -118,6 +118,8 @@ func (mysql) Statements(n *dialect.Names) (*Statements, error) {
 			"FROM performance_schema.data_locks WHERE OBJECT_SCHEMA = " + mySchemaLiteral(n) + " AND OBJECT_NAME = '" + n.TableName +
 			"' AND LOCK_TYPE = 'TABLE' AND LOCK_MODE = 'IX' AND LOCK_STATUS = 'GRANTED') ELSE -1 END")
 	}
+	// The browser's states, told by one reading of the clock (as Stats).
+	st.Browse = browseStatements(t, n, "$now", "$until")
 	st.Settle.Verdict = verdictRead(t, n)
 	return st, nil
 }

@@ -67,6 +67,7 @@ func (postgres) Statements(n *dialect.Names) (*Statements, error) {
 	st.Unique = uniqueStatements(t, n, false)
 	st.Jobs.Stats = pgStats(t, n)
 	deadJobs(t, n, st, true, true)
+	st.Browse = browseStatements(t, n, "CAST({now} AS timestamptz)", "{until}")
 	st.Settle.Verdict = verdictRead(t, n)
 	return st, nil
 }

@@ -86,6 +86,7 @@ func (sqlite) Statements(n *dialect.Names) (*Statements, error) {
 	enqueue(st, n, dialect.Question, true, "")
 	st.Unique = uniqueStatements(t, n, false)
 	deadJobs(t, n, st, true, true)
+	st.Browse = browseStatements(t, n, "$now", "$until")
 	// In work under the advisory form is the process's own count.
 	free, due := statsOldest(n, "$now")
 	st.Jobs.Stats = t.Query("SELECT " + statsCounts(n, "$now", "$until", "-1") +

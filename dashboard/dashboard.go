@@ -2,7 +2,9 @@
 // and lets them act on dead jobs: each queue's ready, waiting, in-work and
 // dead jobs and the age of the oldest, their depth and throughput over the
 // last hour as charts, the dead jobs with their errors, and forms to requeue
-// or purge dead jobs and cancel a waiting one. JSON endpoints serve the
+// or purge dead jobs and cancel a waiting one. A jobs view lists a queue's
+// jobs by state a page at a time, and a job's page shows its data (JSON,
+// text or hex), its last error whole, and the actions its state allows. JSON endpoints serve the
 // same. It uses the standard library alone; the page fetches nothing from
 // another host.
 //
@@ -102,7 +104,7 @@ type Handler struct {
 	tmpl     *template.Template
 }
 
-//go:embed page.html
+//go:embed *.html
 var files embed.FS
 
 // New returns the handler of cfg's queues. It returns an error naming what
@@ -164,11 +166,13 @@ func New(cfg Config) (*Handler, error) {
 		h.now = time.Now
 	}
 	h.hist = &history{keep: keep, series: map[string][]Sample{}}
-	h.tmpl = template.Must(template.New("page.html").Funcs(funcs).ParseFS(files, "page.html"))
+	h.tmpl = template.Must(template.New("page.html").Funcs(funcs).ParseFS(files, "*.html"))
 	return h, nil
 }
 
-// ServeHTTP serves the page (GET /), the actions (POST /requeue, /purge,
+// ServeHTTP serves the page (GET /), the jobs view of a queue by state
+// (GET /jobs) and a job's page (GET /job) where the Queue is a [Browser],
+// the actions (POST /requeue, /purge,
 // /cancel) and the JSON endpoints (GET /api/queues, /api/history,
 // /api/dead, /api/token; POST /api/requeue, /api/purge, /api/cancel), paths
 // relative to where the handler is mounted.
@@ -192,6 +196,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.serveAction(w, r, action, api)
+	case path == "jobs":
+		if allow(w, r, http.MethodGet) {
+			h.serveJobs(w, r)
+		}
+	case path == "job":
+		if allow(w, r, http.MethodGet) {
+			h.serveJob(w, r)
+		}
 	case path == "api/queues":
 		if allow(w, r, http.MethodGet) {
 			h.serveQueues(w, r)

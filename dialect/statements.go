@@ -20,6 +20,7 @@ type Statements struct {
 	Jobs     JobStatements
 	Unique   UniqueStatements
 	Dead     DeadStatements
+	Browse   BrowseStatements
 }
 
 // ClaimStatements take jobs, in one of three ways an engine chooses: one
@@ -287,6 +288,38 @@ type DeadStatements struct {
 	// dead table holds the job ArgID: an Enqueue given that id is refused
 	// (inbox.ErrDeadID). Empty Has: no such check.
 	RequeueError, Has Stmt
+}
+
+// BrowseStatements show the queue table's jobs to an operator (inbox's
+// Queue.ListJobs and Queue.Job), each page a seek of the primary key:
+// never an OFFSET, so a page costs the same at any depth. Their rows are
+// the id, the stored attempt, the state as the row tells it (1 ready, 2
+// waiting, 3 in work), the row's time (the lease column under the lease
+// form, else the not-before column; NULL without one), the data columns,
+// then LastError, Priority and EnqueuedAt where named. Under the lease a
+// lease in force is in work when it ends within a lease (ArgUntil), and
+// waiting beyond, as Stats counts them; under the row lock and advisory
+// forms a row ready by its time is ready, held or not.
+type BrowseStatements struct {
+	// All, Ready, Waiting and InWork list the jobs of one state (All: any).
+	// An empty Waiting: no job can wait (no not-before column), the list
+	// is empty. An empty InWork: the row cannot tell (row lock, advisory),
+	// and the listing is refused.
+	All, Ready, Waiting, InWork BrowseList
+	// Job returns the job ArgID's row, in the lists' columns; no row when
+	// the table has none.
+	Job Stmt
+	// Dead (with a dead table) returns the dead job ArgID's row, in the
+	// columns of Dead.List; no row when the dead table has none.
+	Dead Stmt
+}
+
+// BrowseList pages through the jobs of one state by id.
+type BrowseList struct {
+	// First returns up to ArgLimit jobs, the highest ids first; After the
+	// same below the id ArgID; Before up to ArgLimit jobs above the id
+	// ArgID, the lowest first (the core reverses them).
+	First, After, Before Stmt
 }
 
 // BatchStatements settle Size lease tokens (id, stored attempt, expiry) at

@@ -4,6 +4,7 @@
 //
 //	go test ./dashboard/browsertest/
 //	go test ./dashboard/browsertest/ -run TestScreenshot -args -screenshot ../../docs/dashboard.png
+//	go test ./dashboard/browsertest/ -run TestBrowseJobs/sqlite -args -screenshot-jobs ../../docs/dashboard-jobs.png -screenshot-job ../../docs/dashboard-job.png
 //
 // Without chromium the tests skip, unless INBOX_REQUIRE_DBS=1 (CI), which
 // makes a missing browser a failure, as it does a missing database.
@@ -36,7 +37,11 @@ import (
 	"github.com/sqlinbox/inbox/worker"
 )
 
-var screenshot = flag.String("screenshot", "", "TestScreenshot writes the page's PNG here")
+var (
+	screenshot     = flag.String("screenshot", "", "TestScreenshot writes the page's PNG here")
+	screenshotJobs = flag.String("screenshot-jobs", "", "TestBrowseJobs writes the jobs view's PNG here (SQLite)")
+	screenshotJob  = flag.String("screenshot-job", "", "TestBrowseJobs writes a job page's PNG here (SQLite)")
+)
 
 // browser starts a headless Chromium with a fresh profile and returns a
 // context for a first tab.
@@ -309,6 +314,14 @@ func js(expr string) chromedp.Action[chromedp.Void] {
 // result the new page shows.
 func submit(t *testing.T, tab context.Context, act chromedp.Action[chromedp.Void]) string {
 	t.Helper()
+	follow(t, tab, act)
+	return text(t, tab, "#result")
+}
+
+// follow runs act, which leaves the page (a link, a form), and waits for
+// the next page to be loaded.
+func follow(t *testing.T, tab context.Context, act chromedp.Action[chromedp.Void]) {
+	t.Helper()
 	run(t, tab, js(`window.__old = true`), act)
 	// While the tab navigates an evaluation may fail ("target navigated"):
 	// poll until the new page answers.
@@ -323,7 +336,6 @@ func submit(t *testing.T, tab context.Context, act chromedp.Action[chromedp.Void
 			t.Fatalf("no new page after the form was sent (last: %v)", err)
 		}
 	}
-	return text(t, tab, "#result")
 }
 
 func text(t *testing.T, tab context.Context, sel string) string {
