@@ -136,40 +136,9 @@ type JobView struct {
 // [Queue.ListDead]'s.
 func (q *Queue) ListJobs(ctx context.Context, f JobFilter) (JobPage, error) {
 	var page JobPage
-	limit := f.Limit
-	if limit == 0 {
-		limit = DefaultListLimit
-	}
-	var list dialect.BrowseList
-	switch f.State {
-	case StateAll:
-		list = q.st.Browse.All
-	case StateReady:
-		list = q.st.Browse.Ready
-	case StateWaiting:
-		list = q.st.Browse.Waiting
-	case StateInWork:
-		list = q.st.Browse.InWork
-		if list.First.SQL == "" && q.st.Browse.All.First.SQL != "" {
-			return page, opErr("list jobs", ErrNoInWorkList)
-		}
-	default:
-		return page, opErr("list jobs", fmt.Errorf("state %v: StateAll, StateReady, StateWaiting or StateInWork (ListDead lists the dead jobs)", f.State))
-	}
-	switch {
-	case q.st.Browse.All.First.SQL == "":
-		return page, opErr("list jobs", fmt.Errorf("dialect %s has no Browse statements", q.dialect.Name()))
-	case limit < 1 || limit > MaxList:
-		return page, opErr("list jobs", fmt.Errorf("limit %d must be from 1 to %d", limit, MaxList))
-	case f.After != nil && f.Before != nil:
-		return page, opErr("list jobs", errors.New("both After and Before: one page at a time"))
-	}
-	for _, id := range []any{f.After, f.Before, f.ID} {
-		if id != nil {
-			if err := checkID(id); err != nil {
-				return page, opErr("list jobs", err)
-			}
-		}
+	list, limit, err := q.checkFilter(f)
+	if err != nil {
+		return page, opErr("list jobs", err)
 	}
 	page.Stats, page.StatsErr = q.Stats(ctx)
 	if page.StatsErr != nil {
@@ -194,6 +163,56 @@ func (q *Queue) ListJobs(ctx context.Context, f JobFilter) (JobPage, error) {
 	if list.First.SQL == "" {
 		return page, nil // no job can be in this state
 	}
+	if err := q.readPage(ctx, &page, list, f, limit); err != nil {
+		return page, opErr("list jobs", err)
+	}
+	return page, nil
+}
+
+// checkFilter returns the statements of f's state and its limit, or what
+// is wrong with f.
+func (q *Queue) checkFilter(f JobFilter) (dialect.BrowseList, int, error) {
+	limit := f.Limit
+	if limit == 0 {
+		limit = DefaultListLimit
+	}
+	var list dialect.BrowseList
+	switch f.State {
+	case StateAll:
+		list = q.st.Browse.All
+	case StateReady:
+		list = q.st.Browse.Ready
+	case StateWaiting:
+		list = q.st.Browse.Waiting
+	case StateInWork:
+		list = q.st.Browse.InWork
+		if list.First.SQL == "" && q.st.Browse.All.First.SQL != "" {
+			return list, 0, ErrNoInWorkList
+		}
+	default:
+		return list, 0, fmt.Errorf("state %v: StateAll, StateReady, StateWaiting or StateInWork (ListDead lists the dead jobs)", f.State)
+	}
+	switch {
+	case q.st.Browse.All.First.SQL == "":
+		return list, 0, fmt.Errorf("dialect %s has no Browse statements", q.dialect.Name())
+	case limit < 1 || limit > MaxList:
+		return list, 0, fmt.Errorf("limit %d must be from 1 to %d", limit, MaxList)
+	case f.After != nil && f.Before != nil:
+		return list, 0, errors.New("both After and Before: one page at a time")
+	}
+	for _, id := range []any{f.After, f.Before, f.ID} {
+		if id != nil {
+			if err := checkID(id); err != nil {
+				return list, 0, err
+			}
+		}
+	}
+	return list, limit, nil
+}
+
+// readPage reads the page of list that f asks for into page: one row more
+// than limit tells whether more follow.
+func (q *Queue) readPage(ctx context.Context, page *JobPage, list dialect.BrowseList, f JobFilter, limit int) error {
 	s, v := list.First, values{limit: limit + 1, micros: q.lease.Microseconds()}
 	switch {
 	case f.After != nil:
@@ -202,22 +221,22 @@ func (q *Queue) ListJobs(ctx context.Context, f JobFilter) (JobPage, error) {
 		s, v.id, page.Older = list.Before, f.Before, true
 	}
 	if err := q.fillTimes(ctx, q.db, s, &v, q.lease); err != nil {
-		return page, opErr("list jobs", err)
+		return err
 	}
 	rows, err := q.query(ctx, q.db, s, &v)
 	if err != nil {
-		return page, opErr("list jobs", err)
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		j, err := q.scanJob(rows)
 		if err != nil {
-			return page, opErr("list jobs", err)
+			return err
 		}
 		page.Jobs = append(page.Jobs, j)
 	}
 	if err := rows.Err(); err != nil {
-		return page, opErr("list jobs", err)
+		return err
 	}
 	more := len(page.Jobs) > limit
 	if more {
@@ -229,7 +248,7 @@ func (q *Queue) ListJobs(ctx context.Context, f JobFilter) (JobPage, error) {
 	} else {
 		page.Older = more
 	}
-	return page, nil
+	return nil
 }
 
 // Job returns the job id as it stands: its row in the queue table or,

@@ -125,68 +125,91 @@ func (h *Handler) serveJobs(w http.ResponseWriter, r *http.Request) {
 	var countsErr error
 	if tabs[sel].state == inbox.StateDead {
 		counts, countsErr = q.Queue.Stats(r.Context())
-		after, err := afterOf(v)
-		if err != nil {
-			status, d.Err = http.StatusBadRequest, err.Error()
-		} else {
-			jobs, err := q.Queue.ListDead(r.Context(), h.page, after)
-			if err != nil {
-				d.Err = err.Error()
-			}
-			for _, j := range jobs {
-				dv := deadOf(j)
-				d.Jobs = append(d.Jobs, jobRow{ID: dv.ID, Kind: dv.Kind, State: "dead", Href: jobHref(q.Name, j.ID), Attempt: j.Attempt,
-					DeadAt: dv.DeadAt, Error: short(j.LastError, 200), Data: dv.Data})
-			}
-			if after != nil {
-				d.Newer = d.Newest
-			}
-			if len(jobs) == h.page {
-				last := jobs[len(jobs)-1]
-				o := url.Values{"queue": {q.Name}, "state": {"dead"}, "after": {fmt.Sprint(last.ID)}, "kind": {kindOf(last.ID)}}
-				if !last.DeadAt.IsZero() {
-					o.Set("at", last.DeadAt.UTC().Format(time.RFC3339Nano))
-				}
-				d.Older = "?" + o.Encode()
-			}
-		}
+		status = h.deadRows(r, q, v, &d, status)
 	} else {
-		f := inbox.JobFilter{State: tabs[sel].state, Limit: h.page}
-		var err error
-		if s := v.Get("after"); s != "" {
-			f.After, err = parseID(s, v.Get("kind"), q.TextIDs)
-		} else if s := v.Get("before"); s != "" {
-			f.Before, err = parseID(s, v.Get("kind"), q.TextIDs)
-		}
-		var page inbox.JobPage
-		if err == nil {
-			page, err = b.ListJobs(r.Context(), f)
-			counts, countsErr = page.Stats, page.StatsErr
-		} else {
-			status = http.StatusBadRequest
-		}
-		switch {
-		case errors.Is(err, inbox.ErrNoInWorkList):
-			d.Note = "This queue's form cannot list the jobs in work: its rows do not say which a claim holds (they are listed as ready). The count comes from the server's locks where it can tell."
-		case err != nil:
-			d.Err = err.Error()
-		}
-		for _, j := range page.Jobs {
-			d.Jobs = append(d.Jobs, rowOf(q.Name, j))
-		}
-		if n := len(page.Jobs); n > 0 {
-			if page.Newer {
-				nv := url.Values{"queue": {q.Name}, "state": {tabs[sel].name}, "before": {fmt.Sprint(page.Jobs[0].ID)}, "kind": {kindOf(page.Jobs[0].ID)}}
-				d.Newer = "?" + nv.Encode()
-			}
-			if page.Older {
-				ov := url.Values{"queue": {q.Name}, "state": {tabs[sel].name}, "after": {fmt.Sprint(page.Jobs[n-1].ID)}, "kind": {kindOf(page.Jobs[n-1].ID)}}
-				d.Older = "?" + ov.Encode()
-			}
-		} else if f.After != nil || f.Before != nil {
-			d.Newer = d.Newest
-		}
+		counts, countsErr, status = h.liveRows(r, q, b, v, sel, &d, status)
 	}
+	d.Tabs = tabsOf(q.Name, sel, counts, countsErr)
+	h.render(w, status, "jobs.html", d)
+}
+
+// deadRows fills d with the page of dead jobs v asks for; it returns the
+// response's status.
+func (h *Handler) deadRows(r *http.Request, q *QueueConfig, v url.Values, d *jobsData, status int) int {
+	after, err := afterOf(v)
+	if err != nil {
+		d.Err = err.Error()
+		return http.StatusBadRequest
+	}
+	jobs, err := q.Queue.ListDead(r.Context(), h.page, after)
+	if err != nil {
+		d.Err = err.Error()
+	}
+	for _, j := range jobs {
+		dv := deadOf(j)
+		d.Jobs = append(d.Jobs, jobRow{ID: dv.ID, Kind: dv.Kind, State: "dead", Href: jobHref(q.Name, j.ID), Attempt: j.Attempt,
+			DeadAt: dv.DeadAt, Error: short(j.LastError, 200), Data: dv.Data})
+	}
+	if after != nil {
+		d.Newer = d.Newest
+	}
+	if len(jobs) == h.page {
+		last := jobs[len(jobs)-1]
+		o := url.Values{"queue": {q.Name}, "state": {"dead"}, "after": {fmt.Sprint(last.ID)}, "kind": {kindOf(last.ID)}}
+		if !last.DeadAt.IsZero() {
+			o.Set("at", last.DeadAt.UTC().Format(time.RFC3339Nano))
+		}
+		d.Older = "?" + o.Encode()
+	}
+	return status
+}
+
+// liveRows fills d with the page of the queue table's jobs in tab sel that
+// v asks for; it returns the counts of Stats and the response's status.
+func (h *Handler) liveRows(r *http.Request, q *QueueConfig, b Browser, v url.Values, sel int, d *jobsData, status int) (inbox.Stats, error, int) {
+	var counts inbox.Stats
+	var countsErr error
+	f := inbox.JobFilter{State: tabs[sel].state, Limit: h.page}
+	var err error
+	if s := v.Get("after"); s != "" {
+		f.After, err = parseID(s, v.Get("kind"), q.TextIDs)
+	} else if s := v.Get("before"); s != "" {
+		f.Before, err = parseID(s, v.Get("kind"), q.TextIDs)
+	}
+	var page inbox.JobPage
+	if err == nil {
+		page, err = b.ListJobs(r.Context(), f)
+		counts, countsErr = page.Stats, page.StatsErr
+	} else {
+		status = http.StatusBadRequest
+	}
+	switch {
+	case errors.Is(err, inbox.ErrNoInWorkList):
+		d.Note = "This queue's form cannot list the jobs in work: its rows do not say which a claim holds (they are listed as ready). The count comes from the server's locks where it can tell."
+	case err != nil:
+		d.Err = err.Error()
+	}
+	for _, j := range page.Jobs {
+		d.Jobs = append(d.Jobs, rowOf(q.Name, j))
+	}
+	if n := len(page.Jobs); n > 0 {
+		if page.Newer {
+			nv := url.Values{"queue": {q.Name}, "state": {tabs[sel].name}, "before": {fmt.Sprint(page.Jobs[0].ID)}, "kind": {kindOf(page.Jobs[0].ID)}}
+			d.Newer = "?" + nv.Encode()
+		}
+		if page.Older {
+			ov := url.Values{"queue": {q.Name}, "state": {tabs[sel].name}, "after": {fmt.Sprint(page.Jobs[n-1].ID)}, "kind": {kindOf(page.Jobs[n-1].ID)}}
+			d.Older = "?" + ov.Encode()
+		}
+	} else if f.After != nil || f.Before != nil {
+		d.Newer = d.Newest
+	}
+	return counts, countsErr, status
+}
+
+// tabsOf are the state tabs, sel selected, with their counts.
+func tabsOf(queue string, sel int, counts inbox.Stats, countsErr error) []tabView {
+	var out []tabView
 	for i, t := range tabs {
 		c := map[inbox.JobState]int64{inbox.StateReady: counts.Ready, inbox.StateWaiting: counts.Waiting,
 			inbox.StateInWork: counts.InWork, inbox.StateDead: counts.Dead}[t.state]
@@ -197,10 +220,10 @@ func (h *Handler) serveJobs(w http.ResponseWriter, r *http.Request) {
 		case countsErr == nil && c >= 0:
 			count = fmt.Sprint(c)
 		}
-		d.Tabs = append(d.Tabs, tabView{Name: t.name, Label: t.label, Count: count, Selected: i == sel,
-			Href: "jobs?" + url.Values{"queue": {q.Name}, "state": {t.name}}.Encode()})
+		out = append(out, tabView{Name: t.name, Label: t.label, Count: count, Selected: i == sel,
+			Href: "jobs?" + url.Values{"queue": {queue}, "state": {t.name}}.Encode()})
 	}
-	h.render(w, status, "jobs.html", d)
+	return out
 }
 
 func rowOf(queue string, j inbox.JobView) jobRow {
