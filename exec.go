@@ -37,6 +37,7 @@ type values struct {
 	priority   int64
 	identity   string // the table's, for statements that name its locks
 	uniqueKey  any    // a job's unique key, nil for none
+	by         any    // who pauses the queue: a string, or nil
 	data       []any
 	// tokens are several rows', for a statement that takes the token's
 	// parameters once per row: the n-th ArgID, ArgAttempt (or ArgDelivered)
@@ -115,6 +116,10 @@ func (q *Queue) args(s dialect.Stmt, v *values) *[]any {
 			out[i] = v.priority
 		case dialect.ArgIdentity:
 			out[i] = v.identity
+		case dialect.ArgQueue:
+			out[i] = q.cfg.Table.Name
+		case dialect.ArgBy:
+			out[i] = v.by
 		case dialect.ArgIDs, dialect.ArgAttempts, dialect.ArgExpiries:
 			if arrays[a-dialect.ArgIDs] == nil {
 				arrays[a-dialect.ArgIDs] = pgTokenArray(a, v.tokens, single)

@@ -203,6 +203,11 @@ func (w *loop) run(ctx context.Context) error {
 		// The wake-up is read before the claim, so that one during the
 		// claim is not lost.
 		rang := q.NextWake()
+		if w.duty.pause.held(ctx, probe, w.report) {
+			// Paused: no claim, until a wake-up or the interval.
+			probe = w.idle(ctx, rang)
+			continue
+		}
 		if probe && !w.mayFind(ctx) {
 			probe = w.idle(ctx, rang)
 			continue
