@@ -65,6 +65,23 @@ func (p *pauseWatch) held(ctx context.Context, interval bool, report func(error)
 	return p.paused
 }
 
+// next returns the channel this process's next Pause or Resume closes, for
+// a loop about to claim (pausedDuring); nil without a control table.
+func (p *pauseWatch) next() <-chan struct{} {
+	if !p.on {
+		return nil
+	}
+	return p.q.PauseChanged()
+}
+
+// pausedDuring reports whether the queue was paused in this process since
+// the loop took changed (next), before its claim: a claim under way when
+// Pause returns may deliver jobs enqueued after it, which the loop then
+// gives back, so that no handler starts after this process's Pause.
+func (p *pauseWatch) pausedDuring(ctx context.Context, changed <-chan struct{}, report func(error)) bool {
+	return closed(changed) && p.held(ctx, false, report)
+}
+
 // closed reports whether ch is closed; a nil ch is not.
 func closed(ch <-chan struct{}) bool {
 	select {

@@ -202,7 +202,7 @@ func (w *loop) run(ctx context.Context) error {
 		}
 		// The wake-up is read before the claim, so that one during the
 		// claim is not lost.
-		rang := q.NextWake()
+		rang, paused := q.NextWake(), w.duty.pause.next()
 		if w.duty.pause.held(ctx, probe, w.report) {
 			// Paused: no claim, until a wake-up or the interval.
 			probe = w.idle(ctx, rang)
@@ -213,6 +213,12 @@ func (w *loop) run(ctx context.Context) error {
 			continue
 		}
 		ds, err := w.claim(ctx)
+		if len(ds) > 0 && w.duty.pause.pausedDuring(ctx, paused, w.report) {
+			// Paused in this process while the claim ran: its jobs go
+			// back unrun, their attempts not spent.
+			w.giveBack(w.detached, ds)
+			continue
+		}
 		if err != nil && ctx.Err() == nil {
 			if errors.Is(err, inbox.ErrPoolTooSmall) {
 				return fmt.Errorf("worker: run: %w", err)
