@@ -28,6 +28,7 @@ type queueView struct {
 	InWorkNote string // why in work is not known
 	Selected   bool
 	TextIDs    bool
+	Pausable   bool // the queue is a Pauser with somewhere to keep the state
 }
 
 type deadView struct {
@@ -65,7 +66,7 @@ type pageData struct {
 func (h *Handler) stats(r *http.Request) []queueView {
 	views := make([]queueView, len(h.queues))
 	for i, q := range h.queues {
-		v := queueView{Name: q.Name, TextIDs: q.TextIDs}
+		v := queueView{Name: q.Name, TextIDs: q.TextIDs, Pausable: pausable(q.Queue)}
 		st, err := q.Queue.Stats(r.Context())
 		if err != nil {
 			v.Err = err.Error()
@@ -283,6 +284,8 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, action string) res
 	}
 	ctx := r.Context()
 	switch action {
+	case "pause", "resume":
+		return pauseAction(ctx, q, action)
 	case "requeue":
 		id, err := parseID(r.PostFormValue("id"), r.PostFormValue("kind"), q.TextIDs)
 		if err != nil {
@@ -336,14 +339,16 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, action string) res
 }
 
 type queueJSON struct {
-	Name        string  `json:"name"`
-	Ready       *int64  `json:"ready"`
-	Waiting     *int64  `json:"waiting"`
-	InWork      *int64  `json:"in_work"`
-	InWorkNote  string  `json:"in_work_note,omitempty"`
-	Dead        *int64  `json:"dead"`
-	OldestReady float64 `json:"oldest_ready_seconds"`
-	Error       string  `json:"error,omitempty"`
+	Name        string     `json:"name"`
+	Ready       *int64     `json:"ready"`
+	Waiting     *int64     `json:"waiting"`
+	InWork      *int64     `json:"in_work"`
+	InWorkNote  string     `json:"in_work_note,omitempty"`
+	Dead        *int64     `json:"dead"`
+	OldestReady float64    `json:"oldest_ready_seconds"`
+	Paused      bool       `json:"paused"`
+	PausedSince *time.Time `json:"paused_since,omitempty"`
+	Error       string     `json:"error,omitempty"`
 }
 
 // known is n, or nil (JSON null) when it is -1.
@@ -360,7 +365,11 @@ func (h *Handler) serveQueues(w http.ResponseWriter, r *http.Request) {
 	for _, v := range h.stats(r) {
 		out = append(out, queueJSON{Name: v.Name, Ready: known(v.Stats.Ready), Waiting: known(v.Stats.Waiting),
 			InWork: known(v.Stats.InWork), InWorkNote: v.InWorkNote, Dead: known(v.Stats.Dead),
-			OldestReady: v.Stats.OldestReady.Seconds(), Error: v.Err})
+			OldestReady: v.Stats.OldestReady.Seconds(), Paused: v.Stats.Paused, Error: v.Err})
+		if v.Stats.Paused {
+			since := v.Stats.PausedSince.UTC()
+			out[len(out)-1].PausedSince = &since
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"queues": out})
 }
