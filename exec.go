@@ -37,6 +37,7 @@ type values struct {
 	priority   int64
 	identity   string // the table's, for statements that name its locks
 	uniqueKey  any    // a job's unique key, nil for none
+	by         any    // who pauses the queue: a string, or nil
 	data       []any
 	// tokens are several rows', for a statement that takes the token's
 	// parameters once per row: the n-th ArgID, ArgAttempt (or ArgDelivered)
@@ -62,12 +63,7 @@ var argLists = sync.Pool{New: func() any { return new([]any) }}
 // args fills the parameters of s from v, in the order s takes them, into a
 // list from argLists that the caller hands back with freeArgs.
 func (q *Queue) args(s dialect.Stmt, v *values) *[]any {
-	list := argLists.Get().(*[]any)
-	if cap(*list) < len(s.Args) {
-		*list = make([]any, len(s.Args))
-	}
-	out := (*list)[:len(s.Args)]
-	*list = out
+	list, out := argList(len(s.Args))
 	single := token{v.id, v.attempt, v.expiry}
 	var nth [3]int    // occurrences so far of ArgID, ArgAttempt or ArgDelivered, ArgExpiry
 	var arrays [3]any // ArgIDs, ArgAttempts, ArgExpiries, each built once
@@ -107,6 +103,10 @@ func (q *Queue) args(s dialect.Stmt, v *values) *[]any {
 			out[i] = v.priority
 		case dialect.ArgIdentity:
 			out[i] = v.identity
+		case dialect.ArgQueue:
+			out[i] = q.cfg.Table.Name
+		case dialect.ArgBy:
+			out[i] = v.by
 		case dialect.ArgIDs, dialect.ArgAttempts, dialect.ArgExpiries:
 			if arrays[a-dialect.ArgIDs] == nil {
 				arrays[a-dialect.ArgIDs] = pgTokenArray(a, v.tokens, single)
@@ -117,6 +117,17 @@ func (q *Queue) args(s dialect.Stmt, v *values) *[]any {
 		}
 	}
 	return list
+}
+
+// argList takes a list of n arguments from argLists.
+func argList(n int) (*[]any, []any) {
+	list := argLists.Get().(*[]any)
+	if cap(*list) < n {
+		*list = make([]any, n)
+	}
+	out := (*list)[:n]
+	*list = out
+	return list, out
 }
 
 // microsArg is micros as a parameter: the lease's boxed once, as every

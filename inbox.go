@@ -118,6 +118,11 @@ type Table struct {
 	// inserted ([ErrDuplicate]). Acknowledged or dead, the job frees its
 	// key. docs/unique.md has the schema.
 	UniqueKey string
+	// ControlTable names an optional table (optionally schema-qualified)
+	// holding whether the queue is paused ([Queue.Pause]): one row per
+	// queue table, keyed by Name as written here, so every process must
+	// spell it alike. docs/operations.md has the schema.
+	ControlTable string
 }
 
 // MaxErrorText is the most bytes of an error's text that Table.LastError
@@ -203,7 +208,8 @@ type Queue struct {
 	// keys this process holds do not count.
 	lockPage atomic.Int64
 
-	bell bell // wakes the idle loops of the table in this process (NextWake)
+	bell      bell // wakes the idle loops of the table in this process (NextWake)
+	pauseBell bell // tells them of a Pause or Resume in this process (PauseChanged)
 
 	mu   sync.Mutex
 	live map[*Delivery]struct{} // held jobs (row lock, advisory), for Shutdown
@@ -234,7 +240,7 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 		n.NotifyChannel = cfg.NotifyChannel
 	}
 	q := &Queue{db: db, cfg: cfg, dialect: cfg.Dialect, after: cfg.After, margin: cfg.KeepMargin,
-		live: map[*Delivery]struct{}{}, bell: bellOf(n.TableName)}
+		live: map[*Delivery]struct{}{}, bell: bellOf(n.TableName), pauseBell: bellOf("\x00pause\x00" + n.TableName)}
 	if err := q.setLease(n.Form); err != nil {
 		return nil, err
 	}
@@ -245,6 +251,9 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	}
 	if q.st, err = cfg.Dialect.Statements(&n); err == nil {
 		err = checkRowLock(&n, q.st)
+	}
+	if err == nil {
+		err = checkControl(&n, q.st)
 	}
 	if err == nil && len(q.st.Claim.TakeBounded) > 0 && len(q.st.Claim.TakeBounded) != dialect.ClaimBounds {
 		err = fmt.Errorf("Statements.Claim.TakeBounded has %d statements, want %d (1, 2, 4, …, 512 and %d)", len(q.st.Claim.TakeBounded), dialect.ClaimBounds, MaxClaim)

@@ -40,6 +40,14 @@ const (
 	rowLockProbe = "SELECT 1 FROM {table}{where ready} LIMIT 1"
 )
 
+// The control table's Resume and Read (Statements.Control), alike on
+// every engine: one primary-key probe each. Resume keeps the row, so that
+// the next Pause updates it in place.
+const (
+	controlResume = "UPDATE {control} SET paused_at = NULL, paused_by = NULL WHERE queue = $queue"
+	controlRead   = "SELECT paused_at, paused_by FROM {control} WHERE queue = $queue"
+)
+
 // candidates are the advisory form's unlocked reads of claimable rows: id,
 // key and attempt in id order, the first page and the pages after an id. The
 // attempt lets the claim refuse a row that changed since it was read.

@@ -121,6 +121,7 @@ func (mysql) Statements(n *dialect.Names) (*Statements, error) {
 	// The browser's states, told by one reading of the clock (as Stats).
 	st.Browse = browseStatements(t, n, "$now", "$until")
 	st.Settle.Verdict = verdictRead(t, n)
+	st.Control = myControl(t, n)
 	return st, nil
 }
 
@@ -740,3 +741,21 @@ const myUniqueIndexed = "SELECT COUNT(*) FROM information_schema.statistics s WH
 	"AND s.table_name = ? AND s.column_name = ? AND s.non_unique = 0 AND s.seq_in_index = 1 AND NOT EXISTS (SELECT 1 " +
 	"FROM information_schema.statistics o WHERE o.table_schema = s.table_schema AND o.table_name = s.table_name " +
 	"AND o.index_name = s.index_name AND o.seq_in_index = 2)"
+
+// myControl pauses and resumes (Statements.Control). Pause is one upsert
+// (ON DUPLICATE KEY UPDATE), as on PostgreSQL, but MySQL assigns left to
+// right, each assignment seeing the ones before: paused_by is decided
+// first, from the paused_at still stored. VALUES() names the row proposed
+// (deprecated by MySQL 8.0.20 for an alias MariaDB lacks; still served by
+// both).
+func myControl(t *dialect.Template, n *dialect.Names) dialect.ControlStatements {
+	if n.ControlTable == "" {
+		return dialect.ControlStatements{}
+	}
+	return dialect.ControlStatements{
+		Pause: t.Exec("INSERT INTO {control} (queue, paused_at, paused_by) VALUES ($queue, {now}, $by) ON DUPLICATE KEY UPDATE " +
+			"paused_by = IF(paused_at IS NULL, VALUES(paused_by), paused_by), paused_at = COALESCE(paused_at, VALUES(paused_at))"),
+		Resume: t.Exec(controlResume),
+		Read:   t.Query(controlRead),
+	}
+}

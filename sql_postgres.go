@@ -69,6 +69,7 @@ func (postgres) Statements(n *dialect.Names) (*Statements, error) {
 	deadJobs(t, n, st, true, true)
 	st.Browse = browseStatements(t, n, "CAST({now} AS timestamptz)", "{until}")
 	st.Settle.Verdict = verdictRead(t, n)
+	st.Control = pgControl(t, n)
 	return st, nil
 }
 
@@ -599,3 +600,19 @@ func (postgres) WaitLock(ctx context.Context, conn *sql.Conn, table, key string)
 const pgUniqueIndexed = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_index i " +
 	"JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] " +
 	"WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnatts = 1 AND i.indpred IS NULL AND a.attname = $2)"
+
+// pgControl pauses and resumes (Statements.Control). Pause is one upsert,
+// so that a missing row is made and two operators pausing at once both
+// succeed; the first pause's time and author stand, as the DO UPDATE
+// reads the stored row (c) before any of its assignments.
+func pgControl(t *dialect.Template, n *dialect.Names) dialect.ControlStatements {
+	if n.ControlTable == "" {
+		return dialect.ControlStatements{}
+	}
+	return dialect.ControlStatements{
+		Pause: t.Exec("INSERT INTO {control} AS c (queue, paused_at, paused_by) VALUES ($queue, {now}, $by) ON CONFLICT (queue) DO UPDATE " +
+			"SET paused_at = COALESCE(c.paused_at, EXCLUDED.paused_at), paused_by = CASE WHEN c.paused_at IS NULL THEN EXCLUDED.paused_by ELSE c.paused_by END"),
+		Resume: t.Exec(controlResume),
+		Read:   t.Query(controlRead),
+	}
+}

@@ -92,6 +92,7 @@ func (sqlite) Statements(n *dialect.Names) (*Statements, error) {
 	st.Jobs.Stats = t.Query("SELECT " + statsCounts(n, "$now", "$until", "-1") +
 		", CAST((julianday($now) - julianday(COALESCE(MIN(" + free + ", " + due + "), " + free + ", " + due + "))) * 86400000000 AS INTEGER)")
 	st.Settle.Verdict = verdictRead(t, n)
+	st.Control = sqliteControl(t, n)
 	return st, nil
 }
 
@@ -368,3 +369,19 @@ func sqliteUniqueProblem(ctx context.Context, db *sql.DB, n *dialect.Names) (str
 const sqliteUniqueIndexed = "SELECT EXISTS (SELECT 1 FROM pragma_index_list(?1, ?2) AS l WHERE l.\"unique\" AND NOT l.partial " +
 	"AND (SELECT COUNT(*) FROM pragma_index_info(l.name, ?2)) = 1 " +
 	"AND (SELECT name FROM pragma_index_info(l.name, ?2)) = ?3 COLLATE NOCASE)"
+
+// sqliteControl pauses and resumes (Statements.Control). Pause is one
+// upsert (SQLite 3.24) whose unqualified columns are the stored row's,
+// read before any assignment, as PostgreSQL's; the time is the caller's
+// clock in the TEXT format of every time column.
+func sqliteControl(t *dialect.Template, n *dialect.Names) dialect.ControlStatements {
+	if n.ControlTable == "" {
+		return dialect.ControlStatements{}
+	}
+	return dialect.ControlStatements{
+		Pause: t.Exec("INSERT INTO {control} (queue, paused_at, paused_by) VALUES ($queue, $now, $by) ON CONFLICT (queue) DO UPDATE " +
+			"SET paused_at = COALESCE(paused_at, excluded.paused_at), paused_by = CASE WHEN paused_at IS NULL THEN excluded.paused_by ELSE paused_by END"),
+		Resume: t.Exec(controlResume),
+		Read:   t.Query(controlRead),
+	}
+}

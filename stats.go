@@ -38,6 +38,10 @@ type Stats struct {
 	// OldestReady is the age of the oldest ready job, by Table.EnqueuedAt
 	// and the clock; zero when none is ready.
 	OldestReady time.Duration
+	// Paused is whether the queue is paused ([Queue.Pause]), since
+	// PausedSince; false without Table.ControlTable.
+	Paused      bool
+	PausedSince time.Time
 }
 
 // ErrNoEnqueuedAt is returned by [Queue.Stats] when the description names
@@ -49,7 +53,8 @@ var ErrNoEnqueuedAt = errors.New("inbox: the age of the oldest ready job needs T
 // docs/schema.md). Where the jobs in work are listed by a lock view that may
 // be missing (Statements.Jobs.InWork), a second statement reads them; its
 // failure is reported in Stats.InWorkErr, not as Stats' error. It needs
-// Table.EnqueuedAt ([ErrNoEnqueuedAt]).
+// Table.EnqueuedAt ([ErrNoEnqueuedAt]). With Table.ControlTable, one more
+// statement reads whether the queue is paused ([Queue.Paused]).
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	if q.names.EnqueuedAt == "" {
@@ -86,5 +91,10 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	if age.Valid && age.Int64 > 0 {
 		st.OldestReady = time.Duration(age.Int64) * time.Microsecond
 	}
+	ps, err := q.Paused(ctx)
+	if err != nil {
+		return st, opErr("stats", err)
+	}
+	st.Paused, st.PausedSince = ps.Paused, ps.Since
 	return st, nil
 }

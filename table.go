@@ -90,6 +90,11 @@ func quoteAll(n *dialect.Names, d Dialect, t Table) error {
 			return err
 		}
 	}
+	if t.ControlTable != "" {
+		if n.ControlTable, n.ControlSchema, n.ControlName, err = quoteTable(d, "Table.ControlTable", t.ControlTable); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -116,6 +121,8 @@ func checkOptions(n *dialect.Names, t Table) error {
 		return fmt.Errorf("inbox: new: Table.DeadTable %q is the queue table itself", t.DeadTable)
 	case n.ClaimsTable != "" && (n.ClaimsTable == n.Table || n.ClaimsTable == n.Dead):
 		return fmt.Errorf("inbox: new: Table.ClaimsTable %q must be a table of its own", t.ClaimsTable)
+	case n.ControlTable != "" && (n.ControlTable == n.Table || n.ControlTable == n.Dead || n.ControlTable == n.ClaimsTable):
+		return fmt.Errorf("inbox: new: Table.ControlTable %q must be a table of its own", t.ControlTable)
 	case t.ClaimsTable != "" && n.Form != RowLock:
 		return fmt.Errorf("inbox: new: Table.ClaimsTable %q is for the row-lock form; under the %s form a crash already spends an attempt", t.ClaimsTable, n.Form)
 	case t.ClaimsTable != "" && t.MaxClaims <= 0:

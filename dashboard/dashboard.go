@@ -45,6 +45,15 @@ type Queue interface {
 	Cancel(ctx context.Context, id any) error
 }
 
+// Pauser is implemented by a [Queue] that can be paused: *inbox.Queue is
+// one, when its description names a control table
+// (inbox.Table.ControlTable). The page then shows a pause or resume
+// button for the queue.
+type Pauser interface {
+	Pause(ctx context.Context, by string) error
+	Resume(ctx context.Context) error
+}
+
 // QueueConfig is one queue of the dashboard.
 type QueueConfig struct {
 	// Name is shown and names the queue in URLs and forms; names differ.
@@ -172,10 +181,10 @@ func New(cfg Config) (*Handler, error) {
 
 // ServeHTTP serves the page (GET /), the jobs view of a queue by state
 // (GET /jobs) and a job's page (GET /job) where the Queue is a [Browser],
-// the actions (POST /requeue, /purge,
-// /cancel) and the JSON endpoints (GET /api/queues, /api/history,
-// /api/dead, /api/token; POST /api/requeue, /api/purge, /api/cancel), paths
-// relative to where the handler is mounted.
+// the actions (POST /requeue, /purge, /cancel, /pause, /resume) and the
+// JSON endpoints (GET /api/queues, /api/history, /api/dead, /api/token;
+// POST /api/requeue, /api/purge, /api/cancel, /api/pause, /api/resume),
+// paths relative to where the handler is mounted.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
@@ -191,7 +200,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.servePage(w, r, nil)
-	case action == "requeue" || action == "purge" || action == "cancel":
+	case action == "requeue" || action == "purge" || action == "cancel" || action == "pause" || action == "resume":
 		if !allow(w, r, http.MethodPost) {
 			return
 		}
@@ -308,6 +317,7 @@ var funcs = template.FuncMap{
 		return fmt.Sprint(n)
 	},
 	"age":  age,
+	"when": when,
 	"list": func(c ...chart) []chart { return c },
 }
 

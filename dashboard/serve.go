@@ -28,6 +28,7 @@ type queueView struct {
 	InWorkNote string // why in work is not known
 	Selected   bool
 	TextIDs    bool
+	Pausable   bool // the queue is a Pauser with somewhere to keep the state
 }
 
 type deadView struct {
@@ -65,7 +66,7 @@ type pageData struct {
 func (h *Handler) stats(r *http.Request) []queueView {
 	views := make([]queueView, len(h.queues))
 	for i, q := range h.queues {
-		v := queueView{Name: q.Name, TextIDs: q.TextIDs}
+		v := queueView{Name: q.Name, TextIDs: q.TextIDs, Pausable: pausable(q.Queue)}
 		st, err := q.Queue.Stats(r.Context())
 		if err != nil {
 			v.Err = err.Error()
@@ -282,6 +283,8 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, action string) res
 	}
 	ctx := r.Context()
 	switch action {
+	case "pause", "resume":
+		return pauseAction(ctx, q, action)
 	case "requeue":
 		id, err := parseID(r.PostFormValue("id"), r.PostFormValue("kind"), q.TextIDs)
 		if err != nil {
@@ -311,38 +314,46 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, action string) res
 		}
 		return result{OK: true, Text: fmt.Sprintf("cancelled job %v of %s", id, q.Name)}
 	default: // purge
-		if r.PostFormValue("confirm") != "yes" {
-			return result{Text: "bad request: purging needs the confirmation box ticked; nothing was changed"}
-		}
-		var before time.Time
-		what := "every dead job"
-		if s := r.PostFormValue("older"); s != "" && s != "all" {
-			d, err := time.ParseDuration(s)
-			if err != nil || d <= 0 {
-				return result{Text: fmt.Sprintf("bad request: older %q is not a positive duration (24h, 168h) or all; nothing was changed", short(s, 32))}
-			}
-			before, what = h.now().Add(-d), "the dead jobs older than "+d.String()
-		}
-		n, err := q.Queue.PurgeDead(ctx, before)
-		switch {
-		case errors.Is(err, inbox.ErrNoDeadAt):
-			return result{Text: "bad request: purging by age needs Table.DeadAt on queue " + q.Name + "; nothing was changed"}
-		case err != nil:
-			return result{Text: "failed: " + err.Error()}
-		}
-		return result{OK: true, Text: fmt.Sprintf("purged %d dead jobs of %s (%s)", n, q.Name, what)}
+		return h.purgeAction(r, q)
 	}
 }
 
+// purgeAction purges q's dead jobs, all or those older than the form says.
+func (h *Handler) purgeAction(r *http.Request, q *QueueConfig) result {
+	ctx := r.Context()
+	if r.PostFormValue("confirm") != "yes" {
+		return result{Text: "bad request: purging needs the confirmation box ticked; nothing was changed"}
+	}
+	var before time.Time
+	what := "every dead job"
+	if s := r.PostFormValue("older"); s != "" && s != "all" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return result{Text: fmt.Sprintf("bad request: older %q is not a positive duration (24h, 168h) or all; nothing was changed", short(s, 32))}
+		}
+		before, what = h.now().Add(-d), "the dead jobs older than "+d.String()
+	}
+	n, err := q.Queue.PurgeDead(ctx, before)
+	switch {
+	case errors.Is(err, inbox.ErrNoDeadAt):
+		return result{Text: "bad request: purging by age needs Table.DeadAt on queue " + q.Name + "; nothing was changed"}
+	case err != nil:
+		return result{Text: "failed: " + err.Error()}
+	}
+	return result{OK: true, Text: fmt.Sprintf("purged %d dead jobs of %s (%s)", n, q.Name, what)}
+}
+
 type queueJSON struct {
-	Name        string  `json:"name"`
-	Ready       *int64  `json:"ready"`
-	Waiting     *int64  `json:"waiting"`
-	InWork      *int64  `json:"in_work"`
-	InWorkNote  string  `json:"in_work_note,omitempty"`
-	Dead        *int64  `json:"dead"`
-	OldestReady float64 `json:"oldest_ready_seconds"`
-	Error       string  `json:"error,omitempty"`
+	Name        string     `json:"name"`
+	Ready       *int64     `json:"ready"`
+	Waiting     *int64     `json:"waiting"`
+	InWork      *int64     `json:"in_work"`
+	InWorkNote  string     `json:"in_work_note,omitempty"`
+	Dead        *int64     `json:"dead"`
+	OldestReady float64    `json:"oldest_ready_seconds"`
+	Paused      bool       `json:"paused"`
+	PausedSince *time.Time `json:"paused_since,omitempty"`
+	Error       string     `json:"error,omitempty"`
 }
 
 // known is n, or nil (JSON null) when it is -1.
@@ -359,7 +370,11 @@ func (h *Handler) serveQueues(w http.ResponseWriter, r *http.Request) {
 	for _, v := range h.stats(r) {
 		out = append(out, queueJSON{Name: v.Name, Ready: known(v.Stats.Ready), Waiting: known(v.Stats.Waiting),
 			InWork: known(v.Stats.InWork), InWorkNote: v.InWorkNote, Dead: known(v.Stats.Dead),
-			OldestReady: v.Stats.OldestReady.Seconds(), Error: v.Err})
+			OldestReady: v.Stats.OldestReady.Seconds(), Paused: v.Stats.Paused, Error: v.Err})
+		if v.Stats.Paused {
+			since := v.Stats.PausedSince.UTC()
+			out[len(out)-1].PausedSince = &since
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"queues": out})
 }

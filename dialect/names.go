@@ -60,6 +60,9 @@ type Names struct {
 	// ClaimsTable is the quoted side table of the row-lock claims counter,
 	// empty when none is named; its columns are ID and claims.
 	ClaimsTable, ClaimsSchema, ClaimsName string
+	// ControlTable is the quoted control table, holding whether the queue
+	// is paused ([ControlStatements]), empty when none is named.
+	ControlTable, ControlSchema, ControlName string
 	// NotifyChannel is the channel Enqueue notifies (inbox's
 	// Config.NotifyChannel), validated as an identifier; empty for none.
 	NotifyChannel string
@@ -85,4 +88,5 @@ type Table struct {
 	DeadTable, DeadAt               string
 	LastError, Priority, EnqueuedAt string
 	UniqueKey                       string
+	ControlTable                    string
 }

@@ -21,6 +21,7 @@ type Statements struct {
 	Unique   UniqueStatements
 	Dead     DeadStatements
 	Browse   BrowseStatements
+	Control  ControlStatements
 }
 
 // ClaimStatements take jobs, in one of three ways an engine chooses: one
@@ -359,4 +360,24 @@ type ManyStatements struct {
 	// difference between the ids one statement assigns to consecutive rows.
 	// Empty: 1.
 	Step Stmt
+}
+
+// ControlStatements pause and resume a queue (inbox's Queue.Pause,
+// Resume and Paused), set when the description names a control table
+// (Names.ControlTable): one row per queue table, keyed by ArgQueue (the
+// table's name as described), with the columns queue (text, the primary
+// key), paused_at (a time, NULL while the queue runs) and paused_by
+// (text, NULL). inbox.New refuses a control table to a dialect that
+// leaves them empty.
+type ControlStatements struct {
+	// Pause writes the row of ArgQueue as paused since the clock's now
+	// (ArgNow, or the engine's) by ArgBy, inserting it if missing; a
+	// queue already paused keeps its time and its ArgBy.
+	Pause Stmt
+	// Resume clears the row's paused_at and paused_by; no row is a queue
+	// that runs already.
+	Resume Stmt
+	// Read returns paused_at and paused_by of the row of ArgQueue; no row,
+	// or a NULL paused_at, is a queue that runs. A plain read.
+	Read Stmt
 }

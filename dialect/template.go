@@ -60,7 +60,7 @@ func Question(int) string { return "?" }
 // is itself a template) and $name a parameter, numbered in the order it
 // appears ($^name: the number of the $name written before, with numbered
 // placeholders only). Fragments: {table} {id} {attempt} {lease} {key}
-// {notBefore} {dead} {claims}; {data}, {, data} and {, j.data} the data
+// {notBefore} {dead} {claims} {control}; {data}, {, data} and {, j.data} the data
 // columns (the latter two with a leading comma, empty when there are
 // none); {now} and {until} the clock, the engine's or parameters;
 // {where ready} and {and ready} the not-before condition, empty without the
@@ -74,8 +74,8 @@ func Question(int) string { return "?" }
 // The unique key: {unique} its column; {, set data} assigns each data
 // column its value ($data0, $data1, …), with a leading comma.
 // Parameters: $id $attempt $delivered $expiry $now $until $micros $limit
-// $at $error $priority $ids $attempts $expiries $identity $unique, and
-// $data0, $data1, … the data columns' values.
+// $at $error $priority $ids $attempts $expiries $identity $unique $queue
+// $by, and $data0, $data1, … the data columns' values.
 //
 // A template naming an unknown fragment or parameter is a mistake in the
 // dialect, which every test of its statements meets: it panics.
@@ -89,7 +89,7 @@ var templateArgs = map[string]Arg{
 	"now": ArgNow, "until": ArgUntil, "micros": ArgMicros, "limit": ArgLimit,
 	"error": ArgError, "priority": ArgPriority, "at": ArgNotBefore,
 	"ids": ArgIDs, "attempts": ArgAttempts, "expiries": ArgExpiries, "identity": ArgIdentity,
-	"unique": ArgUniqueKey,
+	"unique": ArgUniqueKey, "queue": ArgQueue, "by": ArgBy,
 }
 
 // NewTemplate returns the templates of n, each parameter written by mark
@@ -98,7 +98,7 @@ var templateArgs = map[string]Arg{
 func NewTemplate(n *Names, mark func(int) string, now, until string) *Template {
 	f := map[string]string{
 		"table": n.Table, "id": n.ID, "attempt": n.Attempt, "lease": n.LockedUntil, "key": n.Key,
-		"notBefore": n.NotBefore, "dead": n.Dead, "claims": n.ClaimsTable,
+		"notBefore": n.NotBefore, "dead": n.Dead, "claims": n.ClaimsTable, "control": n.ControlTable,
 		"lastError": n.LastError, "priority": n.Priority, "enqueuedAt": n.EnqueuedAt,
 		"data": JoinColumns("", n.Data), ", data": "", ", j.data": "",
 		"now": now, "until": until, "where ready": "", "and ready": "",

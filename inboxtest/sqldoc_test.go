@@ -195,6 +195,12 @@ var stmtDocs = map[string]stmtDoc{
 		"`Queue.Enqueue` with `Job.Replace`, after `Unique.Find`."},
 	"Unique.ReplaceLock": {"Locks the job holding the key if it may be replaced, before `Unique.Replace` in the same transaction.",
 		"`Queue.Enqueue` with `Job.Replace`, on engines whose UPDATE counts only changed rows."},
+	"Control.Pause": {"Marks the queue paused in the control table (inserting its row if missing), keeping the first pause's time and author.",
+		"`Queue.Pause`, with `Table.ControlTable`."},
+	"Control.Resume": {"Clears the queue's pause in the control table.",
+		"`Queue.Resume`, with `Table.ControlTable`."},
+	"Control.Read": {"Reads whether the queue is paused, since when and by whom: one primary-key probe.",
+		"`Queue.Paused` and `Queue.Stats`, with `Table.ControlTable`; the worker loop, once per poll interval (and after a `Pause` or `Resume` in its process)."},
 }
 
 // formDocs say it for one form, where the statement of that name differs

@@ -40,3 +40,6 @@ CREATE TABLE jobs_dead (
 -- CREATE INDEX jobs_age ON jobs (locked_until, enqueued_at);
 -- For unique jobs (Table.UniqueKey, docs/unique.md): a job's key, unique while it is in the queue.
 -- ALTER TABLE jobs ADD COLUMN unique_key varchar(191) NULL, ADD UNIQUE INDEX jobs_unique_key (unique_key);
+-- To pause the queue (Queue.Pause, Table.ControlTable: "jobs_control", docs/operations.md):
+-- one row per queue table (one control table may serve every queue of the database).
+-- CREATE TABLE jobs_control (queue varchar(191) PRIMARY KEY, paused_at DATETIME(6) NULL, paused_by text NULL);

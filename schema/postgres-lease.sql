@@ -41,3 +41,6 @@ CREATE INDEX jobs_lu ON jobs (locked_until);
 -- For unique jobs (Table.UniqueKey, docs/unique.md): a job's key, unique while it is in the queue.
 -- ALTER TABLE jobs ADD COLUMN unique_key text;
 -- CREATE UNIQUE INDEX jobs_unique_key ON jobs (unique_key);
+-- To pause the queue (Queue.Pause, Table.ControlTable: "jobs_control", docs/operations.md):
+-- one row per queue table (one control table may serve every queue of the database).
+-- CREATE TABLE jobs_control (queue text PRIMARY KEY, paused_at timestamptz, paused_by text);

@@ -45,3 +45,6 @@ CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (not_before, id);
 -- For unique jobs (Table.UniqueKey, docs/unique.md): a job's key, unique while it is in the queue.
 -- ALTER TABLE jobs ADD COLUMN unique_key TEXT;
 -- CREATE UNIQUE INDEX jobs_unique_key ON jobs (unique_key);
+-- To pause the queue (Queue.Pause, Table.ControlTable: "jobs_control", docs/operations.md):
+-- one row per queue table (one control table may serve every queue of the database).
+-- CREATE TABLE jobs_control (queue TEXT PRIMARY KEY, paused_at TEXT, paused_by TEXT);

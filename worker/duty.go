@@ -19,6 +19,7 @@ type pollDuty struct {
 	key   dutyKey
 	loops int // loops holding it (guarded by dutiesMu)
 	due   *dueWaker
+	pause *pauseWatch
 
 	mu      sync.Mutex
 	polling bool          // an idle loop holds the fallback interval
@@ -45,7 +46,7 @@ func acquireDuty(q *inbox.Queue, poll time.Duration) *pollDuty {
 	defer dutiesMu.Unlock()
 	d := duties[key]
 	if d == nil {
-		d = &pollDuty{key: key, due: &dueWaker{q: q}}
+		d = &pollDuty{key: key, due: &dueWaker{q: q}, pause: newPauseWatch(q, poll)}
 		duties[key] = d
 	}
 	d.loops++

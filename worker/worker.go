@@ -157,7 +157,11 @@ const (
 // [inbox.Queue.Enqueue] through a *sql.DB or *sql.Conn wakes the loops of the
 // same table in the process, [inbox.Queue.Wake] does after a transaction
 // that enqueued commits, and [Listen] relays other processes'
-// notifications. Without one, the fallback interval. Config.Workers runs
+// notifications. Without one, the fallback interval. A paused queue
+// ([inbox.Queue.Pause], with a control table) is not claimed from: the
+// loops read the state once per fallback interval, and at once after a
+// Pause or Resume in this process, whose claim under way then gives its
+// jobs back unrun. Config.Workers runs
 // several loops in one call; one loop's error that cannot heal stops the
 // others, as the end of ctx would, and Run returns it once all have
 // returned.
@@ -202,12 +206,20 @@ func (w *loop) run(ctx context.Context) error {
 		}
 		// The wake-up is read before the claim, so that one during the
 		// claim is not lost.
-		rang := q.NextWake()
+		rang, paused := q.NextWake(), w.duty.pause.next()
+		if w.duty.pause.held(ctx, probe, w.report) {
+			// Paused: no claim, until a wake-up or the interval.
+			probe = w.idle(ctx, rang)
+			continue
+		}
 		if probe && !w.mayFind(ctx) {
 			probe = w.idle(ctx, rang)
 			continue
 		}
 		ds, err := w.claim(ctx)
+		if w.heldBack(ctx, paused, ds) {
+			continue
+		}
 		if err != nil && ctx.Err() == nil {
 			if errors.Is(err, inbox.ErrPoolTooSmall) {
 				return fmt.Errorf("worker: run: %w", err)
@@ -233,6 +245,17 @@ func (w *loop) run(ctx context.Context) error {
 		probe = w.idle(ctx, rang)
 	}
 	return nil
+}
+
+// heldBack gives back unrun, their attempts not spent, the jobs of a claim
+// during which this process paused the queue (changed closed since the
+// claim began), and reports whether it did.
+func (w *loop) heldBack(ctx context.Context, changed <-chan struct{}, ds []*inbox.Delivery) bool {
+	if len(ds) == 0 || !w.duty.pause.pausedDuring(ctx, changed, w.report) {
+		return false
+	}
+	w.giveBack(w.detached, ds)
+	return true
 }
 
 // graceful returns the context the handlers run under: Run's without its

@@ -355,6 +355,7 @@ func schemaFileRun(t *testing.T, f schemaFile, optional bool) {
 	if optional {
 		stmts = append(stmts, optionalStatements(t, f.path)...)
 		tb.LastError, tb.Priority, tb.EnqueuedAt, tb.DeadAt = "last_error", "priority", "enqueued_at", "dead_at"
+		tb.ControlTable = "jobs_control"
 	}
 	var db *sql.DB
 	var dialect inbox.Dialect
@@ -380,8 +381,11 @@ func schemaFileRun(t *testing.T, f schemaFile, optional bool) {
 		if tb.ClaimsTable != "" {
 			tb.ClaimsTable = schemaPrefix + tb.ClaimsTable
 		}
+		if tb.ControlTable != "" {
+			tb.ControlTable = schemaPrefix + tb.ControlTable
+		}
 		drop := func() {
-			for _, name := range []string{tb.Name, tb.DeadTable, tb.ClaimsTable} {
+			for _, name := range []string{tb.Name, tb.DeadTable, tb.ClaimsTable, tb.ControlTable} {
 				if name == "" {
 					continue
 				}
@@ -431,6 +435,7 @@ func schemaFileRun(t *testing.T, f schemaFile, optional bool) {
 	}
 	if optional {
 		schemaDeadAt(t, ctx, db, q, f.engine, tb.DeadTable)
+		schemaPause(t, ctx, q)
 	}
 	if f.form == "lease" {
 		tryAckBatch(t, ctx, db, q, tb.Name)
@@ -591,4 +596,22 @@ func open(t *testing.T, driver, dsn string) *sql.DB {
 func dsn(t *testing.T, env string) string {
 	t.Helper()
 	return optin.DSN(t, env, "the schema files on its database")
+}
+
+// schemaPause pauses and resumes the queue through the file's control
+// table.
+func schemaPause(t *testing.T, ctx context.Context, q *inbox.Queue) {
+	t.Helper()
+	if err := q.Pause(ctx, "schema test"); err != nil {
+		t.Fatal(err)
+	}
+	if ps, err := q.Paused(ctx); err != nil || !ps.Paused || ps.By != "schema test" {
+		t.Errorf("Paused = %+v, %v; want paused by the schema test", ps, err)
+	}
+	if err := q.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ps, err := q.Paused(ctx); err != nil || ps.Paused {
+		t.Errorf("Paused after Resume = %+v, %v; want running", ps, err)
+	}
 }
