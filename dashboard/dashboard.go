@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/periodic"
 )
 
 // Queue is what the dashboard reads and acts on: *inbox.Queue is one.
@@ -94,6 +95,15 @@ type Config struct {
 	CookiePath string
 	// Now replaces time.Now (tests).
 	Now func() time.Time
+	// Schedules, when set, lists the periodic jobs on the page and at
+	// api/schedules: each entry's last and next tick. *periodic.Scheduler
+	// is one.
+	Schedules Schedules
+}
+
+// Schedules is what the dashboard reads of periodic jobs.
+type Schedules interface {
+	Entries(ctx context.Context) ([]periodic.EntryState, error)
 }
 
 // Handler serves the dashboard; create it with [New]. It is safe for
@@ -111,6 +121,8 @@ type Handler struct {
 	hist     *history
 	sampleMu sync.Mutex
 	tmpl     *template.Template
+	// schedules lists the periodic jobs; nil for none.
+	schedules Schedules
 }
 
 //go:embed *.html
@@ -127,6 +139,7 @@ func New(cfg Config) (*Handler, error) {
 	h := &Handler{
 		byName: map[string]*QueueConfig{}, readOnly: cfg.ReadOnly, page: cfg.DeadPage,
 		every: cfg.SampleEvery, timeout: cfg.Timeout, key: cfg.Key, cookie: cfg.CookiePath, now: cfg.Now,
+		schedules: cfg.Schedules,
 	}
 	h.queues = append(h.queues, cfg.Queues...)
 	for i := range h.queues {
@@ -220,6 +233,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "api/history":
 		if allow(w, r, http.MethodGet) {
 			h.serveHistory(w, r)
+		}
+	case path == "api/schedules":
+		if allow(w, r, http.MethodGet) {
+			h.serveSchedules(w, r)
 		}
 	case path == "api/dead":
 		if allow(w, r, http.MethodGet) {

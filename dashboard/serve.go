@@ -60,6 +60,9 @@ type pageData struct {
 	Depth     chart
 	Rate      chart
 	Generated string
+	// The periodic jobs, when the dashboard has Schedules.
+	Schedules    []scheduleView
+	SchedulesErr string
 }
 
 // stats reads every queue's state.
@@ -110,6 +113,7 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request, res *result)
 		d.Refresh = n
 	}
 	d.Depth, d.Rate = h.charts(sel)
+	d.Schedules, d.SchedulesErr = h.scheduleViews(r)
 	after, err := afterOf(r.URL.Query())
 	if err != nil {
 		d.DeadErr = err.Error()
