@@ -166,7 +166,7 @@ func TestReadmeCommands(t *testing.T) {
 
 // readmeTestCommand is the README's test command, the line .ci/run runs
 // with -race added.
-const readmeTestCommand = "go test -count=1 -timeout 60m ./... ./dbtest/... ./examples/... ./bench/... ./dashboard/browsertest/... ./listen/pgxlisten/... ./listen/pqlisten/... ./periodic/cron/..."
+const readmeTestCommand = "go test -count=1 -timeout 60m ./... ./dbtest/... ./examples/... ./bench/... ./dashboard/browsertest/... ./listen/pgxlisten/... ./listen/pqlisten/... ./periodic/cron/... ./cmd/inbox/..."
 
 // mdLink is a Markdown link or image: [text](target).
 var mdLink = regexp.MustCompile(`!?\[[^\]]*\]\(([^)\s]+)\)`)

@@ -1,0 +1,26 @@
+module github.com/sqlinbox/inbox/cmd/inbox
+
+go 1.26.0
+
+// The command builds on the package in this repository.
+replace github.com/sqlinbox/inbox => ../..
+
+require (
+	github.com/go-sql-driver/mysql v1.10.1
+	github.com/lib/pq v1.12.3
+	github.com/sqlinbox/inbox v0.0.0-00010101000000-000000000000
+	modernc.org/sqlite v1.62.0
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/mattn/go-isatty v0.0.24 // indirect
+	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	modernc.org/libc v1.80.1 // indirect
+	modernc.org/mathutil v1.7.1 // indirect
+	modernc.org/memory v1.12.1 // indirect
+)

@@ -1,0 +1,320 @@
+// Command inbox inspects and operates the queue table of package
+// github.com/sqlinbox/inbox from a shell: stats, jobs, show, requeue, purge,
+// cancel, pause, resume and check, each one call of the package's API.
+//
+// The queue is described by flags or a JSON file holding an inbox.Table,
+// the DSN is read from INBOX_DSN (never a flag: it holds a password), and the
+// exit code tells a script what happened (see usage). It is a module of its
+// own so that the root module stays free of drivers.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/lib/pq"
+	"github.com/sqlinbox/inbox"
+	_ "modernc.org/sqlite"
+)
+
+// Exit codes: a script reads them, so they never change meaning.
+const (
+	exitOK       = 0 // the command did what it was asked
+	exitFailed   = 1 // the operation failed: the database's error, a schema problem
+	exitUsage    = 2 // bad flags or arguments, no INBOX_DSN: nothing was sent
+	exitNotFound = 3 // no such job (ErrNotFound), no such dead job (ErrNotDead)
+	exitRefused  = 4 // refused: the API's refusals, purge without -yes
+)
+
+const usageText = `usage: inbox [global flags] <command> [args]
+
+The DSN is read from the environment variable INBOX_DSN.
+
+Commands:
+  stats                         counts per state, age of the oldest ready job, pause
+  jobs [-state S] [-limit n] [-after id | -before id]
+                                a page of jobs, highest id first; S is ready,
+                                waiting, inwork, dead or all (default all)
+  show ID                       one job, from the queue or the dead table
+  requeue ID                    put a dead job back; prints its new id
+  purge [-older 168h] -yes      delete dead jobs (older than the age, or all)
+  cancel ID                     delete a job before it runs
+  pause [-by name]              pause the queue's worker loops
+  resume                        end a pause
+  check                         check the table against the description
+
+Exit codes:
+  0  success
+  1  the operation failed (a database error, or check found schema problems)
+  2  usage error: bad flags or arguments, INBOX_DSN unset; nothing was sent
+  3  not found: no job with the id (show, cancel), no dead job (requeue)
+  4  refused: the job is in work (cancel, row lock), the description lacks
+     what the command needs (control table, dead table, dead-at,
+     enqueued-at), in-work jobs cannot be listed, purge without -yes
+
+With -json every command prints one JSON object on stdout, and an error
+prints {"error": "...", "code": N} there too.
+
+Global flags:
+`
+
+// opener opens the database; tests replace it to see that nothing is sent.
+var opener = sql.Open
+
+// drivers maps -engine to the dialect and the database/sql driver.
+var drivers = map[string]struct {
+	dialect inbox.Dialect
+	driver  string
+}{
+	"postgres": {inbox.Postgres, "postgres"},
+	"mysql":    {inbox.MySQL, "mysql"},
+	"mariadb":  {inbox.MariaDB, "mysql"},
+	"sqlite":   {inbox.SQLite, "sqlite"},
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// cliError is an error with the exit code it ends the command with.
+type cliError struct {
+	code     int
+	err      error
+	problems []string // a *inbox.SchemaError's
+}
+
+func (e *cliError) Error() string { return e.err.Error() }
+
+func usageErr(format string, a ...any) error {
+	return &cliError{code: exitUsage, err: fmt.Errorf(format, a...)}
+}
+
+// global is what the global flags say.
+type global struct {
+	engine   string
+	config   string
+	json     bool
+	textIDs  bool
+	timeout  time.Duration
+	lease    time.Duration
+	table    inbox.Table
+	commands []string // the command and its arguments
+}
+
+// run runs the command line args (without the program's name) and returns
+// the exit code. env reads the environment (INBOX_DSN).
+func run(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
+	g, err := parseGlobal(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err == nil {
+		err = dispatch(ctx, g, env, stdout)
+	}
+	if err == nil {
+		return exitOK
+	}
+	code, problems := exitFailed, []string(nil)
+	var ce *cliError
+	if errors.As(err, &ce) {
+		code, problems = ce.code, ce.problems
+	} else {
+		code = codeOf(err)
+	}
+	if g.json || jsonAsked(args) {
+		out := map[string]any{"error": err.Error(), "code": code}
+		if problems != nil {
+			out["problems"] = problems
+		}
+		writeJSON(stdout, out)
+	} else {
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "inbox: ") { // the API's errors say it already
+			msg = "inbox: " + msg
+		}
+		fmt.Fprintln(stderr, msg)
+		for _, p := range problems {
+			fmt.Fprintf(stderr, "  %s\n", p)
+		}
+		if code == exitUsage {
+			fmt.Fprintln(stderr, "run inbox -h for usage")
+		}
+	}
+	return code
+}
+
+// jsonAsked reports whether -json is among the global flags of args, for an
+// error met before they were all parsed.
+func jsonAsked(args []string) bool {
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			return false
+		}
+		switch strings.TrimLeft(a, "-") {
+		case "json", "json=true", "json=1":
+			return true
+		}
+	}
+	return false
+}
+
+// codeOf maps the API's errors to exit codes.
+func codeOf(err error) int {
+	switch {
+	case errors.Is(err, inbox.ErrNotFound), errors.Is(err, inbox.ErrNotDead):
+		return exitNotFound
+	case errors.Is(err, inbox.ErrInWork),
+		errors.Is(err, inbox.ErrNoControlTable),
+		errors.Is(err, inbox.ErrNoDeadTable),
+		errors.Is(err, inbox.ErrNoDeadAt),
+		errors.Is(err, inbox.ErrNoEnqueuedAt),
+		errors.Is(err, inbox.ErrNoInWorkList):
+		return exitRefused
+	}
+	return exitFailed
+}
+
+func parseGlobal(args []string, stderr io.Writer) (global, error) {
+	var g global
+	fs := flag.NewFlagSet("inbox", flag.ContinueOnError)
+	// The error alone is reported on a bad flag, the usage on -h only.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	fs.StringVar(&g.engine, "engine", "", "the database: postgres, mysql, mariadb or sqlite (required)")
+	fs.StringVar(&g.config, "config", "", "a JSON `file` holding an inbox.Table; flags override its fields")
+	fs.BoolVar(&g.json, "json", false, "print one JSON object per command")
+	fs.BoolVar(&g.textIDs, "text-ids", false, "ids are text (UUIDs), not integers")
+	fs.DurationVar(&g.timeout, "timeout", 30*time.Second, "how long the command may take")
+	fs.DurationVar(&g.lease, "lease", 0, "the lease form's lease (default inbox.DefaultLease)")
+	var t inbox.Table
+	var data string
+	fs.StringVar(&t.Name, "table", "", "the queue table (Table.Name)")
+	fs.StringVar(&t.ID, "id", "", "the id column (default id)")
+	fs.StringVar(&t.Attempt, "attempt", "", "the attempt column (default attempt)")
+	fs.StringVar(&data, "data", "", "the data columns, a comma list (default payload)")
+	fs.StringVar(&t.LockedUntil, "lease-column", "", "the lease column: the lease form")
+	fs.StringVar(&t.AdvisoryKey, "advisory-key", "", "the advisory key column: the advisory form")
+	fs.StringVar(&t.NotBefore, "not-before", "", "the not-before column")
+	fs.StringVar(&t.DeadTable, "dead-table", "", "the dead table")
+	fs.StringVar(&t.DeadAt, "dead-at", "", "the dead table's time of death column")
+	fs.StringVar(&t.LastError, "last-error", "", "the last error column")
+	fs.StringVar(&t.Priority, "priority", "", "the priority column")
+	fs.StringVar(&t.EnqueuedAt, "enqueued-at", "", "the enqueued-at column")
+	fs.StringVar(&t.ControlTable, "control-table", "", "the control table (pause)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stderr, usageText)
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return g, err
+		}
+		return g, &cliError{code: exitUsage, err: err}
+	}
+	if g.config != "" {
+		b, err := os.ReadFile(g.config)
+		if err != nil {
+			return g, usageErr("-config: %v", err)
+		}
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&g.table); err != nil {
+			return g, usageErr("-config %s: %v", g.config, err)
+		}
+	}
+	// The flags given override the file's fields.
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "table":
+			g.table.Name = t.Name
+		case "id":
+			g.table.ID = t.ID
+		case "attempt":
+			g.table.Attempt = t.Attempt
+		case "data":
+			g.table.Data = strings.Split(data, ",")
+		case "lease-column":
+			g.table.LockedUntil = t.LockedUntil
+		case "advisory-key":
+			g.table.AdvisoryKey = t.AdvisoryKey
+		case "not-before":
+			g.table.NotBefore = t.NotBefore
+		case "dead-table":
+			g.table.DeadTable = t.DeadTable
+		case "dead-at":
+			g.table.DeadAt = t.DeadAt
+		case "last-error":
+			g.table.LastError = t.LastError
+		case "priority":
+			g.table.Priority = t.Priority
+		case "enqueued-at":
+			g.table.EnqueuedAt = t.EnqueuedAt
+		case "control-table":
+			g.table.ControlTable = t.ControlTable
+		}
+	})
+	if _, ok := drivers[g.engine]; !ok {
+		if g.engine == "" {
+			return g, usageErr("-engine is required: postgres, mysql, mariadb or sqlite")
+		}
+		return g, usageErr("-engine %q: want postgres, mysql, mariadb or sqlite", g.engine)
+	}
+	if g.timeout <= 0 {
+		return g, usageErr("-timeout must be positive")
+	}
+	g.commands = fs.Args()
+	if len(g.commands) == 0 {
+		return g, usageErr("no command given")
+	}
+	return g, nil
+}
+
+// parseID reads an id argument: an int64, or text under -text-ids.
+func (g global) parseID(s string) (any, error) {
+	if g.textIDs {
+		if s == "" {
+			return nil, usageErr("empty id")
+		}
+		return s, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return nil, usageErr("id %q is not an integer (use -text-ids for text ids)", s)
+	}
+	return n, nil
+}
+
+// open opens the database and the queue. Neither sql.Open nor inbox.New
+// does I/O, so that an error here has sent nothing; the first statement is
+// the command's.
+func (g global) open(env func(string) string) (*sql.DB, *inbox.Queue, error) {
+	dsn := env("INBOX_DSN")
+	if dsn == "" {
+		return nil, nil, usageErr("INBOX_DSN is not set")
+	}
+	d := drivers[g.engine]
+	cfg := inbox.Config{Dialect: d.dialect, Table: g.table, Lease: g.lease}
+	db, err := opener(d.driver, dsn)
+	if err != nil {
+		return nil, nil, &cliError{code: exitUsage, err: err}
+	}
+	q, err := inbox.New(db, cfg)
+	if err != nil {
+		db.Close()
+		return nil, nil, &cliError{code: exitUsage, err: err}
+	}
+	return db, q, nil
+}
