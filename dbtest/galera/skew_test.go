@@ -46,8 +46,12 @@ func requireFaketime(t *testing.T) string {
 // L − S after its claim, against the holder's deadline L − KeepMargin
 // that its keeper would stop it at), and whether node2 claims a job whose
 // keeper extends it every half lease (in theory once S > L/2, less the
-// extension's round trip). Then CheckSchema through node2 alone reports
-// the skew, and through node1 it does not.
+// extension's round trip). Each side of each bound is asserted with a
+// safety factor: at 0.05 L node2 claims only after the holder's deadline,
+// from 0.45 L (a second or more before it) before it; at 0.2 L node2 never
+// claims the kept job, at 0.8 L it does; 0.45 L and 0.6 L are measured and
+// logged. Then CheckSchema through node2 alone reports the skew, and
+// through node1 it does not.
 func TestGaleraSkew(t *testing.T) {
 	optin.Require(t, "the Galera clock-skew test (a two-node MariaDB Galera cluster, one node under libfaketime)")
 	lib := requireFaketime(t)
@@ -85,7 +89,9 @@ func TestGaleraSkew(t *testing.T) {
 			if c.stopPromiseHeld && r.dropped < skewLease-margin {
 				t.Errorf("S=%v < margin %v, yet node2 claimed a job %v after node1's claim, before the holder's deadline %v", s, margin, r.dropped, skewLease-margin)
 			}
-			if !c.stopPromiseHeld && s > margin && r.dropped >= skewLease-margin {
+			// Asserted where node2 has a second or more to claim before the
+			// holder's deadline, so that a loaded host does not fail it.
+			if s-margin >= time.Second && r.dropped >= skewLease-margin {
 				t.Errorf("S=%v > margin %v, yet node2 claimed only %v after node1's claim, not before the holder's deadline %v", s, margin, r.dropped, skewLease-margin)
 			}
 			if c.keptHolds && r.kept >= 0 {
