@@ -19,7 +19,8 @@ import (
 const skewLease = 4 * time.Second
 
 // faketimeLibs is where Debian's faketime package puts libfaketime; the
-// multi-threaded one suits mariadbd.
+// multi-threaded one suits mariadbd (package libfaketime, which faketime
+// depends on).
 var faketimeLibs = []string{"/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1", "/usr/lib/faketime/libfaketimeMT.so.1"}
 
 // requireFaketime returns libfaketimeMT's path, or skips t saying what is
@@ -30,7 +31,7 @@ func requireFaketime(t *testing.T) string {
 			return p
 		}
 	}
-	msg := "galera: libfaketimeMT.so.1 not found at " + strings.Join(faketimeLibs, ", ") + "; on Debian: apt-get install faketime"
+	msg := "galera: libfaketimeMT.so.1 not found at " + strings.Join(faketimeLibs, ", ") + "; on Debian: apt-get install libfaketime"
 	if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
 		t.Fatal(msg)
 	}
