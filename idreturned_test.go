@@ -129,6 +129,7 @@ func TestCheckSchemaServerAssignedID(t *testing.T) {
 			m.ExpectQuery(myFill).WithArgs("", "jobs", "id", "id").WillReturnRows(myFilledRows(tc.fill))
 			m.ExpectQuery(myEngine).WithArgs("", "jobs").WillReturnRows(rows("engine", row("InnoDB")))
 			if tc.want == nil {
+				expectClocks(m, 4)
 				if err := q.CheckSchema(context.Background()); err != nil {
 					t.Errorf("CheckSchema = %v, want nil", err)
 				}

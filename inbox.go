@@ -159,7 +159,8 @@ type Config struct {
 	NotifyChannel string
 	// KeepMargin is how long before the last expiry it knows of a keeper
 	// whose extensions keep failing cancels its handler. Zero means a tenth
-	// of the lease.
+	// of the lease. It is also the skew the lease tolerates between the
+	// clocks that write and compare expiries: see [Queue.CheckSchema].
 	KeepMargin time.Duration
 	// Prepare makes the queue prepare each statement at its first use and
 	// run it prepared from then on, through its pool and the transactions

@@ -228,7 +228,12 @@ func (e *SchemaError) Error() string {
 // for the advisory form and [Config.Prepare], it also checks that each
 // connection of the pool keeps one server session, which a transaction
 // pooler (PgBouncer's pool_mode = transaction) does not: the lease and the
-// row lock need no session and are not asked. It reports every problem at
+// row lock need no session and are not asked. For the lease form under the
+// engine's clock (no [Config.Now]) on MySQL and MariaDB it reads that clock
+// on up to four connections of the pool at once and reports a server whose
+// clock differs from this process's, or from another's, by more than
+// [Config.KeepMargin], the skew between servers a lease tolerates
+// (docs/scaling.md, "Clocks that disagree"). It reports every problem at
 // once in a [*SchemaError]; a dialect that does not match the database is
 // one problem naming the engine found and the dialect to use. Any other
 // error means the check could not run. It changes nothing.
@@ -249,6 +254,17 @@ func (q *Queue) CheckSchema(ctx context.Context) error {
 			return opErr("check schema", err)
 		}
 		problems = append(problems, found...)
+	}
+	// The clocks are read only on a server the check found fit, and only
+	// where the engine's clock decides a lease (clock.go).
+	if q.names.Form == Lease && q.names.DBClock && q.st.Now.SQL != "" && len(problems) == 0 {
+		rs, err := q.readClocks(ctx)
+		if err != nil {
+			return opErr("check schema: read the engine's clock", err)
+		}
+		if p := clockProblem(rs, q.margin, q.lease); p != "" {
+			problems = append(problems, p)
+		}
 	}
 	if len(problems) > 0 {
 		return &SchemaError{Table: q.names.Raw.Name, Problems: problems}

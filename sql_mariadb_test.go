@@ -150,6 +150,9 @@ func TestCheckSchemaMariaDB(t *testing.T) {
 			sm.ExpectQuery(fill).WithArgs("", "jobs", "id", "id").WillReturnRows(sqlmock.NewRows([]string{"column_name", "column_default", "extra", "generation_expression"}).
 				AddRow("id", nil, "auto_increment", ""))
 			sm.ExpectQuery(engine).WithArgs("", "jobs").WillReturnRows(sqlmock.NewRows([]string{"engine"}).AddRow("InnoDB"))
+			if tc.want == nil {
+				expectClockReads(sm, 0, 0, 0, 0)
+			}
 			err := q.CheckSchema(context.Background())
 			btMet(t, sm)
 			if tc.want == nil {

@@ -142,8 +142,9 @@ type node struct {
 	port   int // clients
 	gcomm  int // group communication; IST gcomm+1, SST gcomm+2
 	galera bool
-	admin  *sql.DB // root, for status and setup
-	reads  *sql.DB // root, for checks: on a Galera node each read first waits for the node to apply what the cluster committed before it
+	env    []string // added to the server's environment (LD_PRELOAD of libfaketime: skew_test.go)
+	admin  *sql.DB  // root, for status and setup
+	reads  *sql.DB  // root, for checks: on a Galera node each read first waits for the node to apply what the cluster committed before it
 
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the current process exited
@@ -341,6 +342,9 @@ func (h *harness) start(nd *node, bootstrap bool, extra ...string) {
 		h.t.Fatal(err)
 	}
 	cmd := exec.Command(h.tl.mariadbd, args...)
+	if len(nd.env) > 0 {
+		cmd.Env = append(os.Environ(), nd.env...)
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: h.as.cred}
 	if err := cmd.Start(); err != nil {

@@ -8,6 +8,9 @@
 // out, and the rejoined node claiming and settling again; and a split of one
 // node from the others (gmcast.isolate) while it holds a lease job. TestGaleraStandalone drains the same way on one
 // server without Galera, for the throughput the cluster is compared with.
+// TestGaleraSkew (skew_test.go) runs a two-node cluster with one node's
+// clock moved ahead by libfaketime (Debian's faketime package) and measures
+// which skews break a lease's promises, and that CheckSchema reports them.
 //
 // It runs only when asked, INBOX_CLUSTER_SUITES=1 (CI sets it; see
 // internal/optin). Run (from the repository root):
