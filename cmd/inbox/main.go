@@ -202,19 +202,13 @@ func parseGlobal(args []string, stderr io.Writer) (global, error) {
 	fs.DurationVar(&g.lease, "lease", 0, "the lease form's lease (default inbox.DefaultLease)")
 	var t inbox.Table
 	var data string
-	fs.StringVar(&t.Name, "table", "", "the queue table (Table.Name)")
-	fs.StringVar(&t.ID, "id", "", "the id column (default id)")
-	fs.StringVar(&t.Attempt, "attempt", "", "the attempt column (default attempt)")
-	fs.StringVar(&data, "data", "", "the data columns, a comma list (default payload)")
-	fs.StringVar(&t.LockedUntil, "lease-column", "", "the lease column: the lease form")
-	fs.StringVar(&t.AdvisoryKey, "advisory-key", "", "the advisory key column: the advisory form")
-	fs.StringVar(&t.NotBefore, "not-before", "", "the not-before column")
-	fs.StringVar(&t.DeadTable, "dead-table", "", "the dead table")
-	fs.StringVar(&t.DeadAt, "dead-at", "", "the dead table's time of death column")
-	fs.StringVar(&t.LastError, "last-error", "", "the last error column")
-	fs.StringVar(&t.Priority, "priority", "", "the priority column")
-	fs.StringVar(&t.EnqueuedAt, "enqueued-at", "", "the enqueued-at column")
-	fs.StringVar(&t.ControlTable, "control-table", "", "the control table (pause)")
+	for _, c := range tableFlags {
+		if c.name == "data" {
+			fs.StringVar(&data, c.name, "", c.usage)
+		} else {
+			fs.StringVar(c.field(&t), c.name, "", c.usage)
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stderr, usageText)
@@ -237,33 +231,14 @@ func parseGlobal(args []string, stderr io.Writer) (global, error) {
 	}
 	// The flags given override the file's fields.
 	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "table":
-			g.table.Name = t.Name
-		case "id":
-			g.table.ID = t.ID
-		case "attempt":
-			g.table.Attempt = t.Attempt
-		case "data":
-			g.table.Data = strings.Split(data, ",")
-		case "lease-column":
-			g.table.LockedUntil = t.LockedUntil
-		case "advisory-key":
-			g.table.AdvisoryKey = t.AdvisoryKey
-		case "not-before":
-			g.table.NotBefore = t.NotBefore
-		case "dead-table":
-			g.table.DeadTable = t.DeadTable
-		case "dead-at":
-			g.table.DeadAt = t.DeadAt
-		case "last-error":
-			g.table.LastError = t.LastError
-		case "priority":
-			g.table.Priority = t.Priority
-		case "enqueued-at":
-			g.table.EnqueuedAt = t.EnqueuedAt
-		case "control-table":
-			g.table.ControlTable = t.ControlTable
+		for _, c := range tableFlags {
+			switch {
+			case c.name != f.Name:
+			case c.name == "data":
+				g.table.Data = strings.Split(data, ",")
+			default:
+				*c.field(&g.table) = *c.field(&t)
+			}
 		}
 	})
 	if _, ok := drivers[g.engine]; !ok {
@@ -317,4 +292,26 @@ func (g global) open(env func(string) string) (*sql.DB, *inbox.Queue, error) {
 		return nil, nil, &cliError{code: exitUsage, err: err}
 	}
 	return db, q, nil
+}
+
+// tableFlags are the flags describing the table, each naming its field
+// of inbox.Table (Data, a comma list, is read apart).
+var tableFlags = []struct {
+	name, usage string
+	field       func(*inbox.Table) *string
+}{
+	{"table", "the queue table (Table.Name)", func(t *inbox.Table) *string { return &t.Name }},
+	{"id", "the id column (default id)", func(t *inbox.Table) *string { return &t.ID }},
+	{"attempt", "the attempt column (default attempt)", func(t *inbox.Table) *string { return &t.Attempt }},
+	{"data", "the data columns, a comma list (default payload)", nil},
+	{"lease-column", "the lease column: the lease form", func(t *inbox.Table) *string { return &t.LockedUntil }},
+	{"advisory-key", "the advisory key column: the advisory form", func(t *inbox.Table) *string { return &t.AdvisoryKey }},
+	{"not-before", "the not-before column", func(t *inbox.Table) *string { return &t.NotBefore }},
+	{"dead-table", "the dead table", func(t *inbox.Table) *string { return &t.DeadTable }},
+	{"dead-at", "the dead table's time of death column", func(t *inbox.Table) *string { return &t.DeadAt }},
+	{"last-error", "the last error column", func(t *inbox.Table) *string { return &t.LastError }},
+	{"priority", "the priority column", func(t *inbox.Table) *string { return &t.Priority }},
+	{"enqueued-at", "the enqueued-at column", func(t *inbox.Table) *string { return &t.EnqueuedAt }},
+	{"unique-key", "the unique key column", func(t *inbox.Table) *string { return &t.UniqueKey }},
+	{"control-table", "the control table (pause)", func(t *inbox.Table) *string { return &t.ControlTable }},
 }
