@@ -104,7 +104,7 @@ func (q *Queue) args(s dialect.Stmt, v *values) *[]any {
 		case dialect.ArgIdentity:
 			out[i] = v.identity
 		case dialect.ArgQueue:
-			out[i] = q.cfg.Table.Name
+			out[i] = q.names.TableName
 		case dialect.ArgBy:
 			out[i] = v.by
 		case dialect.ArgIDs, dialect.ArgAttempts, dialect.ArgExpiries:

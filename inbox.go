@@ -120,8 +120,8 @@ type Table struct {
 	UniqueKey string
 	// ControlTable names an optional table (optionally schema-qualified)
 	// holding whether the queue is paused ([Queue.Pause]): one row per
-	// queue table, keyed by Name as written here, so every process must
-	// spell it alike. docs/operations.md has the schema.
+	// queue table, keyed by the table's name without its schema, so that
+	// "jobs" and "public.jobs" pause alike. docs/operations.md has the schema.
 	ControlTable string
 }
 

@@ -112,7 +112,12 @@ func TestPauseWorkers(t *testing.T) {
 			t.Fatalf("the control table has %d rows after refused calls, want none", n)
 		}
 
-		q1, q2 := newQueue(t, db1, queueConfig(e, tb, nil)), newQueue(t, db2, queueConfig(e, tb, nil))
+		// The second pool names both tables by their qualified names: a
+		// pause keyed by the name as written would miss its loops.
+		qualified := tb
+		qualified.Name = concQualified(t, e, db1, table)
+		qualified.ControlTable = concQualified(t, e, db1, tb.ControlTable)
+		q1, q2 := newQueue(t, db1, queueConfig(e, tb, nil)), newQueue(t, db2, queueConfig(e, qualified, nil))
 		r := &pauseRun{runs: map[string]int{}, started: make(chan string, 2), gate: make(chan struct{})}
 		stop := pauseWorkers(t, r, q1, q2)
 		defer stop()

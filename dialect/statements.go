@@ -365,7 +365,7 @@ type ManyStatements struct {
 // ControlStatements pause and resume a queue (inbox's Queue.Pause,
 // Resume and Paused), set when the description names a control table
 // (Names.ControlTable): one row per queue table, keyed by ArgQueue (the
-// table's name as described), with the columns queue (text, the primary
+// table's name without its schema), with the columns queue (text, the primary
 // key), paused_at (a time, NULL while the queue runs) and paused_by
 // (text, NULL). inbox.New refuses a control table to a dialect that
 // leaves them empty.

@@ -21,7 +21,7 @@ const (
 	ArgExpiries                 // a batch's expiries, an array literal as ArgIDs of timestamptz text in UTC to the microsecond
 	ArgIdentity                 // the table's identity ([TableIdentifier]), which names its advisory locks
 	ArgUniqueKey                // a job's unique key (Names.UniqueKey), NULL for none
-	ArgQueue                    // the queue's key in the control table: the table's name as described (Names.Raw.Name)
+	ArgQueue                    // the queue's key in the control table: the table's name without its schema (Names.TableName)
 	ArgBy                       // who pauses a queue (inbox's Queue.Pause), NULL for no one named
 	ArgData                     // ArgData+i is the value of the i-th data column (Enqueue)
 )
