@@ -72,7 +72,11 @@ func (q *Queue) Enqueue(ctx context.Context, ex Executor, job Job) (any, error) 
 	if job.UniqueKey != "" {
 		insert = q.insertUnique
 	}
-	id, err := insert(ctx, ex, s, job)
+	var id any
+	err := q.retryOnPool(ex, func() (err error) {
+		id, err = insert(ctx, ex, s, job)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -82,6 +86,18 @@ func (q *Queue) Enqueue(ctx context.Context, ex Executor, job Job) (any, error) 
 		q.bell.ring()
 	}
 	return id, nil
+}
+
+// retryOnPool runs f, sent on ex, again while it fails as a deadlock's
+// victim when ex is a pool: there f's statements commit alone or in
+// transactions of the queue's own, and the victim's was rolled back whole.
+// In the caller's transaction the victim is that whole transaction, which
+// only the caller can send again.
+func (q *Queue) retryOnPool(ex Executor, f func() error) error {
+	if _, pool := ex.(*sql.DB); pool {
+		return q.retryDeadlock(f)
+	}
+	return f()
 }
 
 // insert runs the enqueue statement s and returns the new job's id.

@@ -15,13 +15,14 @@ import (
 
 // The optional interfaces of package dialect that mysql has.
 var (
-	_ dialect.Locker           = mysql{}
-	_ dialect.LockWaiter       = mysql{}
-	_ dialect.TableIdentifier  = mysql{}
-	_ dialect.DeadlockDetector = mysql{}
-	_ dialect.BatchDialect     = mysql{}
-	_ dialect.BulkEnqueuer     = mysql{}
-	_ dialect.SchemaChecker    = mysql{}
+	_ dialect.Locker            = mysql{}
+	_ dialect.LockWaiter        = mysql{}
+	_ dialect.TableIdentifier   = mysql{}
+	_ dialect.DeadlockDetector  = mysql{}
+	_ dialect.DuplicateDetector = mysql{}
+	_ dialect.BatchDialect      = mysql{}
+	_ dialect.BulkEnqueuer      = mysql{}
+	_ dialect.SchemaChecker     = mysql{}
 )
 
 // MySQL is the dialect of MySQL 8 and MariaDB 10.6 or later (SKIP LOCKED)
@@ -390,6 +391,15 @@ func myBatchStatements(n *dialect.Names, size int, tokens string) (*dialect.Batc
 // locks in different orders, so a victim now and then is expected.
 func (mysql) IsDeadlock(err error) bool {
 	return strings.Contains(err.Error(), "Error 1213")
+}
+
+// IsDuplicate reports a unique violation (error 1062, ER_DUP_ENTRY) on an
+// index other than the primary key ([dialect.DuplicateDetector]): the
+// enqueue of a job whose unique key is held. The primary key's is a
+// caller's id given twice, which no retry cures.
+func (mysql) IsDuplicate(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Error 1062") && !strings.Contains(msg, "PRIMARY'")
 }
 
 // TableIdentity is the table's database and name as the server stores them

@@ -76,7 +76,7 @@ func (q *Queue) insertUnique(ctx context.Context, ex Executor, s dialect.Stmt, j
 		switch {
 		case ferr != nil:
 			return nil, opErr("enqueue", ferr)
-		case !found && errors.Is(err, errKeyTaken) && try < 3:
+		case !found && (errors.Is(err, errKeyTaken) || q.duplicate(err)) && try < 3:
 			continue
 		case !found && errors.Is(err, errKeyTaken):
 			return nil, opErr("enqueue", errors.New("unique key "+strconv.Quote(job.UniqueKey)+" taken and freed again and again"))
@@ -94,6 +94,13 @@ func (q *Queue) insertUnique(ctx context.Context, ex Executor, s dialect.Stmt, j
 		}
 		return nil, &DuplicateError{Keys: []string{job.UniqueKey}, Held: []any{h.id}, Index: []int{0}}
 	}
+}
+
+// duplicate reports an insert the engine failed for a held unique key
+// ([dialect.DuplicateDetector]).
+func (q *Queue) duplicate(err error) bool {
+	d, ok := capability[dialect.DuplicateDetector](q.dialect)
+	return ok && d.IsDuplicate(err)
 }
 
 // findKey reads the job holding key.
@@ -242,28 +249,9 @@ func keyed(jobs []Job) bool {
 // DuplicateError, names the skipped.
 func (q *Queue) insertKeyed(ctx context.Context, ex Executor, jobs []Job, ids []any) ([]any, error) {
 	var dup *DuplicateError
-	err := q.withinTx(ctx, ex, func(tx Executor) (bool, error) {
-		for i, job := range jobs {
-			insert := q.insert
-			if job.UniqueKey != "" {
-				insert = q.insertUnique
-			}
-			id, err := insert(ctx, tx, q.enqueueStmt(job.ID != nil, !job.NotBefore.IsZero()), job)
-			var d *DuplicateError
-			switch {
-			case errors.As(err, &d):
-				if dup == nil {
-					dup = &DuplicateError{}
-				}
-				dup.Keys, dup.Held, dup.Index = append(dup.Keys, job.UniqueKey), append(dup.Held, d.Held[0]), append(dup.Index, i)
-				ids[i] = d.Held[0]
-			case err != nil:
-				return false, fmt.Errorf("job %d: %w", i, err)
-			default:
-				ids[i] = id
-			}
-		}
-		return true, nil
+	err := q.retryOnPool(ex, func() error {
+		dup = nil
+		return q.withinTx(ctx, ex, func(tx Executor) (bool, error) { return q.insertEach(ctx, tx, jobs, ids, &dup) })
 	})
 	if err != nil {
 		return nil, opErr("enqueue many", err)
@@ -275,4 +263,31 @@ func (q *Queue) insertKeyed(ctx context.Context, ex Executor, jobs []Job, ids []
 		return ids, dup
 	}
 	return ids, nil
+}
+
+// insertEach is insertKeyed's transaction: each job sent as Enqueue sends
+// it, the skipped named in *dup.
+func (q *Queue) insertEach(ctx context.Context, tx Executor, jobs []Job, ids []any, dup **DuplicateError) (bool, error) {
+	for i, job := range jobs {
+		insert := q.insert
+		if job.UniqueKey != "" {
+			insert = q.insertUnique
+		}
+		id, err := insert(ctx, tx, q.enqueueStmt(job.ID != nil, !job.NotBefore.IsZero()), job)
+		var d *DuplicateError
+		switch {
+		case errors.As(err, &d):
+			if *dup == nil {
+				*dup = &DuplicateError{}
+			}
+			all := *dup
+			all.Keys, all.Held, all.Index = append(all.Keys, job.UniqueKey), append(all.Held, d.Held[0]), append(all.Index, i)
+			ids[i] = d.Held[0]
+		case err != nil:
+			return false, fmt.Errorf("job %d: %w", i, err)
+		default:
+			ids[i] = id
+		}
+	}
+	return true, nil
 }

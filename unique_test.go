@@ -102,3 +102,50 @@ func TestUniqueEnqueueSends(t *testing.T) {
 		t.Fatalf("MySQL Enqueue failing for another reason = %v, want the driver's error", err)
 	}
 }
+
+// On MySQL a held key fails the insert (1062). When the holder is gone by
+// the time it is read (acknowledged meanwhile), the insert is sent again,
+// not the violation returned; a deadlock's victim is sent again on a pool
+// and returned in the caller's transaction, which the deadlock ended.
+func TestUniqueMySQLRetries(t *testing.T) {
+	ctx := context.Background()
+	job := inbox.Job{Data: []any{"p", "k"}, UniqueKey: "u1"}
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: uniqueDesc("lease")})
+	st := q.Statements()
+	dupErr := errors.New("Error 1062 (23000): Duplicate entry 'u1' for key 'jobs_uk'")
+	m.ExpectExec(st.Jobs.Enqueue.SQL).WithArgs("p", "k", "u1").WillReturnError(dupErr)
+	m.ExpectQuery(st.Unique.Find.SQL).WithArgs("u1").WillReturnRows(sqlmock.NewRows([]string{"id", "attempt"}))
+	m.ExpectExec(st.Jobs.Enqueue.SQL).WithArgs("p", "k", "u1").WillReturnResult(sqlmock.NewResult(12, 1))
+	if id, err := q.Enqueue(ctx, m.DB, job); err != nil || id != int64(12) {
+		t.Fatalf("Enqueue after the holder left = %v, %v; want job 12", id, err)
+	}
+
+	deadlock := errors.New("Error 1213 (40001): Deadlock found when trying to get lock; try restarting transaction")
+	m.ExpectExec(st.Jobs.Enqueue.SQL).WithArgs("p", "k", "u1").WillReturnError(deadlock)
+	m.ExpectQuery(st.Unique.Find.SQL).WithArgs("u1").WillReturnRows(sqlmock.NewRows([]string{"id", "attempt"}))
+	m.ExpectExec(st.Jobs.Enqueue.SQL).WithArgs("p", "k", "u1").WillReturnResult(sqlmock.NewResult(13, 1))
+	if id, err := q.Enqueue(ctx, m.DB, job); err != nil || id != int64(13) {
+		t.Fatalf("Enqueue on a pool after a deadlock = %v, %v; want job 13", id, err)
+	}
+
+	m.ExpectBegin()
+	m.ExpectExec(st.Jobs.Enqueue.SQL).WithArgs("p", "k", "u1").WillReturnError(deadlock)
+	m.ExpectQuery(st.Unique.Find.SQL).WithArgs("u1").WillReturnRows(sqlmock.NewRows([]string{"id", "attempt"}))
+	tx, err := m.DB.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Enqueue(ctx, tx, job); !errors.Is(err, deadlock) {
+		t.Fatalf("Enqueue in a transaction after a deadlock = %v, want the deadlock returned", err)
+	}
+
+	// A violation of the primary key (an id given twice) is no held key.
+	job.ID = int64(5)
+	pk := errors.New("Error 1062 (23000): Duplicate entry '5' for key 'PRIMARY'")
+	m.ExpectExec(st.Jobs.EnqueueID.SQL).WithArgs(int64(5), "p", "k", "u1").WillReturnError(pk)
+	m.ExpectQuery(st.Unique.Find.SQL).WithArgs("u1").WillReturnRows(sqlmock.NewRows([]string{"id", "attempt"}))
+	if _, err := q.Enqueue(ctx, m.DB, job); !errors.Is(err, pk) {
+		t.Fatalf("Enqueue of an id given twice = %v, want the driver's error", err)
+	}
+}

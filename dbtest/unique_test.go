@@ -213,8 +213,9 @@ func dropIndex(e Engine, table, index string) string {
 	return "DROP INDEX " + index
 }
 
-// Eight goroutines on two pools enqueue the same 100 keys at once, in
-// their own orders, half of them inside transactions: 100 jobs result,
+// Eight goroutines on two pools, one naming the table plainly and the
+// other qualified, enqueue the same 100 keys at once, in their own
+// orders, half of them inside transactions: 100 jobs result,
 // and every refusal names one of them.
 func TestUniqueRace(t *testing.T) {
 	eachForm(t, func(e Engine) []string {
@@ -226,7 +227,9 @@ func TestUniqueRace(t *testing.T) {
 		db1, db2 := openTwo(t, e, 8)
 		table := newTable(t, e, db1, "unique_race_"+form)
 		tb := uniqueTable(t, e, db1, table, form)
-		qs := []*inbox.Queue{newQueue(t, db1, queueConfig(e, tb, nil)), newQueue(t, db2, queueConfig(e, tb, nil))}
+		qualified := tb
+		qualified.Name = concQualified(t, e, db1, table)
+		qs := []*inbox.Queue{newQueue(t, db1, queueConfig(e, tb, nil)), newQueue(t, db2, queueConfig(e, qualified, nil))}
 		dbs := []*sql.DB{db1, db2}
 		ctx := context.Background()
 		var mu sync.Mutex

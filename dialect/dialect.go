@@ -36,7 +36,8 @@ import (
 //
 // A Dialect may implement the optional interfaces of this package, each
 // with its fallback: [Locker], [LockWaiter], [TableIdentifier],
-// [DeadlockDetector], [BatchDialect], [BulkEnqueuer], [SchemaChecker]. A
+// [DeadlockDetector], [DuplicateDetector], [BatchDialect], [BulkEnqueuer],
+// [SchemaChecker], [InMemory]. A
 // dialect wrapping another (to log its statements, say) has an Unwrap()
 // Dialect method naming it: the optional interfaces it does not implement
 // itself are those of the dialect it wraps, so wrapping loses none.
@@ -111,6 +112,16 @@ type InMemory interface {
 // times. Without it no statement is sent again after a deadlock.
 type DeadlockDetector interface {
 	IsDeadlock(err error) bool
+}
+
+// DuplicateDetector is implemented by a [Dialect] whose enqueue of a job
+// with a unique key (UniqueStatements) fails when the key is held, rather
+// than returning no row: IsDuplicate tells a unique violation from other
+// failures, so that a holder gone between the failed insert and
+// Unique.Find (acknowledged meanwhile) has the insert sent again rather
+// than the violation returned. Without it such a failure is returned.
+type DuplicateDetector interface {
+	IsDuplicate(err error) bool
 }
 
 // BatchDialect is implemented by a [Dialect] that can settle many lease
