@@ -112,7 +112,7 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request, res *result)
 	if n, err := strconv.Atoi(r.URL.Query().Get("refresh")); err == nil && n >= 2 && n <= 3600 {
 		d.Refresh = n
 	}
-	d.Depth, d.Rate = h.charts(sel)
+	d.Depth, d.Rate = h.charts(sel, d.Selected)
 	d.Schedules, d.SchedulesErr = h.scheduleViews(r)
 	after, err := afterOf(r.URL.Query())
 	if err != nil {
