@@ -56,6 +56,7 @@ type jobsData struct {
 	Token        string
 	ReadOnly     bool
 	Generated    string
+	Result       *result // an action's, left by the form that came back here
 }
 
 type payloadView struct {
@@ -75,6 +76,8 @@ type jobData struct {
 	Token                     string
 	ReadOnly                  bool
 	Generated, Back, JobsHref string
+	Return                    string // where the actions go back to
+	Result                    *result
 }
 
 // browser returns r's queue and its Browser, or writes the refusal: as
@@ -149,8 +152,15 @@ func (h *Handler) serveJobs(w http.ResponseWriter, r *http.Request) {
 	l := h.listJobs(r, q, b)
 	d := jobsData{Queue: q.Name, State: tabs[l.tab].name, Token: h.token(w, r), ReadOnly: h.readOnly, Generated: when(h.now()),
 		Err: l.err, Note: l.note, Newest: "?" + l.newest.Encode(), Tabs: tabsOf(q.Name, l.tab, l.counts, l.countsErr)}
+	d.Result = h.flash(w, r)
+	// A job's page goes back here after an action.
+	self, _ := localReturn("jobs?" + r.URL.RawQuery)
 	for _, j := range l.jobs {
-		d.Jobs = append(d.Jobs, rowOf(q.Name, j))
+		row := rowOf(q.Name, j)
+		if self != "" {
+			row.Href += "&" + url.Values{"return": {self}}.Encode()
+		}
+		d.Jobs = append(d.Jobs, row)
 	}
 	if l.newer != nil {
 		d.Newer = "?" + l.newer.Encode()
@@ -280,6 +290,7 @@ func (h *Handler) serveJob(w http.ResponseWriter, r *http.Request) {
 	}
 	d := jobData{Queue: q.Name, Token: h.token(w, r), ReadOnly: h.readOnly, Generated: when(h.now()),
 		JobsHref: "jobs?" + url.Values{"queue": {q.Name}}.Encode()}
+	d.Result = h.flash(w, r)
 	j, status, why := h.readJob(r, q, b)
 	if status != http.StatusOK {
 		d.Err = why
@@ -290,6 +301,12 @@ func (h *Handler) serveJob(w http.ResponseWriter, r *http.Request) {
 		d.Payload = payloadOf(j.Data)
 		d.CanRequeue, d.CanCancel = canRequeue(j.State), canCancel(j.State)
 		d.JobsHref = "jobs?" + url.Values{"queue": {q.Name}, "state": {tabs[stateTab(j.State)].name}}.Encode()
+		// The actions go back to the page the operator came from, or else
+		// to the job's state in the jobs view: the job itself may be gone.
+		d.Return = d.JobsHref
+		if ret, err := localReturn(r.URL.Query().Get("return")); err == nil && ret != "" {
+			d.Return = ret
+		}
 	}
 	h.render(w, status, "job.html", d)
 }
