@@ -33,8 +33,9 @@ type chart struct {
 
 type series struct {
 	Name, Class string
-	Points      string // "x,y x,y …"; empty when no sample knows the value
-	Last        string // the legend's value
+	Points      string  // "x,y x,y …"; empty when no sample knows the value
+	X, Y        float64 // the last point, marked: a line of one sample is a dot
+	Last        string  // the legend's value
 }
 
 type tick struct {
@@ -190,18 +191,19 @@ func (c *chart) y(v float64) float64 {
 func (c *chart) add(name, class string, ss []Sample, get func(Sample) float64, start, end time.Time, last string) {
 	span := end.Sub(start).Seconds()
 	var b strings.Builder
+	var x, y float64
 	for _, s := range ss {
 		v := get(s)
 		if v < 0 {
 			continue
 		}
-		x := chartLeft + (chartW-chartLeft-8)*s.At.Sub(start).Seconds()/span
+		x, y = chartLeft+(chartW-chartLeft-8)*s.At.Sub(start).Seconds()/span, c.y(v)
 		if b.Len() > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString(strconv.FormatFloat(x, 'f', 1, 64) + "," + strconv.FormatFloat(c.y(v), 'f', 1, 64))
+		b.WriteString(strconv.FormatFloat(x, 'f', 1, 64) + "," + strconv.FormatFloat(y, 'f', 1, 64))
 	}
-	c.Series = append(c.Series, series{Name: name, Class: class, Points: b.String(), Last: last})
+	c.Series = append(c.Series, series{Name: name, Class: class, Points: b.String(), X: x, Y: y, Last: last})
 }
 
 // countText writes a count, a dash when it is not known.

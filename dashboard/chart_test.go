@@ -23,6 +23,9 @@ type svgChart struct {
 		Class  string `xml:"class,attr"`
 		Points string `xml:"points,attr"`
 	} `xml:"polyline"`
+	Dots []struct {
+		Class string `xml:"class,attr"`
+	} `xml:"circle"`
 }
 
 var svgRe = regexp.MustCompile(`(?s)<svg .*?</svg>`)
@@ -134,11 +137,16 @@ func TestEmptyCharts(t *testing.T) {
 		t.Errorf("a queue that cannot be read: the page draws a chart or does not say why it is empty:\n%s", body)
 	}
 
-	// One sample: the depth is drawn, the throughput needs a second.
+	// One sample: the depth is drawn, each known count a dot; the
+	// throughput needs a second sample.
 	c = newClient(t, h)
 	_, body = c.get("/")
-	if n := len(svgCharts(t, body)); n != 1 || !strings.Contains(body, "no throughput yet — it is the growth between two samples; the next arrives within 10s") {
-		t.Errorf("one sample: %d charts drawn, want the depth alone and the throughput explained:\n%s", n, body)
+	charts := svgCharts(t, body)
+	if len(charts) != 1 || !strings.Contains(body, "no throughput yet — it is the growth between two samples; the next arrives within 10s") {
+		t.Fatalf("one sample: %d charts drawn, want the depth alone and the throughput explained:\n%s", len(charts), body)
+	}
+	if len(charts[0].Lines) != 3 || len(charts[0].Dots) != 3 {
+		t.Errorf("one sample: %d lines and %d dots, want a dot for each of ready, waiting and dead", len(charts[0].Lines), len(charts[0].Dots))
 	}
 }
 

@@ -3,7 +3,6 @@ package browsertest
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net/http"
 	"strings"
@@ -15,8 +14,6 @@ import (
 	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/worker"
 )
-
-var screenshotPaused = flag.String("screenshot-paused", "", "TestPauseResume writes the paused page's PNG here (SQLite)")
 
 // tabTo presses Tab from the top of the page until the focused element
 // matches the CSS selector sel, as an operator without a mouse would.
