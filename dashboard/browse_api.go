@@ -123,3 +123,12 @@ func (h *Handler) serveJobJSON(w http.ResponseWriter, r *http.Request) {
 	out := h.jobJSONOf(j)
 	writeJSON(w, http.StatusOK, map[string]any{"queue": q.Name, "job": out})
 }
+
+// serveBrowseJSON serves the job browser's JSON: api/jobs or api/job.
+func (h *Handler) serveBrowseJSON(w http.ResponseWriter, r *http.Request, path string) {
+	if path == "api/jobs" {
+		h.serveJobsJSON(w, r)
+		return
+	}
+	h.serveJobJSON(w, r)
+}

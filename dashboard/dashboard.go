@@ -227,13 +227,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if allow(w, r, http.MethodGet) {
 			h.serveJob(w, r)
 		}
-	case path == "api/jobs":
+	case path == "api/jobs" || path == "api/job":
 		if allow(w, r, http.MethodGet) {
-			h.serveJobsJSON(w, r)
-		}
-	case path == "api/job":
-		if allow(w, r, http.MethodGet) {
-			h.serveJobJSON(w, r)
+			h.serveBrowseJSON(w, r, path)
 		}
 	case path == "api/queues":
 		if allow(w, r, http.MethodGet) {
