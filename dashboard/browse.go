@@ -56,6 +56,7 @@ type jobsData struct {
 	Token        string
 	ReadOnly     bool
 	Generated    string
+	Result       *result // an action's, left by the form that came back here
 }
 
 type payloadView struct {
@@ -75,101 +76,132 @@ type jobData struct {
 	Token                     string
 	ReadOnly                  bool
 	Generated, Back, JobsHref string
+	Return                    string // where the actions go back to
+	Result                    *result
 }
 
-// browser returns r's queue and its Browser, or writes the refusal.
-func (h *Handler) browser(w http.ResponseWriter, r *http.Request) (*QueueConfig, Browser, bool) {
+// browser returns r's queue and its Browser, or writes the refusal: as
+// text, or as JSON for the api.
+func (h *Handler) browser(w http.ResponseWriter, r *http.Request, api bool) (*QueueConfig, Browser, bool) {
 	q, err := h.queue(r)
-	if err != nil {
+	if err == nil {
+		if b, ok := q.Queue.(Browser); ok {
+			return q, b, true
+		}
+		err = errors.New("queue " + q.Name + " cannot be browsed (its Queue has no ListJobs and Job)")
+	}
+	if api {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+	} else {
 		http.Error(w, "dashboard: "+err.Error(), http.StatusNotFound)
-		return nil, nil, false
 	}
-	b, ok := q.Queue.(Browser)
-	if !ok {
-		http.Error(w, "dashboard: queue "+q.Name+" cannot be browsed (its Queue has no ListJobs and Job)", http.StatusNotFound)
-		return nil, nil, false
-	}
-	return q, b, true
+	return nil, nil, false
 }
 
 func jobHref(queue string, id any) string {
 	return "job?" + url.Values{"queue": {queue}, "id": {fmt.Sprint(id)}, "kind": {kindOf(id)}}.Encode()
 }
 
-// serveJobs serves the jobs view: one state's jobs of a queue, a page at
-// a time, newer and older.
-func (h *Handler) serveJobs(w http.ResponseWriter, r *http.Request) {
-	q, b, ok := h.browser(w, r)
-	if !ok {
-		return
-	}
+// jobsList is one page of a queue's jobs in one state, as the jobs view
+// and api/jobs show it.
+type jobsList struct {
+	tab          int
+	status       int
+	jobs         []inbox.JobView
+	counts       inbox.Stats
+	countsErr    error
+	err, note    string
+	newest       url.Values // the first page
+	newer, older url.Values // the next pages; nil where there is none
+}
+
+// listJobs reads the page of q's jobs that r asks for (state, and after or
+// before a job), with the queue's counts.
+func (h *Handler) listJobs(r *http.Request, q *QueueConfig, b Browser) jobsList {
 	v := r.URL.Query()
+	l := jobsList{status: http.StatusOK, tab: -1}
 	state := v.Get("state")
 	if state == "" {
 		state = "ready"
 	}
-	d := jobsData{Queue: q.Name, State: state, Token: h.token(w, r), ReadOnly: h.readOnly, Generated: when(h.now())}
-	status := http.StatusOK
-	sel := -1
 	for i, t := range tabs {
 		if t.name == state {
-			sel = i
+			l.tab = i
 		}
 	}
-	if sel < 0 {
-		status, d.Err, sel, d.State = http.StatusBadRequest, fmt.Sprintf("no state %q: ready, waiting, inwork, dead or all", short(state, 16)), 0, "ready"
+	if l.tab < 0 {
+		l.status, l.err, l.tab = http.StatusBadRequest, fmt.Sprintf("no state %q: ready, waiting, inwork, dead or all", short(state, 16)), 0
 	}
-	base := url.Values{"queue": {q.Name}, "state": {tabs[sel].name}}
-	d.Newest = "?" + base.Encode()
-	var counts inbox.Stats
-	var countsErr error
-	if tabs[sel].state == inbox.StateDead {
-		counts, countsErr = q.Queue.Stats(r.Context())
-		status = h.deadRows(r, q, v, &d, status)
+	l.newest = url.Values{"queue": {q.Name}, "state": {tabs[l.tab].name}}
+	if tabs[l.tab].state == inbox.StateDead {
+		l.counts, l.countsErr = q.Queue.Stats(r.Context())
+		h.deadRows(r, q, v, &l)
 	} else {
-		counts, countsErr, status = h.liveRows(r, q, b, v, sel, &d, status)
+		h.liveRows(r, q, b, v, &l)
 	}
-	d.Tabs = tabsOf(q.Name, sel, counts, countsErr)
-	h.render(w, status, "jobs.html", d)
+	return l
 }
 
-// deadRows fills d with the page of dead jobs v asks for; it returns the
-// response's status.
-func (h *Handler) deadRows(r *http.Request, q *QueueConfig, v url.Values, d *jobsData, status int) int {
+// serveJobs serves the jobs view: one state's jobs of a queue, a page at
+// a time, newer and older.
+func (h *Handler) serveJobs(w http.ResponseWriter, r *http.Request) {
+	q, b, ok := h.browser(w, r, false)
+	if !ok {
+		return
+	}
+	l := h.listJobs(r, q, b)
+	d := jobsData{Queue: q.Name, State: tabs[l.tab].name, Token: h.token(w, r), ReadOnly: h.readOnly, Generated: when(h.now()),
+		Err: l.err, Note: l.note, Newest: "?" + l.newest.Encode(), Tabs: tabsOf(q.Name, l.tab, l.counts, l.countsErr)}
+	d.Result = h.flash(w, r)
+	// A job's page goes back here after an action.
+	self, _ := localReturn("jobs?" + r.URL.RawQuery)
+	for _, j := range l.jobs {
+		row := rowOf(q.Name, j)
+		if self != "" {
+			row.Href += "&" + url.Values{"return": {self}}.Encode()
+		}
+		d.Jobs = append(d.Jobs, row)
+	}
+	if l.newer != nil {
+		d.Newer = "?" + l.newer.Encode()
+	}
+	if l.older != nil {
+		d.Older = "?" + l.older.Encode()
+	}
+	h.render(w, l.status, "jobs.html", d)
+}
+
+// deadRows fills l with the page of dead jobs v asks for.
+func (h *Handler) deadRows(r *http.Request, q *QueueConfig, v url.Values, l *jobsList) {
 	after, err := afterOf(v)
 	if err != nil {
-		d.Err = err.Error()
-		return http.StatusBadRequest
+		l.err, l.status = err.Error(), http.StatusBadRequest
+		return
 	}
 	jobs, err := q.Queue.ListDead(r.Context(), h.page, after)
 	if err != nil {
-		d.Err = err.Error()
+		l.err = err.Error()
 	}
 	for _, j := range jobs {
-		dv := deadOf(j)
-		d.Jobs = append(d.Jobs, jobRow{ID: dv.ID, Kind: dv.Kind, State: "dead", Href: jobHref(q.Name, j.ID), Attempt: j.Attempt,
-			DeadAt: dv.DeadAt, Error: short(j.LastError, 200), Data: dv.Data})
+		l.jobs = append(l.jobs, inbox.JobView{ID: j.ID, State: inbox.StateDead, Attempt: j.Attempt, LastError: j.LastError, DeadAt: j.DeadAt, Data: j.Data})
 	}
 	if after != nil {
-		d.Newer = d.Newest
+		l.newer = l.newest
 	}
 	if len(jobs) == h.page {
 		last := jobs[len(jobs)-1]
-		o := url.Values{"queue": {q.Name}, "state": {"dead"}, "after": {fmt.Sprint(last.ID)}, "kind": {kindOf(last.ID)}}
+		l.older = url.Values{"queue": {q.Name}, "state": {"dead"}, "after": {fmt.Sprint(last.ID)}, "kind": {kindOf(last.ID)}}
 		if !last.DeadAt.IsZero() {
-			o.Set("at", last.DeadAt.UTC().Format(time.RFC3339Nano))
+			l.older.Set("at", last.DeadAt.UTC().Format(time.RFC3339Nano))
 		}
-		d.Older = "?" + o.Encode()
 	}
-	return status
 }
 
-// liveRows fills d with the page of the queue table's jobs in tab sel that
-// v asks for; it returns the counts of Stats and the response's status.
-func (h *Handler) liveRows(r *http.Request, q *QueueConfig, b Browser, v url.Values, sel int, d *jobsData, status int) (inbox.Stats, error, int) {
-	var counts inbox.Stats
-	var countsErr error
-	f := inbox.JobFilter{State: tabs[sel].state, Limit: h.page}
+// liveRows fills l with the page of the queue table's jobs in l's tab that
+// v asks for, and the counts of Stats read with it.
+func (h *Handler) liveRows(r *http.Request, q *QueueConfig, b Browser, v url.Values, l *jobsList) {
+	name := tabs[l.tab].name
+	f := inbox.JobFilter{State: tabs[l.tab].state, Limit: h.page}
 	var err error
 	if s := v.Get("after"); s != "" {
 		f.After, err = parseID(s, v.Get("kind"), q.TextIDs)
@@ -179,32 +211,27 @@ func (h *Handler) liveRows(r *http.Request, q *QueueConfig, b Browser, v url.Val
 	var page inbox.JobPage
 	if err == nil {
 		page, err = b.ListJobs(r.Context(), f)
-		counts, countsErr = page.Stats, page.StatsErr
+		l.counts, l.countsErr = page.Stats, page.StatsErr
 	} else {
-		status = http.StatusBadRequest
+		l.status = http.StatusBadRequest
 	}
 	switch {
 	case errors.Is(err, inbox.ErrNoInWorkList):
-		d.Note = "This queue's form cannot list the jobs in work: its rows do not say which a claim holds (they are listed as ready). The count comes from the server's locks where it can tell."
+		l.note = "This queue's form cannot list the jobs in work: its rows do not say which a claim holds (they are listed as ready). The count comes from the server's locks where it can tell."
 	case err != nil:
-		d.Err = err.Error()
+		l.err = err.Error()
 	}
-	for _, j := range page.Jobs {
-		d.Jobs = append(d.Jobs, rowOf(q.Name, j))
-	}
+	l.jobs = page.Jobs
 	if n := len(page.Jobs); n > 0 {
 		if page.Newer {
-			nv := url.Values{"queue": {q.Name}, "state": {tabs[sel].name}, "before": {fmt.Sprint(page.Jobs[0].ID)}, "kind": {kindOf(page.Jobs[0].ID)}}
-			d.Newer = "?" + nv.Encode()
+			l.newer = url.Values{"queue": {q.Name}, "state": {name}, "before": {fmt.Sprint(page.Jobs[0].ID)}, "kind": {kindOf(page.Jobs[0].ID)}}
 		}
 		if page.Older {
-			ov := url.Values{"queue": {q.Name}, "state": {tabs[sel].name}, "after": {fmt.Sprint(page.Jobs[n-1].ID)}, "kind": {kindOf(page.Jobs[n-1].ID)}}
-			d.Older = "?" + ov.Encode()
+			l.older = url.Values{"queue": {q.Name}, "state": {name}, "after": {fmt.Sprint(page.Jobs[n-1].ID)}, "kind": {kindOf(page.Jobs[n-1].ID)}}
 		}
 	} else if f.After != nil || f.Before != nil {
-		d.Newer = d.Newest
+		l.newer = l.newest
 	}
-	return counts, countsErr, status
 }
 
 // tabsOf are the state tabs, sel selected, with their counts.
@@ -228,7 +255,7 @@ func tabsOf(queue string, sel int, counts inbox.Stats, countsErr error) []tabVie
 
 func rowOf(queue string, j inbox.JobView) jobRow {
 	row := jobRow{ID: fmt.Sprint(j.ID), Kind: kindOf(j.ID), State: j.State.String(), Href: jobHref(queue, j.ID), Attempt: j.Attempt,
-		Due: when(j.Due), Enqueued: when(j.EnqueuedAt), Error: short(j.LastError, 200)}
+		Due: when(j.Due), Enqueued: when(j.EnqueuedAt), DeadAt: when(j.DeadAt), Error: short(j.LastError, 200)}
 	var parts []string
 	for _, p := range payloadOf(j.Data) {
 		parts = append(parts, short(strings.Join(strings.Fields(p.Text), " "), 200))
@@ -237,42 +264,65 @@ func rowOf(queue string, j inbox.JobView) jobRow {
 	return row
 }
 
+// readJob reads the job r names (id, kind) of q; it returns the status of
+// the answer and, when it is not 200, why.
+func (h *Handler) readJob(r *http.Request, q *QueueConfig, b Browser) (inbox.JobView, int, string) {
+	id, err := parseID(r.URL.Query().Get("id"), r.URL.Query().Get("kind"), q.TextIDs)
+	if err != nil {
+		return inbox.JobView{}, http.StatusBadRequest, err.Error()
+	}
+	j, err := b.Job(r.Context(), id)
+	switch {
+	case errors.Is(err, inbox.ErrNotFound):
+		return j, http.StatusNotFound, fmt.Sprintf("queue %s has no job %v, dead or alive (acked, cancelled or purged, or never there)", q.Name, id)
+	case err != nil:
+		return j, http.StatusInternalServerError, err.Error()
+	}
+	return j, http.StatusOK, ""
+}
+
 // serveJob serves one job's page: its state, times, last error and data,
 // and the actions its state allows.
 func (h *Handler) serveJob(w http.ResponseWriter, r *http.Request) {
-	q, b, ok := h.browser(w, r)
+	q, b, ok := h.browser(w, r, false)
 	if !ok {
 		return
 	}
 	d := jobData{Queue: q.Name, Token: h.token(w, r), ReadOnly: h.readOnly, Generated: when(h.now()),
 		JobsHref: "jobs?" + url.Values{"queue": {q.Name}}.Encode()}
-	status := http.StatusOK
-	id, err := parseID(r.URL.Query().Get("id"), r.URL.Query().Get("kind"), q.TextIDs)
-	if err == nil {
-		var j inbox.JobView
-		j, err = b.Job(r.Context(), id)
-		switch {
-		case errors.Is(err, inbox.ErrNotFound):
-			status, d.Err = http.StatusNotFound, fmt.Sprintf("queue %s has no job %v, dead or alive (acked, cancelled or purged, or never there)", q.Name, id)
-		case err != nil:
-			status, d.Err = http.StatusInternalServerError, err.Error()
-		default:
-			d.ID, d.Kind, d.State, d.Attempt = fmt.Sprint(j.ID), kindOf(j.ID), j.State.String(), j.Attempt
-			d.Due, d.Enqueued, d.DeadAt, d.Priority, d.Error = when(j.Due), when(j.EnqueuedAt), when(j.DeadAt), j.Priority, j.LastError
-			d.DueLabel = "not before"
-			if j.State == inbox.StateInWork {
-				d.DueLabel = "lease ends"
-			}
-			d.Payload = payloadOf(j.Data)
-			d.CanRequeue = j.State == inbox.StateDead
-			d.CanCancel = j.State == inbox.StateReady || j.State == inbox.StateWaiting
-			d.JobsHref = "jobs?" + url.Values{"queue": {q.Name}, "state": {tabs[stateTab(j.State)].name}}.Encode()
-		}
+	d.Result = h.flash(w, r)
+	j, status, why := h.readJob(r, q, b)
+	if status != http.StatusOK {
+		d.Err = why
 	} else {
-		status, d.Err = http.StatusBadRequest, err.Error()
+		d.ID, d.Kind, d.State, d.Attempt = fmt.Sprint(j.ID), kindOf(j.ID), j.State.String(), j.Attempt
+		d.Due, d.Enqueued, d.DeadAt, d.Priority, d.Error = when(j.Due), when(j.EnqueuedAt), when(j.DeadAt), j.Priority, j.LastError
+		d.DueLabel = dueLabel(j.State)
+		d.Payload = payloadOf(j.Data)
+		d.CanRequeue, d.CanCancel = canRequeue(j.State), canCancel(j.State)
+		d.JobsHref = "jobs?" + url.Values{"queue": {q.Name}, "state": {tabs[stateTab(j.State)].name}}.Encode()
+		// The actions go back to the page the operator came from, or else
+		// to the job's state in the jobs view: the job itself may be gone.
+		d.Return = d.JobsHref
+		if ret, err := localReturn(r.URL.Query().Get("return")); err == nil && ret != "" {
+			d.Return = ret
+		}
 	}
 	h.render(w, status, "job.html", d)
 }
+
+// dueLabel names a job's Due: a lease's end in work, a time to wait for
+// otherwise.
+func dueLabel(s inbox.JobState) string {
+	if s == inbox.StateInWork {
+		return "lease ends"
+	}
+	return "not before"
+}
+
+func canRequeue(s inbox.JobState) bool { return s == inbox.StateDead }
+
+func canCancel(s inbox.JobState) bool { return s == inbox.StateReady || s == inbox.StateWaiting }
 
 func stateTab(s inbox.JobState) int {
 	for i, t := range tabs {

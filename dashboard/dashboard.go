@@ -195,7 +195,8 @@ func New(cfg Config) (*Handler, error) {
 // ServeHTTP serves the page (GET /), the jobs view of a queue by state
 // (GET /jobs) and a job's page (GET /job) where the Queue is a [Browser],
 // the actions (POST /requeue, /purge, /cancel, /pause, /resume) and the
-// JSON endpoints (GET /api/queues, /api/history, /api/dead, /api/token;
+// JSON endpoints (GET /api/queues, /api/history, /api/dead, /api/jobs,
+// /api/job, /api/token;
 // POST /api/requeue, /api/purge, /api/cancel, /api/pause, /api/resume),
 // paths relative to where the handler is mounted.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -225,6 +226,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "job":
 		if allow(w, r, http.MethodGet) {
 			h.serveJob(w, r)
+		}
+	case path == "api/jobs" || path == "api/job":
+		if allow(w, r, http.MethodGet) {
+			h.serveBrowseJSON(w, r, path)
 		}
 	case path == "api/queues":
 		if allow(w, r, http.MethodGet) {

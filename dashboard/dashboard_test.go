@@ -365,9 +365,9 @@ func TestHistory(t *testing.T) {
 	if ss[1].PerMinute != 30 {
 		t.Errorf("throughput %v per minute, want 5 per 10 s: 30", ss[1].PerMinute)
 	}
-	depth, rate := h.charts(&h.queues[0])
-	if len(depth.Series) != 3 || len(rate.Series) != 1 || depth.Max != "12" || rate.Max != "30" {
-		t.Errorf("charts: %d depth series (in work unknown: 3), %d rate, max %s and %s", len(depth.Series), len(rate.Series), depth.Max, rate.Max)
+	depth, rate := h.charts(&h.queues[0], h.stats(httptest.NewRequest("GET", "/", nil))[0])
+	if len(depth.Series) != 4 || depth.Series[2].Points != "" || len(rate.Series) != 1 || depth.top != 15 || rate.top != 30 {
+		t.Errorf("charts: %d depth series (in work unknown: no line), %d rate, tops %v and %v", len(depth.Series), len(rate.Series), depth.top, rate.top)
 	}
 	c := newClient(t, h)
 	_, body := c.get("/")

@@ -70,6 +70,9 @@ func TestPauseButton(t *testing.T) {
 		!strings.Contains(body, `<button type="submit">resume</button>`) {
 		t.Errorf("pause: %d, want 200, the queue shown paused with a resume button:\n%s", status, body)
 	}
+	if !strings.Contains(body, `<p class="result paused-banner" data-queue="mail">Queue mail is paused since `+when(t0.Add(-time.Minute))) {
+		t.Errorf("the paused page has no banner:\n%s", body)
+	}
 	if got := f.changed(); len(got) != 1 || got[0] != "pause by dashboard" {
 		t.Errorf("changes %v, want a pause by dashboard", got)
 	}
@@ -82,5 +85,8 @@ func TestPauseButton(t *testing.T) {
 	status, body = c.post("/api/resume", url.Values{"queue": {"mail"}, "csrf": {tok}})
 	if status != 200 || !strings.Contains(body, "resumed mail") {
 		t.Errorf("api/resume: %d %s", status, body)
+	}
+	if _, page := c.get("/"); strings.Contains(page, `class="result paused-banner"`) {
+		t.Errorf("the banner stays after the resume")
 	}
 }

@@ -107,8 +107,9 @@ func (h *Handler) sample(ctx context.Context, ifDue bool) {
 
 // sampleViews keeps the page's readings as samples: each queue's when the
 // last sample is older than the interval or counts otherwise than the
-// reading (an action since, or a busy queue), so that the chart's legend,
-// its latest sample, is what the page's table shows.
+// reading (an action since, or a busy queue), so that the chart's line
+// ends where the page's table and the legend (charts) read, with no
+// second read.
 func (h *Handler) sampleViews(views []queueView) {
 	h.sampleMu.Lock()
 	defer h.sampleMu.Unlock()

@@ -60,6 +60,7 @@ type pageData struct {
 	Depth     chart
 	Rate      chart
 	Generated string
+	Self      string // this page, for the job pages' return
 	// The periodic jobs, when the dashboard has Schedules.
 	Schedules    []scheduleView
 	SchedulesErr string
@@ -93,6 +94,9 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request, res *result)
 	if res != nil && !res.OK {
 		status = res.status()
 	}
+	if res == nil {
+		res = h.flash(w, r)
+	}
 	sel, err := h.queue(r)
 	if err != nil {
 		status, res, sel = http.StatusNotFound, &result{Text: err.Error()}, &h.queues[0]
@@ -102,7 +106,7 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request, res *result)
 	// and the table agree, after an action too.
 	h.sampleViews(views)
 	d := pageData{Queues: views, Token: h.token(w, r), ReadOnly: h.readOnly, Result: res,
-		Generated: when(h.now())}
+		Generated: when(h.now()), Self: "./?" + url.Values{"queue": {sel.Name}}.Encode()}
 	for i := range d.Queues {
 		if d.Queues[i].Name == sel.Name {
 			d.Queues[i].Selected = true
@@ -112,7 +116,7 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request, res *result)
 	if n, err := strconv.Atoi(r.URL.Query().Get("refresh")); err == nil && n >= 2 && n <= 3600 {
 		d.Refresh = n
 	}
-	d.Depth, d.Rate = h.charts(sel)
+	d.Depth, d.Rate = h.charts(sel, d.Selected)
 	d.Schedules, d.SchedulesErr = h.scheduleViews(r)
 	after, err := afterOf(r.URL.Query())
 	if err != nil {
@@ -267,6 +271,12 @@ func (h *Handler) serveAction(w http.ResponseWriter, r *http.Request, action str
 		writeJSON(w, status, body)
 		return
 	}
+	// A form that names its page goes back there, unless it was refused
+	// (no token, read-only): that refusal answers here, with its status.
+	if ret, err := localReturn(r.PostFormValue("return")); err == nil && ret != "" && !strings.HasPrefix(res.Text, "refused:") {
+		h.redirect(w, r, ret, res)
+		return
+	}
 	h.servePage(w, r, &res)
 }
 
@@ -280,6 +290,9 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, action string) res
 	}
 	if err := h.checkToken(r); err != nil {
 		return result{Text: "refused: " + err.Error()}
+	}
+	if _, err := localReturn(r.PostFormValue("return")); err != nil {
+		return result{Text: "bad request: " + err.Error() + "; nothing was changed"}
 	}
 	q, err := h.queue(r)
 	if err != nil {

@@ -125,6 +125,10 @@ func TestBrowseJobs(t *testing.T) {
 			if !strings.Contains(res, fmt.Sprintf("requeued dead job %v", f.dead["dies-html"])) {
 				t.Fatalf("requeue from the job page: the page says %q", res)
 			}
+			// It went back to the dead tab it came from.
+			if got := value(t, tab, chromedp.Evaluate[string](`location.pathname + location.search`)); got != "/admin/jobs?queue=jobs&state=dead" {
+				t.Errorf("after the requeue the tab shows %s, want the dead tab it came from", got)
+			}
 			if _, dead := f.rows(t); dead != 2 {
 				t.Errorf("%d dead jobs after the requeue, want 2", dead)
 			}

@@ -116,6 +116,7 @@ var engines = []engine{
 				"CREATE INDEX " + tb + "_claimable ON " + tb + " (locked_until, id)",
 				"CREATE INDEX " + tb + "_age ON " + tb + " (locked_until, enqueued_at)",
 				"CREATE INDEX " + tb + "_dead_at ON " + tb + "_dead (dead_at, id)",
+				"CREATE TABLE " + tb + "_control (queue TEXT PRIMARY KEY, paused_at TEXT, paused_by TEXT)",
 			}
 		}},
 	{name: "postgres", driver: "pgx", dialect: inbox.Postgres,
@@ -128,6 +129,7 @@ var engines = []engine{
 				"CREATE INDEX " + tb + "_lu ON " + tb + " (locked_until)",
 				"CREATE INDEX " + tb + "_free_age ON " + tb + " (enqueued_at) WHERE locked_until IS NULL",
 				"CREATE INDEX " + tb + "_dead_at ON " + tb + "_dead (dead_at, id)",
+				"CREATE TABLE " + tb + "_control (queue text PRIMARY KEY, paused_at timestamptz, paused_by text)",
 			}
 		}},
 	{name: "mariadb", driver: "mysql", dialect: inbox.MariaDB,
@@ -148,6 +150,7 @@ var engines = []engine{
 				"CREATE INDEX " + tb + "_claimable ON " + tb + " (locked_until, id)",
 				"CREATE INDEX " + tb + "_age ON " + tb + " (locked_until, enqueued_at)",
 				"CREATE INDEX " + tb + "_dead_at ON " + tb + "_dead (dead_at, id)",
+				"CREATE TABLE " + tb + "_control (queue varchar(191) PRIMARY KEY, paused_at DATETIME(6) NULL, paused_by text NULL)",
 			}
 		}},
 }
@@ -195,6 +198,7 @@ func newFixture(t *testing.T, e engine, dashNow func() time.Time) *fixture {
 		t.Cleanup(func() {
 			db.Exec("DROP TABLE IF EXISTS " + table)
 			db.Exec("DROP TABLE IF EXISTS " + table + "_dead")
+			db.Exec("DROP TABLE IF EXISTS " + table + "_control")
 		})
 	}
 	for _, s := range e.schema(table) {
@@ -204,7 +208,7 @@ func newFixture(t *testing.T, e engine, dashNow func() time.Time) *fixture {
 	}
 	q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Lease: time.Minute, Table: inbox.Table{
 		Name: table, LockedUntil: "locked_until", DeadTable: table + "_dead",
-		LastError: "last_error", EnqueuedAt: "enqueued_at", DeadAt: "dead_at"}})
+		LastError: "last_error", EnqueuedAt: "enqueued_at", DeadAt: "dead_at", ControlTable: table + "_control"}})
 	if err != nil {
 		t.Fatal(err)
 	}
