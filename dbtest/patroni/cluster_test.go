@@ -192,8 +192,26 @@ func (c *cluster) startEtcd() {
 // a rejoining old leader rewound, or copied anew should the rewind fail.
 func (c *cluster) writeConfig(m *member) {
 	c.t.Helper()
+	b, err := json.MarshalIndent(c.config(m), "", "  ")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(m.dir, "patroni.yml"), b, 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	if c.tl.cred != nil {
+		for _, p := range []string{m.dir, filepath.Join(m.dir, "patroni.yml")} {
+			if err := os.Chown(p, c.tl.uid, c.tl.gid); err != nil {
+				c.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// config is m's Patroni configuration.
+func (c *cluster) config(m *member) map[string]any {
 	addr := func(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
-	cfg := map[string]any{
+	return map[string]any{
 		"scope":   c.scope,
 		"name":    m.name,
 		"restapi": map[string]any{"listen": addr(m.apiPort), "connect_address": addr(m.apiPort)},
@@ -238,20 +256,6 @@ func (c *cluster) writeConfig(m *member) {
 			"remove_data_directory_on_rewind_failure":     true,
 			"remove_data_directory_on_diverged_timelines": true,
 		},
-	}
-	b, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(m.dir, "patroni.yml"), b, 0o600); err != nil {
-		c.t.Fatal(err)
-	}
-	if c.tl.cred != nil {
-		for _, p := range []string{m.dir, filepath.Join(m.dir, "patroni.yml")} {
-			if err := os.Chown(p, c.tl.uid, c.tl.gid); err != nil {
-				c.t.Fatal(err)
-			}
-		}
 	}
 }
 
@@ -429,6 +433,21 @@ func (c *cluster) healthy() error {
 func (c *cluster) waitHealthy(t testing.TB) {
 	t.Helper()
 	eventually(t, bootWait, "every member to run, with a leader and a synchronous standby", c.healthy)
+}
+
+// waitNewLeader waits until Patroni names a running leader other than old.
+func (c *cluster) waitNewLeader(t testing.TB, old *member) *member {
+	t.Helper()
+	var leader *member
+	eventually(t, bootWait, "a new leader", func() error {
+		m, err := c.leader()
+		if err == nil && m == old {
+			err = fmt.Errorf("%s still leads", m.name)
+		}
+		leader = m
+		return err
+	})
+	return leader
 }
 
 // switchover asks the leader's Patroni for a planned switchover to any

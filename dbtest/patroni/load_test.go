@@ -61,10 +61,14 @@ type ack struct {
 
 // load is one run's clients and what they were told.
 type load struct {
-	table string
-	work  *sql.DB
-	q     *inbox.Queue
-	enqQs []enqueuer // one per enqueuer pool
+	table  string
+	workDB *sql.DB
+	q      *inbox.Queue
+
+	eventAt           atomic.Int64 // unix nanoseconds; 0 before the event
+	stopEnq, stopWork context.CancelFunc
+	enqs, work        sync.WaitGroup
+	enqQs             []enqueuer // one per enqueuer pool
 
 	mu       sync.Mutex
 	enqueued map[int64]time.Time
@@ -98,9 +102,9 @@ func setupLoad(t *testing.T, c *cluster, admin *sql.DB, table string) *load {
 	cfg := inbox.Config{Dialect: inbox.Postgres, Lease: loadLease,
 		Table: inbox.Table{Name: table, LockedUntil: "locked_until", DeadTable: table + "_dead"}}
 	l := &load{table: table, enqueued: map[int64]time.Time{}, acked: map[int64]ack{}, handled: map[int64]int{}, started: map[int64]time.Time{}}
-	l.work = c.open(t, "pgx", 2*loadWorkers+2)
+	l.workDB = c.open(t, "pgx", 2*loadWorkers+2)
 	var err error
-	if l.q, err = inbox.New(l.work, cfg); err != nil {
+	if l.q, err = inbox.New(l.workDB, cfg); err != nil {
 		t.Fatal(err)
 	}
 	for _, driver := range []string{"pgx", "postgres"} {
@@ -116,7 +120,7 @@ func setupLoad(t *testing.T, c *cluster, admin *sql.DB, table string) *load {
 
 // enqueue enqueues flat out until ctx ends; a failed enqueue (no leader)
 // is tried again after a short back-off.
-func (l *load) enqueue(ctx context.Context, e enqueuer, event *atomic.Int64) {
+func (l *load) enqueue(ctx context.Context, e enqueuer) {
 	backoff := 5 * time.Millisecond
 	for ctx.Err() == nil {
 		id, err := e.q.Enqueue(ctx, e.db, inbox.Job{Data: []any{[]byte("job")}})
@@ -125,7 +129,7 @@ func (l *load) enqueue(ctx context.Context, e enqueuer, event *atomic.Int64) {
 				return
 			}
 			l.failedEnq.Add(1)
-			if event.Load() != 0 {
+			if l.eventAt.Load() != 0 {
 				l.mu.Lock()
 				if len(l.enqErrs) < 3 {
 					l.enqErrs = append(l.enqErrs, err.Error())
@@ -172,7 +176,7 @@ func (l *load) handle(ctx context.Context, d *inbox.Delivery) error {
 
 func (l *load) effectAndAck(ctx context.Context, d *inbox.Delivery) error {
 	id := d.ID().(int64)
-	tx, err := l.work.BeginTx(ctx, nil)
+	tx, err := l.workDB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -222,10 +226,10 @@ func (l *load) sinceEvent(at time.Time) (enq, acks int, firstEnq, firstAck time.
 	return enq, acks, firstEnq, firstAck
 }
 
-// runLoad runs the load through event, which changes the leader and
-// returns when it did so (the kill, or the switchover's request) and the
-// member that led before; then it drains the queue and checks what the
-// clients were told against what the new leader holds.
+// runLoad runs the load through event, which changes the leader (the
+// kill, or the switchover) of old, the member that leads before; then it
+// drains the queue and checks what the clients were told against what the
+// new leader holds. It returns old.
 func runLoad(t *testing.T, c *cluster, table, what string, event func(old *member) error) (old *member) {
 	admin := c.open(t, "pgx", 2)
 	l := setupLoad(t, c, admin, table)
@@ -233,27 +237,8 @@ func runLoad(t *testing.T, c *cluster, table, what string, event func(old *membe
 	if err != nil {
 		t.Fatal(err)
 	}
-	var eventAt atomic.Int64 // unix nanoseconds; 0 before the event
-	enqCtx, stopEnq := context.WithCancel(context.Background())
-	workCtx, stopWork := context.WithCancel(context.Background())
-	var enqs, work sync.WaitGroup
-	defer func() { stopEnq(); stopWork(); enqs.Wait(); work.Wait() }()
-	for i := range loadEnqueuers {
-		enqs.Add(1)
-		go func() { defer enqs.Done(); l.enqueue(enqCtx, l.enqQs[i%2], &eventAt) }()
-	}
-	work.Add(1)
-	go func() {
-		defer work.Done()
-		err := worker.Run(workCtx, l.q, worker.Config{Workers: loadWorkers, Poll: 100 * time.Millisecond,
-			OnError: func(error) { l.workErrs.Add(1) }}, l.handle)
-		l.mu.Lock()
-		l.runErr = fmt.Errorf("worker.Run returned before it was stopped: %v", err)
-		if workCtx.Err() != nil {
-			l.runErr = err
-		}
-		l.mu.Unlock()
-	}()
+	l.startClients()
+	defer l.stopClients()
 	eventually(t, bootWait, "the load to be under way", func() error {
 		if e, a := l.enqN.Load(), l.ackN.Load(); e < loadBefore || a < loadBefore/2 {
 			return fmt.Errorf("%d enqueues and %d Acks acknowledged", e, a)
@@ -265,40 +250,16 @@ func runLoad(t *testing.T, c *cluster, table, what string, event func(old *membe
 	}
 	enqBefore, ackBefore := l.enqN.Load(), l.ackN.Load()
 	at := time.Now()
-	eventAt.Store(at.UnixNano())
+	l.eventAt.Store(at.UnixNano())
 	if err := event(old); err != nil {
 		t.Fatalf("%s of %s: %v", what, old.name, err)
 	}
 	eventDone := time.Now()
-	var newLeader *member
-	eventually(t, bootWait, "a new leader", func() error {
-		m, err := c.leader()
-		if err == nil && m == old {
-			err = fmt.Errorf("%s still leads", m.name)
-		}
-		newLeader = m
-		return err
-	})
+	newLeader := c.waitNewLeader(t, old)
 	leaderAt := time.Now()
-	// The enqueuers stop once they have gone on, so that the backlog the
-	// workers drain stays small; the workers must go on too.
-	eventually(t, bootWait, "enqueues to go on after the "+what, func() error {
-		if e, _, _, _ := l.sinceEvent(at); e < loadAfter {
-			return fmt.Errorf("%d enqueues acknowledged since", e)
-		}
-		return l.err()
-	})
-	stopEnq()
-	enqs.Wait()
-	eventually(t, bootWait, "Acks to go on after the "+what, func() error {
-		if _, a, _, _ := l.sinceEvent(at); a < loadAfter {
-			return fmt.Errorf("%d Acks acknowledged since", a)
-		}
-		return l.err()
-	})
+	l.goOn(t, what, at)
 	drained := l.drain(t, admin)
-	stopWork()
-	work.Wait()
+	l.stopClients()
 	if err := l.err(); err != nil {
 		t.Fatal(err)
 	}
@@ -315,6 +276,58 @@ func runLoad(t *testing.T, c *cluster, table, what string, event func(old *membe
 	l.mu.Unlock()
 	l.check(t, admin, what, at, eventDone, newLeader)
 	return old
+}
+
+// startClients starts the enqueuers and the worker.Run call.
+func (l *load) startClients() {
+	enqCtx, stopEnq := context.WithCancel(context.Background())
+	workCtx, stopWork := context.WithCancel(context.Background())
+	l.stopEnq, l.stopWork = stopEnq, stopWork
+	for i := range loadEnqueuers {
+		l.enqs.Add(1)
+		go func() { defer l.enqs.Done(); l.enqueue(enqCtx, l.enqQs[i%2]) }()
+	}
+	l.work.Add(1)
+	go func() {
+		defer l.work.Done()
+		err := worker.Run(workCtx, l.q, worker.Config{Workers: loadWorkers, Poll: 100 * time.Millisecond,
+			OnError: func(error) { l.workErrs.Add(1) }}, l.handle)
+		l.mu.Lock()
+		l.runErr = fmt.Errorf("worker.Run returned before it was stopped: %v", err)
+		if workCtx.Err() != nil {
+			l.runErr = err
+		}
+		l.mu.Unlock()
+	}()
+}
+
+// stopClients stops the enqueuers and then the workers, and waits for
+// them; again, it does nothing.
+func (l *load) stopClients() {
+	l.stopEnq()
+	l.enqs.Wait()
+	l.stopWork()
+	l.work.Wait()
+}
+
+// goOn waits until enqueues and then Acks have gone on after the event.
+// The enqueuers stop once they have, so that the backlog the workers
+// drain stays small.
+func (l *load) goOn(t *testing.T, what string, at time.Time) {
+	eventually(t, bootWait, "enqueues to go on after the "+what, func() error {
+		if e, _, _, _ := l.sinceEvent(at); e < loadAfter {
+			return fmt.Errorf("%d enqueues acknowledged since", e)
+		}
+		return l.err()
+	})
+	l.stopEnq()
+	l.enqs.Wait()
+	eventually(t, bootWait, "Acks to go on after the "+what, func() error {
+		if _, a, _, _ := l.sinceEvent(at); a < loadAfter {
+			return fmt.Errorf("%d Acks acknowledged since", a)
+		}
+		return l.err()
+	})
 }
 
 // gaps are the longest times between two acknowledged enqueues and two
@@ -369,18 +382,21 @@ func (l *load) drain(t *testing.T, admin *sql.DB) time.Duration {
 	return time.Since(start)
 }
 
-// check compares what the clients were told with the leader's tables:
-// no acknowledged enqueue lost, no acknowledged Ack undone, each effect
-// once, and Run's loops at work on the new leader.
-func (l *load) check(t *testing.T, admin *sql.DB, what string, at, eventDone time.Time, newLeader *member) {
-	type effect struct{ id, attempt int64 }
-	effects := map[effect]bool{}
-	byJob := map[int64]int{}
-	onNew := 0
+// effect is a row of the done table: a job's effect, by its attempt.
+type effect struct {
+	id      int64
+	attempt int
+}
+
+// effects reads the done table: each effect, the effects per job, and how
+// many the new leader committed.
+func (l *load) effects(t *testing.T, admin *sql.DB, newLeader *member) (map[effect]bool, map[int64]int, int) {
+	effects, byJob, onNew := map[effect]bool{}, map[int64]int{}, 0
 	rows, err := admin.Query("SELECT job_id, attempt, port FROM " + l.table + "_done")
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var e effect
 		var port int
@@ -396,7 +412,14 @@ func (l *load) check(t *testing.T, admin *sql.DB, what string, at, eventDone tim
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	rows.Close()
+	return effects, byJob, onNew
+}
+
+// check compares what the clients were told with the leader's tables:
+// no acknowledged enqueue lost, no acknowledged Ack undone, each effect
+// once, and Run's loops at work on the new leader.
+func (l *load) check(t *testing.T, admin *sql.DB, what string, at, eventDone time.Time, newLeader *member) {
+	effects, byJob, onNew := l.effects(t, admin, newLeader)
 	_, acksAfter, _, _ := l.sinceEvent(at)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -407,7 +430,7 @@ func (l *load) check(t *testing.T, admin *sql.DB, what string, at, eventDone tim
 		}
 	}
 	for id, a := range l.acked {
-		if !effects[effect{id, int64(a.attempt)}] {
+		if !effects[effect{id, a.attempt}] {
 			undone = append(undone, id)
 		}
 	}

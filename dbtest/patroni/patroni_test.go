@@ -44,7 +44,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if !optin.Enabled() {
-		optin.Notice("dbtest/patroni: skipped the Patroni suite, which boots etcd and three Patroni members and fails their leader over (about two minutes): set " +
+		optin.Notice("dbtest/patroni: skipped the Patroni suite, which boots etcd and three Patroni members and fails their leader over (about a minute): set " +
 			optin.Env + "=1 to run it.\n")
 	} else if _, err := findTools(); err != nil && os.Getenv("INBOX_REQUIRE_DBS") != "1" {
 		optin.Notice("dbtest/patroni: skipped the Patroni suite: " + err.Error() + ". INBOX_REQUIRE_DBS=1 makes this a failure.\n")
