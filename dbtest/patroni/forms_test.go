@@ -13,19 +13,25 @@ import (
 
 // The row-lock and advisory forms hold a job by the claiming session: a
 // transaction's row lock, a session's advisory lock. Both live on the
-// leader only and die with it. runHolders holds a job of each form (two
-// advisory ones) at the leader's kill, then looks at what their holders
-// and the next claimer on the new leader meet.
+// leader only and die with it; a lease is a row, and carries over.
+// runHolders holds a job of each form (two advisory ones) at the leader's
+// kill, then looks at what their holders and the next claimer on the new
+// leader meet.
 
 const holderJobs = 4
 
-// setupForm creates a table of form (rowlock or advisory) with jobs
+// holderLease is the lease holder's lease: shorter than the outage a kill
+// causes (about ttl), so that its keeper must give up before the new
+// leader answers.
+const holderLease = 4 * time.Second
+
+// setupForm creates a table of form (rowlock, lease or advisory) with jobs
 // 1..holderJobs, its dead table and (row lock) its effects table, and
 // returns a queue on a pool of its own.
 func setupForm(t *testing.T, c *cluster, admin *sql.DB, table, form string) *inbox.Queue {
 	t.Helper()
 	stmts := []string{
-		"CREATE TABLE " + table + " (id bigint PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, payload bytea NOT NULL)",
+		"CREATE TABLE " + table + " (id bigint PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, locked_until timestamptz, payload bytea NOT NULL)",
 		"CREATE TABLE " + table + "_dead (id bigint PRIMARY KEY, attempt integer NOT NULL, payload bytea NOT NULL)",
 		fmt.Sprintf("INSERT INTO %s (id, payload) SELECT g, '\\x6a6f62'::bytea FROM generate_series(1, %d) g", table, holderJobs),
 	}
@@ -37,11 +43,14 @@ func setupForm(t *testing.T, c *cluster, admin *sql.DB, table, form string) *inb
 			t.Fatalf("%s: %v", s, err)
 		}
 	}
-	tb := inbox.Table{Name: table, DeadTable: table + "_dead"}
-	if form == "advisory" {
-		tb.AdvisoryKey = "id"
+	cfg := inbox.Config{Dialect: inbox.Postgres, Table: inbox.Table{Name: table, DeadTable: table + "_dead"}}
+	switch form {
+	case "advisory":
+		cfg.Table.AdvisoryKey = "id"
+	case "lease":
+		cfg.Table.LockedUntil, cfg.Lease = "locked_until", holderLease
 	}
-	q, err := inbox.New(c.open(t, "pgx", 4), inbox.Config{Dialect: inbox.Postgres, Table: tb})
+	q, err := inbox.New(c.open(t, "pgx", 4), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,13 +85,14 @@ func count(t *testing.T, db *sql.DB, query string, args ...any) int {
 }
 
 // runHolders holds a row-lock job (its effect written in the claim's
-// transaction) and two advisory jobs at the kill of the leader's node, and
-// returns the killed member.
+// transaction), two advisory jobs and a lease job (kept) at the kill of the
+// leader's node, and returns the killed member.
 func runHolders(t *testing.T, c *cluster) *member {
 	ctx := context.Background()
 	admin := c.open(t, "pgx", 2)
 	rl := setupForm(t, c, admin, "pt_rowlock", "rowlock")
 	adv := setupForm(t, c, admin, "pt_advisory", "advisory")
+	ls := setupForm(t, c, admin, "pt_lease", "lease")
 	// The next claimer: another queue on the advisory table, on a pool
 	// of its own, as another process would be.
 	next, err := inbox.New(c.open(t, "pgx", 4), adv.Config())
@@ -96,6 +106,14 @@ func runHolders(t *testing.T, c *cluster) *member {
 	advHeld := claimOne(t, adv, 2, 1, 1)
 	kctx, stopKeep := advHeld[1].Keep(ctx)
 	defer stopKeep()
+	leased := claimOne(t, ls, 1, 1, 1)[0]
+	lctx, stopLease := leased.Keep(ctx)
+	defer stopLease()
+	// When the keeper ends the handler's context, as it ends.
+	var leaseStopped time.Time
+	noted := make(chan struct{})
+	stopAt := context.AfterFunc(lctx, func() { leaseStopped = time.Now(); close(noted) })
+	defer stopAt()
 
 	old, err := c.leader()
 	if err != nil {
@@ -109,6 +127,9 @@ func runHolders(t *testing.T, c *cluster) *member {
 	t.Logf("FIGURE: patroni holders: %s killed; a new leader accepted a write %v later", old.name, time.Since(at).Round(time.Millisecond))
 	checkRowLock(t, admin, rl, held)
 	checkAdvisory(t, admin, next, advHeld, kctx)
+	// The keeper gave up before the new leader answered: lctx has ended.
+	<-noted
+	checkLease(t, ls, leased, leaseStopped, context.Cause(lctx))
 	return old
 }
 
@@ -186,5 +207,41 @@ func checkAdvisory(t *testing.T, admin *sql.DB, next *inbox.Queue, held []*inbox
 	}
 	if n := count(t, admin, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"); n != 0 {
 		t.Errorf("advisory: %d advisory locks left on the new leader, want 0", n)
+	}
+}
+
+// checkLease: the lease holder's keeper reached no leader and cancelled
+// its handler with ErrLeaseLost before the lease it had written ran out;
+// the job, a row, carried over to the new leader, where it is claimed again
+// only once that lease has run out (by the server's clock: the new
+// expiry less the lease), attempt spent; the stale holder's Ack changes
+// nothing.
+func checkLease(t *testing.T, q *inbox.Queue, held *inbox.Delivery, stopped time.Time, cause error) {
+	ctx := context.Background()
+	expiry := held.Expiry()
+	t.Logf("FIGURE: patroni lease holder: handler cancelled with %v, %v before its lease ran out", cause, expiry.Sub(stopped).Round(time.Millisecond))
+	if !errors.Is(cause, inbox.ErrLeaseLost) || !stopped.Before(expiry) {
+		t.Errorf("lease: the holder's context ended at %v with %v; want ErrLeaseLost before its lease ran out at %v", stopped, cause, expiry)
+	}
+	var again *inbox.Delivery
+	eventually(t, holderLease+bootWait, "the lease job to be claimed again", func() error {
+		ds, err := q.Claim(ctx, 1)
+		if err != nil || len(ds) == 0 {
+			return fmt.Errorf("claimed %d: %v", len(ds), err)
+		}
+		again = ds[0]
+		return nil
+	})
+	if id := again.ID().(int64); id != 1 || again.Attempt() != 2 {
+		t.Errorf("lease: claimed job %d attempt %d again, want job 1 attempt 2", id, again.Attempt())
+	}
+	if claimedAt := again.Expiry().Add(-q.Lease()); claimedAt.Before(expiry) {
+		t.Errorf("lease: job 1 claimed again at %v, before its holder's lease ran out at %v", claimedAt, expiry)
+	}
+	if err := held.Ack(ctx); !errors.Is(err, inbox.ErrLeaseLost) {
+		t.Errorf("lease: the stale holder's Ack returned %v, want ErrLeaseLost", err)
+	}
+	if err := again.Ack(ctx); err != nil {
+		t.Fatalf("lease: Ack of the job claimed again: %v", err)
 	}
 }

@@ -13,8 +13,9 @@
 //     effect committed once, and the same Run call goes on on the new
 //     leader (load_test.go).
 //   - Switchover: the same through a planned switchover (POST /switchover).
-//   - RowLock and Advisory: a job of each form held at the leader's kill,
-//     and what its holder, and the next claimer, meet (forms_test.go).
+//   - Holders: a job of each form (row lock, lease, advisory) held at the
+//     leader's kill, and what its holder, and the next claimer, meet
+//     (forms_test.go).
 //
 // The killed member is started again after each kill and rejoins (pg_rewind)
 // before the next subtest. It runs only when asked, INBOX_CLUSTER_SUITES=1
