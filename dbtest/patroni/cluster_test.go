@@ -88,6 +88,9 @@ func startCluster(t *testing.T, tl tools) *cluster {
 			t.Fatal(err)
 		}
 	}
+	if err := os.WriteFile(filepath.Join(base, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	r, err := newReaper()
 	if err != nil {
 		t.Fatal(err)

@@ -214,49 +214,84 @@ func removeSharedMemory(data string) {
 		return
 	}
 	id, err := strconv.Atoi(f[1])
-	if err != nil || id < 0 {
+	if err != nil || id < 0 || attached(id) != 0 {
+		// In use: a segment by that id now is another server's.
 		return
 	}
 	const ipcRmid = 0
 	_, _, _ = syscall.Syscall(syscall.SYS_SHMCTL, uintptr(id), ipcRmid, 0)
 }
 
-// sweepOrphans stops the postmasters an earlier run of this suite left
-// running (a test binary killed by its -timeout runs no cleanup, and a
-// postmaster outlives its Patroni) and removes their directories. One is
-// recognised by its command line: a data directory under this suite's
-// temporary directories and the cluster name inbox-PID, PID a process that
-// is gone. A server of anyone else is never named so.
-func sweepOrphans() {
-	entries, _ := os.ReadDir("/proc")
-	prefix := filepath.Join(os.TempDir(), "TestPatroni")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		var data, owner string
-		for i, a := range args {
-			switch {
-			case a == "-D" && i+1 < len(args):
-				data = args[i+1]
-			case strings.HasPrefix(a, "--cluster_name=inbox-"):
-				owner = strings.TrimPrefix(a, "--cluster_name=inbox-")
+// attached is how many processes have System V segment id attached
+// (/proc/sysvipc/shm), -1 when there is no such segment.
+func attached(id int) int {
+	b, err := os.ReadFile("/proc/sysvipc/shm")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		// key shmid perms size cpid lpid nattch …
+		f := strings.Fields(line)
+		if len(f) > 6 && f[1] == strconv.Itoa(id) {
+			n, err := strconv.Atoi(f[6])
+			if err != nil {
+				return -1
 			}
-		}
-		runner, err := strconv.Atoi(owner)
-		if data == "" || err != nil || !strings.HasPrefix(data, prefix) || procState(runner) != 0 {
-			continue
-		}
-		_ = syscall.Kill(pid, syscall.SIGQUIT) // immediate shutdown: it removes its shared memory
-		if waitGone([]int{pid}, 30*time.Second) == nil {
-			// data is <temp>/TestPatroniN/NNN/mK/data.
-			_ = os.RemoveAll(filepath.Dir(filepath.Dir(filepath.Dir(data))))
+			return n
 		}
 	}
+	return -1
+}
+
+// sweepOrphans clears what an earlier run of this suite left behind when
+// it ran no cleanup (a test binary killed by its -timeout): postmasters
+// still running (one outlives its Patroni), the shared memory of those it
+// had killed, and their directories. A run's directory is found by the
+// owner file startCluster writes into it, naming the test process; one
+// whose process is gone is cleared. Nothing else is touched: a postmaster
+// is stopped only when its command line names a data directory there.
+func sweepOrphans() {
+	owners, _ := filepath.Glob(filepath.Join(os.TempDir(), "TestPatroni*", "*", ownerFile))
+	for _, f := range owners {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || procState(pid) != 0 {
+			continue
+		}
+		base := filepath.Dir(f)
+		datas, _ := filepath.Glob(filepath.Join(base, "m*", "data"))
+		cleared := true
+		for _, data := range datas {
+			if pm := postmasterPID(data); pm != 0 && runsOn(pm, data) {
+				_ = syscall.Kill(pm, syscall.SIGQUIT) // immediate shutdown: it removes its shared memory
+				cleared = cleared && waitGone([]int{pm}, 30*time.Second) == nil
+				continue
+			}
+			removeSharedMemory(data)
+		}
+		if cleared {
+			_ = os.RemoveAll(filepath.Dir(base))
+		}
+	}
+}
+
+// ownerFile, in a run's directory, names the test process that owns it.
+const ownerFile = "owner"
+
+// runsOn reports whether process pid is a postgres on data.
+func runsOn(pid int, data string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	args := strings.Split(string(b), "\x00")
+	for i, a := range args {
+		if a == "-D" && i+1 < len(args) && args[i+1] == data {
+			return true
+		}
+	}
+	return false
 }
