@@ -20,6 +20,10 @@ type DeadFilter struct {
 	// A job whose DeadAt is NULL (dead before the column was added) is
 	// not before any time.
 	DiedBefore time.Time
+	// Max, when above zero, is the most jobs chosen: an operator who
+	// confirmed a count requeues no more than that many, however many
+	// died since. Negative is an error.
+	Max int64
 }
 
 // DeleteDead deletes the dead job id: it will not run. A job the dead
@@ -84,7 +88,7 @@ func (q *Queue) RequeueDeadMany(ctx context.Context, ids []any) ([]any, error) {
 	return newIDs, nil
 }
 
-// CountDead returns how many dead jobs f chooses: what
+// CountDead returns how many dead jobs f chooses (at most f.Max): what
 // [Queue.RequeueDeadAll] would requeue now, for an operator to confirm.
 func (q *Queue) CountDead(ctx context.Context, f DeadFilter) (int64, error) {
 	if err := q.checkDeadFilter(f); err != nil {
@@ -98,6 +102,9 @@ func (q *Queue) CountDead(ctx context.Context, f DeadFilter) (int64, error) {
 	if err := q.queryRow(ctx, q.db, s, &values{notBefore: f.DiedBefore}).Scan(&n); err != nil {
 		return 0, opErr("count dead", err)
 	}
+	if f.Max > 0 {
+		n = min(n, f.Max)
+	}
 	return n, nil
 }
 
@@ -106,7 +113,7 @@ func (q *Queue) CountDead(ctx context.Context, f DeadFilter) (int64, error) {
 // that each commit before the next begins, so that no transaction holds
 // more than batch rows however many jobs there are, and returns how many
 // it requeued. It walks the dead table once, by id, and stops at the
-// count of jobs f chose when it began, so that jobs dying again meanwhile
+// count of jobs f chose when it began (at most f.Max), so that jobs dying again meanwhile
 // (under new ids) are not requeued twice by one call. A job another
 // requeue or a purge takes meanwhile is passed over. On an error the
 // batches committed stay requeued: the count says how many, and the
@@ -285,6 +292,8 @@ func (q *Queue) checkDeadFilter(f DeadFilter) error {
 	switch {
 	case q.st.Dead.Count.SQL == "" || q.st.Dead.Batch.SQL == "":
 		return fmt.Errorf("dialect %s has no Dead.Count and Dead.Batch statements", q.dialect.Name())
+	case f.Max < 0:
+		return fmt.Errorf("DeadFilter.Max %d: zero for all, or the most jobs to choose", f.Max)
 	case !f.DiedBefore.IsZero() && q.names.DeadAt == "":
 		return ErrNoDeadAt
 	case !f.DiedBefore.IsZero() && q.st.Dead.CountOlder.SQL == "":

@@ -192,6 +192,15 @@ func TestRequeueDeadAllBatches(t *testing.T) {
 	if n, err := q.RequeueDeadAll(context.Background(), inbox.DeadFilter{}, 2); err != nil || n != 3 {
 		t.Fatalf("RequeueDeadAll of all = %d, %v; want 3", n, err)
 	}
+	// At most the count an operator confirmed, however many there are.
+	m.ExpectQuery(st.Dead.Count.SQL).WillReturnRows(sqlmock.NewRows([]string{"count"}).AddRow(int64(9)))
+	m.ExpectBegin()
+	m.ExpectQuery(st.Dead.Batch.SQL).WithArgs(1).WillReturnRows(ids(4))
+	take(4, true)
+	m.ExpectCommit()
+	if n, err := q.RequeueDeadAll(context.Background(), inbox.DeadFilter{Max: 1}, 2); err != nil || n != 1 {
+		t.Fatalf("RequeueDeadAll with Max 1 = %d, %v; want 1", n, err)
+	}
 	m.Met(t)
 }
 
@@ -270,6 +279,7 @@ func TestBulkRefuse(t *testing.T) {
 		{"float id", "inbox: requeue dead: id 1.5 is a float64: want an integer or a string", second(q.RequeueDeadMany(ctx, []any{1.5}))},
 		{"batch 0", "inbox: requeue dead: batch 0 must be from 1 to 1000", second(q.RequeueDeadAll(ctx, inbox.DeadFilter{}, 0))},
 		{"batch 1001", "inbox: requeue dead: batch 1001 must be from 1 to 1000", second(q.RequeueDeadAll(ctx, inbox.DeadFilter{}, 1001))},
+		{"negative max", "inbox: count dead: DeadFilter.Max -1: zero for all, or the most jobs to choose", second(q.CountDead(ctx, inbox.DeadFilter{Max: -1}))},
 		{"cutoff without dead_at", "inbox: count dead: purging by age needs Table.DeadAt", second(q.CountDead(ctx, inbox.DeadFilter{DiedBefore: utc0}))},
 		{"no dead table", "inbox: delete dead: no dead table named in Table.DeadTable", noDead.DeleteDead(ctx, int64(1))},
 		{"run now without not-before", "inbox: run now: no job of table jobs can wait: the row lock form delays jobs with Table.NotBefore, which it does not name", q.RunNow(ctx, int64(1))},

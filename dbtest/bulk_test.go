@@ -82,6 +82,7 @@ func testBulkDead(t *testing.T, e Engine, form string, qualified bool) {
 	}
 	count(inbox.DeadFilter{}, old+3)
 	count(inbox.DeadFilter{DiedBefore: bulkCutoff}, old)
+	count(inbox.DeadFilter{DiedBefore: bulkCutoff, Max: 5}, 5)
 
 	// Delete one: gone, and a second delete finds nothing.
 	if err := q.DeleteDead(ctx, int64(1000)); err != nil {
