@@ -56,6 +56,12 @@ type jobsData struct {
 	Token        string
 	ReadOnly     bool
 	Generated    string
+	// The bulk actions (bulk.go): the last action's outcome, whether the
+	// queue has them, this page's address to come back to, and the kind
+	// of the listed ids.
+	Flash      *result
+	Bulk       bool
+	Back, Kind string
 }
 
 type payloadView struct {
@@ -75,6 +81,10 @@ type jobData struct {
 	Token                     string
 	ReadOnly                  bool
 	Generated, Back, JobsHref string
+	// The bulk actions (bulk.go): the last action's outcome, and the
+	// buttons the job's state allows.
+	Flash                *result
+	CanDelete, CanRunNow bool
 }
 
 // browser returns r's queue and its Browser, or writes the refusal.
@@ -108,7 +118,9 @@ func (h *Handler) serveJobs(w http.ResponseWriter, r *http.Request) {
 	if state == "" {
 		state = "ready"
 	}
-	d := jobsData{Queue: q.Name, State: state, Token: h.token(w, r), ReadOnly: h.readOnly, Generated: when(h.now())}
+	d := jobsData{Queue: q.Name, State: state, Token: h.token(w, r), ReadOnly: h.readOnly, Generated: when(h.now()),
+		Back: "jobs?" + r.URL.RawQuery}
+	d.Flash, d.Bulk = h.bulkOf(w, r, q)
 	status := http.StatusOK
 	sel := -1
 	for i, t := range tabs {
@@ -130,6 +142,9 @@ func (h *Handler) serveJobs(w http.ResponseWriter, r *http.Request) {
 		counts, countsErr, status = h.liveRows(r, q, b, v, sel, &d, status)
 	}
 	d.Tabs = tabsOf(q.Name, sel, counts, countsErr)
+	if len(d.Jobs) > 0 {
+		d.Kind = d.Jobs[0].Kind
+	}
 	h.render(w, status, "jobs.html", d)
 }
 
@@ -245,7 +260,9 @@ func (h *Handler) serveJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := jobData{Queue: q.Name, Token: h.token(w, r), ReadOnly: h.readOnly, Generated: when(h.now()),
-		JobsHref: "jobs?" + url.Values{"queue": {q.Name}}.Encode()}
+		JobsHref: "jobs?" + url.Values{"queue": {q.Name}}.Encode(), Back: "job?" + r.URL.RawQuery}
+	var bulk bool
+	d.Flash, bulk = h.bulkOf(w, r, q)
 	status := http.StatusOK
 	id, err := parseID(r.URL.Query().Get("id"), r.URL.Query().Get("kind"), q.TextIDs)
 	if err == nil {
@@ -266,6 +283,7 @@ func (h *Handler) serveJob(w http.ResponseWriter, r *http.Request) {
 			d.Payload = payloadOf(j.Data)
 			d.CanRequeue = j.State == inbox.StateDead
 			d.CanCancel = j.State == inbox.StateReady || j.State == inbox.StateWaiting
+			d.CanDelete, d.CanRunNow = bulk && j.State == inbox.StateDead, bulk && j.State == inbox.StateWaiting
 			d.JobsHref = "jobs?" + url.Values{"queue": {q.Name}, "state": {tabs[stateTab(j.State)].name}}.Encode()
 		}
 	} else {

@@ -194,7 +194,9 @@ func New(cfg Config) (*Handler, error) {
 
 // ServeHTTP serves the page (GET /), the jobs view of a queue by state
 // (GET /jobs) and a job's page (GET /job) where the Queue is a [Browser],
-// the actions (POST /requeue, /purge, /cancel, /pause, /resume) and the
+// the actions (POST /requeue, /purge, /cancel, /pause, /resume), the bulk
+// actions where the Queue is a [Bulk] (POST /selected, /delete, /run-now;
+// GET /requeue-all shows the count, POST does it), and the
 // JSON endpoints (GET /api/queues, /api/history, /api/dead, /api/token;
 // POST /api/requeue, /api/purge, /api/cancel, /api/pause, /api/resume),
 // paths relative to where the handler is mounted.
@@ -218,6 +220,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.serveAction(w, r, action, api)
+	case bulkPaths[path]:
+		h.serveBulk(w, r, path)
 	case path == "jobs":
 		if allow(w, r, http.MethodGet) {
 			h.serveJobs(w, r)
