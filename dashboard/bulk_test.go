@@ -41,7 +41,9 @@ func (f *fakeBulk) takeDead(what string, ids []any) error {
 	return nil
 }
 
-func (f *fakeBulk) DeleteDeadMany(_ context.Context, ids []any) error { return f.takeDead("delete", ids) }
+func (f *fakeBulk) DeleteDeadMany(_ context.Context, ids []any) error {
+	return f.takeDead("delete", ids)
+}
 
 func (f *fakeBulk) RequeueDeadMany(_ context.Context, ids []any) ([]any, error) {
 	if err := f.takeDead("requeue", ids); err != nil {
