@@ -1,0 +1,158 @@
+package browsertest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/sqlinbox/inbox"
+)
+
+// tabTo presses Tab until the element id has the focus.
+func tabTo(t *testing.T, tab context.Context, id string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if value(t, tab, chromedp.Evaluate[string](`document.activeElement ? document.activeElement.id : ""`)) == id {
+			return
+		}
+		if i == 60 {
+			t.Fatalf("60 presses of Tab never reached #%s", id)
+		}
+		run(t, tab, chromedp.KeyEvent("\t"))
+	}
+}
+
+// killReady buries every ready job of f's queue and returns how many.
+func killReady(t *testing.T, f *fixture) int {
+	t.Helper()
+	ctx := context.Background()
+	ds, err := f.q.Claim(ctx, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if err := d.Dead(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return len(ds)
+}
+
+// idOf returns the id of the queue table's job whose payload is p.
+func idOf(t *testing.T, f *fixture, e engine, p string) int64 {
+	t.Helper()
+	var id int64
+	ph := "?"
+	if e.dialect == inbox.Postgres {
+		ph = "$1"
+	}
+	if err := f.db.QueryRow("SELECT id FROM "+f.table+" WHERE payload = "+ph, []byte(p)).Scan(&id); err != nil {
+		t.Fatalf("the id of job %q: %v", p, err)
+	}
+	return id
+}
+
+// TestBulkActions (issue 37) drives the bulk actions in Chromium on every
+// engine it can reach: two dead jobs ticked and requeued with the
+// keyboard alone; a delete of the ticked ones without its box ticked
+// refused; one dead job deleted from its page; every dead job requeued
+// after a page that shows their count; a waiting job run now from its
+// page (a job in work offers no such button). Each returns to its page
+// with what happened, and the tables agree.
+func TestBulkActions(t *testing.T) {
+	browserCtx := browser(t)
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) {
+			f := newFixture(t, e, nil)
+			tab := newTab(t, browserCtx)
+			ctx := context.Background()
+			deadList := f.url + "jobs?queue=jobs&state=dead"
+
+			// Keyboard alone: tick two dead jobs (Space), then Enter on
+			// "requeue selected".
+			run(t, tab, chromedp.Navigate(deadList), js(`document.activeElement && document.activeElement.blur()`))
+			for _, p := range []string{"dies-plain", "dies-long"} {
+				tabTo(t, tab, fmt.Sprintf("pick-%v", f.dead[p]))
+				run(t, tab, chromedp.KeyEvent(" "))
+			}
+			tabTo(t, tab, "requeue-selected")
+			follow(t, tab, chromedp.KeyEvent("\r"))
+			if got := text(t, tab, "#flash"); got != "requeued 2 dead jobs of jobs" {
+				t.Errorf("after requeue selected the list says %q", got)
+			}
+			if q, dead := f.rows(t); q != 6 || dead != 1 {
+				t.Errorf("after requeue selected: %d jobs, %d dead; want 6 and 1", q, dead)
+			}
+
+			// Delete selected without its box: refused, nothing changed.
+			run(t, tab, chromedp.Navigate(deadList))
+			run(t, tab, click(fmt.Sprintf("#pick-%v", f.dead["dies-html"])))
+			follow(t, tab, click("#delete-selected"))
+			if got := text(t, tab, "#flash"); !strings.Contains(got, "deleting needs the confirmation box ticked; nothing was changed") {
+				t.Errorf("delete selected unconfirmed: the list says %q", got)
+			}
+			if _, dead := f.rows(t); dead != 1 {
+				t.Errorf("%d dead after a refused delete, want 1", dead)
+			}
+
+			// Delete one from its page; the dead list says so.
+			run(t, tab, chromedp.Navigate(f.url+fmt.Sprintf("job?queue=jobs&id=%v&kind=int", f.dead["dies-html"])))
+			run(t, tab, click("#delete-sure"))
+			follow(t, tab, click("#delete"))
+			if got := text(t, tab, "#flash"); got != fmt.Sprintf("deleted dead job %v of jobs", f.dead["dies-html"]) {
+				t.Errorf("after delete the page says %q", got)
+			}
+			if got := value(t, tab, chromedp.Evaluate[string](`document.title`)); !strings.Contains(got, "dead jobs") {
+				t.Errorf("delete returned to %q, want the dead list", got)
+			}
+			if q, dead := f.rows(t); q != 6 || dead != 0 {
+				t.Errorf("after delete: %d jobs, %d dead; want 6 and 0", q, dead)
+			}
+
+			// Requeue every dead job: the count first, then the requeue.
+			killed := killReady(t, f)
+			run(t, tab, chromedp.Navigate(deadList))
+			follow(t, tab, click("#requeue-all"))
+			want := fmt.Sprintf("Requeue %d dead jobs of any age?", killed)
+			if got := text(t, tab, "#confirm-count"); got != want {
+				t.Errorf("the confirmation says %q, want %q", got, want)
+			}
+			if _, dead := f.rows(t); dead != killed {
+				t.Errorf("%d dead after the count alone, want %d", dead, killed)
+			}
+			follow(t, tab, click("#confirm"))
+			if got, want := text(t, tab, "#flash"), fmt.Sprintf("requeued %d dead jobs of jobs (of any age)", killed); got != want {
+				t.Errorf("after requeue all the list says %q, want %q", got, want)
+			}
+			if q, dead := f.rows(t); q != 6 || dead != 0 {
+				t.Errorf("after requeue all: %d jobs, %d dead; want 6 and 0", q, dead)
+			}
+
+			// Run now: the retry waiting an hour, from its page.
+			retries := idOf(t, f, e, "retries")
+			run(t, tab, chromedp.Navigate(f.url+fmt.Sprintf("job?queue=jobs&id=%d&kind=int", retries)))
+			if got := text(t, tab, "#job-state"); got != "waiting" {
+				t.Fatalf("the retry's page says %q, want waiting", got)
+			}
+			follow(t, tab, click("#run-now"))
+			if got := text(t, tab, "#flash"); got != fmt.Sprintf("job %d of jobs is ready to run now", retries) {
+				t.Errorf("after run now the page says %q", got)
+			}
+			if got := text(t, tab, "#job-state"); got != "ready" {
+				t.Errorf("after run now the job is %q, want ready", got)
+			}
+			handle(t, f, "retries")
+			// The held job's page offers no run now; its holder's ack holds.
+			run(t, tab, chromedp.Navigate(f.url+fmt.Sprintf("job?queue=jobs&id=%v&kind=int", f.held.ID())))
+			if n := value(t, tab, chromedp.Evaluate[int](`document.querySelectorAll("#run-now, #delete").length`)); n != 0 {
+				t.Errorf("the held job's page offers %d bulk buttons", n)
+			}
+			if err := f.held.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
