@@ -134,6 +134,34 @@ func TestRequeueDeadMany(t *testing.T) {
 	m.Met(t)
 }
 
+// deadMock expects the requeue statements of deadDesc("lease") on
+// PostgreSQL.
+type deadMock struct {
+	m  *mock
+	st *inbox.Statements
+}
+
+// take expects the dead job id taken and, when found, enqueued anew as
+// id+100.
+func (d deadMock) take(id int64, found bool) {
+	rows := sqlmock.NewRows([]string{"id", "payload", "last_error"})
+	if !found {
+		d.m.ExpectQuery(d.st.Dead.Take.SQL).WithArgs(id).WillReturnRows(rows)
+		return
+	}
+	d.m.ExpectQuery(d.st.Dead.Take.SQL).WithArgs(id).WillReturnRows(rows.AddRow(id, []byte("p"), nil))
+	d.m.ExpectQuery(d.st.Jobs.Enqueue.SQL).WithArgs([]byte("p")).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(id + 100))
+}
+
+// ids are the rows of a batch's ids, or of a count.
+func ids(v ...int64) *sqlmock.Rows {
+	r := sqlmock.NewRows([]string{"id"})
+	for _, id := range v {
+		r.AddRow(id)
+	}
+	return r
+}
+
 // Requeueing every dead job older than a time: counted first, then batches
 // each in a transaction of its own, the next past the last id of the one
 // before, cut at the count; a job taken meanwhile is passed over.
@@ -141,62 +169,54 @@ func TestRequeueDeadAllBatches(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: deadDesc("lease")})
 	st := q.Statements()
+	d := deadMock{m, st}
 	cutoff := utc0
-	take := func(id int64, found bool) {
-		rows := sqlmock.NewRows([]string{"id", "payload", "last_error"})
-		if !found {
-			m.ExpectQuery(st.Dead.Take.SQL).WithArgs(id).WillReturnRows(rows)
-			return
-		}
-		m.ExpectQuery(st.Dead.Take.SQL).WithArgs(id).WillReturnRows(rows.AddRow(id, []byte("p"), nil))
-		m.ExpectQuery(st.Jobs.Enqueue.SQL).WithArgs([]byte("p")).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(id + 100))
-	}
-	ids := func(v ...int64) *sqlmock.Rows {
-		r := sqlmock.NewRows([]string{"id"})
-		for _, id := range v {
-			r.AddRow(id)
-		}
-		return r
-	}
-	m.ExpectQuery(st.Dead.CountOlder.SQL).WithArgs(at(cutoff)).WillReturnRows(sqlmock.NewRows([]string{"count"}).AddRow(int64(5)))
+	m.ExpectQuery(st.Dead.CountOlder.SQL).WithArgs(at(cutoff)).WillReturnRows(ids(5))
 	m.ExpectBegin()
 	m.ExpectQuery(st.Dead.BatchOlder.SQL).WithArgs(at(cutoff), 2).WillReturnRows(ids(3, 4))
-	take(3, true)
-	take(4, false) // taken by another requeue since the read
+	d.take(3, true)
+	d.take(4, false) // taken by another requeue since the read
 	m.ExpectCommit()
 	m.ExpectBegin()
 	m.ExpectQuery(st.Dead.BatchOlderAfter.SQL).WithArgs(at(cutoff), int64(4), 2).WillReturnRows(ids(6, 9))
-	take(6, true)
-	take(9, true)
+	d.take(6, true)
+	d.take(9, true)
 	m.ExpectCommit()
 	m.ExpectBegin()
 	m.ExpectQuery(st.Dead.BatchOlderAfter.SQL).WithArgs(at(cutoff), int64(9), 2).WillReturnRows(ids(12))
-	take(12, true)
+	d.take(12, true)
 	m.ExpectCommit()
 	n, err := q.RequeueDeadAll(context.Background(), inbox.DeadFilter{DiedBefore: cutoff}, 2)
 	if err != nil || n != 4 {
 		t.Fatalf("RequeueDeadAll = %d, %v; want 4", n, err)
 	}
-	// Every dead job: the count caps the walk, so the last batch asks for
-	// the one job left.
-	m.ExpectQuery(st.Dead.Count.SQL).WillReturnRows(sqlmock.NewRows([]string{"count"}).AddRow(int64(3)))
+	m.Met(t)
+}
+
+// Requeueing every dead job: the count caps the walk, so the last batch
+// asks for the jobs left; with Max, no more than it.
+func TestRequeueDeadAllCapped(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: deadDesc("lease")})
+	st := q.Statements()
+	d := deadMock{m, st}
+	m.ExpectQuery(st.Dead.Count.SQL).WillReturnRows(ids(3))
 	m.ExpectBegin()
 	m.ExpectQuery(st.Dead.Batch.SQL).WithArgs(2).WillReturnRows(ids(1, 2))
-	take(1, true)
-	take(2, true)
+	d.take(1, true)
+	d.take(2, true)
 	m.ExpectCommit()
 	m.ExpectBegin()
 	m.ExpectQuery(st.Dead.BatchAfter.SQL).WithArgs(int64(2), 1).WillReturnRows(ids(5))
-	take(5, true)
+	d.take(5, true)
 	m.ExpectCommit()
 	if n, err := q.RequeueDeadAll(context.Background(), inbox.DeadFilter{}, 2); err != nil || n != 3 {
 		t.Fatalf("RequeueDeadAll of all = %d, %v; want 3", n, err)
 	}
-	// At most the count an operator confirmed, however many there are.
-	m.ExpectQuery(st.Dead.Count.SQL).WillReturnRows(sqlmock.NewRows([]string{"count"}).AddRow(int64(9)))
+	m.ExpectQuery(st.Dead.Count.SQL).WillReturnRows(ids(9))
 	m.ExpectBegin()
 	m.ExpectQuery(st.Dead.Batch.SQL).WithArgs(1).WillReturnRows(ids(4))
-	take(4, true)
+	d.take(4, true)
 	m.ExpectCommit()
 	if n, err := q.RequeueDeadAll(context.Background(), inbox.DeadFilter{Max: 1}, 2); err != nil || n != 1 {
 		t.Fatalf("RequeueDeadAll with Max 1 = %d, %v; want 1", n, err)

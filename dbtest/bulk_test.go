@@ -72,17 +72,10 @@ func testBulkDead(t *testing.T, e Engine, form string, qualified bool) {
 		enqueueOne(t, q, db, fmt.Sprintf("recent%d", i))
 	}
 	deadOpsKill(t, q, 3)
-	const old = 40
-	bulkInsertDead(t, e, db, table+"_dead", 1000, old)
-	count := func(f inbox.DeadFilter, want int64) {
-		t.Helper()
-		if n, err := q.CountDead(ctx, f); err != nil || n != want {
-			t.Fatalf("CountDead(%+v) = %d, %v; want %d", f, n, err, want)
-		}
-	}
-	count(inbox.DeadFilter{}, old+3)
-	count(inbox.DeadFilter{DiedBefore: bulkCutoff}, old)
-	count(inbox.DeadFilter{DiedBefore: bulkCutoff, Max: 5}, 5)
+	bulkInsertDead(t, e, db, table+"_dead", 1000, bulkOldJobs)
+	bulkCount(t, q, inbox.DeadFilter{}, bulkOldJobs+3)
+	bulkCount(t, q, inbox.DeadFilter{DiedBefore: bulkCutoff}, bulkOldJobs)
+	bulkCount(t, q, inbox.DeadFilter{DiedBefore: bulkCutoff, Max: 5}, 5)
 
 	// Delete one: gone, and a second delete finds nothing.
 	if err := q.DeleteDead(ctx, int64(1000)); err != nil {
@@ -91,9 +84,27 @@ func testBulkDead(t *testing.T, e Engine, form string, qualified bool) {
 	if err := q.DeleteDead(ctx, int64(1000)); !errors.Is(err, inbox.ErrNotDead) {
 		t.Fatalf("second DeleteDead = %v, want ErrNotDead", err)
 	}
-	count(inbox.DeadFilter{DiedBefore: bulkCutoff}, old-1)
+	bulkCount(t, q, inbox.DeadFilter{DiedBefore: bulkCutoff}, bulkOldJobs-1)
+	requeued := bulkChosen(t, q)
+	bulkRequeueAll(t, q, requeued)
+}
 
-	// A chosen few with one unknown id: nothing changes.
+// bulkOldJobs is how many old dead jobs testBulkDead writes.
+const bulkOldJobs = 40
+
+// bulkCount checks that CountDead(f) is want.
+func bulkCount(t *testing.T, q *inbox.Queue, f inbox.DeadFilter, want int64) {
+	t.Helper()
+	if n, err := q.CountDead(context.Background(), f); err != nil || n != want {
+		t.Fatalf("CountDead(%+v) = %d, %v; want %d", f, n, err, want)
+	}
+}
+
+// bulkChosen requeues two of the three recent deaths, after a list with
+// an unknown id changed nothing, and returns their payloads.
+func bulkChosen(t *testing.T, q *inbox.Queue) []string {
+	t.Helper()
+	ctx := context.Background()
 	recent, err := q.ListDead(ctx, 3, nil)
 	if err != nil || len(recent) != 3 {
 		t.Fatalf("ListDead: %d, %v", len(recent), err)
@@ -104,22 +115,31 @@ func testBulkDead(t *testing.T, e Engine, form string, qualified bool) {
 	if err := q.DeleteDeadMany(ctx, []any{recent[0].ID, int64(1 << 40)}); !errors.Is(err, inbox.ErrNotDead) {
 		t.Fatalf("DeleteDeadMany with an unknown id = %v, want ErrNotDead", err)
 	}
-	count(inbox.DeadFilter{}, old+2)
+	bulkCount(t, q, inbox.DeadFilter{}, bulkOldJobs+2)
 	newIDs, err := q.RequeueDeadMany(ctx, []any{recent[0].ID, recent[1].ID})
 	if err != nil || len(newIDs) != 2 {
 		t.Fatalf("RequeueDeadMany = %v, %v", newIDs, err)
 	}
-	count(inbox.DeadFilter{}, old)
+	bulkCount(t, q, inbox.DeadFilter{}, bulkOldJobs)
+	return []string{string(recent[0].Data[0].([]byte)), string(recent[1].Data[0].([]byte))}
+}
 
-	// Every old death, in batches of 7, while eight workers claim.
-	want := map[string]bool{string(recent[0].Data[0].([]byte)): true, string(recent[1].Data[0].([]byte)): true}
-	for id := 1001; id < 1000+old; id++ {
+// bulkRequeueAll requeues every old death in batches of 7 while eight
+// workers claim, and checks that each job ran once: the old ones and
+// those requeued before.
+func bulkRequeueAll(t *testing.T, q *inbox.Queue, requeued []string) {
+	t.Helper()
+	want := map[string]bool{}
+	for _, p := range requeued {
+		want[p] = true
+	}
+	for id := 1001; id < 1000+bulkOldJobs; id++ {
 		want[fmt.Sprintf("old%d", id)] = true
 	}
 	runs := bulkWorkers(t, q, len(want), func() {
-		n, err := q.RequeueDeadAll(ctx, inbox.DeadFilter{DiedBefore: bulkCutoff}, 7)
-		if err != nil || n != old-1 {
-			t.Errorf("RequeueDeadAll = %d, %v; want %d", n, err, old-1)
+		n, err := q.RequeueDeadAll(context.Background(), inbox.DeadFilter{DiedBefore: bulkCutoff}, 7)
+		if err != nil || n != bulkOldJobs-1 {
+			t.Errorf("RequeueDeadAll = %d, %v; want %d", n, err, bulkOldJobs-1)
 		}
 	})
 	for p := range want {
@@ -130,8 +150,8 @@ func testBulkDead(t *testing.T, e Engine, form string, qualified bool) {
 	if len(runs) != len(want) {
 		t.Errorf("ran %d distinct jobs, want %d: %v", len(runs), len(want), runs)
 	}
-	count(inbox.DeadFilter{DiedBefore: bulkCutoff}, 0)
-	count(inbox.DeadFilter{}, 1)
+	bulkCount(t, q, inbox.DeadFilter{DiedBefore: bulkCutoff}, 0)
+	bulkCount(t, q, inbox.DeadFilter{}, 1)
 }
 
 // bulkWorkers runs act while eight workers claim and ack q's jobs, until

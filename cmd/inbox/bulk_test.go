@@ -103,21 +103,14 @@ func bulkSetup(t *testing.T, e engine) (*sql.DB, *inbox.Queue, cli) {
 func testBulkCommands(t *testing.T, e engine) {
 	ctx := context.Background()
 	db, q, c := bulkSetup(t, e)
-	enqueue := func(p string, notBefore time.Time) int64 {
-		id, err := q.Enqueue(ctx, db, inbox.Job{Data: []any{[]byte(p)}, NotBefore: notBefore})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id.(int64)
-	}
-	var dead []int64
 	for _, p := range []string{"a", "b", "c", "d", "e"} {
-		enqueue(p, time.Time{})
+		bulkEnqueue(t, q, db, p, time.Time{})
 	}
 	ds, err := q.Claim(ctx, 5)
 	if err != nil || len(ds) != 5 {
 		t.Fatalf("claim: %d, %v", len(ds), err)
 	}
+	var dead []int64
 	for _, d := range ds {
 		d.SetError(errors.New("boom"))
 		if err := d.Dead(ctx); err != nil {
@@ -125,16 +118,29 @@ func testBulkCommands(t *testing.T, e engine) {
 		}
 		dead = append(dead, d.ID().(int64))
 	}
+	bulkRequeueCommands(t, c, dead)
+	bulkRunNowCommands(t, c, q, db)
+}
+
+func bulkEnqueue(t *testing.T, q *inbox.Queue, db *sql.DB, p string, notBefore time.Time) int64 {
+	t.Helper()
+	id, err := q.Enqueue(context.Background(), db, inbox.Job{Data: []any{[]byte(p)}, NotBefore: notBefore})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id.(int64)
+}
+
+// bulkRequeueCommands: requeue -all without -yes, delete-dead, then
+// requeue -all with -max and with -older, over the five dead jobs.
+func bulkRequeueCommands(t *testing.T, c cli, dead []int64) {
 	deadCount := func() int64 {
 		t.Helper()
 		var st statsOut
 		c.must(exitOK, &st, "stats")
 		return st.Dead
 	}
-
-	// Without -yes: the count, exit 4, nothing changed.
-	env := map[string]string{"INBOX_DSN": e.dsn}
-	code, stdout, _ := runArgs(env, "-engine", e.name, "-config", c.config, "-json", "requeue", "-all")
+	code, stdout, _ := runArgs(map[string]string{"INBOX_DSN": c.e.dsn}, "-engine", c.e.name, "-config", c.config, "-json", "requeue", "-all")
 	var refusal struct {
 		Error string `json:"error"`
 		Code  int    `json:"code"`
@@ -147,23 +153,25 @@ func testBulkCommands(t *testing.T, e engine) {
 	if n := deadCount(); n != 5 {
 		t.Fatalf("%d dead after a refused requeue -all, want 5", n)
 	}
-
 	var del deleteOut
 	c.must(exitOK, &del, "delete-dead", itoa(dead[0]))
 	c.must(exitNotFound, nil, "delete-dead", itoa(dead[0]))
-
 	var all requeueAllOut
 	c.must(exitOK, &all, "requeue", "-all", "-yes", "-batch", "2", "-max", "3")
-	if all.Requeued != 3 || deadCount() != 1 {
-		t.Errorf("requeue -all -max 3: %+v, %d dead; want 3 and 1", all, deadCount())
+	if n := deadCount(); all.Requeued != 3 || n != 1 {
+		t.Errorf("requeue -all -max 3: %+v, %d dead; want 3 and 1", all, n)
 	}
 	c.must(exitOK, &all, "requeue", "-all", "-yes", "-older", "1h")
 	if all.Requeued != 0 || deadCount() != 1 {
 		t.Errorf("requeue -all -older 1h: %+v; want 0, the deaths are recent", all)
 	}
+}
 
-	// Run now: a job an hour away, then a job in work.
-	waiting := enqueue("later", time.Now().Add(time.Hour))
+// bulkRunNowCommands: a job an hour away runs now once; an unknown id is
+// not found; a job in work is refused, and its holder's ack holds.
+func bulkRunNowCommands(t *testing.T, c cli, q *inbox.Queue, db *sql.DB) {
+	ctx := context.Background()
+	waiting := bulkEnqueue(t, q, db, "later", time.Now().Add(time.Hour))
 	var now runNowOut
 	c.must(exitOK, &now, "run-now", itoa(waiting))
 	if now.Ready != float64(waiting) {

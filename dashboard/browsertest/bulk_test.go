@@ -68,91 +68,102 @@ func TestBulkActions(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) {
 			f := newFixture(t, e, nil)
 			tab := newTab(t, browserCtx)
-			ctx := context.Background()
-			deadList := f.url + "jobs?queue=jobs&state=dead"
-
-			// Keyboard alone: tick two dead jobs (Space), then Enter on
-			// "requeue selected".
-			run(t, tab, chromedp.Navigate(deadList), js(`document.activeElement && document.activeElement.blur()`))
-			for _, p := range []string{"dies-plain", "dies-long"} {
-				tabTo(t, tab, fmt.Sprintf("pick-%v", f.dead[p]))
-				run(t, tab, chromedp.KeyEvent(" "))
-			}
-			tabTo(t, tab, "requeue-selected")
-			follow(t, tab, chromedp.KeyEvent("\r"))
-			if got := text(t, tab, "#flash"); got != "requeued 2 dead jobs of jobs" {
-				t.Errorf("after requeue selected the list says %q", got)
-			}
-			if q, dead := f.rows(t); q != 6 || dead != 1 {
-				t.Errorf("after requeue selected: %d jobs, %d dead; want 6 and 1", q, dead)
-			}
-
-			// Delete selected without its box: refused, nothing changed.
-			run(t, tab, chromedp.Navigate(deadList))
-			run(t, tab, click(fmt.Sprintf("#pick-%v", f.dead["dies-html"])))
-			follow(t, tab, click("#delete-selected"))
-			if got := text(t, tab, "#flash"); !strings.Contains(got, "deleting needs the confirmation box ticked; nothing was changed") {
-				t.Errorf("delete selected unconfirmed: the list says %q", got)
-			}
-			if _, dead := f.rows(t); dead != 1 {
-				t.Errorf("%d dead after a refused delete, want 1", dead)
-			}
-
-			// Delete one from its page; the dead list says so.
-			run(t, tab, chromedp.Navigate(f.url+fmt.Sprintf("job?queue=jobs&id=%v&kind=int", f.dead["dies-html"])))
-			run(t, tab, click("#delete-sure"))
-			follow(t, tab, click("#delete"))
-			if got := text(t, tab, "#flash"); got != fmt.Sprintf("deleted dead job %v of jobs", f.dead["dies-html"]) {
-				t.Errorf("after delete the page says %q", got)
-			}
-			if got := value(t, tab, chromedp.Evaluate[string](`document.title`)); !strings.Contains(got, "dead jobs") {
-				t.Errorf("delete returned to %q, want the dead list", got)
-			}
-			if q, dead := f.rows(t); q != 6 || dead != 0 {
-				t.Errorf("after delete: %d jobs, %d dead; want 6 and 0", q, dead)
-			}
-
-			// Requeue every dead job: the count first, then the requeue.
-			killed := killReady(t, f)
-			run(t, tab, chromedp.Navigate(deadList))
-			follow(t, tab, click("#requeue-all"))
-			want := fmt.Sprintf("Requeue %d dead jobs of any age?", killed)
-			if got := text(t, tab, "#confirm-count"); got != want {
-				t.Errorf("the confirmation says %q, want %q", got, want)
-			}
-			if _, dead := f.rows(t); dead != killed {
-				t.Errorf("%d dead after the count alone, want %d", dead, killed)
-			}
-			follow(t, tab, click("#confirm"))
-			if got, want := text(t, tab, "#flash"), fmt.Sprintf("requeued %d dead jobs of jobs (of any age)", killed); got != want {
-				t.Errorf("after requeue all the list says %q, want %q", got, want)
-			}
-			if q, dead := f.rows(t); q != 6 || dead != 0 {
-				t.Errorf("after requeue all: %d jobs, %d dead; want 6 and 0", q, dead)
-			}
-
-			// Run now: the retry waiting an hour, from its page.
-			retries := idOf(t, f, e, "retries")
-			run(t, tab, chromedp.Navigate(f.url+fmt.Sprintf("job?queue=jobs&id=%d&kind=int", retries)))
-			if got := text(t, tab, "#job-state"); got != "waiting" {
-				t.Fatalf("the retry's page says %q, want waiting", got)
-			}
-			follow(t, tab, click("#run-now"))
-			if got := text(t, tab, "#flash"); got != fmt.Sprintf("job %d of jobs is ready to run now", retries) {
-				t.Errorf("after run now the page says %q", got)
-			}
-			if got := text(t, tab, "#job-state"); got != "ready" {
-				t.Errorf("after run now the job is %q, want ready", got)
-			}
-			handle(t, f, "retries")
-			// The held job's page offers no run now; its holder's ack holds.
-			run(t, tab, chromedp.Navigate(f.url+fmt.Sprintf("job?queue=jobs&id=%v&kind=int", f.held.ID())))
-			if n := value(t, tab, chromedp.Evaluate[int](`document.querySelectorAll("#run-now, #delete").length`)); n != 0 {
-				t.Errorf("the held job's page offers %d bulk buttons", n)
-			}
-			if err := f.held.Ack(ctx); err != nil {
-				t.Fatal(err)
-			}
+			bulkSelected(t, f, tab)
+			bulkDeleteOne(t, f, tab)
+			bulkRequeueAll(t, f, tab)
+			bulkRunNow(t, f, e, tab)
 		})
+	}
+}
+
+// bulkRows checks the queue table's and the dead table's rows.
+func bulkRows(t *testing.T, f *fixture, what string, queue, dead int) {
+	t.Helper()
+	if q, d := f.rows(t); q != queue || d != dead {
+		t.Errorf("%s: %d jobs, %d dead; want %d and %d", what, q, d, queue, dead)
+	}
+}
+
+// bulkSelected ticks two dead jobs and requeues them with the keyboard
+// alone (Tab, Space, Enter); a delete of the ticked job without its box
+// is refused.
+func bulkSelected(t *testing.T, f *fixture, tab context.Context) {
+	deadList := f.url + "jobs?queue=jobs&state=dead"
+	run(t, tab, chromedp.Navigate(deadList), js(`document.activeElement && document.activeElement.blur()`))
+	for _, p := range []string{"dies-plain", "dies-long"} {
+		tabTo(t, tab, fmt.Sprintf("pick-%v", f.dead[p]))
+		run(t, tab, chromedp.KeyEvent(" "))
+	}
+	tabTo(t, tab, "requeue-selected")
+	follow(t, tab, chromedp.KeyEvent("\r"))
+	if got := text(t, tab, "#flash"); got != "requeued 2 dead jobs of jobs" {
+		t.Errorf("after requeue selected the list says %q", got)
+	}
+	bulkRows(t, f, "after requeue selected", 6, 1)
+
+	run(t, tab, chromedp.Navigate(deadList))
+	run(t, tab, click(fmt.Sprintf("#pick-%v", f.dead["dies-html"])))
+	follow(t, tab, click("#delete-selected"))
+	if got := text(t, tab, "#flash"); !strings.Contains(got, "deleting needs the confirmation box ticked; nothing was changed") {
+		t.Errorf("delete selected unconfirmed: the list says %q", got)
+	}
+	bulkRows(t, f, "after a refused delete", 6, 1)
+}
+
+// bulkDeleteOne deletes the last dead job from its page, which returns to
+// the dead list.
+func bulkDeleteOne(t *testing.T, f *fixture, tab context.Context) {
+	run(t, tab, chromedp.Navigate(f.url+fmt.Sprintf("job?queue=jobs&id=%v&kind=int", f.dead["dies-html"])))
+	run(t, tab, click("#delete-sure"))
+	follow(t, tab, click("#delete"))
+	if got := text(t, tab, "#flash"); got != fmt.Sprintf("deleted dead job %v of jobs", f.dead["dies-html"]) {
+		t.Errorf("after delete the page says %q", got)
+	}
+	if got := value(t, tab, chromedp.Evaluate[string](`document.title`)); !strings.Contains(got, "dead jobs") {
+		t.Errorf("delete returned to %q, want the dead list", got)
+	}
+	bulkRows(t, f, "after delete", 6, 0)
+}
+
+// bulkRequeueAll buries the ready jobs, then requeues every dead job: the
+// count on a page of its own first, changing nothing, then the requeue.
+func bulkRequeueAll(t *testing.T, f *fixture, tab context.Context) {
+	killed := killReady(t, f)
+	run(t, tab, chromedp.Navigate(f.url+"jobs?queue=jobs&state=dead"))
+	follow(t, tab, click("#requeue-all"))
+	want := fmt.Sprintf("Requeue %d dead jobs of any age?", killed)
+	if got := text(t, tab, "#confirm-count"); got != want {
+		t.Errorf("the confirmation says %q, want %q", got, want)
+	}
+	bulkRows(t, f, "after the count alone", 6-killed, killed)
+	follow(t, tab, click("#confirm"))
+	if got, want := text(t, tab, "#flash"), fmt.Sprintf("requeued %d dead jobs of jobs (of any age)", killed); got != want {
+		t.Errorf("after requeue all the list says %q, want %q", got, want)
+	}
+	bulkRows(t, f, "after requeue all", 6, 0)
+}
+
+// bulkRunNow runs the retry waiting an hour now, from its page; the held
+// job's page offers no such button, and its holder's ack holds.
+func bulkRunNow(t *testing.T, f *fixture, e engine, tab context.Context) {
+	retries := idOf(t, f, e, "retries")
+	run(t, tab, chromedp.Navigate(f.url+fmt.Sprintf("job?queue=jobs&id=%d&kind=int", retries)))
+	if got := text(t, tab, "#job-state"); got != "waiting" {
+		t.Fatalf("the retry's page says %q, want waiting", got)
+	}
+	follow(t, tab, click("#run-now"))
+	if got := text(t, tab, "#flash"); got != fmt.Sprintf("job %d of jobs is ready to run now", retries) {
+		t.Errorf("after run now the page says %q", got)
+	}
+	if got := text(t, tab, "#job-state"); got != "ready" {
+		t.Errorf("after run now the job is %q, want ready", got)
+	}
+	handle(t, f, "retries")
+	run(t, tab, chromedp.Navigate(f.url+fmt.Sprintf("job?queue=jobs&id=%v&kind=int", f.held.ID())))
+	if n := value(t, tab, chromedp.Evaluate[int](`document.querySelectorAll("#run-now, #delete").length`)); n != 0 {
+		t.Errorf("the held job's page offers %d bulk buttons", n)
+	}
+	if err := f.held.Ack(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
