@@ -130,31 +130,50 @@ func (q *Queue) RequeueDeadAll(ctx context.Context, f DeadFilter, batch int) (in
 	var done int64
 	var after any
 	for left > 0 {
-		var n int
-		var more bool
-		err := q.atomic(ctx, func(tx Executor) error {
-			var err error
-			n, after, more, err = q.requeueBatch(ctx, tx, f, after, int(min(left, int64(batch))))
-			return err
+		limit := int(min(left, int64(batch)))
+		ids, err := q.deadBatch(ctx, f, after, limit)
+		if err != nil {
+			return done, opErr(op, err)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		n := int64(0)
+		err = q.atomic(ctx, func(tx Executor) error {
+			n = 0
+			for _, id := range ids {
+				_, err := q.requeueIn(ctx, tx, id)
+				switch {
+				case errors.Is(err, ErrNotDead):
+					continue // another requeue or a purge took it meanwhile
+				case err != nil:
+					return err
+				}
+				n++
+			}
+			return nil
 		})
 		if err != nil {
 			return done, opErr(op, err)
 		}
-		done, left = done+int64(n), left-int64(n)
+		done, left, after = done+n, left-n, ids[len(ids)-1]
 		if n > 0 {
 			q.bell.ring()
 		}
-		if !more {
+		if len(ids) < limit {
 			break
 		}
 	}
 	return done, nil
 }
 
-// requeueBatch requeues up to limit dead jobs of f past the id after
-// through tx. It returns how many it requeued, the last id it read, and
-// whether a full batch was read (more may follow).
-func (q *Queue) requeueBatch(ctx context.Context, tx Executor, f DeadFilter, after any, limit int) (int, any, bool, error) {
+// deadBatch reads the ids of up to limit dead jobs of f past the id after,
+// in id order. It reads outside the batch's transaction, whose first
+// statement then takes a row (Dead.Take): a SQLite transaction that began
+// with a read could not take the write lock once another connection had
+// written, and every engine holds the batch's locks the shorter for it.
+// The take decides: a job gone since the read is passed over.
+func (q *Queue) deadBatch(ctx context.Context, f DeadFilter, after any, limit int) ([]any, error) {
 	s := q.st.Dead.Batch
 	switch {
 	case f.DiedBefore.IsZero() && after != nil:
@@ -164,38 +183,20 @@ func (q *Queue) requeueBatch(ctx context.Context, tx Executor, f DeadFilter, aft
 	case after != nil:
 		s = q.st.Dead.BatchOlderAfter
 	}
-	rows, err := q.query(ctx, tx, s, &values{id: after, notBefore: f.DiedBefore, limit: limit})
+	rows, err := q.query(ctx, q.db, s, &values{id: after, notBefore: f.DiedBefore, limit: limit})
 	if err != nil {
-		return 0, after, false, err
+		return nil, err
 	}
+	defer rows.Close()
 	var ids []any
 	for rows.Next() {
 		var id any
 		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return 0, after, false, err
+			return nil, err
 		}
 		ids = append(ids, normID(id))
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, after, false, err
-	}
-	n := 0
-	for _, id := range ids {
-		_, err := q.requeueIn(ctx, tx, id)
-		switch {
-		case errors.Is(err, ErrNotDead):
-			continue // another requeue or a purge took it meanwhile
-		case err != nil:
-			return 0, after, false, err
-		}
-		n++
-	}
-	if len(ids) > 0 {
-		after = ids[len(ids)-1]
-	}
-	return n, after, len(ids) == limit, nil
+	return ids, rows.Err()
 }
 
 // RunNow makes the waiting job id claimable now: one whose not-before
@@ -205,7 +206,9 @@ func (q *Queue) requeueBatch(ctx context.Context, tx Executor, f DeadFilter, aft
 // delay shorter than a lease that reads the same, and is refused with
 // [ErrInWork] so that no holder's token is touched. Under the row lock a
 // job a claim holds is ErrInWork, found without waiting for its holder.
-// A job that is ready already, or dead, is [ErrNotWaiting]; one in
+// Under the advisory form a held job's row reads ready, as it was when
+// claimed, and RunNow leaves it alone as it does every ready job. A job
+// that is ready already, or dead, is [ErrNotWaiting]; one in
 // neither table [ErrNotFound]. Without Table.NotBefore no job of the row
 // lock or advisory forms can wait, and RunNow refuses. Nothing is changed
 // on an error.

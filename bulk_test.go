@@ -163,8 +163,9 @@ func ids(v ...int64) *sqlmock.Rows {
 }
 
 // Requeueing every dead job older than a time: counted first, then batches
-// each in a transaction of its own, the next past the last id of the one
-// before, cut at the count; a job taken meanwhile is passed over.
+// each read outside and requeued in a transaction of its own, the next
+// past the last id of the one before, cut at the count; a job taken
+// meanwhile is passed over.
 func TestRequeueDeadAllBatches(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.Postgres, Table: deadDesc("lease")})
@@ -172,18 +173,18 @@ func TestRequeueDeadAllBatches(t *testing.T) {
 	d := deadMock{m, st}
 	cutoff := utc0
 	m.ExpectQuery(st.Dead.CountOlder.SQL).WithArgs(at(cutoff)).WillReturnRows(ids(5))
-	m.ExpectBegin()
 	m.ExpectQuery(st.Dead.BatchOlder.SQL).WithArgs(at(cutoff), 2).WillReturnRows(ids(3, 4))
+	m.ExpectBegin()
 	d.take(3, true)
 	d.take(4, false) // taken by another requeue since the read
 	m.ExpectCommit()
-	m.ExpectBegin()
 	m.ExpectQuery(st.Dead.BatchOlderAfter.SQL).WithArgs(at(cutoff), int64(4), 2).WillReturnRows(ids(6, 9))
+	m.ExpectBegin()
 	d.take(6, true)
 	d.take(9, true)
 	m.ExpectCommit()
-	m.ExpectBegin()
 	m.ExpectQuery(st.Dead.BatchOlderAfter.SQL).WithArgs(at(cutoff), int64(9), 2).WillReturnRows(ids(12))
+	m.ExpectBegin()
 	d.take(12, true)
 	m.ExpectCommit()
 	n, err := q.RequeueDeadAll(context.Background(), inbox.DeadFilter{DiedBefore: cutoff}, 2)
@@ -201,21 +202,21 @@ func TestRequeueDeadAllCapped(t *testing.T) {
 	st := q.Statements()
 	d := deadMock{m, st}
 	m.ExpectQuery(st.Dead.Count.SQL).WillReturnRows(ids(3))
-	m.ExpectBegin()
 	m.ExpectQuery(st.Dead.Batch.SQL).WithArgs(2).WillReturnRows(ids(1, 2))
+	m.ExpectBegin()
 	d.take(1, true)
 	d.take(2, true)
 	m.ExpectCommit()
-	m.ExpectBegin()
 	m.ExpectQuery(st.Dead.BatchAfter.SQL).WithArgs(int64(2), 1).WillReturnRows(ids(5))
+	m.ExpectBegin()
 	d.take(5, true)
 	m.ExpectCommit()
 	if n, err := q.RequeueDeadAll(context.Background(), inbox.DeadFilter{}, 2); err != nil || n != 3 {
 		t.Fatalf("RequeueDeadAll of all = %d, %v; want 3", n, err)
 	}
 	m.ExpectQuery(st.Dead.Count.SQL).WillReturnRows(ids(9))
-	m.ExpectBegin()
 	m.ExpectQuery(st.Dead.Batch.SQL).WithArgs(1).WillReturnRows(ids(4))
+	m.ExpectBegin()
 	d.take(4, true)
 	m.ExpectCommit()
 	if n, err := q.RequeueDeadAll(context.Background(), inbox.DeadFilter{Max: 1}, 2); err != nil || n != 1 {
