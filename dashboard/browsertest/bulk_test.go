@@ -68,6 +68,7 @@ func TestBulkActions(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) {
 			f := newFixture(t, e, nil)
 			tab := newTab(t, browserCtx)
+			bulkPhone(t, tab, f.url+"jobs?queue=jobs&state=dead", f.url+"requeue-all?queue=jobs&older=all")
 			bulkSelected(t, f, tab)
 			bulkDeleteOne(t, f, tab)
 			bulkRequeueAll(t, f, tab)
@@ -165,5 +166,24 @@ func bulkRunNow(t *testing.T, f *fixture, e engine, tab context.Context) {
 	}
 	if err := f.held.Ack(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// bulkPhone loads each page in a window as wide as a phone's: the page,
+// its bulk forms included, must not be wider than the window (a table
+// scrolls in its own box).
+func bulkPhone(t *testing.T, tab context.Context, urls ...string) {
+	t.Helper()
+	run(t, tab, chromedp.EmulateViewport(375, 740))
+	defer run(t, tab, chromedp.EmulateViewport(1200, 1000))
+	for _, u := range urls {
+		run(t, tab, chromedp.Navigate(u))
+		if w := value(t, tab, chromedp.Evaluate[int](`window.innerWidth`)); w != 375 {
+			t.Fatalf("the window is %d px wide, want 375", w)
+		}
+		if wide := value(t, tab, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth`)); wide {
+			w := value(t, tab, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
+			t.Errorf("%s is %d px wide in a window of 375", u, w)
+		}
 	}
 }
