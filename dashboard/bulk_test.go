@@ -211,6 +211,12 @@ func TestBulkJobPage(t *testing.T) {
 	if status, body := ro.post("/run-now", url.Values{"queue": {"mail"}, "id": {"13"}}); status != http.StatusForbidden || !strings.Contains(body, "read-only") {
 		t.Errorf("run now on a read-only dashboard: %d", status)
 	}
+	if status, body := ro.get("/requeue-all?queue=mail"); status != http.StatusForbidden || strings.Contains(body, `id="confirm-form"`) {
+		t.Errorf("the count page of a read-only dashboard: %d", status)
+	}
+	if status, body := plain.get("/requeue-all?queue=mail"); status != http.StatusNotFound || !strings.Contains(body, "has no bulk actions") {
+		t.Errorf("the count page of a queue without Bulk: %d", status)
+	}
 }
 
 // TestBackOf: an action returns only to the dashboard's own pages.

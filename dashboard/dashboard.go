@@ -2,7 +2,9 @@
 // and lets them act on dead jobs: each queue's ready, waiting, in-work and
 // dead jobs and the age of the oldest, their depth and throughput over the
 // last hour as charts, the dead jobs with their errors, and forms to requeue
-// or purge dead jobs and cancel a waiting one. A jobs view lists a queue's
+// or purge dead jobs and cancel a waiting one; where the queue is a [Bulk],
+// to requeue or delete the dead jobs ticked, requeue all after their count,
+// and run a waiting job now. A jobs view lists a queue's
 // jobs by state a page at a time, and a job's page shows its data (JSON,
 // text or hex), its last error whole, and the actions its state allows. JSON endpoints serve the
 // same. It uses the standard library alone; the page fetches nothing from
