@@ -279,3 +279,53 @@ func bulkWaiting(t *testing.T, q *inbox.Queue, db *sql.DB, form string) any {
 	}
 	return id
 }
+
+// BenchmarkRequeueDeadAll times Queue.RequeueDeadAll of 2,000 dead jobs in
+// batches of 200 (the lease form, one driver per server): µs/job is the
+// cost of one job requeued.
+//
+//	cd dbtest && go test -run '^$' -bench RequeueDeadAll -benchtime 5x .
+func BenchmarkRequeueDeadAll(b *testing.B) {
+	const jobs, batch = 2000, 200
+	for _, e := range Engines {
+		if e.Name == "pq" || e.Name == "mysql" || e.Name == "modernc" {
+			continue
+		}
+		b.Run(e.Name, func(b *testing.B) {
+			ctx := context.Background()
+			db := e.OpenDSN(b, e.DSN(b, b.TempDir()), 4)
+			table := "bulk_bench"
+			e.CreateTable(b, db, table)
+			b.Cleanup(func() {
+				for _, tb := range []string{table, table + "_dead", table + "_claims"} {
+					db.Exec("DROP TABLE IF EXISTS " + tb)
+				}
+			})
+			q, err := inbox.New(db, inbox.Config{Dialect: e.Dialect, Table: Table(table, "lease")})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				mustExec(b, e, db, "DELETE FROM "+table)
+				tx, err := db.Begin()
+				if err != nil {
+					b.Fatal(err)
+				}
+				for id := i * jobs; id < (i+1)*jobs; id++ {
+					if _, err := tx.Exec(bind(e, "INSERT INTO "+table+"_dead (id, attempt, payload) VALUES (?, 3, ?)"), id+1, []byte("p")); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := tx.Commit(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if n, err := q.RequeueDeadAll(ctx, inbox.DeadFilter{}, batch); err != nil || n != jobs {
+					b.Fatalf("RequeueDeadAll = %d, %v; want %d", n, err, jobs)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*jobs), "µs/job")
+		})
+	}
+}
