@@ -22,6 +22,7 @@ func deadJobs(t *dialect.Template, n *dialect.Names, st *Statements, returning, 
 		// waiting one without waiting for the holder.
 		st.RowLock.CancelLock = t.Query("SELECT {id} FROM {table} WHERE {id} = $id FOR UPDATE SKIP LOCKED")
 	}
+	st.Jobs.RunNow = runNow(t, n)
 	if n.Dead == "" {
 		return
 	}
@@ -113,4 +114,42 @@ func deadJobs(t *dialect.Template, n *dialect.Names, st *Statements, returning, 
 	if n.LastError != "" {
 		st.Dead.RequeueError = t.Exec("UPDATE {table} SET {lastError} = $error WHERE {id} = $id")
 	}
+	deadBulk(t, n, st)
+}
+
+// deadBulk writes the statements of the bulk tools: deleting one dead job,
+// and counting and walking the dead jobs (all, or those dead before a
+// time) for a requeue in batches. A batch is a seek of the primary key
+// past the last id of the one before, so each batch reads its own rows
+// however many were requeued already (each requeue leaves the table, but
+// one that failed to, or a key that sorts ids as text, would be read again
+// from the start). The dead_at filter reads the rows it skips: an
+// operator's rare walk, not worth an index of its own.
+func deadBulk(t *dialect.Template, n *dialect.Names, st *Statements) {
+	st.Dead.Delete = t.Exec("DELETE FROM {dead} WHERE {id} = $id")
+	st.Dead.Count = t.Query("SELECT COUNT(*) FROM {dead}")
+	st.Dead.Batch = t.Query("SELECT {id} FROM {dead} ORDER BY {id} LIMIT $limit")
+	st.Dead.BatchAfter = t.Query("SELECT {id} FROM {dead} WHERE {id} > $id ORDER BY {id} LIMIT $limit")
+	if n.DeadAt != "" {
+		st.Dead.CountOlder = t.Query("SELECT COUNT(*) FROM {dead} WHERE {deadAt} < $at")
+		st.Dead.BatchOlder = t.Query("SELECT {id} FROM {dead} WHERE {deadAt} < $at ORDER BY {id} LIMIT $limit")
+		st.Dead.BatchOlderAfter = t.Query("SELECT {id} FROM {dead} WHERE {deadAt} < $at AND {id} > $id ORDER BY {id} LIMIT $limit")
+	}
+}
+
+// runNow writes Jobs.RunNow: the job waits when its time is beyond what a
+// holder can have. Under the lease a holder's lease ends within a lease
+// (a claim and every extension write now plus the lease), so only a lease
+// ending beyond one is a retry delay that may be cleared; a holder's is
+// left alone and its token stays whole. The other forms wait on the
+// not-before column, which a claim never moves past now. Without one no
+// job waits: the statement is empty.
+func runNow(t *dialect.Template, n *dialect.Names) dialect.Stmt {
+	switch {
+	case n.Form == Lease:
+		return t.Exec("UPDATE {table} SET {lease} = NULL WHERE {id} = $id AND {lease} > {until}")
+	case n.NotBefore != "":
+		return t.Exec("UPDATE {table} SET {notBefore} = NULL WHERE {id} = $id AND {notBefore} > {now}")
+	}
+	return dialect.Stmt{}
 }
