@@ -140,6 +140,37 @@ func mySchemaLiteral(n *dialect.Names) string {
 // SELECT in a READ COMMITTED transaction, then writes their leases.
 func myLease(t *dialect.Template, n *dialect.Names) *Statements {
 	st := &Statements{}
+	myLeaseClaim(t, n, st)
+	// One UPDATE writes the leases of up to claimMarkIDs rows; a claim of
+	// fewer repeats its last row, which changes nothing twice. It writes a
+	// row only if the row still has the attempt the SELECT read and is still
+	// claimable: the SELECT's lock is real on one server, but on a Galera
+	// node it is local, and a row read there may since have been claimed
+	// through another node, whose writeset the UPDATE then sees.
+	st.Claim.Mark = t.Exec("UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = $until WHERE ({id}, {attempt}) IN (" +
+		strings.Repeat("($id, $delivered), ", claimMarkIDs-1) + "($id, $delivered)) AND ({lease} <= $now OR {lease} IS NULL)")
+	// When the mark changed fewer rows than it named, the rows carrying its
+	// expiry are the claim's.
+	// An idle loop asks first: the claim is a transaction of five
+	// statements, the probe one.
+	st.Jobs.Probe = t.Query(leaseProbe)
+	st.Claim.Marked = t.Query("SELECT {id} FROM {table} WHERE {id} IN (" +
+		strings.Repeat("$id, ", claimMarkIDs-1) + "$id) AND {lease} = $until")
+	st.Settle.Extend = t.Exec("UPDATE {table} SET {lease} = $until WHERE " + myLeaseToken)
+	st.Settle.Retry = t.Exec("UPDATE {table} SET {lease} = $until{, set error} WHERE " + myLeaseToken)
+	// MySQL reports changed rows, not matched ones: a write of the expiry a
+	// row already holds is confirmed by counting the token.
+	st.Settle.Exists = t.Query("SELECT COUNT(*) FROM {table} WHERE " + myLeaseToken)
+	st.Settle.Ack = t.Exec("DELETE FROM {table} WHERE " + myLeaseToken)
+	st.Settle.Release = t.Exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + myLeaseToken)
+	if n.Dead != "" {
+		st.Settle.Dead, st.Settle.DeadDelete = deadCopy(t, myLeaseToken)
+	}
+	return st
+}
+
+// myLeaseClaim writes the lease form's claim reads.
+func myLeaseClaim(t *dialect.Template, n *dialect.Names, st *Statements) {
 	// Rows whose lease ran out (a crashed holder, a retry delay) and free
 	// rows are read apart, each an ordered, limited read of the index on
 	// (lease, id), so that a head of rows under lease in force is never
@@ -177,21 +208,7 @@ func myLease(t *dialect.Template, n *dialect.Names) *Statements {
 	// primary key, in id order among rows of one priority, each read
 	// locking only the rows it returns.
 	if n.Shallow {
-		// A shallow table has no index on the lease: the claimable rows
-		// are read in claim order through the primary key (or the
-		// priority's index), stepping over the few under lease. Picked
-		// first with a priority, for the reason below.
-		claimable := "({lease} IS NULL OR {lease} <= " + now + ")"
-		if n.Priority != "" {
-			st.Claim.Pick = t.Query("SELECT {pick} FROM {table} WHERE " + claimable + " ORDER BY {order} LIMIT $limit")
-			st.Claim.PickAfter = t.Query("SELECT {pick} FROM {table} WHERE " + claimable + " AND " + pastCandidate(t) + " ORDER BY {order} LIMIT $limit")
-			st.Claim.PickLock = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {id} IN (" + myPickIDs +
-				") AND " + claimable + " ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
-			st.Claim.PickLock.Clock = n.DBClock
-		} else {
-			st.Claim.Select = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE " + claimable + " ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
-			st.Claim.Select.Clock = n.DBClock
-		}
+		myShallowClaim(t, n, st, now, clock)
 	} else if n.Priority != "" {
 		past := pastCandidate(t)
 		st.Claim.Pick = t.Query("SELECT {pick} FROM {table} WHERE {lease} <= " + now + " ORDER BY {order} LIMIT $limit")
@@ -206,32 +223,25 @@ func myLease(t *dialect.Template, n *dialect.Names) *Statements {
 		st.Claim.SelectMore = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
 		st.Claim.Select.Clock, st.Claim.SelectMore.Clock = n.DBClock, n.DBClock
 	}
-	// One UPDATE writes the leases of up to claimMarkIDs rows; a claim of
-	// fewer repeats its last row, which changes nothing twice. It writes a
-	// row only if the row still has the attempt the SELECT read and is still
-	// claimable: the SELECT's lock is real on one server, but on a Galera
-	// node it is local, and a row read there may since have been claimed
-	// through another node, whose writeset the UPDATE then sees.
-	st.Claim.Mark = t.Exec("UPDATE {table} SET {attempt} = {attempt} + 1, {lease} = $until WHERE ({id}, {attempt}) IN (" +
-		strings.Repeat("($id, $delivered), ", claimMarkIDs-1) + "($id, $delivered)) AND ({lease} <= $now OR {lease} IS NULL)")
-	// When the mark changed fewer rows than it named, the rows carrying its
-	// expiry are the claim's.
-	// An idle loop asks first: the claim is a transaction of five
-	// statements, the probe one.
-	st.Jobs.Probe = t.Query(leaseProbe)
-	st.Claim.Marked = t.Query("SELECT {id} FROM {table} WHERE {id} IN (" +
-		strings.Repeat("$id, ", claimMarkIDs-1) + "$id) AND {lease} = $until")
-	st.Settle.Extend = t.Exec("UPDATE {table} SET {lease} = $until WHERE " + myLeaseToken)
-	st.Settle.Retry = t.Exec("UPDATE {table} SET {lease} = $until{, set error} WHERE " + myLeaseToken)
-	// MySQL reports changed rows, not matched ones: a write of the expiry a
-	// row already holds is confirmed by counting the token.
-	st.Settle.Exists = t.Query("SELECT COUNT(*) FROM {table} WHERE " + myLeaseToken)
-	st.Settle.Ack = t.Exec("DELETE FROM {table} WHERE " + myLeaseToken)
-	st.Settle.Release = t.Exec("UPDATE {table} SET {lease} = NULL, {attempt} = {attempt} - 1 WHERE " + myLeaseToken)
-	if n.Dead != "" {
-		st.Settle.Dead, st.Settle.DeadDelete = deadCopy(t, myLeaseToken)
+}
+
+// myShallowClaim is myLeaseClaim for a table without an index on the lease.
+func myShallowClaim(t *dialect.Template, n *dialect.Names, st *Statements, now, clock string) {
+	// A shallow table has no index on the lease: the claimable rows
+	// are read in claim order through the primary key (or the
+	// priority's index), stepping over the few under lease. Picked
+	// first with a priority, for the reason myLeaseClaim gives.
+	claimable := "({lease} IS NULL OR {lease} <= " + now + ")"
+	if n.Priority != "" {
+		st.Claim.Pick = t.Query("SELECT {pick} FROM {table} WHERE " + claimable + " ORDER BY {order} LIMIT $limit")
+		st.Claim.PickAfter = t.Query("SELECT {pick} FROM {table} WHERE " + claimable + " AND " + pastCandidate(t) + " ORDER BY {order} LIMIT $limit")
+		st.Claim.PickLock = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {id} IN (" + myPickIDs +
+			") AND " + claimable + " ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
+		st.Claim.PickLock.Clock = n.DBClock
+	} else {
+		st.Claim.Select = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE " + claimable + " ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
+		st.Claim.Select.Clock = n.DBClock
 	}
-	return st
 }
 
 // myLeaseToken is the lease token as InnoDB must search it: by primary key.

@@ -57,6 +57,10 @@ type jobsData struct {
 	ReadOnly     bool
 	Generated    string
 	Result       *result // an action's, left by the form that came back here
+	// The bulk actions (bulk.go): whether the queue has them, this page
+	// for their return, and the kind of the listed ids.
+	Bulk       bool
+	Self, Kind string
 }
 
 type payloadView struct {
@@ -64,20 +68,22 @@ type payloadView struct {
 }
 
 type jobData struct {
-	Queue, ID, Kind, State    string
-	Attempt                   int
-	Due, DueLabel             string
-	Enqueued, DeadAt          string
-	Priority                  int64
-	Error                     string
-	Payload                   []payloadView
-	CanRequeue, CanCancel     bool
-	Err                       string
-	Token                     string
-	ReadOnly                  bool
-	Generated, Back, JobsHref string
-	Return                    string // where the actions go back to
-	Result                    *result
+	Queue, ID, Kind, State string
+	Attempt                int
+	Due, DueLabel          string
+	Enqueued, DeadAt       string
+	Priority               int64
+	Error                  string
+	Payload                []payloadView
+	CanRequeue, CanCancel  bool
+	Err                    string
+	Token                  string
+	ReadOnly               bool
+	Generated, JobsHref    string
+	Return                 string // where the actions go back to
+	Self                   string // this page, where a run now goes back to
+	Result                 *result
+	CanDelete, CanRunNow   bool // the bulk actions (bulk.go) the job's state allows
 }
 
 // browser returns r's queue and its Browser, or writes the refusal: as
@@ -153,14 +159,18 @@ func (h *Handler) serveJobs(w http.ResponseWriter, r *http.Request) {
 	d := jobsData{Queue: q.Name, State: tabs[l.tab].name, Token: h.token(w, r), ReadOnly: h.readOnly, Generated: when(h.now()),
 		Err: l.err, Note: l.note, Newest: "?" + l.newest.Encode(), Tabs: tabsOf(q.Name, l.tab, l.counts, l.countsErr)}
 	d.Result = h.flash(w, r)
-	// A job's page goes back here after an action.
+	// A job's page and the bulk actions go back here after an action.
 	self, _ := localReturn("jobs?" + r.URL.RawQuery)
+	d.Self, d.Bulk = self, h.bulk(q)
 	for _, j := range l.jobs {
 		row := rowOf(q.Name, j)
 		if self != "" {
 			row.Href += "&" + url.Values{"return": {self}}.Encode()
 		}
 		d.Jobs = append(d.Jobs, row)
+	}
+	if len(d.Jobs) > 0 {
+		d.Kind = d.Jobs[0].Kind
 	}
 	if l.newer != nil {
 		d.Newer = "?" + l.newer.Encode()
@@ -300,6 +310,8 @@ func (h *Handler) serveJob(w http.ResponseWriter, r *http.Request) {
 		d.DueLabel = dueLabel(j.State)
 		d.Payload = payloadOf(j.Data)
 		d.CanRequeue, d.CanCancel = canRequeue(j.State), canCancel(j.State)
+		bulk := h.bulk(q)
+		d.CanDelete, d.CanRunNow = bulk && j.State == inbox.StateDead, bulk && j.State == inbox.StateWaiting
 		d.JobsHref = "jobs?" + url.Values{"queue": {q.Name}, "state": {tabs[stateTab(j.State)].name}}.Encode()
 		// The actions go back to the page the operator came from, or else
 		// to the job's state in the jobs view: the job itself may be gone.
@@ -307,6 +319,8 @@ func (h *Handler) serveJob(w http.ResponseWriter, r *http.Request) {
 		if ret, err := localReturn(r.URL.Query().Get("return")); err == nil && ret != "" {
 			d.Return = ret
 		}
+		// A run now keeps the job, so it comes back to this page.
+		d.Self, _ = localReturn("job?" + r.URL.RawQuery)
 	}
 	h.render(w, status, "job.html", d)
 }

@@ -2,11 +2,13 @@
 // and lets them act on dead jobs: each queue's ready, waiting, in-work and
 // dead jobs and the age of the oldest, their depth and throughput over the
 // last hour as charts, the dead jobs with their errors, and forms to requeue
-// or purge dead jobs and cancel a waiting one. A jobs view lists a queue's
-// jobs by state a page at a time, and a job's page shows its data (JSON,
-// text or hex), its last error whole, and the actions its state allows. JSON endpoints serve the
-// same. It uses the standard library alone; the page fetches nothing from
-// another host.
+// or purge dead jobs and cancel a waiting one; where the queue is a [Bulk],
+// to requeue or delete the dead jobs ticked, requeue all after their count,
+// and run a waiting job now. A jobs view lists a queue's jobs by state a
+// page at a time, and a job's page shows its data (JSON, text or hex), its
+// last error whole, and the actions its state allows. JSON endpoints serve
+// the same. It uses the standard library alone; the page fetches nothing
+// from another host.
 //
 // The handler has no authentication of its own: mount it behind the
 // service's, under a prefix with http.StripPrefix:
@@ -194,11 +196,12 @@ func New(cfg Config) (*Handler, error) {
 
 // ServeHTTP serves the page (GET /), the jobs view of a queue by state
 // (GET /jobs) and a job's page (GET /job) where the Queue is a [Browser],
-// the actions (POST /requeue, /purge, /cancel, /pause, /resume) and the
-// JSON endpoints (GET /api/queues, /api/history, /api/dead, /api/jobs,
-// /api/job, /api/token;
-// POST /api/requeue, /api/purge, /api/cancel, /api/pause, /api/resume),
-// paths relative to where the handler is mounted.
+// the actions (POST /requeue, /purge, /cancel, /pause, /resume), the bulk
+// actions where the Queue is a [Bulk] (POST /selected, /delete, /run-now;
+// GET /requeue-all shows the count, POST does it), and the JSON endpoints
+// (GET /api/queues, /api/history, /api/dead, /api/jobs, /api/job,
+// /api/token; POST /api/requeue, /api/purge, /api/cancel, /api/pause,
+// /api/resume), paths relative to where the handler is mounted.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
@@ -210,15 +213,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	switch {
 	case path == "" || path == "index.html":
-		if !allow(w, r, http.MethodGet) {
-			return
+		if allow(w, r, http.MethodGet) {
+			h.servePage(w, r, nil)
 		}
-		h.servePage(w, r, nil)
 	case action == "requeue" || action == "purge" || action == "cancel" || action == "pause" || action == "resume":
-		if !allow(w, r, http.MethodPost) {
-			return
+		if allow(w, r, http.MethodPost) {
+			h.serveAction(w, r, action, api)
 		}
-		h.serveAction(w, r, action, api)
+	case bulkPaths[path]:
+		h.serveBulk(w, r, path)
 	case path == "jobs":
 		if allow(w, r, http.MethodGet) {
 			h.serveJobs(w, r)

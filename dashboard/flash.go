@@ -41,10 +41,17 @@ const flashCookie = "inbox_dashboard_flash"
 // maxFlash bounds the text a flash carries, to keep the cookie small.
 const maxFlash = 1000
 
-// redirect answers an action with a redirect to ret (see localReturn),
-// leaving res for the page there. ret is relative: the browser resolves it
-// against the action's URL, under whatever prefix the dashboard is mounted.
-func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, ret string, res result) {
+// goBack answers a form's action with res: a redirect to ret (see
+// localReturn), leaving res for the page there to show once. An action
+// refused (read-only, no token) or with nowhere to go answers here, on
+// the main page, with its status. ret is relative: the browser resolves
+// it against the action's URL, under whatever prefix the dashboard is
+// mounted.
+func (h *Handler) goBack(w http.ResponseWriter, r *http.Request, ret string, res result) {
+	if ret == "" || strings.HasPrefix(res.Text, "refused:") {
+		h.servePage(w, r, &res)
+		return
+	}
 	ok := "0"
 	if res.OK {
 		ok = "1"

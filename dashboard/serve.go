@@ -271,32 +271,41 @@ func (h *Handler) serveAction(w http.ResponseWriter, r *http.Request, action str
 		writeJSON(w, status, body)
 		return
 	}
-	// A form that names its page goes back there, unless it was refused
-	// (no token, read-only): that refusal answers here, with its status.
-	if ret, err := localReturn(r.PostFormValue("return")); err == nil && ret != "" && !strings.HasPrefix(res.Text, "refused:") {
-		h.redirect(w, r, ret, res)
-		return
-	}
-	h.servePage(w, r, &res)
+	// A form that names its page goes back there; act refused a return
+	// that is not one of the dashboard's pages.
+	ret, _ := localReturn(r.PostFormValue("return"))
+	h.goBack(w, r, ret, res)
 }
 
-func (h *Handler) act(w http.ResponseWriter, r *http.Request, action string) result {
+// actionQueue refuses what every POSTed action refuses before the queue
+// is touched (a read-only dashboard, a bad form or token, a return that is
+// not one of the dashboard's pages, an unknown queue), or returns the
+// queue the form names.
+func (h *Handler) actionQueue(w http.ResponseWriter, r *http.Request) (*QueueConfig, result, bool) {
 	if h.readOnly {
-		return result{Text: "refused: this dashboard is read-only; nothing was changed"}
+		return nil, result{Text: "refused: this dashboard is read-only; nothing was changed"}, false
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 	if err := r.ParseForm(); err != nil {
-		return result{Text: "bad request: " + err.Error() + "; nothing was changed"}
+		return nil, result{Text: "bad request: " + err.Error() + "; nothing was changed"}, false
 	}
 	if err := h.checkToken(r); err != nil {
-		return result{Text: "refused: " + err.Error()}
+		return nil, result{Text: "refused: " + err.Error()}, false
 	}
 	if _, err := localReturn(r.PostFormValue("return")); err != nil {
-		return result{Text: "bad request: " + err.Error() + "; nothing was changed"}
+		return nil, result{Text: "bad request: " + err.Error() + "; nothing was changed"}, false
 	}
 	q, err := h.queue(r)
 	if err != nil {
-		return result{Text: "not found: " + err.Error() + "; nothing was changed"}
+		return nil, result{Text: "not found: " + err.Error() + "; nothing was changed"}, false
+	}
+	return q, result{}, true
+}
+
+func (h *Handler) act(w http.ResponseWriter, r *http.Request, action string) result {
+	q, res, ok := h.actionQueue(w, r)
+	if !ok {
+		return res
 	}
 	ctx := r.Context()
 	switch action {

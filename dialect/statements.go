@@ -214,6 +214,15 @@ type JobStatements struct {
 	// returns a row when job ArgID exists at all, to tell a job in work
 	// from a missing one. Empty Cancel: Cancel refuses.
 	Cancel, Exists Stmt
+	// RunNow (inbox's Queue.RunNow) makes the job ArgID claimable now if it
+	// waits: lease form, its lease ends beyond ArgUntil (a retry delay, not
+	// a holder's lease), and the lease is cleared; other forms, its
+	// not-before time is after the clock's now, and it is cleared. One row
+	// affected: it ran early. Under the row lock the core sends
+	// RowLock.CancelLock first, in the same transaction, so that a row a
+	// claim holds is refused rather than waited for. Empty: no job of the
+	// table can wait, and RunNow refuses.
+	RunNow Stmt
 	// Stats (inbox's Queue.Stats) returns one row: jobs ready by time
 	// (claimable now, held ones included where the engine cannot tell them
 	// apart), waiting for a later time, in work (-1 where the engine cannot
@@ -289,6 +298,15 @@ type DeadStatements struct {
 	// dead table holds the job ArgID: an Enqueue given that id is refused
 	// (inbox.ErrDeadID). Empty Has: no such check.
 	RequeueError, Has Stmt
+	// Delete deletes the dead job ArgID (inbox's Queue.DeleteDead); no row
+	// affected means none had it.
+	Delete Stmt
+	// Count returns the number of dead jobs; CountOlder (with DeadAt) of
+	// those whose DeadAt is before ArgNotBefore. Batch returns the ids of
+	// up to ArgLimit dead jobs in id order; BatchAfter those past ArgID;
+	// BatchOlder and BatchOlderAfter the same among those whose DeadAt is
+	// before ArgNotBefore (inbox's Queue.CountDead and RequeueDeadAll).
+	Count, CountOlder, Batch, BatchAfter, BatchOlder, BatchOlderAfter Stmt
 }
 
 // BrowseStatements show the queue table's jobs to an operator (inbox's

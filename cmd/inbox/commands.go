@@ -156,17 +156,7 @@ func parseCommand(g global, env func(string) string) (action, error) {
 		}, nil
 
 	case "requeue":
-		id, err := oneID()
-		if err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context, q *inbox.Queue) (result, error) {
-			newID, err := q.RequeueDead(ctx, id)
-			if err != nil {
-				return nil, err
-			}
-			return &requeueOut{ID: id, NewID: newID}, nil
-		}, nil
+		return parseRequeue(g, fs, args)
 
 	case "purge":
 		older := fs.Duration("older", 0, "delete only the dead jobs older than this")
@@ -252,6 +242,9 @@ func parseCommand(g global, env func(string) string) (action, error) {
 			}
 			return &checkOut{OK: true}, nil
 		}, nil
+	}
+	if act, ok, err := parseBulk(name, oneID); ok {
+		return act, err
 	}
 	return nil, usageErr("unknown command %q", name)
 }

@@ -1,6 +1,7 @@
 // Command inbox inspects and operates the queue table of package
 // github.com/sqlinbox/inbox from a shell: stats, jobs, show, requeue, purge,
-// cancel, pause, resume and check, each one call of the package's API.
+// cancel, delete-dead, run-now, pause, resume and check, each one call of
+// the package's API.
 //
 // The queue is described by flags or a JSON file holding an inbox.Table,
 // the DSN is read from INBOX_DSN (never a flag: it holds a password), and the
@@ -48,6 +49,13 @@ Commands:
                                 waiting, inwork, dead or all (default all)
   show ID                       one job, from the queue or the dead table
   requeue ID                    put a dead job back; prints its new id
+  requeue -all [-older 168h] [-batch 200] [-max N] -yes
+                                put every dead job back (older than the age),
+                                -batch jobs per transaction, at most -max;
+                                without -yes it prints the count and exits 4
+  delete-dead ID                delete one dead job
+  run-now ID                    make a waiting job (not-before time, retry
+                                delay) ready now
   purge [-older 168h] -yes      delete dead jobs (older than the age, or all)
   cancel ID                     delete a job before it runs
   pause [-by name]              pause the queue's worker loops
@@ -58,8 +66,10 @@ Exit codes:
   0  success
   1  the operation failed (a database error, or check found schema problems)
   2  usage error: bad flags or arguments, INBOX_DSN unset; nothing was sent
-  3  not found: no job with the id (show, cancel), no dead job (requeue)
-  4  refused: the job is in work (cancel, row lock), the description lacks
+  3  not found: no job with the id (show, cancel, run-now), no dead job
+     (requeue, delete-dead)
+  4  refused: the job is in work (cancel under the row lock, run-now), is
+     not waiting (run-now), requeue -all without -yes, the description lacks
      what the command needs (control table, dead table, dead-at,
      enqueued-at), in-work jobs cannot be listed, purge without -yes
 
@@ -94,7 +104,8 @@ func main() {
 type cliError struct {
 	code     int
 	err      error
-	problems []string // a *inbox.SchemaError's
+	problems []string       // a *inbox.SchemaError's
+	extra    map[string]any // more fields of the JSON error (requeue -all's count)
 }
 
 func (e *cliError) Error() string { return e.err.Error() }
@@ -128,10 +139,10 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	if err == nil {
 		return exitOK
 	}
-	code, problems := exitFailed, []string(nil)
+	code, problems, extra := exitFailed, []string(nil), map[string]any(nil)
 	var ce *cliError
 	if errors.As(err, &ce) {
-		code, problems = ce.code, ce.problems
+		code, problems, extra = ce.code, ce.problems, ce.extra
 	} else {
 		code = codeOf(err)
 	}
@@ -139,6 +150,9 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		out := map[string]any{"error": err.Error(), "code": code}
 		if problems != nil {
 			out["problems"] = problems
+		}
+		for k, v := range extra {
+			out[k] = v
 		}
 		writeJSON(stdout, out)
 	} else {
@@ -177,7 +191,7 @@ func codeOf(err error) int {
 	switch {
 	case errors.Is(err, inbox.ErrNotFound), errors.Is(err, inbox.ErrNotDead):
 		return exitNotFound
-	case errors.Is(err, inbox.ErrInWork),
+	case errors.Is(err, inbox.ErrInWork), isRefusal(err),
 		errors.Is(err, inbox.ErrNoControlTable),
 		errors.Is(err, inbox.ErrNoDeadTable),
 		errors.Is(err, inbox.ErrNoDeadAt),
