@@ -187,19 +187,63 @@ type plan struct {
 
 // fire enqueues the ticks due at now.
 func (r *runner) fire(ctx context.Context, now time.Time) {
+	due := r.due(now)
+	lasts, err := r.s.read(ctx, r.names(due))
+	if err != nil {
+		r.fail(ctx, due, now, fmt.Errorf("periodic: read: %w", err))
+		return
+	}
+	plans, missing := r.planDue(ctx, due, lasts, now)
+	if len(missing) > 0 {
+		if err := r.load(ctx, missing, now); err != nil {
+			r.fail(ctx, missing, now, fmt.Errorf("periodic: register: %w", err))
+		}
+	}
+	if len(plans) == 0 {
+		return
+	}
+	sort.Slice(plans, func(a, b int) bool { return r.s.entries[plans[a].i].Name < r.s.entries[plans[b].i].Name })
+	if len(plans) == 1 {
+		r.advanceEach(ctx, plans, now, nil)
+		return
+	}
+	err = r.s.advance(ctx, plans)
+	var moved *movedError
+	switch {
+	case err == nil:
+		for _, p := range plans {
+			r.won(p)
+		}
+	case ctx.Err() != nil:
+	case errors.As(err, &moved) && moved.affected == 0:
+		// Another process enqueued them all: the next round reads their
+		// rows.
+		for _, p := range plans {
+			r.slots[p.i].lost = p.from
+		}
+	case moved != nil:
+		// Some rows moved under us: each entry on its own, so that one
+		// holds up no other.
+		r.advanceEach(ctx, plans, now, nil)
+	default:
+		r.advanceEach(ctx, plans, now, err)
+	}
+}
+
+// due lists the entries due at now.
+func (r *runner) due(now time.Time) []int {
 	var due []int
 	for i, sl := range r.slots {
 		if !sl.stopped && !sl.next.IsZero() && !sl.next.After(now) && !sl.retry.After(now) {
 			due = append(due, i)
 		}
 	}
-	lasts, err := r.s.read(ctx, r.names(due))
-	if err != nil {
-		r.fail(ctx, due, now, fmt.Errorf("periodic: read: %w", err))
-		return
-	}
-	var plans []plan
-	var missing []int
+	return due
+}
+
+// planDue turns the due entries and their rows' last ticks into what each
+// transaction writes; missing are the entries whose row was deleted.
+func (r *runner) planDue(ctx context.Context, due []int, lasts map[string]time.Time, now time.Time) (plans []plan, missing []int) {
 	for _, i := range due {
 		e, sl := &r.s.entries[i], &r.slots[i]
 		last, ok := lasts[e.Name]
@@ -229,41 +273,12 @@ func (r *runner) fire(ctx context.Context, now time.Time) {
 		}
 		plans = append(plans, p)
 	}
-	if len(missing) > 0 {
-		if err := r.load(ctx, missing, now); err != nil {
-			r.fail(ctx, missing, now, fmt.Errorf("periodic: register: %w", err))
-		}
-	}
-	if len(plans) == 0 {
-		return
-	}
-	sort.Slice(plans, func(a, b int) bool { return r.s.entries[plans[a].i].Name < r.s.entries[plans[b].i].Name })
-	var batchErr error
-	if len(plans) > 1 {
-		err := r.s.advance(ctx, plans)
-		var moved *movedError
-		switch {
-		case err == nil:
-			for _, p := range plans {
-				r.won(p)
-			}
-			return
-		case ctx.Err() != nil:
-			return
-		case errors.As(err, &moved) && moved.affected == 0:
-			// Another process enqueued them all: the next round reads
-			// their rows.
-			for _, p := range plans {
-				r.slots[p.i].lost = p.from
-			}
-			return
-		}
-		// Some rows moved under us, or an entry's job failed: each on
-		// its own, so that one entry holds up no other.
-		if moved == nil {
-			batchErr = err
-		}
-	}
+	return plans, missing
+}
+
+// advanceEach enqueues each plan in a transaction of its own; batchErr is
+// why the plans failed together, if it was no moved row.
+func (r *runner) advanceEach(ctx context.Context, plans []plan, now time.Time, batchErr error) {
 	failed := false
 	for _, p := range plans {
 		err := r.s.advance(ctx, []plan{p})
