@@ -52,201 +52,240 @@ func dispatch(ctx context.Context, g global, env func(string) string, stdout io.
 	return nil
 }
 
+// parseCommand turns the command and its words into the action to run.
 func parseCommand(g global, env func(string) string) (action, error) {
-	name, args := g.commands[0], g.commands[1:]
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	// want parses the command's flags and checks that n arguments remain.
-	want := func(n int, what string) ([]string, error) {
-		if err := fs.Parse(args); err != nil {
-			return nil, usageErr("%s: %v", name, err)
-		}
-		if fs.NArg() != n {
-			if n == 0 {
-				return nil, usageErr("%s takes no arguments, got %q", name, fs.Args())
-			}
-			return nil, usageErr("%s takes %s", name, what)
-		}
-		return fs.Args(), nil
+	p := &cmdParser{g: g, env: env, name: g.commands[0], args: g.commands[1:]}
+	p.fs = flag.NewFlagSet(p.name, flag.ContinueOnError)
+	p.fs.SetOutput(io.Discard)
+	if parse, ok := commandParsers[p.name]; ok {
+		return parse(p)
 	}
-	// oneID parses the single id argument.
-	oneID := func() (any, error) {
-		a, err := want(1, "one id")
-		if err != nil {
-			return nil, err
-		}
-		return g.parseID(a[0])
-	}
-
-	switch name {
-	case "stats":
-		if _, err := want(0, ""); err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context, q *inbox.Queue) (result, error) {
-			st, err := q.Stats(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return newStats(st), nil
-		}, nil
-
-	case "jobs":
-		state := fs.String("state", "all", "ready, waiting, inwork, dead or all")
-		limit := fs.Int("limit", inbox.DefaultListLimit, "page size")
-		after := fs.String("after", "", "the older page: the jobs below this id")
-		before := fs.String("before", "", "the newer page: the jobs above this id")
-		if _, err := want(0, ""); err != nil {
-			return nil, err
-		}
-		st, ok := states[*state]
-		if !ok {
-			return nil, usageErr("jobs -state %q: want ready, waiting, inwork, dead or all", *state)
-		}
-		if *limit < 1 || *limit > inbox.MaxList {
-			return nil, usageErr("jobs -limit %d: want 1 to %d", *limit, inbox.MaxList)
-		}
-		if *after != "" && *before != "" {
-			return nil, usageErr("jobs: -after and -before together")
-		}
-		f := inbox.JobFilter{State: st, Limit: *limit}
-		var err error
-		if *after != "" {
-			if f.After, err = g.parseID(*after); err != nil {
-				return nil, err
-			}
-		}
-		if *before != "" {
-			if st == inbox.StateDead {
-				return nil, usageErr("jobs -state dead pages with -after only")
-			}
-			if f.Before, err = g.parseID(*before); err != nil {
-				return nil, err
-			}
-		}
-		if st == inbox.StateDead {
-			return func(ctx context.Context, q *inbox.Queue) (result, error) {
-				return listDead(ctx, q, f)
-			}, nil
-		}
-		return func(ctx context.Context, q *inbox.Queue) (result, error) {
-			p, err := q.ListJobs(ctx, f)
-			if err != nil {
-				return nil, err
-			}
-			out := &jobsOut{State: *state, Jobs: []jobOut{}, Newer: p.Newer, Older: p.Older}
-			for _, j := range p.Jobs {
-				out.Jobs = append(out.Jobs, newJob(j))
-			}
-			return out, nil
-		}, nil
-
-	case "show":
-		id, err := oneID()
-		if err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context, q *inbox.Queue) (result, error) {
-			j, err := q.Job(ctx, id)
-			if err != nil {
-				return nil, err
-			}
-			out := newJob(j)
-			return &out, nil
-		}, nil
-
-	case "requeue":
-		return parseRequeue(g, fs, args)
-
-	case "purge":
-		older := fs.Duration("older", 0, "delete only the dead jobs older than this")
-		yes := fs.Bool("yes", false, "really delete")
-		if _, err := want(0, ""); err != nil {
-			return nil, err
-		}
-		if *older < 0 {
-			return nil, usageErr("purge -older %v: want a positive age", *older)
-		}
-		if !*yes {
-			return nil, &cliError{code: exitRefused, err: errors.New("purge deletes dead jobs for good: add -yes")}
-		}
-		return func(ctx context.Context, q *inbox.Queue) (result, error) {
-			var cutoff time.Time
-			if *older > 0 {
-				cutoff = time.Now().Add(-*older)
-			}
-			n, err := q.PurgeDead(ctx, cutoff)
-			if err != nil {
-				return nil, err
-			}
-			return &purgeOut{Purged: n}, nil
-		}, nil
-
-	case "cancel":
-		id, err := oneID()
-		if err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context, q *inbox.Queue) (result, error) {
-			if err := q.Cancel(ctx, id); err != nil {
-				return nil, err
-			}
-			return &cancelOut{Cancelled: id}, nil
-		}, nil
-
-	case "pause":
-		by := fs.String("by", "", "who pauses (default $USER)")
-		if _, err := want(0, ""); err != nil {
-			return nil, err
-		}
-		if *by == "" {
-			*by = env("USER")
-		}
-		if *by == "" {
-			*by = "inbox"
-		}
-		return func(ctx context.Context, q *inbox.Queue) (result, error) {
-			if err := q.Pause(ctx, *by); err != nil {
-				return nil, err
-			}
-			ps, err := q.Paused(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return &pauseOut{Paused: ps.Paused, Since: timePtr(ps.Since), By: ps.By}, nil
-		}, nil
-
-	case "resume":
-		if _, err := want(0, ""); err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context, q *inbox.Queue) (result, error) {
-			if err := q.Resume(ctx); err != nil {
-				return nil, err
-			}
-			return &pauseOut{Paused: false}, nil
-		}, nil
-
-	case "check":
-		if _, err := want(0, ""); err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context, q *inbox.Queue) (result, error) {
-			err := q.CheckSchema(ctx)
-			var se *inbox.SchemaError
-			if errors.As(err, &se) {
-				return nil, &cliError{code: exitFailed, err: fmt.Errorf("check: table %s does not fit the description", se.Table), problems: se.Problems}
-			}
-			if err != nil {
-				return nil, err
-			}
-			return &checkOut{OK: true}, nil
-		}, nil
-	}
-	if act, ok, err := parseBulk(name, oneID); ok {
+	if act, ok, err := parseBulk(p.name, p.oneID); ok {
 		return act, err
 	}
-	return nil, usageErr("unknown command %q", name)
+	return nil, usageErr("unknown command %q", p.name)
+}
+
+// cmdParser is one command's words and flags, as its parser reads them.
+type cmdParser struct {
+	g    global
+	env  func(string) string
+	name string
+	args []string
+	fs   *flag.FlagSet
+}
+
+// want parses the command's flags and checks that n arguments remain.
+func (p *cmdParser) want(n int, what string) ([]string, error) {
+	if err := p.fs.Parse(p.args); err != nil {
+		return nil, usageErr("%s: %v", p.name, err)
+	}
+	if p.fs.NArg() != n {
+		if n == 0 {
+			return nil, usageErr("%s takes no arguments, got %q", p.name, p.fs.Args())
+		}
+		return nil, usageErr("%s takes %s", p.name, what)
+	}
+	return p.fs.Args(), nil
+}
+
+// oneID parses the single id argument.
+func (p *cmdParser) oneID() (any, error) {
+	a, err := p.want(1, "one id")
+	if err != nil {
+		return nil, err
+	}
+	return p.g.parseID(a[0])
+}
+
+// commandParsers parse each command but the bulk ones (parseBulk).
+var commandParsers = map[string]func(*cmdParser) (action, error){
+	"stats":   parseStats,
+	"jobs":    parseJobs,
+	"show":    parseShow,
+	"requeue": func(p *cmdParser) (action, error) { return parseRequeue(p.g, p.fs, p.args) },
+	"purge":   parsePurge,
+	"cancel":  parseCancel,
+	"pause":   parsePause,
+	"resume":  parseResume,
+	"check":   parseCheck,
+}
+
+// parseStats parses stats: counts per state.
+func parseStats(p *cmdParser) (action, error) {
+	if _, err := p.want(0, ""); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, q *inbox.Queue) (result, error) {
+		st, err := q.Stats(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return newStats(st), nil
+	}, nil
+}
+
+// parseJobs parses jobs: a page of jobs in one state.
+func parseJobs(p *cmdParser) (action, error) {
+	state := p.fs.String("state", "all", "ready, waiting, inwork, dead or all")
+	limit := p.fs.Int("limit", inbox.DefaultListLimit, "page size")
+	after := p.fs.String("after", "", "the older page: the jobs below this id")
+	before := p.fs.String("before", "", "the newer page: the jobs above this id")
+	if _, err := p.want(0, ""); err != nil {
+		return nil, err
+	}
+	st, ok := states[*state]
+	if !ok {
+		return nil, usageErr("jobs -state %q: want ready, waiting, inwork, dead or all", *state)
+	}
+	if *limit < 1 || *limit > inbox.MaxList {
+		return nil, usageErr("jobs -limit %d: want 1 to %d", *limit, inbox.MaxList)
+	}
+	if *after != "" && *before != "" {
+		return nil, usageErr("jobs: -after and -before together")
+	}
+	f := inbox.JobFilter{State: st, Limit: *limit}
+	var err error
+	if *after != "" {
+		if f.After, err = p.g.parseID(*after); err != nil {
+			return nil, err
+		}
+	}
+	if *before != "" {
+		if st == inbox.StateDead {
+			return nil, usageErr("jobs -state dead pages with -after only")
+		}
+		if f.Before, err = p.g.parseID(*before); err != nil {
+			return nil, err
+		}
+	}
+	if st == inbox.StateDead {
+		return func(ctx context.Context, q *inbox.Queue) (result, error) {
+			return listDead(ctx, q, f)
+		}, nil
+	}
+	return func(ctx context.Context, q *inbox.Queue) (result, error) {
+		p, err := q.ListJobs(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		out := &jobsOut{State: *state, Jobs: []jobOut{}, Newer: p.Newer, Older: p.Older}
+		for _, j := range p.Jobs {
+			out.Jobs = append(out.Jobs, newJob(j))
+		}
+		return out, nil
+	}, nil
+}
+
+// parseShow parses show: one job, whole.
+func parseShow(p *cmdParser) (action, error) {
+	id, err := p.oneID()
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, q *inbox.Queue) (result, error) {
+		j, err := q.Job(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		out := newJob(j)
+		return &out, nil
+	}, nil
+}
+
+// parsePurge parses purge: dead jobs deleted (-older than an age), only with -yes.
+func parsePurge(p *cmdParser) (action, error) {
+	older := p.fs.Duration("older", 0, "delete only the dead jobs older than this")
+	yes := p.fs.Bool("yes", false, "really delete")
+	if _, err := p.want(0, ""); err != nil {
+		return nil, err
+	}
+	if *older < 0 {
+		return nil, usageErr("purge -older %v: want a positive age", *older)
+	}
+	if !*yes {
+		return nil, &cliError{code: exitRefused, err: errors.New("purge deletes dead jobs for good: add -yes")}
+	}
+	return func(ctx context.Context, q *inbox.Queue) (result, error) {
+		var cutoff time.Time
+		if *older > 0 {
+			cutoff = time.Now().Add(-*older)
+		}
+		n, err := q.PurgeDead(ctx, cutoff)
+		if err != nil {
+			return nil, err
+		}
+		return &purgeOut{Purged: n}, nil
+	}, nil
+}
+
+// parseCancel parses cancel: a job not in work removed.
+func parseCancel(p *cmdParser) (action, error) {
+	id, err := p.oneID()
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, q *inbox.Queue) (result, error) {
+		if err := q.Cancel(ctx, id); err != nil {
+			return nil, err
+		}
+		return &cancelOut{Cancelled: id}, nil
+	}, nil
+}
+
+// parsePause parses pause: the queue paused in every process.
+func parsePause(p *cmdParser) (action, error) {
+	by := p.fs.String("by", "", "who pauses (default $USER)")
+	if _, err := p.want(0, ""); err != nil {
+		return nil, err
+	}
+	if *by == "" {
+		*by = p.env("USER")
+	}
+	if *by == "" {
+		*by = "inbox"
+	}
+	return func(ctx context.Context, q *inbox.Queue) (result, error) {
+		if err := q.Pause(ctx, *by); err != nil {
+			return nil, err
+		}
+		ps, err := q.Paused(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &pauseOut{Paused: ps.Paused, Since: timePtr(ps.Since), By: ps.By}, nil
+	}, nil
+}
+
+// parseResume parses resume: the pause ended.
+func parseResume(p *cmdParser) (action, error) {
+	if _, err := p.want(0, ""); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, q *inbox.Queue) (result, error) {
+		if err := q.Resume(ctx); err != nil {
+			return nil, err
+		}
+		return &pauseOut{Paused: false}, nil
+	}, nil
+}
+
+// parseCheck parses check: the table compared with the description.
+func parseCheck(p *cmdParser) (action, error) {
+	if _, err := p.want(0, ""); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, q *inbox.Queue) (result, error) {
+		err := q.CheckSchema(ctx)
+		var se *inbox.SchemaError
+		if errors.As(err, &se) {
+			return nil, &cliError{code: exitFailed, err: fmt.Errorf("check: table %s does not fit the description", se.Table), problems: se.Problems}
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &checkOut{OK: true}, nil
+	}, nil
 }
 
 // states are the names of -state, which are also the states JSON output

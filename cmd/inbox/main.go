@@ -232,16 +232,8 @@ func parseGlobal(args []string, stderr io.Writer) (global, error) {
 		}
 		return g, &cliError{code: exitUsage, err: err}
 	}
-	if g.config != "" {
-		b, err := os.ReadFile(g.config)
-		if err != nil {
-			return g, usageErr("-config: %v", err)
-		}
-		dec := json.NewDecoder(strings.NewReader(string(b)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&g.table); err != nil {
-			return g, usageErr("-config %s: %v", g.config, err)
-		}
+	if err := g.readConfig(); err != nil {
+		return g, err
 	}
 	// The flags given override the file's fields.
 	fs.Visit(func(f *flag.Flag) {
@@ -269,6 +261,24 @@ func parseGlobal(args []string, stderr io.Writer) (global, error) {
 		return g, usageErr("no command given")
 	}
 	return g, nil
+}
+
+// readConfig reads -config's inbox.Table into g.table, refusing fields
+// it does not know.
+func (g *global) readConfig() error {
+	if g.config == "" {
+		return nil
+	}
+	b, err := os.ReadFile(g.config)
+	if err != nil {
+		return usageErr("-config: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&g.table); err != nil {
+		return usageErr("-config %s: %v", g.config, err)
+	}
+	return nil
 }
 
 // parseID reads an id argument: an int64, or text under -text-ids.
