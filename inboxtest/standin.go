@@ -105,6 +105,8 @@ type standIn struct {
 	quiet bool
 }
 
+// newStandIn makes the stand-in engine of cfg's table, having found the
+// answers its dialect's lock and identity calls want.
 func newStandIn(cfg inbox.Config) (*standIn, error) {
 	t := cfg.Table
 	if t.ID == "" {
@@ -120,11 +122,24 @@ func newStandIn(cfg inbox.Config) (*standIn, error) {
 	if t.AdvisoryKey == "" || t.LockedUntil != "" {
 		return s, nil
 	}
+	identity, err := s.probeIdentity(t)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.probeLocker(identity); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// probeIdentity finds the answer the dialect's TableIdentity wants, and
+// returns the table's identity, which names its locks.
+func (s *standIn) probeIdentity(t inbox.Table) (string, error) {
 	identity := t.Name
 	if ti, ok := capability[dialect.TableIdentifier](s.d); ok {
 		quoted, schema, name, err := quoteTable(s.d, t.Name)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		n := &dialect.Names{Form: inbox.Advisory, Table: quoted, Schema: schema, TableName: name, Raw: dialect.Table(t)}
 		// An empty answer names an in-memory database on SQLite, whose
@@ -142,9 +157,14 @@ func newStandIn(cfg inbox.Config) (*standIn, error) {
 			}
 		}
 		if s.identSQL == nil {
-			return nil, fmt.Errorf("no answer found for dialect %s's TableIdentity", s.d.Name())
+			return "", fmt.Errorf("no answer found for dialect %s's TableIdentity", s.d.Name())
 		}
 	}
+	return identity, nil
+}
+
+// probeLocker finds the answers the dialect's TryLock and Unlock want.
+func (s *standIn) probeLocker(identity string) error {
 	if l, ok := capability[dialect.Locker](s.d); ok {
 		for _, ans := range []driver.Value{true, int64(1)} {
 			var got bool
@@ -169,10 +189,10 @@ func newStandIn(cfg inbox.Config) (*standIn, error) {
 			}
 		}
 		if s.lockSQL == nil || s.unlockSQL == nil {
-			return nil, fmt.Errorf("no answer found for dialect %s's TryLock and Unlock", s.d.Name())
+			return fmt.Errorf("no answer found for dialect %s's TryLock and Unlock", s.d.Name())
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // learn takes the statements of the shadow queue.
@@ -357,12 +377,53 @@ func (c *call) arg(a dialect.Arg) driver.Value {
 	return nil
 }
 
+// answerQuery answers a query the way the engine would in the scene
+// being played.
 func (s *standIn) answerQuery(c *call) {
-	lost := s.op == opLost || s.op == opCancelled
+	if s.answerClaim(c) || s.answerAdvisory(c) || s.answerSettle(c) {
+		return
+	}
 	switch {
 	case c.is("Now"):
 		c.cols, c.rows = []string{"now"}, [][]driver.Value{{s.d.TimeArg(s.engineNow())}}
-	case c.is("Claim.Take", "Claim.TakeOne", "Claim.Select"):
+	case c.is("RowLock.ClaimsCount", "RowLock.ClaimsRead"):
+		c.cols, c.rows = []string{"claims"}, [][]driver.Value{{int64(1)}}
+	case c.is("Jobs.Probe"):
+		// Whether a job is ready: the expectation answers (ExpectProbe).
+		c.cols = []string{"1"}
+	case c.is("RowLock.Relock"):
+		// A settlement whose held session was lost locks the row again
+		// in a transaction of its own: another claim has the job.
+		c.cols = []string{s.table.ID}
+		if s.op != opSessionLost {
+			c.rows = [][]driver.Value{{c.arg(dialect.ArgID)}}
+		}
+	default:
+		c.err = fmt.Errorf("inboxtest: the helper has no answer for %v", c.names)
+	}
+}
+
+// withPriority appends the priority column's name, or a job's priority,
+// where the table has one.
+func (s *standIn) withPriority(cols []string) []string {
+	if s.table.Priority != "" {
+		cols = append(cols, s.table.Priority)
+	}
+	return cols
+}
+
+// rowOf is vals, then j's priority where the table has one.
+func (s *standIn) rowOf(j job, vals ...driver.Value) []driver.Value {
+	if s.table.Priority != "" {
+		vals = append(vals, j.priority)
+	}
+	return vals
+}
+
+// answerClaim answers the claim's reads, reporting whether c was one.
+func (s *standIn) answerClaim(c *call) bool {
+	switch {
+	case c.is("Claim.Take", "Claim.TakeOne", "Claim.Select", "Claim.PickLock"):
 		s.claimRows(c)
 	case c.is("Claim.SelectMore"):
 		// The claim's jobs all came with the first read.
@@ -371,10 +432,7 @@ func (s *standIn) answerQuery(c *call) {
 	case c.is("Claim.Pick", "Claim.PickMore"):
 		// The candidates of a pick: the next job (row lock), or every
 		// job, all free (lease).
-		c.cols = []string{s.table.ID}
-		if s.table.Priority != "" {
-			c.cols = append(c.cols, s.table.Priority)
-		}
+		c.cols = s.withPriority([]string{s.table.ID})
 		var cands []job
 		switch {
 		case s.form == inbox.RowLock && s.next < len(s.jobs):
@@ -383,30 +441,24 @@ func (s *standIn) answerQuery(c *call) {
 			cands = s.jobs
 		}
 		for _, j := range cands {
-			r := []driver.Value{j.id}
-			if s.table.Priority != "" {
-				r = append(r, j.priority)
-			}
-			c.rows = append(c.rows, r)
+			c.rows = append(c.rows, s.rowOf(j, j.id))
 		}
 	case c.is("Claim.PickAfter", "Claim.PickMoreAfter"):
-		c.cols = []string{s.table.ID}
-		if s.table.Priority != "" {
-			c.cols = append(c.cols, s.table.Priority)
-		}
-	case c.is("Claim.PickLock"):
-		s.claimRows(c)
+		c.cols = s.withPriority([]string{s.table.ID})
+	default:
+		return false
+	}
+	return true
+}
+
+// answerAdvisory answers the advisory form's reads, reporting whether c
+// was one.
+func (s *standIn) answerAdvisory(c *call) bool {
+	switch {
 	case c.is("Advisory.Candidates"):
-		c.cols = []string{s.table.ID, s.table.AdvisoryKey, s.table.Attempt}
-		if s.table.Priority != "" {
-			c.cols = append(c.cols, s.table.Priority)
-		}
+		c.cols = s.withPriority([]string{s.table.ID, s.table.AdvisoryKey, s.table.Attempt})
 		for _, j := range s.jobs {
-			r := []driver.Value{j.id, j.key, j.attempt}
-			if s.table.Priority != "" {
-				r = append(r, j.priority)
-			}
-			c.rows = append(c.rows, r)
+			c.rows = append(c.rows, s.rowOf(j, j.id, j.key, j.attempt))
 		}
 	case c.is("Advisory.LockFirst", "Advisory.LockFirstAfter"):
 		// The server's walk locks the next job's key: one job a call (the
@@ -420,22 +472,26 @@ func (s *standIn) answerQuery(c *call) {
 		if s.next < len(s.jobs) {
 			j := s.jobs[s.next]
 			s.next++
-			r := []driver.Value{j.id, j.key, j.attempt}
-			if s.table.Priority != "" {
-				r = append(r, j.priority)
-			}
-			c.rows = append(c.rows, append(r, true))
+			c.rows = append(c.rows, append(s.rowOf(j, j.id, j.key, j.attempt), true))
 		}
 	case c.is("Advisory.CandidatesAfter"):
-		c.cols = []string{s.table.ID, s.table.AdvisoryKey, s.table.Attempt}
-		if s.table.Priority != "" {
-			c.cols = append(c.cols, s.table.Priority)
-		}
+		c.cols = s.withPriority([]string{s.table.ID, s.table.AdvisoryKey, s.table.Attempt})
+	default:
+		return false
+	}
+	return true
+}
+
+// answerSettle answers the settlements' reads, reporting whether c was
+// one.
+func (s *standIn) answerSettle(c *call) bool {
+	lost := s.op == opLost || s.op == opCancelled
+	switch {
 	case c.is("Settle.Extend"):
 		c.cols = []string{s.table.LockedUntil}
 		if lost {
 			s.hit = true
-			return
+			return true
 		}
 		c.rows = [][]driver.Value{{s.until(c)}}
 	case c.is("Settle.Exists"):
@@ -453,27 +509,16 @@ func (s *standIn) answerQuery(c *call) {
 			c.cols = append(c.cols, s.table.LockedUntil)
 		}
 		if s.op == opCancelled {
-			return
+			return true
 		}
 		c.rows = [][]driver.Value{{int64(1 << 20)}}
 		if s.form == inbox.Lease {
 			c.rows[0] = append(c.rows[0], s.d.TimeArg(dbNow.Add(time.Hour)))
 		}
-	case c.is("RowLock.ClaimsCount", "RowLock.ClaimsRead"):
-		c.cols, c.rows = []string{"claims"}, [][]driver.Value{{int64(1)}}
-	case c.is("Jobs.Probe"):
-		// Whether a job is ready: the expectation answers (ExpectProbe).
-		c.cols = []string{"1"}
-	case c.is("RowLock.Relock"):
-		// A settlement whose held session was lost locks the row again
-		// in a transaction of its own: another claim has the job.
-		c.cols = []string{s.table.ID}
-		if s.op != opSessionLost {
-			c.rows = [][]driver.Value{{c.arg(dialect.ArgID)}}
-		}
 	default:
-		c.err = fmt.Errorf("inboxtest: the helper has no answer for %v", c.names)
+		return false
 	}
+	return true
 }
 
 func (s *standIn) answerExec(c *call) {
@@ -524,39 +569,8 @@ func (s *standIn) engineNow() time.Time {
 // one (row lock), or the one whose id it names (advisory).
 func (s *standIn) claimRows(c *call) {
 	expiry := c.is("Claim.Take", "Claim.TakeOne") && s.form == inbox.Lease
-	c.cols = []string{s.table.ID, s.table.Attempt}
-	if expiry {
-		c.cols = append(c.cols, s.table.LockedUntil)
-	}
-	c.cols = append(c.cols, s.table.Data...)
-	if s.table.LastError != "" {
-		c.cols = append(c.cols, s.table.LastError)
-	}
-	if s.table.Priority != "" {
-		c.cols = append(c.cols, s.table.Priority)
-	}
-	var clock driver.Value // one reading per statement, as the engine's
-	if c.stmt.Clock {
-		c.cols = append(c.cols, "now")
-		clock = s.d.TimeArg(s.engineNow())
-	}
-	row := func(j job) []driver.Value {
-		r := []driver.Value{j.id, j.attempt}
-		if expiry {
-			r = append(r, s.until(c))
-		}
-		r = append(r, j.data...)
-		if s.table.LastError != "" {
-			r = append(r, j.lastError)
-		}
-		if s.table.Priority != "" {
-			r = append(r, j.priority)
-		}
-		if c.stmt.Clock {
-			r = append(r, clock)
-		}
-		return r
-	}
+	clock := s.claimCols(c, expiry)
+	row := func(j job) []driver.Value { return s.claimRow(c, j, expiry, clock) }
 	// A pick's lock takes the jobs among the ids it names.
 	named := func(j job) bool {
 		if !c.is("Claim.PickLock") {
@@ -589,6 +603,45 @@ func (s *standIn) claimRows(c *call) {
 			}
 		}
 	}
+}
+
+// claimCols sets the columns of a claim's rows, and returns the engine's
+// clock its rows carry, if the statement reads it: one reading per
+// statement, as the engine's.
+func (s *standIn) claimCols(c *call, expiry bool) (clock driver.Value) {
+	c.cols = []string{s.table.ID, s.table.Attempt}
+	if expiry {
+		c.cols = append(c.cols, s.table.LockedUntil)
+	}
+	c.cols = append(c.cols, s.table.Data...)
+	if s.table.LastError != "" {
+		c.cols = append(c.cols, s.table.LastError)
+	}
+	c.cols = s.withPriority(c.cols)
+	if c.stmt.Clock {
+		c.cols = append(c.cols, "now")
+		clock = s.d.TimeArg(s.engineNow())
+	}
+	return clock
+}
+
+// claimRow is job j as claimCols' columns.
+func (s *standIn) claimRow(c *call, j job, expiry bool, clock driver.Value) []driver.Value {
+	r := []driver.Value{j.id, j.attempt}
+	if expiry {
+		r = append(r, s.until(c))
+	}
+	r = append(r, j.data...)
+	if s.table.LastError != "" {
+		r = append(r, j.lastError)
+	}
+	if s.table.Priority != "" {
+		r = append(r, j.priority)
+	}
+	if c.stmt.Clock {
+		r = append(r, clock)
+	}
+	return r
 }
 
 // matchers are the arguments a call is expected with.
