@@ -278,23 +278,7 @@ func (n *pgNode) waitReady() error {
 		return err
 	}
 	defer db.Close()
-	deadline := time.Now().Add(serverWait)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		var one int
-		err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if !n.proc.Running() {
-			return fmt.Errorf("exited: %s", n.proc.Cmd.ProcessState)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no answer within %v: %v", serverWait, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return cluster.WaitAnswer(db, n.proc, serverWait, 50*time.Millisecond)
 }
 
 // open opens a pool on this node alone, closed when t ends.

@@ -99,15 +99,6 @@ var suite = cluster.Suite{
 	Find:  func() error { _, err := findTools(); return err },
 }
 
-// requireTools returns the tools, or skips t saying what is missing; under
-// INBOX_REQUIRE_DBS=1 a missing tool fails t instead.
-func requireTools(t testing.TB) tools {
-	t.Helper()
-	tl, err := findTools()
-	suite.Require(t, err)
-	return tl
-}
-
 // runAs is who the servers run as.
 type runAs struct {
 	cluster.Account
@@ -155,7 +146,8 @@ type harness struct {
 // none.
 func newHarness(t testing.TB, n int, galera bool) *harness {
 	t.Helper()
-	tl := requireTools(t)
+	tl, err := findTools()
+	suite.Require(t, err)
 	as, err := serverUser()
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package pgbouncer
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"os"
@@ -68,15 +67,6 @@ var suite = cluster.Suite{
 	Name:  "the PgBouncer suite",
 	Boots: "which starts a PgBouncer of its own in front of INBOX_POSTGRES_DSN's server",
 	Find:  func() error { _, err := findPgBouncer(); return err },
-}
-
-// requireTools returns pgbouncer's path, or skips t saying what is missing;
-// under INBOX_REQUIRE_DBS=1 a missing program fails t instead.
-func requireTools(t testing.TB) string {
-	t.Helper()
-	p, err := findPgBouncer()
-	suite.Require(t, err)
-	return p
 }
 
 // bouncer is a running PgBouncer.
@@ -160,24 +150,8 @@ func (b *bouncer) waitReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	deadline := time.Now().Add(bootWait)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := db.QueryRowContext(ctx, "SELECT 1").Scan(new(int))
-		cancel()
-		if err == nil {
-			return
-		}
-		select {
-		case <-b.proc.Done():
-			t.Fatalf("pgbouncer exited while starting (%v): %v; its log:\n%s", b.proc.Cmd.ProcessState, err, b.log())
-		case <-tick.C:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pgbouncer not serving %s after %v: %v; its log:\n%s", txDB, bootWait, err, b.log())
-		}
+	if err := cluster.WaitAnswer(db, b.proc, bootWait, 20*time.Millisecond); err != nil {
+		t.Fatalf("pgbouncer not serving %s: %v; its log:\n%s", txDB, err, b.log())
 	}
 }
 

@@ -77,7 +77,8 @@ func pgbJobs(t *testing.T) int {
 func TestPgBouncer(t *testing.T) {
 	optin.Require(t, "the PgBouncer suite (a PgBouncer of its own in front of INBOX_POSTGRES_DSN's server)")
 	dsn := optin.DSN(t, "INBOX_POSTGRES_DSN", "the PgBouncer suite")
-	bin := requireTools(t)
+	bin, err := findPgBouncer()
+	suite.Require(t, err)
 	backend, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		t.Fatalf("INBOX_POSTGRES_DSN: %v", err)

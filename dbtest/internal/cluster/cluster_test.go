@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
 )
 
 // recorder is a testing.TB whose Fatalf and Skipf end the calling
@@ -237,5 +240,33 @@ func TestServerAccountAndChown(t *testing.T) {
 	}
 	if err := as.ChownTree(dir); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestWaitAnswerSaysWhyNot checks WaitAnswer's two failures on a port
+// nothing listens on: the process exited, or the deadline passed. Its
+// success is every cluster suite's boot.
+func TestWaitAnswerSaysWhyNot(t *testing.T) {
+	db, err := sql.Open("pgx", fmt.Sprintf("host=127.0.0.1 port=%d user=x connect_timeout=5", FreePort(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	exited, err := Start(exec.Command("true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-exited.Done()
+	if err := WaitAnswer(db, exited, time.Minute, time.Millisecond); err == nil || !strings.HasPrefix(err.Error(), "exited (exit status 0)") {
+		t.Errorf("exited process: %v, want it named", err)
+	}
+	cmd := exec.Command("sleep", "300")
+	running, err := Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); <-running.Done() }()
+	if err := WaitAnswer(db, running, 0, time.Millisecond); err == nil || !strings.HasPrefix(err.Error(), "no answer within 0s") {
+		t.Errorf("deadline: %v, want it named", err)
 	}
 }

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"os/exec"
@@ -212,4 +214,26 @@ func Children(pid int) []int {
 		}
 	}
 	return kids
+}
+
+// WaitAnswer polls, every every, until db answers SELECT 1, returning nil,
+// or until p exits or timeout passes, returning why with the last error:
+// a server is ready once it answers, whatever its log says.
+func WaitAnswer(db *sql.DB, p *Proc, timeout, every time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := db.QueryRowContext(ctx, "SELECT 1").Scan(new(int))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !p.Running() {
+			return fmt.Errorf("exited (%s): %v", p.Cmd.ProcessState, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no answer within %v: %v", timeout, err)
+		}
+		time.Sleep(every)
+	}
 }
