@@ -6,17 +6,16 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sqlinbox/inbox/dbtest/internal/cluster"
 )
 
 // The cluster is a PostgreSQL primary and its streaming standby, synchronous
@@ -46,69 +45,44 @@ type pgBinaries struct {
 	cred *syscall.Credential
 }
 
+// suite names the failover suite in its skip messages and notices.
+var suite = cluster.Suite{
+	Pkg:   "dbtest/failover",
+	Short: "failover",
+	Name:  "the failover suite",
+	Boots: "which starts a PostgreSQL primary and standby of its own (about two minutes)",
+	Find:  func() error { _, err := findPostgres(); return err },
+}
+
+// pgPrograms are the server programs the suite runs.
+var pgPrograms = []string{"initdb", "pg_basebackup", "postgres"}
+
 // findPostgres locates initdb, pg_basebackup and postgres: INBOX_PG_BIN, or
-// the newest /usr/lib/postgresql/N/bin holding all three. Without them the
-// test skips, saying why, or fails under INBOX_REQUIRE_DBS=1.
-func findPostgres(t *testing.T) pgBinaries {
-	t.Helper()
-	need := []string{"initdb", "pg_basebackup", "postgres"}
-	has := func(dir string) bool {
-		for _, p := range need {
-			if fi, err := os.Stat(filepath.Join(dir, p)); err != nil || fi.IsDir() {
-				return false
-			}
-		}
-		return true
-	}
-	dir := os.Getenv("INBOX_PG_BIN")
+// the newest /usr/lib/postgresql/N/bin holding all three, and the account
+// to run them as.
+func findPostgres() (pgBinaries, error) {
+	dir := cluster.FindPgBin(pgPrograms...)
 	if dir == "" {
-		cands, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-		sort.Slice(cands, func(i, j int) bool { return pgMajor(cands[i]) > pgMajor(cands[j]) })
-		for _, c := range cands {
-			if has(c) {
-				dir = c
-				break
-			}
-		}
-	}
-	if dir == "" || !has(dir) {
-		where := "INBOX_PG_BIN=" + dir
-		if dir == "" {
+		where := "INBOX_PG_BIN=" + os.Getenv("INBOX_PG_BIN")
+		if os.Getenv("INBOX_PG_BIN") == "" {
 			where = "INBOX_PG_BIN unset and no /usr/lib/postgresql/*/bin"
 		}
-		unavailable(t, "PostgreSQL's server programs (%s) not found (%s)", strings.Join(need, ", "), where)
+		return pgBinaries{}, fmt.Errorf("PostgreSQL's server programs (%s) not found (%s)", strings.Join(pgPrograms, ", "), where)
 	}
-	b := pgBinaries{dir: dir, version: filepath.Base(filepath.Dir(dir))}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			unavailable(t, "running as root, and no postgres account to run PostgreSQL's servers as: %v", err)
-		}
-		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("postgres account: uid %q gid %q", u.Uid, u.Gid)
-		}
-		b.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+	as, err := cluster.ServerAccount("postgres")
+	if err != nil {
+		return pgBinaries{}, err
 	}
-	return b
+	return pgBinaries{dir: dir, version: filepath.Base(filepath.Dir(dir)), cred: as.Cred}, nil
 }
 
-// pgMajor is the version number in /usr/lib/postgresql/N/bin, 0 if none.
-func pgMajor(bin string) float64 {
-	v, _ := strconv.ParseFloat(filepath.Base(filepath.Dir(bin)), 64)
-	return v
-}
-
-// unavailable skips t, or fails it under INBOX_REQUIRE_DBS=1 (CI), where
-// the suite must run.
-func unavailable(t *testing.T, format string, args ...any) {
+// requirePostgres returns the server programs, or skips t saying what is
+// missing (a failure under INBOX_REQUIRE_DBS=1).
+func requirePostgres(t *testing.T) pgBinaries {
 	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-		t.Fatalf("%s; INBOX_REQUIRE_DBS=1: the failover suite must run", msg)
-	}
-	t.Skipf("%s: skipping the failover suite (INBOX_REQUIRE_DBS=1 makes this a failure)", msg)
+	b, err := findPostgres()
+	suite.Require(t, err)
+	return b
 }
 
 // command prepares one of the programs, run in dir as the server's account,
@@ -116,15 +90,9 @@ func unavailable(t *testing.T, format string, args ...any) {
 func (b pgBinaries) command(dir, name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(b.dir, name), args...)
 	cmd.Dir = dir
-	env := []string{"HOME=" + dir, "LC_ALL=C"}
-	for _, kv := range os.Environ() {
-		// No PG* variable (PGHOST, PGPORT, PGDATA …) may point a program
-		// at another server, and HOME and the locale are set above.
-		if !strings.HasPrefix(kv, "PG") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "LC_") && !strings.HasPrefix(kv, "LANG") {
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = env
+	// No PG* variable (PGHOST, PGPORT, PGDATA …) may point a program at
+	// another server.
+	cmd.Env = cluster.Env(dir, "PG")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred, Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
@@ -154,8 +122,8 @@ func (b pgBinaries) run(t *testing.T, dir, name string, args ...string) {
 	}
 }
 
-// cluster is a primary and its standby.
-type cluster struct {
+// pgCluster is a primary and its standby.
+type pgCluster struct {
 	bin              pgBinaries
 	base             string // the temporary directory, the sockets' too
 	primary, standby *pgNode
@@ -168,8 +136,7 @@ type pgNode struct {
 	data string
 	port int
 	log  string // its server log
-	cmd  *exec.Cmd
-	done chan struct{} // closed once the postmaster was reaped
+	proc *cluster.Proc
 }
 
 // standbyName is the standby's cluster_name, and so its application_name
@@ -181,13 +148,13 @@ const standbyName = "standby"
 // streaming, synchronously when sync is set (else asynchronously: the
 // primary commits without waiting for it). Everything is stopped and removed
 // when t ends.
-func startCluster(t *testing.T, bin pgBinaries, sync bool) *cluster {
+func startCluster(t *testing.T, bin pgBinaries, sync bool) *pgCluster {
 	t.Helper()
 	base, err := os.MkdirTemp("", "inbox-failover-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{bin: bin, base: base, sync: sync}
+	c := &pgCluster{bin: bin, base: base, sync: sync}
 	t.Cleanup(func() {
 		for _, n := range []*pgNode{c.standby, c.primary} {
 			if n != nil {
@@ -199,7 +166,7 @@ func startCluster(t *testing.T, bin pgBinaries, sync bool) *cluster {
 		if t.Failed() {
 			for _, n := range []*pgNode{c.primary, c.standby} {
 				if n != nil {
-					t.Logf("%s's log (last lines):\n%s", n.name, tail(n.log, 40))
+					t.Logf("%s's log (last lines):\n%s", n.name, cluster.Tail(n.log, 40))
 				}
 			}
 		}
@@ -230,7 +197,7 @@ func startCluster(t *testing.T, bin pgBinaries, sync bool) *cluster {
 		"-c", "synchronous_standby_names=",
 		"-c", "hot_standby=on")
 	db := c.primary.open(t)
-	eventually(t, serverWait, "the standby to stream", func() error {
+	cluster.Eventually(t, serverWait, "the standby to stream", func() error {
 		return c.checkSync(db)
 	})
 	return c
@@ -238,7 +205,7 @@ func startCluster(t *testing.T, bin pgBinaries, sync bool) *cluster {
 
 // checkSync returns an error unless the primary (through db) streams to
 // the standby, synchronously or not as the cluster was made.
-func (c *cluster) checkSync(db *sql.DB) error {
+func (c *pgCluster) checkSync(db *sql.DB) error {
 	var state, sync string
 	err := db.QueryRow("SELECT state, sync_state FROM pg_stat_replication WHERE application_name = $1", standbyName).Scan(&state, &sync)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -259,10 +226,10 @@ func (c *cluster) checkSync(db *sql.DB) error {
 
 // start starts a server on data on a free port and waits until it answers.
 // A port taken between the choice and the bind is chosen again.
-func (c *cluster) start(t *testing.T, name, data string, args ...string) *pgNode {
+func (c *pgCluster) start(t *testing.T, name, data string, args ...string) *pgNode {
 	t.Helper()
 	for try := 1; ; try++ {
-		n := &pgNode{name: name, data: data, port: freePort(t), log: filepath.Join(c.base, name+".log"), done: make(chan struct{})}
+		n := &pgNode{name: name, data: data, port: cluster.FreePort(t), log: filepath.Join(c.base, name+".log")}
 		logf, err := os.OpenFile(n.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			t.Fatal(err)
@@ -279,38 +246,23 @@ func (c *cluster) start(t *testing.T, name, data string, args ...string) *pgNode
 			"-c", "max_wal_senders=4",
 			"-c", "wal_level=replica",
 		}, args...)
-		n.cmd = c.bin.command(c.base, "postgres", all...)
-		n.cmd.Stdout, n.cmd.Stderr = logf, logf
-		if err := n.cmd.Start(); err != nil {
-			logf.Close()
+		cmd := c.bin.command(c.base, "postgres", all...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		n.proc, err = cluster.Start(cmd)
+		logf.Close()
+		if err != nil {
 			t.Fatalf("starting the %s: %v", name, err)
 		}
-		logf.Close()
-		go func() {
-			_ = n.cmd.Wait()
-			close(n.done)
-		}()
 		err = n.waitReady()
 		if err == nil {
 			return n
 		}
-		<-n.done
-		if try < 5 && strings.Contains(tail(n.log, 20), "could not bind") {
+		<-n.proc.Done()
+		if try < 5 && strings.Contains(cluster.Tail(n.log, 20), "could not bind") {
 			continue
 		}
-		t.Fatalf("the %s did not start: %v\n%s", name, err, tail(n.log, 40))
+		t.Fatalf("the %s did not start: %v\n%s", name, err, cluster.Tail(n.log, 40))
 	}
-}
-
-// freePort returns a port on 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // dsn is the node's own address alone.
@@ -326,25 +278,7 @@ func (n *pgNode) waitReady() error {
 		return err
 	}
 	defer db.Close()
-	deadline := time.Now().Add(serverWait)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		var one int
-		err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-n.done:
-			return fmt.Errorf("exited: %s", n.cmd.ProcessState)
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no answer within %v: %v", serverWait, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return cluster.WaitAnswer(db, n.proc, serverWait, 50*time.Millisecond)
 }
 
 // open opens a pool on this node alone, closed when t ends.
@@ -361,138 +295,47 @@ func (n *pgNode) open(t *testing.T) *sql.DB {
 
 // multiHost is the workers' data source: both servers, first the primary,
 // and only a read-write session will do.
-func (c *cluster) multiHost() string {
+func (c *pgCluster) multiHost() string {
 	return fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=postgres dbname=postgres sslmode=disable "+
 		"target_session_attrs=read-write connect_timeout=5", c.primary.port, c.standby.port)
 }
 
 // crash kills the node as a machine's crash would: every process of the
 // server at once with SIGKILL, so that none writes, replicates or answers
-// anything more. The postmaster is stopped first, so that it forks nothing
-// while its children are listed; its children are killed, then it.
-//
-// Each server child makes itself a session leader (InitPostmasterChild), so
-// no process group reaches them all: they are found by their parent. This
-// process becomes a child subreaper, so that the killed children, orphaned
-// with their postmaster, are this process's to reap rather than left as
-// zombies under an init that may reap none.
+// anything more (cluster.KillPostmaster). This process becomes a child
+// subreaper, so that the killed children, orphaned with their postmaster,
+// are this process's to reap rather than left as zombies under an init
+// that may reap none.
 func (n *pgNode) crash() error {
-	select {
-	case <-n.done:
+	if !n.proc.Running() {
 		return fmt.Errorf("the %s had already exited", n.name)
-	default:
 	}
-	const prSetChildSubreaper = 36
-	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
-		return fmt.Errorf("PR_SET_CHILD_SUBREAPER: %v", errno)
-	}
-	pid := n.cmd.Process.Pid
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+	if err := cluster.BecomeSubreaper(); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for procState(pid) != 'T' {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("postmaster %d not stopped after SIGSTOP (state %c)", pid, procState(pid))
-		}
-		time.Sleep(time.Millisecond)
-	}
-	kids := children(pid)
-	for _, k := range kids {
-		_ = syscall.Kill(k, syscall.SIGKILL)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	kids, err := cluster.KillPostmaster(n.proc.Cmd.Process.Pid)
+	if err != nil {
 		return err
 	}
-	<-n.done
+	<-n.proc.Done()
 	for _, k := range kids {
 		reap(k)
 	}
-	n.removeSharedMemory()
+	cluster.RemoveSharedMemory(n.data)
 	return nil
 }
 
 // stop ends the node, if still running, by an immediate shutdown (its data
 // is thrown away), or by a crash if that does not end it in time.
 func (n *pgNode) stop() error {
-	select {
-	case <-n.done:
+	if !n.proc.Running() {
 		return nil
-	default:
 	}
-	_ = syscall.Kill(n.cmd.Process.Pid, syscall.SIGQUIT)
-	timer := time.NewTimer(30 * time.Second)
-	defer timer.Stop()
-	select {
-	case <-n.done:
+	_ = syscall.Kill(n.proc.Cmd.Process.Pid, syscall.SIGQUIT)
+	if n.proc.Exited(30 * time.Second) {
 		return nil
-	case <-timer.C:
-		return n.crash()
 	}
-}
-
-// removeSharedMemory removes the System V segment a killed postmaster
-// leaves (the 7th line of postmaster.pid names it): nothing else would.
-func (n *pgNode) removeSharedMemory() {
-	data, err := os.ReadFile(filepath.Join(n.data, "postmaster.pid"))
-	if err != nil {
-		return
-	}
-	lines := strings.Split(string(data), "\n")
-	if len(lines) < 7 {
-		return
-	}
-	f := strings.Fields(lines[6])
-	if len(f) != 2 {
-		return
-	}
-	id, err := strconv.Atoi(f[1])
-	if err != nil || id < 0 {
-		return
-	}
-	const ipcRmid = 0
-	_, _, _ = syscall.Syscall(syscall.SYS_SHMCTL, uintptr(id), ipcRmid, 0)
-}
-
-// procState is the state letter of a process (R, S, T, Z …), 0 if gone.
-func procState(pid int) byte {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// pid (comm) state ppid …: comm may hold spaces and parentheses.
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return 0
-	}
-	return s[i+2]
-}
-
-// children lists the processes whose parent is pid.
-func children(pid int) []int {
-	entries, _ := os.ReadDir("/proc")
-	var kids []int
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(data)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			kids = append(kids, p)
-		}
-	}
-	return kids
+	return n.crash()
 }
 
 // reap waits for a killed orphan that this process, as its subreaper,
@@ -511,7 +354,7 @@ func reap(pid int) {
 
 // promote ends the standby's recovery: pg_promote waits until it is a
 // primary.
-func (c *cluster) promote(db *sql.DB) error {
+func (c *pgCluster) promote(db *sql.DB) error {
 	ctx, cancel := context.WithTimeout(context.Background(), serverWait)
 	defer cancel()
 	var ok bool
@@ -522,34 +365,4 @@ func (c *cluster) promote(db *sql.DB) error {
 		return errors.New("pg_promote returned false")
 	}
 	return nil
-}
-
-// tail returns the last n lines of a file, for a failure message.
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// eventually polls f every 20 ms until it returns nil, failing t with f's
-// last error after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s: %v", timeout, what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

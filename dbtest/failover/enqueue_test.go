@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dbtest/internal/cluster"
 	"github.com/sqlinbox/inbox/internal/optin"
 )
 
@@ -38,7 +39,7 @@ func TestFailoverEnqueue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the failover suite starts two PostgreSQL servers; -short skips it")
 	}
-	bin := findPostgres(t)
+	bin := requirePostgres(t)
 	for _, kind := range []struct {
 		name string
 		sync bool
@@ -172,7 +173,7 @@ func enqueueFailover(t *testing.T, bin pgBinaries, synchronous bool) {
 	}
 	stopped := make(chan struct{})
 	go func() { wg.Wait(); close(stopped) }()
-	eventually(t, serverWait, "enqueues and acks to be under way", func() error {
+	cluster.Eventually(t, serverWait, "enqueues and acks to be under way", func() error {
 		mu.Lock()
 		err := fatal
 		mu.Unlock()
@@ -283,7 +284,7 @@ func enqueueFailover(t *testing.T, bin pgBinaries, synchronous bool) {
 		t.Fatal(err)
 	}
 	delivered := map[int64]int{}
-	eventually(t, enqLease+failStall, "the new primary's queue to drain", func() error {
+	cluster.Eventually(t, enqLease+failStall, "the new primary's queue to drain", func() error {
 		ds, err := q2.Claim(ctx, 100)
 		if err != nil {
 			return err

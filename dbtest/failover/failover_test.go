@@ -20,29 +20,18 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/lib/pq"
-	"go.uber.org/goleak"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dbtest/internal/cluster"
 	"github.com/sqlinbox/inbox/dbtest/internal/ledger"
 	"github.com/sqlinbox/inbox/internal/optin"
 )
 
 // TestMain checks that a passing run leaves no goroutine behind: keepers,
 // workers and the drivers' watchers all end with the failover behind them.
-// A run that skipped the suite, not asked for, says so at its end.
+// A run that skipped the suite says so at its end (cluster.Suite.Run).
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if !optin.Enabled() {
-		optin.Notice("dbtest/failover: skipped the failover suite, which starts a PostgreSQL primary and standby of its own (about two minutes): set " +
-			optin.Env + "=1 to run it.\n")
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: goroutines left running after a successful run: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(suite.Run(m))
 }
 
 // The run: every form on both drivers at once, six queues, each drained by
@@ -119,7 +108,7 @@ func TestFailover(t *testing.T) {
 		t.Skip("the failover suite starts two PostgreSQL servers; -short skips it")
 	}
 	start := time.Now()
-	bin := findPostgres(t)
+	bin := requirePostgres(t)
 	c := startCluster(t, bin, true)
 	t.Logf("cluster: PostgreSQL %s, primary 127.0.0.1:%d, synchronous standby 127.0.0.1:%d, up in %v",
 		bin.version, c.primary.port, c.standby.port, time.Since(start).Round(time.Millisecond))
@@ -185,7 +174,7 @@ func TestFailover(t *testing.T) {
 	}
 
 	// 1. Midway, every holder holds a job.
-	eventually(t, serverWait, "every holder to hold a job", func() error {
+	cluster.Eventually(t, serverWait, "every holder to hold a job", func() error {
 		if err := groupErr(); err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +202,7 @@ func TestFailover(t *testing.T) {
 
 	// Every delivery of the old primary ends: row-lock and advisory Acks
 	// fail, lease holders are stopped by their keepers.
-	eventually(t, failLease+failStall, "every delivery of the old primary to be settled, failed or stopped", func() error {
+	cluster.Eventually(t, failLease+failStall, "every delivery of the old primary to be settled, failed or stopped", func() error {
 		if err := groupErr(); err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +240,7 @@ func TestFailover(t *testing.T) {
 	if lastExpiry.After(promoteAfter) {
 		promoteAfter = lastExpiry
 	}
-	eventually(t, failLease+failStall, "the lease holders' leases to run out", func() error {
+	cluster.Eventually(t, failLease+failStall, "the lease holders' leases to run out", func() error {
 		if now := time.Now(); !now.After(promoteAfter) {
 			return fmt.Errorf("%v to go", promoteAfter.Sub(now))
 		}
@@ -310,7 +299,7 @@ func TestFailover(t *testing.T) {
 			t.Errorf("%s: InWork %d after the drain, want 0", g.name(), n)
 		}
 	}
-	eventually(t, time.Minute, "no advisory lock and no session idle in a transaction", func() error {
+	cluster.Eventually(t, time.Minute, "no advisory lock and no session idle in a transaction", func() error {
 		var locks, idle int
 		if err := sdb.QueryRow("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").Scan(&locks); err != nil {
 			return err
@@ -343,7 +332,7 @@ func TestFailover(t *testing.T) {
 
 // setupGroup makes g's table, ledgers, pool on the multi-host DSN and
 // queue.
-func setupGroup(t *testing.T, c *cluster, admin *sql.DB, ledgers string, g *group) {
+func setupGroup(t *testing.T, c *pgCluster, admin *sql.DB, ledgers string, g *group) {
 	t.Helper()
 	setupTable(t, admin, g)
 	g.prePath = filepath.Join(ledgers, g.table+"-pre.ledger")
@@ -454,7 +443,7 @@ func checkStandby(t *testing.T, sdb *sql.DB, g *group) {
 	}
 	// The standby confirmed each commit once it had flushed its WAL;
 	// replaying it may trail by a moment.
-	eventually(t, time.Minute, g.name()+": the standby to show every acknowledged job gone", func() error {
+	cluster.Eventually(t, time.Minute, g.name()+": the standby to show every acknowledged job gone", func() error {
 		rows, err := sdb.Query("SELECT id FROM " + g.table)
 		if err != nil {
 			return err

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/sqlinbox/inbox/dbtest/internal/cluster"
 )
 
 // The harness runs MariaDB servers of its own on 127.0.0.1: a Galera
@@ -59,7 +60,7 @@ func findTools() (tools, error) {
 			return p
 		}
 		for _, d := range dirs {
-			if p := filepath.Join(d, name); fileExists(p) {
+			if p := filepath.Join(d, name); cluster.FileExists(p) {
 				return p
 			}
 		}
@@ -75,7 +76,7 @@ func findTools() (tools, error) {
 		candidates = []string{p}
 	}
 	for _, p := range candidates {
-		if fileExists(p) {
+		if cluster.FileExists(p) {
 			tl.provider = p
 			break
 		}
@@ -89,50 +90,30 @@ func findTools() (tools, error) {
 	return tl, nil
 }
 
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
-}
-
-// requireTools returns the tools, or skips t saying what is missing; under
-// INBOX_REQUIRE_DBS=1 a missing tool fails t instead.
-func requireTools(t testing.TB) tools {
-	t.Helper()
-	tl, err := findTools()
-	if err != nil {
-		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-			t.Fatalf("galera: %v, and INBOX_REQUIRE_DBS=1: the Galera suite must run", err)
-		}
-		t.Skipf("galera: %v: skipping the Galera suite (INBOX_REQUIRE_DBS=1 makes this a failure)", err)
-	}
-	return tl
+// suite names the Galera suite in its skip messages and notices.
+var suite = cluster.Suite{
+	Pkg:   "dbtest/galera",
+	Short: "galera",
+	Name:  "the Galera suite",
+	Boots: "which boots a three-node MariaDB Galera cluster on ports from 13306 (about a minute)",
+	Find:  func() error { _, err := findTools(); return err },
 }
 
 // runAs is who the servers run as.
 type runAs struct {
-	cred  *syscall.Credential // nil: as this process
-	uid   int
-	gid   int
+	cluster.Account
 	extra []string // mariadbd options
 }
 
-// serverUser returns the mysql user's credentials when this process is
-// root (mariadbd refuses to run as root unless told to), else none.
+// serverUser returns the mysql user's account when this process is root
+// (mariadbd refuses to run as root unless told to), else this process's.
 func serverUser() (runAs, error) {
-	if os.Geteuid() != 0 {
-		return runAs{uid: -1, gid: -1}, nil
-	}
-	u, err := user.Lookup("mysql")
-	if err != nil {
+	as, err := cluster.ServerAccount("mysql")
+	if cluster.IsUnknownUser(err) {
 		// No mysql user: run as root, which mariadbd accepts when asked.
-		return runAs{uid: -1, gid: -1, extra: []string{"--user=root"}}, nil
+		return runAs{Account: cluster.Account{UID: -1, GID: -1}, extra: []string{"--user=root"}}, nil
 	}
-	uid, err1 := strconv.Atoi(u.Uid)
-	gid, err2 := strconv.Atoi(u.Gid)
-	if err1 != nil || err2 != nil {
-		return runAs{}, fmt.Errorf("user mysql has uid %q gid %q", u.Uid, u.Gid)
-	}
-	return runAs{cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, uid: uid, gid: gid}, nil
+	return runAs{Account: as}, err
 }
 
 // node is one server.
@@ -146,9 +127,7 @@ type node struct {
 	admin  *sql.DB  // root, for status and setup
 	reads  *sql.DB  // root, for checks: on a Galera node each read first waits for the node to apply what the cluster committed before it
 
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the current process exited
-	err  error         // its Wait result, set before done closes
+	proc *cluster.Proc // the current process; nil before the first start
 	// starts counts the processes started, for the log file names.
 	starts int
 }
@@ -167,19 +146,13 @@ type harness struct {
 // none.
 func newHarness(t testing.TB, n int, galera bool) *harness {
 	t.Helper()
-	tl := requireTools(t)
+	tl, err := findTools()
+	suite.Require(t, err)
 	as, err := serverUser()
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := t.TempDir()
-	// The servers' user must reach their directories: the test's
-	// temporary directories are created 0700.
-	for _, d := range []string{filepath.Dir(base), base} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	base := cluster.TempDir(t)
 	h := &harness{t: t, tl: tl, as: as, base: base}
 	ports, err := freePorts(13306, n)
 	if err != nil {
@@ -212,7 +185,7 @@ func newHarness(t testing.TB, n int, galera bool) *harness {
 		if err := os.WriteFile(nd.cnf(), []byte(nd.config(tl, fmt.Sprintf("inbox_%d", os.Getpid()), peers)), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := h.chown(nd.dir); err != nil {
+		if err := h.as.ChownTree(nd.dir); err != nil {
 			t.Fatal(err)
 		}
 		for _, pool := range []struct {
@@ -298,29 +271,16 @@ func (nd *node) DSN() string {
 	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/%s?parseTime=true&timeout=5s", nd.port, dbName)
 }
 
-// chown gives dir and everything under it to the servers' user.
-func (h *harness) chown(dir string) error {
-	if h.as.cred == nil {
-		return nil
-	}
-	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, h.as.uid, h.as.gid)
-	})
-}
-
 // installDB creates the system tables in nd's data directory, with root
 // reaching the server over TCP without a password.
 func (h *harness) installDB(nd *node) {
 	h.t.Helper()
 	args := []string{"--defaults-file=" + nd.cnf(), "--auth-root-authentication-method=normal", "--skip-test-db"}
-	if h.as.cred != nil {
+	if h.as.Cred != nil {
 		args = append(args, "--user=mysql")
 	}
 	cmd := exec.Command(h.tl.installDB, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = cluster.ServerAttr(nil)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		h.t.Fatalf("%s: mariadb-install-db: %v\n%s", nd.name, err, out)
 	}
@@ -346,19 +306,13 @@ func (h *harness) start(nd *node, bootstrap bool, extra ...string) {
 		cmd.Env = append(os.Environ(), nd.env...)
 	}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: h.as.cred}
-	if err := cmd.Start(); err != nil {
-		out.Close()
+	cmd.SysProcAttr = cluster.ServerAttr(h.as.Cred)
+	p, err := cluster.Start(cmd)
+	out.Close() // the server has its own copy
+	if err != nil {
 		h.t.Fatalf("%s: starting mariadbd: %v", nd.name, err)
 	}
-	done := make(chan struct{})
-	nd.cmd, nd.done = cmd, done
-	go func() {
-		err := cmd.Wait()
-		out.Close()
-		nd.err = err
-		close(done)
-	}()
+	nd.proc = p
 }
 
 // recoverPosition runs nd's server once with --wsrep-recover, as Debian's
@@ -372,7 +326,7 @@ func (h *harness) recoverPosition(nd *node) string {
 	args = append(args, h.as.extra...)
 	args = append(args, "--wsrep-recover", "--disable-log-error")
 	cmd := exec.Command(h.tl.mariadbd, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: h.as.cred}
+	cmd.SysProcAttr = cluster.ServerAttr(h.as.Cred)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		h.t.Fatalf("%s: mariadbd --wsrep-recover: %v\n%s", nd.name, err, out)
@@ -389,15 +343,7 @@ func (h *harness) recoverPosition(nd *node) string {
 
 // running reports whether nd's server process is alive.
 func (nd *node) running() bool {
-	if nd.cmd == nil {
-		return false
-	}
-	select {
-	case <-nd.done:
-		return false
-	default:
-		return true
-	}
+	return nd.proc != nil && nd.proc.Running()
 }
 
 // kill sends SIGKILL to nd's process group and waits for the server to be
@@ -407,11 +353,8 @@ func (h *harness) kill(nd *node) {
 	if !nd.running() {
 		return
 	}
-	_ = syscall.Kill(-nd.cmd.Process.Pid, syscall.SIGKILL)
-	select {
-	case <-nd.done:
-	case <-time.After(time.Minute):
-		h.t.Fatalf("%s (pid %d) still running a minute after SIGKILL", nd.name, nd.cmd.Process.Pid)
+	if err := nd.proc.KillGroup(time.Minute); err != nil {
+		h.t.Fatalf("%s: %v", nd.name, err)
 	}
 }
 
@@ -423,11 +366,8 @@ func (h *harness) kill(nd *node) {
 func (h *harness) teardown() {
 	for _, nd := range h.nodes {
 		if nd.running() {
-			_ = syscall.Kill(-nd.cmd.Process.Pid, syscall.SIGKILL)
-			select {
-			case <-nd.done:
-			case <-time.After(time.Minute):
-				h.t.Errorf("%s (pid %d) still running a minute after SIGKILL", nd.name, nd.cmd.Process.Pid)
+			if err := nd.proc.KillGroup(time.Minute); err != nil {
+				h.t.Errorf("%s: %v", nd.name, err)
 			}
 		}
 		if nd.admin != nil {
@@ -449,7 +389,7 @@ func (h *harness) teardown() {
 	}
 	if h.t.Failed() {
 		for _, nd := range h.nodes {
-			h.t.Logf("%s: last lines of error.log:\n%s", nd.name, tail(filepath.Join(nd.dir, "error.log"), 30))
+			h.t.Logf("%s: last lines of error.log:\n%s", nd.name, cluster.Tail(filepath.Join(nd.dir, "error.log"), 30))
 		}
 	}
 }
@@ -469,19 +409,6 @@ func pidsNaming(s string) []int {
 		}
 	}
 	return pids
-}
-
-// tail returns the last n lines of the file at p.
-func tail(p string, n int) string {
-	data, err := os.ReadFile(p)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // status reads some of nd's global status variables.
@@ -540,10 +467,10 @@ func (h *harness) waitReady(nd *node, want int) {
 			return
 		}
 		if !nd.running() {
-			h.t.Fatalf("%s exited (%v) while starting: %v; error.log:\n%s", nd.name, nd.err, err, tail(filepath.Join(nd.dir, "error.log"), 40))
+			h.t.Fatalf("%s exited (%v) while starting: %v; error.log:\n%s", nd.name, nd.proc.Err(), err, cluster.Tail(filepath.Join(nd.dir, "error.log"), 40))
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatalf("%s not ready after %v: %v; error.log:\n%s", nd.name, bootWait, err, tail(filepath.Join(nd.dir, "error.log"), 40))
+			h.t.Fatalf("%s not ready after %v: %v; error.log:\n%s", nd.name, bootWait, err, cluster.Tail(filepath.Join(nd.dir, "error.log"), 40))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -39,46 +39,19 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dbtest/internal/cluster"
 	"github.com/sqlinbox/inbox/dbtest/internal/ledger"
 	"github.com/sqlinbox/inbox/internal/optin"
 )
 
-// TestMain runs the suite, or a worker process when childEnv is set, and
-// checks that a passing suite left no goroutine running.
+// TestMain runs the suite, or a worker process when childEnv is set; a
+// passing suite must leave no goroutine running (cluster.Suite.Run).
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
-	code := m.Run()
-	skipNotice()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: goroutines left running after a successful run: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// skipNotice tells a person running `go test` on several packages that the
-// suite skipped, and why, at the end of the package's run (optin.Notice):
-// not asked for (INBOX_CLUSTER_SUITES), or asked for without the tools it
-// needs, unless INBOX_REQUIRE_DBS=1 made that a failure.
-func skipNotice() {
-	if !optin.Enabled() {
-		optin.Notice("dbtest/galera: skipped the Galera suite, which boots a three-node MariaDB Galera cluster on ports from 13306 (about a minute): set " +
-			optin.Env + "=1 to run it.\n")
-		return
-	}
-	if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-		return
-	}
-	if _, err := findTools(); err != nil {
-		optin.Notice("dbtest/galera: skipped the Galera suite: " + err.Error() + ". INBOX_REQUIRE_DBS=1 makes this a failure.\n")
-	}
+	os.Exit(suite.Run(m))
 }
 
 // galeraDefaultJobs is the size of each form's table unless
@@ -468,7 +441,7 @@ func runDrain(t *testing.T, h *harness, kill bool) {
 		if restarted && !rejoined {
 			nd := h.nodes[victim]
 			if !nd.running() {
-				t.Fatalf("%s exited (%v) while rejoining; error.log:\n%s", nd.name, nd.err, tail(filepath.Join(nd.dir, "error.log"), 40))
+				t.Fatalf("%s exited (%v) while rejoining; error.log:\n%s", nd.name, nd.proc.Err(), cluster.Tail(filepath.Join(nd.dir, "error.log"), 40))
 			}
 			if nd.ready(3) == nil {
 				rejoined = true
@@ -874,17 +847,7 @@ func testSplit(t *testing.T, h *harness) {
 	}()
 	wait := func(what string, f func() error) {
 		t.Helper()
-		deadline := time.Now().Add(bootWait)
-		for {
-			err := f()
-			if err == nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("waited %v for %s: %v", bootWait, what, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		cluster.Poll(t, bootWait, 50*time.Millisecond, what, f)
 	}
 	wait("the majority to form a primary component of two", func() error { return first.ready(2) })
 	viewAt := time.Now()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dbtest/internal/cluster"
 	"github.com/sqlinbox/inbox/internal/optin"
 )
 
@@ -27,15 +28,11 @@ var faketimeLibs = []string{"/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so
 // missing (a failure under INBOX_REQUIRE_DBS=1).
 func requireFaketime(t *testing.T) string {
 	for _, p := range faketimeLibs {
-		if fileExists(p) {
+		if cluster.FileExists(p) {
 			return p
 		}
 	}
-	msg := "galera: libfaketimeMT.so.1 not found at " + strings.Join(faketimeLibs, ", ") + "; on Debian: apt-get install libfaketime"
-	if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	suite.Require(t, errors.New("libfaketimeMT.so.1 not found at "+strings.Join(faketimeLibs, ", ")+"; on Debian: apt-get install libfaketime"))
 	return ""
 }
 

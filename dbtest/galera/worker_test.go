@@ -20,6 +20,7 @@ import (
 
 	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/dbtest/internal/child"
+	"github.com/sqlinbox/inbox/dbtest/internal/cluster"
 	"github.com/sqlinbox/inbox/dbtest/internal/ledger"
 )
 
@@ -73,19 +74,7 @@ type childConfig struct {
 
 // queueConfig describes table in form.
 func queueConfig(table, form string, lease time.Duration) inbox.Config {
-	tb := inbox.Table{Name: table, DeadTable: table + "_dead"}
-	switch form {
-	case "lease":
-		tb.LockedUntil = "locked_until"
-	case "rowlock":
-		tb.NotBefore = "not_before"
-	case "advisory":
-		tb.AdvisoryKey = "id"
-		tb.NotBefore = "not_before"
-	default:
-		panic("unknown form " + form)
-	}
-	cfg := inbox.Config{Dialect: inbox.MySQL, Table: tb}
+	cfg := inbox.Config{Dialect: inbox.MySQL, Table: cluster.FormTable(table, form)}
 	if form == "lease" {
 		cfg.Lease = lease
 	}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sqlinbox/inbox/dbtest/internal/cluster"
 )
 
 // The harness runs, on 127.0.0.1 and free ports, one etcd (the v3 API
@@ -45,15 +46,14 @@ const (
 	bootWait = 2 * time.Minute
 )
 
-// cluster is etcd and the Patroni members.
-type cluster struct {
+// patroniCluster is etcd and the Patroni members.
+type patroniCluster struct {
 	t       *testing.T
 	tl      tools
 	base    string
 	scope   string
 	reaper  *reaper
-	etcd    *exec.Cmd
-	etcdEnd <-chan struct{}
+	etcd    *cluster.Proc
 	etcdAPI int // etcd's client port
 	members []*member
 	http    *http.Client
@@ -66,8 +66,7 @@ type member struct {
 	data     string
 	pgPort   int
 	apiPort  int
-	cmd      *exec.Cmd
-	done     <-chan struct{} // closed once Patroni exited
+	patroni  *cluster.Proc // nil before its first start
 	starts   int
 	crashed  bool // killed, not started since: its shared memory is left
 	lastLogs string
@@ -77,17 +76,10 @@ type member struct {
 // cluster with initdb and becomes its leader), then the others (replicas
 // by pg_basebackup), and waits until the cluster is healthy. Everything is
 // stopped when t ends.
-func startCluster(t *testing.T, tl tools) *cluster {
+func startCluster(t *testing.T, tl tools) *patroniCluster {
 	t.Helper()
 	sweepOrphans()
-	base := t.TempDir()
-	// The servers' account must reach their directories: the test's
-	// temporary directories are created 0700.
-	for _, d := range []string{filepath.Dir(base), base} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	base := cluster.TempDir(t)
 	if err := os.WriteFile(filepath.Join(base, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -95,13 +87,13 @@ func startCluster(t *testing.T, tl tools) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{t: t, tl: tl, base: base, reaper: r, scope: fmt.Sprintf("inbox-%d", os.Getpid()),
+	c := &patroniCluster{t: t, tl: tl, base: base, reaper: r, scope: fmt.Sprintf("inbox-%d", os.Getpid()),
 		http: &http.Client{Timeout: 3 * time.Second}}
 	t.Cleanup(c.teardown)
 	c.startEtcd()
 	for i := range members {
 		m := &member{name: fmt.Sprintf("m%d", i+1), dir: filepath.Join(base, fmt.Sprintf("m%d", i+1)),
-			pgPort: freePort(t), apiPort: freePort(t)}
+			pgPort: cluster.FreePort(t), apiPort: cluster.FreePort(t)}
 		m.data = filepath.Join(m.dir, "data")
 		if err := os.Mkdir(m.dir, 0o700); err != nil {
 			t.Fatal(err)
@@ -110,7 +102,7 @@ func startCluster(t *testing.T, tl tools) *cluster {
 		c.members = append(c.members, m)
 	}
 	c.start(t, c.members[0])
-	c.eventually(bootWait, "the first member to bootstrap and lead", func() error {
+	cluster.Eventually(c.t, bootWait, "the first member to bootstrap and lead", func() error {
 		l, err := c.leader()
 		if err == nil && l != c.members[0] {
 			err = fmt.Errorf("leader %s", l.name)
@@ -124,60 +116,31 @@ func startCluster(t *testing.T, tl tools) *cluster {
 	return c
 }
 
-// freePort returns a port on 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// env is a child's environment: this one's, without the variables that
-// would point Patroni, etcd or PostgreSQL elsewhere.
-func env(home string) []string {
-	out := []string{"HOME=" + home, "LC_ALL=C"}
-	for _, kv := range os.Environ() {
-		switch {
-		case strings.HasPrefix(kv, "PG"), strings.HasPrefix(kv, "PATRONI"), strings.HasPrefix(kv, "ETCD"),
-			strings.HasPrefix(kv, "HOME="), strings.HasPrefix(kv, "LC_"), strings.HasPrefix(kv, "LANG"):
-		default:
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
 // startEtcd starts a one-member etcd with its data in the temporary
 // directory and waits until it reports itself healthy.
-func (c *cluster) startEtcd() {
+func (c *patroniCluster) startEtcd() {
 	c.t.Helper()
-	c.etcdAPI = freePort(c.t)
-	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(c.t))
+	c.etcdAPI = cluster.FreePort(c.t)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", cluster.FreePort(c.t))
 	client := fmt.Sprintf("http://127.0.0.1:%d", c.etcdAPI)
 	cmd := exec.Command(c.tl.etcd, "--name", "etcd", "--data-dir", filepath.Join(c.base, "etcd"),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 		"--initial-cluster", "etcd="+peer, "--initial-cluster-state", "new")
-	cmd.Dir, cmd.Env = c.base, env(c.base)
+	cmd.Dir, cmd.Env = c.base, childEnv(c.base)
 	logf, err := os.Create(filepath.Join(c.base, "etcd.log"))
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if c.etcdEnd, err = c.reaper.start(cmd); err != nil {
+	cmd.SysProcAttr = cluster.ServerAttr(nil)
+	if c.etcd, err = c.reaper.start(cmd); err != nil {
 		c.t.Fatalf("starting etcd: %v", err)
 	}
-	c.etcd = cmd
-	c.eventually(bootWait, "etcd to be healthy", func() error {
-		select {
-		case <-c.etcdEnd:
-			c.t.Fatalf("etcd exited: %s\n%s", cmd.ProcessState, tail(filepath.Join(c.base, "etcd.log"), 30))
-		default:
+	cluster.Eventually(c.t, bootWait, "etcd to be healthy", func() error {
+		if !c.etcd.Running() {
+			c.t.Fatalf("etcd exited: %s\n%s", cmd.ProcessState, cluster.Tail(filepath.Join(c.base, "etcd.log"), 30))
 		}
 		var h struct{ Health string }
 		if err := c.getJSON(client+"/health", &h); err != nil {
@@ -193,7 +156,7 @@ func (c *cluster) startEtcd() {
 // writeConfig writes m's patroni.yml (JSON, which YAML reads): synchronous
 // mode, the short timings, trust for loopback (replication included), and
 // a rejoining old leader rewound, or copied anew should the rewind fail.
-func (c *cluster) writeConfig(m *member) {
+func (c *patroniCluster) writeConfig(m *member) {
 	c.t.Helper()
 	b, err := json.MarshalIndent(c.config(m), "", "  ")
 	if err != nil {
@@ -202,17 +165,13 @@ func (c *cluster) writeConfig(m *member) {
 	if err := os.WriteFile(filepath.Join(m.dir, "patroni.yml"), b, 0o600); err != nil {
 		c.t.Fatal(err)
 	}
-	if c.tl.cred != nil {
-		for _, p := range []string{m.dir, filepath.Join(m.dir, "patroni.yml")} {
-			if err := os.Chown(p, c.tl.uid, c.tl.gid); err != nil {
-				c.t.Fatal(err)
-			}
-		}
+	if err := c.tl.as.Chown(m.dir, filepath.Join(m.dir, "patroni.yml")); err != nil {
+		c.t.Fatal(err)
 	}
 }
 
 // config is m's Patroni configuration.
-func (c *cluster) config(m *member) map[string]any {
+func (c *patroniCluster) config(m *member) map[string]any {
 	addr := func(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 	return map[string]any{
 		"scope":   c.scope,
@@ -264,7 +223,7 @@ func (c *cluster) config(m *member) map[string]any {
 
 // start starts m's Patroni, which starts (and, the first time, creates)
 // its PostgreSQL; its output goes to patroni.N.log, N counting its starts.
-func (c *cluster) start(t testing.TB, m *member) {
+func (c *patroniCluster) start(t testing.TB, m *member) {
 	t.Helper()
 	m.starts++
 	m.lastLogs = filepath.Join(m.dir, fmt.Sprintf("patroni.%d.log", m.starts))
@@ -274,58 +233,48 @@ func (c *cluster) start(t testing.TB, m *member) {
 	}
 	defer logf.Close()
 	cmd := exec.Command(c.tl.patroni, filepath.Join(m.dir, "patroni.yml"))
-	cmd.Dir, cmd.Env = m.dir, env(m.dir)
+	cmd.Dir, cmd.Env = m.dir, childEnv(m.dir)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: c.tl.cred}
-	done, err := c.reaper.start(cmd)
+	cmd.SysProcAttr = cluster.ServerAttr(c.tl.as.Cred)
+	p, err := c.reaper.start(cmd)
 	if err != nil {
 		t.Fatalf("starting %s's Patroni: %v", m.name, err)
 	}
-	m.cmd, m.done, m.crashed = cmd, done, false
+	m.patroni, m.crashed = p, false
 }
 
 func (m *member) running() bool {
-	if m.done == nil {
-		return false
-	}
-	select {
-	case <-m.done:
-		return false
-	default:
-		return true
-	}
+	return m.patroni != nil && m.patroni.Running()
 }
 
 // crash kills m as a machine's crash would: Patroni's process group, then
 // its PostgreSQL, every process at once with SIGKILL.
-func (c *cluster) crash(m *member) error {
+func (c *patroniCluster) crash(m *member) error {
 	pid := postmasterPID(m.data)
 	if !m.running() || pid == 0 {
 		return fmt.Errorf("%s is not running (Patroni running %v, postmaster %d)", m.name, m.running(), pid)
 	}
 	m.crashed = true
-	if err := syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	if err := m.patroni.SignalGroup(syscall.SIGKILL); err != nil {
 		return fmt.Errorf("killing %s's Patroni: %w", m.name, err)
 	}
 	if err := crashPostgres(pid); err != nil {
 		return fmt.Errorf("killing %s's postmaster: %w", m.name, err)
 	}
-	select {
-	case <-m.done:
-		return nil
-	case <-time.After(30 * time.Second):
+	if !m.patroni.Exited(30 * time.Second) {
 		return fmt.Errorf("%s's Patroni still running 30 s after SIGKILL", m.name)
 	}
+	return nil
 }
 
 // teardown stops every process the harness started: Patroni first (so
 // that none restarts its PostgreSQL), then each postmaster by an immediate
 // shutdown, then etcd; on failure it logs the tail of each log.
-func (c *cluster) teardown() {
+func (c *patroniCluster) teardown() {
 	for _, m := range c.members {
 		if m.running() {
-			_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
-			<-m.done
+			_ = m.patroni.SignalGroup(syscall.SIGKILL)
+			<-m.patroni.Done()
 		}
 		if pid := postmasterPID(m.data); pid != 0 {
 			_ = syscall.Kill(pid, syscall.SIGQUIT)
@@ -337,18 +286,18 @@ func (c *cluster) teardown() {
 			}
 		}
 		if m.crashed {
-			removeSharedMemory(m.data)
+			cluster.RemoveSharedMemory(m.data)
 		}
 	}
 	if c.etcd != nil {
-		_ = syscall.Kill(-c.etcd.Process.Pid, syscall.SIGKILL)
-		<-c.etcdEnd
+		_ = c.etcd.SignalGroup(syscall.SIGKILL)
+		<-c.etcd.Done()
 	}
 	c.reaper.close()
 	if c.t.Failed() {
 		for _, m := range c.members {
 			if m.lastLogs != "" {
-				c.t.Logf("%s: %s (last lines):\n%s", m.name, m.lastLogs, tail(m.lastLogs, 40))
+				c.t.Logf("%s: %s (last lines):\n%s", m.name, m.lastLogs, cluster.Tail(m.lastLogs, 40))
 			}
 		}
 	}
@@ -364,7 +313,7 @@ type memberState struct {
 }
 
 // state asks the first running member's REST API for the cluster's view.
-func (c *cluster) state() ([]memberState, error) {
+func (c *patroniCluster) state() ([]memberState, error) {
 	var last error = errors.New("no member running")
 	for _, m := range c.members {
 		if !m.running() {
@@ -379,7 +328,7 @@ func (c *cluster) state() ([]memberState, error) {
 }
 
 // leader is the member Patroni's cluster view names leader, running.
-func (c *cluster) leader() (*member, error) {
+func (c *patroniCluster) leader() (*member, error) {
 	ms, err := c.state()
 	if err != nil {
 		return nil, err
@@ -395,7 +344,7 @@ func (c *cluster) leader() (*member, error) {
 	return nil, fmt.Errorf("no running leader: %+v", ms)
 }
 
-func (c *cluster) member(name string) *member {
+func (c *patroniCluster) member(name string) *member {
 	for _, m := range c.members {
 		if m.name == name {
 			return m
@@ -406,7 +355,7 @@ func (c *cluster) member(name string) *member {
 
 // healthy returns nil once every member runs on the leader's timeline,
 // one of them leader, one its synchronous standby.
-func (c *cluster) healthy() error {
+func (c *patroniCluster) healthy() error {
 	ms, err := c.state()
 	if err != nil {
 		return err
@@ -433,16 +382,16 @@ func (c *cluster) healthy() error {
 	return nil
 }
 
-func (c *cluster) waitHealthy(t testing.TB) {
+func (c *patroniCluster) waitHealthy(t testing.TB) {
 	t.Helper()
-	eventually(t, bootWait, "every member to run, with a leader and a synchronous standby", c.healthy)
+	cluster.Eventually(t, bootWait, "every member to run, with a leader and a synchronous standby", c.healthy)
 }
 
 // waitNewLeader waits until Patroni names a running leader other than old.
-func (c *cluster) waitNewLeader(t testing.TB, old *member) *member {
+func (c *patroniCluster) waitNewLeader(t testing.TB, old *member) *member {
 	t.Helper()
 	var leader *member
-	eventually(t, bootWait, "a new leader", func() error {
+	cluster.Eventually(t, bootWait, "a new leader", func() error {
 		m, err := c.leader()
 		if err == nil && m == old {
 			err = fmt.Errorf("%s still leads", m.name)
@@ -455,7 +404,7 @@ func (c *cluster) waitNewLeader(t testing.TB, old *member) *member {
 
 // switchover asks the leader's Patroni for a planned switchover to any
 // synchronous standby; Patroni answers once it is done.
-func (c *cluster) switchover(leader *member) error {
+func (c *patroniCluster) switchover(leader *member) error {
 	body, _ := json.Marshal(map[string]string{"leader": leader.name})
 	client := &http.Client{Timeout: bootWait}
 	resp, err := client.Post(fmt.Sprintf("http://127.0.0.1:%d/switchover", leader.apiPort), "application/json", bytes.NewReader(body))
@@ -470,7 +419,7 @@ func (c *cluster) switchover(leader *member) error {
 	return nil
 }
 
-func (c *cluster) getJSON(url string, into any) error {
+func (c *patroniCluster) getJSON(url string, into any) error {
 	resp, err := c.http.Get(url)
 	if err != nil {
 		return err
@@ -489,7 +438,7 @@ func (c *cluster) getJSON(url string, into any) error {
 // multiHost is the clients' data source: every member, and only a
 // read-write session will do, so a client reaches the leader wherever it
 // is.
-func (c *cluster) multiHost() string {
+func (c *patroniCluster) multiHost() string {
 	var hosts, ports []string
 	for _, m := range c.members {
 		hosts = append(hosts, "127.0.0.1")
@@ -500,7 +449,7 @@ func (c *cluster) multiHost() string {
 }
 
 // open opens a pool of driver on the multi-host DSN, closed when t ends.
-func (c *cluster) open(t *testing.T, driver string, conns int) *sql.DB {
+func (c *patroniCluster) open(t *testing.T, driver string, conns int) *sql.DB {
 	t.Helper()
 	db, err := sql.Open(driver, c.multiHost())
 	if err != nil {
@@ -510,28 +459,6 @@ func (c *cluster) open(t *testing.T, driver string, conns int) *sql.DB {
 	db.SetMaxIdleConns(conns)
 	t.Cleanup(func() { db.Close() })
 	return db
-}
-
-// eventually polls f every 20 ms until it returns nil, failing the test
-// with f's last error after timeout.
-func (c *cluster) eventually(timeout time.Duration, what string, f func() error) {
-	c.t.Helper()
-	eventually(c.t, timeout, what, f)
-}
-
-func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s: %v", timeout, what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // pingWrite returns nil once db reaches a server that commits a write.
@@ -544,15 +471,8 @@ func pingWrite(ctx context.Context, db *sql.DB) error {
 	return db.QueryRowContext(ctx, "SELECT txid_current()").Scan(&xid)
 }
 
-// tail returns the last n lines of a file, for a failure message.
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+// childEnv is a child's environment, without the variables that would
+// point Patroni, etcd or PostgreSQL elsewhere.
+func childEnv(home string) []string {
+	return cluster.Env(home, "PG", "PATRONI", "ETCD")
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dbtest/internal/cluster"
 )
 
 // The row-lock and advisory forms hold a job by the claiming session: a
@@ -28,7 +29,7 @@ const holderLease = 4 * time.Second
 // setupForm creates a table of form (rowlock, lease or advisory) with jobs
 // 1..holderJobs, its dead table and (row lock) its effects table, and
 // returns a queue on a pool of its own.
-func setupForm(t *testing.T, c *cluster, admin *sql.DB, table, form string) *inbox.Queue {
+func setupForm(t *testing.T, c *patroniCluster, admin *sql.DB, table, form string) *inbox.Queue {
 	t.Helper()
 	stmts := []string{
 		"CREATE TABLE " + table + " (id bigint PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, locked_until timestamptz, payload bytea NOT NULL)",
@@ -87,7 +88,7 @@ func count(t *testing.T, db *sql.DB, query string, args ...any) int {
 // runHolders holds a row-lock job (its effect written in the claim's
 // transaction), two advisory jobs and a lease job (kept) at the kill of the
 // leader's node, and returns the killed member.
-func runHolders(t *testing.T, c *cluster) *member {
+func runHolders(t *testing.T, c *patroniCluster) *member {
 	ctx := context.Background()
 	admin := c.open(t, "pgx", 2)
 	rl := setupForm(t, c, admin, "pt_rowlock", "rowlock")
@@ -123,7 +124,7 @@ func runHolders(t *testing.T, c *cluster) *member {
 	if err := c.crash(old); err != nil {
 		t.Fatalf("killing %s: %v", old.name, err)
 	}
-	eventually(t, bootWait, "a new leader to accept writes", func() error { return pingWrite(ctx, admin) })
+	cluster.Eventually(t, bootWait, "a new leader to accept writes", func() error { return pingWrite(ctx, admin) })
 	t.Logf("FIGURE: patroni holders: %s killed; a new leader accepted a write %v later", old.name, time.Since(at).Round(time.Millisecond))
 	checkRowLock(t, admin, rl, held)
 	checkAdvisory(t, admin, next, advHeld, kctx)
@@ -224,7 +225,7 @@ func checkLease(t *testing.T, q *inbox.Queue, held *inbox.Delivery, stopped time
 		t.Errorf("lease: the holder's context ended at %v with %v; want ErrLeaseLost before its lease ran out at %v", stopped, cause, expiry)
 	}
 	var again *inbox.Delivery
-	eventually(t, holderLease+bootWait, "the lease job to be claimed again", func() error {
+	cluster.Eventually(t, holderLease+bootWait, "the lease job to be claimed again", func() error {
 		ds, err := q.Claim(ctx, 1)
 		if err != nil || len(ds) == 0 {
 			return fmt.Errorf("claimed %d: %v", len(ds), err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dbtest/internal/cluster"
 	"github.com/sqlinbox/inbox/worker"
 )
 
@@ -85,7 +86,7 @@ type load struct {
 
 // setupLoad creates table (lease form), its dead table and done table, and
 // the pools and queues of a run.
-func setupLoad(t *testing.T, c *cluster, admin *sql.DB, table string) *load {
+func setupLoad(t *testing.T, c *patroniCluster, admin *sql.DB, table string) *load {
 	t.Helper()
 	for _, s := range []string{
 		"CREATE TABLE " + table + " (id bigserial PRIMARY KEY, attempt integer NOT NULL DEFAULT 1, locked_until timestamptz, payload bytea NOT NULL)",
@@ -230,7 +231,7 @@ func (l *load) sinceEvent(at time.Time) (enq, acks int, firstEnq, firstAck time.
 // kill, or the switchover) of old, the member that leads before; then it
 // drains the queue and checks what the clients were told against what the
 // new leader holds. It returns old.
-func runLoad(t *testing.T, c *cluster, table, what string, event func(old *member) error) (old *member) {
+func runLoad(t *testing.T, c *patroniCluster, table, what string, event func(old *member) error) (old *member) {
 	admin := c.open(t, "pgx", 2)
 	l := setupLoad(t, c, admin, table)
 	old, err := c.leader()
@@ -239,7 +240,7 @@ func runLoad(t *testing.T, c *cluster, table, what string, event func(old *membe
 	}
 	l.startClients()
 	defer l.stopClients()
-	eventually(t, bootWait, "the load to be under way", func() error {
+	cluster.Eventually(t, bootWait, "the load to be under way", func() error {
 		if e, a := l.enqN.Load(), l.ackN.Load(); e < loadBefore || a < loadBefore/2 {
 			return fmt.Errorf("%d enqueues and %d Acks acknowledged", e, a)
 		}
@@ -314,7 +315,7 @@ func (l *load) stopClients() {
 // The enqueuers stop once they have, so that the backlog the workers
 // drain stays small.
 func (l *load) goOn(t *testing.T, what string, at time.Time) {
-	eventually(t, bootWait, "enqueues to go on after the "+what, func() error {
+	cluster.Eventually(t, bootWait, "enqueues to go on after the "+what, func() error {
 		if e, _, _, _ := l.sinceEvent(at); e < loadAfter {
 			return fmt.Errorf("%d enqueues acknowledged since", e)
 		}
@@ -322,7 +323,7 @@ func (l *load) goOn(t *testing.T, what string, at time.Time) {
 	})
 	l.stopEnq()
 	l.enqs.Wait()
-	eventually(t, bootWait, "Acks to go on after the "+what, func() error {
+	cluster.Eventually(t, bootWait, "Acks to go on after the "+what, func() error {
 		if _, a, _, _ := l.sinceEvent(at); a < loadAfter {
 			return fmt.Errorf("%d Acks acknowledged since", a)
 		}
@@ -366,7 +367,7 @@ func (l *load) err() error {
 // that took.
 func (l *load) drain(t *testing.T, admin *sql.DB) time.Duration {
 	start := time.Now()
-	eventually(t, loadLease+bootWait, "the queue to drain", func() error {
+	cluster.Eventually(t, loadLease+bootWait, "the queue to drain", func() error {
 		if err := l.err(); err != nil {
 			t.Fatal(err)
 		}

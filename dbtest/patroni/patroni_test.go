@@ -27,36 +27,19 @@
 package patroni
 
 import (
-	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/lib/pq"
-	"go.uber.org/goleak"
-
-	"github.com/sqlinbox/inbox/internal/optin"
 )
 
 // TestMain checks that a passing run leaves no goroutine behind, and says
 // at the end of the package's run that the suite skipped, and why, when it
-// did.
+// did (cluster.Suite.Run).
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if !optin.Enabled() {
-		optin.Notice("dbtest/patroni: skipped the Patroni suite, which boots etcd and three Patroni members and fails their leader over (about a minute): set " +
-			optin.Env + "=1 to run it.\n")
-	} else if _, err := findTools(); err != nil && os.Getenv("INBOX_REQUIRE_DBS") != "1" {
-		optin.Notice("dbtest/patroni: skipped the Patroni suite: " + err.Error() + ". INBOX_REQUIRE_DBS=1 makes this a failure.\n")
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: goroutines left running after a successful run: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(suite.Run(m))
 }
 
 func TestPatroni(t *testing.T) {
@@ -82,7 +65,7 @@ func TestPatroni(t *testing.T) {
 
 // rejoin starts a killed member again and waits until it is back as a
 // replica on the leader's timeline and the cluster is healthy.
-func (c *cluster) rejoin(t *testing.T, m *member) {
+func (c *patroniCluster) rejoin(t *testing.T, m *member) {
 	t.Helper()
 	start := time.Now()
 	c.start(t, m)

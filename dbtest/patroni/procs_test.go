@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sqlinbox/inbox/dbtest/internal/cluster"
 )
 
 // Patroni starts each postmaster the way pg_ctl does, through a process
@@ -36,9 +38,8 @@ type reaper struct {
 const reapEvery = 20 * time.Millisecond
 
 func newReaper() (*reaper, error) {
-	const prSetChildSubreaper = 36
-	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
-		return nil, fmt.Errorf("PR_SET_CHILD_SUBREAPER: %v", errno)
+	if err := cluster.BecomeSubreaper(); err != nil {
+		return nil, err
 	}
 	r := &reaper{ours: map[int]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go r.loop()
@@ -64,8 +65,8 @@ func (r *reaper) loop() {
 func (r *reaper) reap() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, pid := range children(os.Getpid()) {
-		if r.ours[pid] || procState(pid) != 'Z' {
+	for _, pid := range cluster.Children(os.Getpid()) {
+		if r.ours[pid] || cluster.ProcState(pid) != 'Z' {
 			continue
 		}
 		var ws syscall.WaitStatus
@@ -79,11 +80,11 @@ func (r *reaper) close() {
 	<-r.done
 }
 
-// start starts cmd, and returns a channel closed once cmd has exited and
-// been waited for.
-func (r *reaper) start(cmd *exec.Cmd) (<-chan struct{}, error) {
+// start starts cmd, which its Proc waits for: the reaper leaves it alone
+// until then.
+func (r *reaper) start(cmd *exec.Cmd) (*cluster.Proc, error) {
 	r.mu.Lock()
-	err := cmd.Start()
+	p, err := cluster.Start(cmd)
 	if err == nil {
 		r.ours[cmd.Process.Pid] = true
 	}
@@ -91,56 +92,13 @@ func (r *reaper) start(cmd *exec.Cmd) (<-chan struct{}, error) {
 	if err != nil {
 		return nil, err
 	}
-	done := make(chan struct{})
 	go func() {
-		_ = cmd.Wait()
+		<-p.Done()
 		r.mu.Lock()
 		delete(r.ours, cmd.Process.Pid)
 		r.mu.Unlock()
-		close(done)
 	}()
-	return done, nil
-}
-
-// procState is the state letter of a process (R, S, T, Z …), 0 if gone.
-func procState(pid int) byte {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// pid (comm) state ppid …: comm may hold spaces and parentheses.
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return 0
-	}
-	return s[i+2]
-}
-
-// children lists the processes whose parent is pid.
-func children(pid int) []int {
-	entries, _ := os.ReadDir("/proc")
-	var kids []int
-	want := strconv.Itoa(pid)
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(data)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == want {
-			kids = append(kids, p)
-		}
-	}
-	return kids
+	return p, nil
 }
 
 // postmasterPID reads the running postmaster's pid from its data
@@ -152,32 +110,18 @@ func postmasterPID(data string) int {
 	}
 	first, _, _ := strings.Cut(string(b), "\n")
 	pid, err := strconv.Atoi(strings.TrimSpace(first))
-	if err != nil || procState(pid) == 0 || procState(pid) == 'Z' {
+	if err != nil || cluster.ProcState(pid) == 0 || cluster.ProcState(pid) == 'Z' {
 		return 0
 	}
 	return pid
 }
 
 // crashPostgres kills a postmaster and every child of it at once with
-// SIGKILL, as a machine's crash would: the postmaster is stopped first, so
-// that it forks nothing while its children are listed. Each child leads a
-// session of its own, so no process group reaches them all.
+// SIGKILL, as a machine's crash would (cluster.KillPostmaster), and waits
+// until the reaper has collected them.
 func crashPostgres(pid int) error {
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		return err
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for procState(pid) != 'T' {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("postmaster %d not stopped after SIGSTOP (state %c)", pid, procState(pid))
-		}
-		time.Sleep(time.Millisecond)
-	}
-	kids := children(pid)
-	for _, k := range kids {
-		_ = syscall.Kill(k, syscall.SIGKILL)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	kids, err := cluster.KillPostmaster(pid)
+	if err != nil {
 		return err
 	}
 	return waitGone(append(kids, pid), 30*time.Second)
@@ -187,60 +131,14 @@ func crashPostgres(pid int) error {
 func waitGone(pids []int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for _, p := range pids {
-		for procState(p) != 0 {
+		for cluster.ProcState(p) != 0 {
 			if time.Now().After(deadline) {
-				return fmt.Errorf("process %d still there (state %c) %v after its kill", p, procState(p), timeout)
+				return fmt.Errorf("process %d still there (state %c) %v after its kill", p, cluster.ProcState(p), timeout)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	return nil
-}
-
-// removeSharedMemory removes the System V segment a killed postmaster
-// leaves (the 7th line of postmaster.pid names it), before its data
-// directory is deleted: nothing else would.
-func removeSharedMemory(data string) {
-	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
-	if err != nil {
-		return
-	}
-	lines := strings.Split(string(b), "\n")
-	if len(lines) < 7 {
-		return
-	}
-	f := strings.Fields(lines[6])
-	if len(f) != 2 {
-		return
-	}
-	id, err := strconv.Atoi(f[1])
-	if err != nil || id < 0 || attached(id) != 0 {
-		// In use: a segment by that id now is another server's.
-		return
-	}
-	const ipcRmid = 0
-	_, _, _ = syscall.Syscall(syscall.SYS_SHMCTL, uintptr(id), ipcRmid, 0)
-}
-
-// attached is how many processes have System V segment id attached
-// (/proc/sysvipc/shm), -1 when there is no such segment.
-func attached(id int) int {
-	b, err := os.ReadFile("/proc/sysvipc/shm")
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		// key shmid perms size cpid lpid nattch …
-		f := strings.Fields(line)
-		if len(f) > 6 && f[1] == strconv.Itoa(id) {
-			n, err := strconv.Atoi(f[6])
-			if err != nil {
-				return -1
-			}
-			return n
-		}
-	}
-	return -1
 }
 
 // sweepOrphans clears what an earlier run of this suite left behind when
@@ -258,7 +156,7 @@ func sweepOrphans() {
 			continue
 		}
 		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || procState(pid) != 0 {
+		if err != nil || cluster.ProcState(pid) != 0 {
 			continue
 		}
 		base := filepath.Dir(f)
@@ -270,7 +168,7 @@ func sweepOrphans() {
 				cleared = cleared && waitGone([]int{pm}, 30*time.Second) == nil
 				continue
 			}
-			removeSharedMemory(data)
+			cluster.RemoveSharedMemory(data)
 		}
 		if cleared {
 			_ = os.RemoveAll(filepath.Dir(base))

@@ -1,13 +1,10 @@
 package pgbouncer
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sqlinbox/inbox/dbtest/internal/cluster"
 )
 
 // The harness runs a PgBouncer of its own on a free port of 127.0.0.1, in
@@ -54,29 +53,20 @@ func findPgBouncer() (string, error) {
 	if p, err := exec.LookPath("pgbouncer"); err == nil {
 		return p, nil
 	}
-	if p := "/usr/sbin/pgbouncer"; fileExists(p) {
+	if p := "/usr/sbin/pgbouncer"; cluster.FileExists(p) {
 		return p, nil
 	}
 	return "", fmt.Errorf("pgbouncer not found (INBOX_PGBOUNCER unset, not on PATH nor at /usr/sbin/pgbouncer); on Debian: apt-get install pgbouncer")
 }
 
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
-}
-
-// requireTools returns pgbouncer's path, or skips t saying what is missing;
-// under INBOX_REQUIRE_DBS=1 a missing program fails t instead.
-func requireTools(t testing.TB) string {
-	t.Helper()
-	p, err := findPgBouncer()
-	if err != nil {
-		if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-			t.Fatalf("pgbouncer: %v, and INBOX_REQUIRE_DBS=1: the PgBouncer suite must run", err)
-		}
-		t.Skipf("pgbouncer: %v: skipping the PgBouncer suite (INBOX_REQUIRE_DBS=1 makes this a failure)", err)
-	}
-	return p
+// suite names the PgBouncer suite in its skip messages and notices. A
+// missing DSN says so itself (optin.DSN).
+var suite = cluster.Suite{
+	Pkg:   "dbtest/pgbouncer",
+	Short: "pgbouncer",
+	Name:  "the PgBouncer suite",
+	Boots: "which starts a PgBouncer of its own in front of INBOX_POSTGRES_DSN's server",
+	Find:  func() error { _, err := findPgBouncer(); return err },
 }
 
 // bouncer is a running PgBouncer.
@@ -85,8 +75,7 @@ type bouncer struct {
 	user    string // the clients' user, the DSN's
 	dir     string
 	version string
-	cmd     *exec.Cmd
-	done    chan struct{}
+	proc    *cluster.Proc
 }
 
 // startBouncer writes pgbouncer.ini and the user list for backend (the
@@ -96,35 +85,12 @@ type bouncer struct {
 // first.
 func startBouncer(t *testing.T, bin string, backend *pgconn.Config) *bouncer {
 	t.Helper()
-	dir := t.TempDir()
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			u, err = user.Lookup("nobody")
-		}
-		if err != nil {
-			t.Fatalf("running as root, and no postgres or nobody account to run PgBouncer as: %v", err)
-		}
-		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("account %s: uid %q gid %q", u.Username, u.Uid, u.Gid)
-		}
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
-		// Its account must read the files: temporary directories are
-		// created 0700.
-		for _, d := range []string{filepath.Dir(dir), dir} {
-			if err := os.Chmod(d, 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	port, err := freePort()
+	dir := cluster.TempDir(t)
+	as, err := cluster.ServerAccount("postgres", "nobody")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &bouncer{port: port, user: backend.User, dir: dir}
+	b := &bouncer{port: cluster.FreePort(t), user: backend.User, dir: dir}
 	target := fmt.Sprintf("host=%s port=%d dbname=%s user=%s", backend.Host, backend.Port, backend.Database, backend.User)
 	if backend.Password != "" {
 		target += " password=" + backend.Password
@@ -135,7 +101,7 @@ func startBouncer(t *testing.T, bin string, backend *pgconn.Config) *bouncer {
 		sessionDB + " = " + target + " pool_mode=session",
 		"[pgbouncer]",
 		"listen_addr = 127.0.0.1",
-		"listen_port = " + strconv.Itoa(port),
+		"listen_port = " + strconv.Itoa(b.port),
 		"unix_socket_dir =",
 		"auth_type = trust",
 		"auth_file = " + filepath.Join(dir, "userlist.txt"),
@@ -156,10 +122,8 @@ func startBouncer(t *testing.T, bin string, backend *pgconn.Config) *bouncer {
 		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if cred != nil {
-			if err := os.Chown(p, int(cred.Uid), int(cred.Gid)); err != nil {
-				t.Fatal(err)
-			}
+		if err := as.Chown(p); err != nil {
+			t.Fatal(err)
 		}
 	}
 	out, err := exec.Command(bin, "--version").Output()
@@ -167,16 +131,11 @@ func startBouncer(t *testing.T, bin string, backend *pgconn.Config) *bouncer {
 		t.Fatalf("%s --version: %v", bin, err)
 	}
 	b.version, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
-	b.cmd = exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
-	b.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := b.cmd.Start(); err != nil {
+	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
+	cmd.SysProcAttr = cluster.ServerAttr(as.Cred)
+	if b.proc, err = cluster.Start(cmd); err != nil {
 		t.Fatalf("starting %s: %v", bin, err)
 	}
-	b.done = make(chan struct{})
-	go func() {
-		_ = b.cmd.Wait()
-		close(b.done)
-	}()
 	t.Cleanup(func() { b.stop(t) })
 	b.waitReady(t)
 	return b
@@ -191,66 +150,30 @@ func (b *bouncer) waitReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	deadline := time.Now().Add(bootWait)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := db.QueryRowContext(ctx, "SELECT 1").Scan(new(int))
-		cancel()
-		if err == nil {
-			return
-		}
-		select {
-		case <-b.done:
-			t.Fatalf("pgbouncer exited while starting (%v): %v; its log:\n%s", b.cmd.ProcessState, err, b.log())
-		case <-tick.C:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pgbouncer not serving %s after %v: %v; its log:\n%s", txDB, bootWait, err, b.log())
-		}
+	if err := cluster.WaitAnswer(db, b.proc, bootWait, 20*time.Millisecond); err != nil {
+		t.Fatalf("pgbouncer not serving %s: %v; its log:\n%s", txDB, err, b.log())
 	}
 }
 
 // stop ends PgBouncer (SIGINT would wait for its clients; SIGTERM does not)
 // and waits for it, logging its log when t failed.
 func (b *bouncer) stop(t *testing.T) {
-	_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-b.done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
-		<-b.done
+	_ = b.proc.SignalGroup(syscall.SIGTERM)
+	if !b.proc.Exited(10 * time.Second) {
+		_ = b.proc.SignalGroup(syscall.SIGKILL)
+		<-b.proc.Done()
 	}
 	if t.Failed() {
 		t.Logf("pgbouncer's log:\n%s", b.log())
 	}
 }
 
+// log is the last lines of PgBouncer's log.
 func (b *bouncer) log() string {
-	data, err := os.ReadFile(filepath.Join(b.dir, "pgbouncer.log"))
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > 40 {
-		lines = lines[len(lines)-40:]
-	}
-	return strings.Join(lines, "\n")
+	return cluster.Tail(filepath.Join(b.dir, "pgbouncer.log"), 40)
 }
 
 // dsn is a client's data source for database db of the PgBouncer.
 func (b *bouncer) dsn(db string) string {
 	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", b.user, b.port, db)
-}
-
-// freePort returns a port of 127.0.0.1 that nothing listened on a moment
-// ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -37,43 +37,18 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/lib/pq"
-	"go.uber.org/goleak"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dbtest/internal/cluster"
 	"github.com/sqlinbox/inbox/internal/optin"
 	"github.com/sqlinbox/inbox/worker"
 )
 
 // TestMain runs the suite and checks that a passing run left no goroutine
-// running (worker loops, keepers, the drivers' watchers).
+// running (worker loops, keepers, the drivers' watchers), and says at the
+// end that the suite skipped, and why, when it did (cluster.Suite.Run).
 func TestMain(m *testing.M) {
-	code := m.Run()
-	skipNotice()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: goroutines left running after a successful run: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// skipNotice says at the end of the package's run that the suite skipped,
-// and why (optin.Notice): not asked for, or asked for without pgbouncer,
-// unless INBOX_REQUIRE_DBS=1 made that a failure. A missing DSN says so
-// itself (optin.DSN).
-func skipNotice() {
-	if !optin.Enabled() {
-		optin.Notice("dbtest/pgbouncer: skipped the PgBouncer suite, which starts a PgBouncer of its own in front of INBOX_POSTGRES_DSN's server: set " +
-			optin.Env + "=1 to run it.\n")
-		return
-	}
-	if os.Getenv("INBOX_REQUIRE_DBS") == "1" {
-		return
-	}
-	if _, err := findPgBouncer(); err != nil {
-		optin.Notice("dbtest/pgbouncer: skipped the PgBouncer suite: " + err.Error() + ". INBOX_REQUIRE_DBS=1 makes this a failure.\n")
-	}
+	os.Exit(suite.Run(m))
 }
 
 // pgbDefaultJobs is each form's jobs unless INBOX_PGBOUNCER_JOBS says
@@ -102,7 +77,8 @@ func pgbJobs(t *testing.T) int {
 func TestPgBouncer(t *testing.T) {
 	optin.Require(t, "the PgBouncer suite (a PgBouncer of its own in front of INBOX_POSTGRES_DSN's server)")
 	dsn := optin.DSN(t, "INBOX_POSTGRES_DSN", "the PgBouncer suite")
-	bin := requireTools(t)
+	bin, err := findPgBouncer()
+	suite.Require(t, err)
 	backend, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		t.Fatalf("INBOX_POSTGRES_DSN: %v", err)
@@ -181,19 +157,7 @@ func (h *harness) createQueue(t testing.TB, table string) {
 
 // queueConfig describes table under form.
 func queueConfig(table, form string, prepare bool) inbox.Config {
-	tb := inbox.Table{Name: table, DeadTable: table + "_dead"}
-	switch form {
-	case "lease":
-		tb.LockedUntil = "locked_until"
-	case "rowlock":
-		tb.NotBefore = "not_before"
-	case "advisory":
-		tb.AdvisoryKey = "id"
-		tb.NotBefore = "not_before"
-	default:
-		panic("unknown form " + form)
-	}
-	return inbox.Config{Dialect: inbox.Postgres, Table: tb, Prepare: prepare}
+	return inbox.Config{Dialect: inbox.Postgres, Table: cluster.FormTable(table, form), Prepare: prepare}
 }
 
 // route is one way to the server: a driver and a data source.
