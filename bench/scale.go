@@ -213,8 +213,18 @@ func runScale(ctx context.Context, out, log io.Writer, es []engine, forms []stri
 				return err
 			}
 		}
-		if err := writeChart(svgDir, "scale-"+e.name+".svg", scaleChart(e, lines, medians)); err != nil {
-			return err
+		// Batches apart: their rates would flatten the single jobs' lines.
+		for _, batched := range []bool{false, true} {
+			c, name := scaleChart(e, lines, medians, batched), "scale-"+e.name+".svg"
+			if batched {
+				name = "scale-" + e.name + "-batch.svg"
+			}
+			if len(c.series) == 0 {
+				continue
+			}
+			if err := writeChart(svgDir, name, c); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -248,10 +258,11 @@ func scaleLineRuns(ctx context.Context, out, log io.Writer, e engine, l scaleLin
 	return sorted[len(sorted)/2], nil
 }
 
-// scaleChart is jobs/s against workers (log scale) of the run's lines: a
-// series per form and batch, and one more for each number of processes
-// past one, whose workers are counted together.
-func scaleChart(e engine, lines []scaleLine, medians []float64) chart {
+// scaleChart is jobs/s against workers (log scale) of the run's lines of
+// one job per claim, or of batches (batched): a series per form and batch,
+// and one more for each number of processes past one, whose workers are
+// counted together.
+func scaleChart(e engine, lines []scaleLine, medians []float64, batched bool) chart {
 	c := chart{
 		title:  "Workers on one table, no-op handler: " + e.family + " (" + e.label + ")",
 		xLabel: "workers, all processes (log scale)", yLabel: "jobs/s", logX: true,
@@ -259,6 +270,9 @@ func scaleChart(e engine, lines []scaleLine, medians []float64) chart {
 	index := map[string]int{}
 	ticks := map[int]bool{}
 	for i, l := range lines {
+		if (l.batch > 1) != batched {
+			continue
+		}
 		name := l.form
 		if l.batch > 1 {
 			name += fmt.Sprintf(", %d per claim", l.batch)

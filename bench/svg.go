@@ -47,8 +47,8 @@ type point struct {
 
 // The figure's size and the plot's margins within it, in SVG user units.
 const (
-	svgWidth, svgHeight                    = 720, 420
-	plotLeft, plotRight, plotTop, plotBase = 80, 200, 40, 60
+	svgWidth, svgHeight                    = 800, 420
+	plotLeft, plotRight, plotTop, plotBase = 80, 270, 40, 60
 )
 
 // palette colours the series in turn; a chart with more repeats them.

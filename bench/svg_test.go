@@ -2,13 +2,16 @@ package main
 
 import (
 	"encoding/xml"
+	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // svgElement is what the tests read back from a chart: every element's
@@ -206,4 +209,71 @@ func TestWriteChart(t *testing.T) {
 	if err := writeChart(dir, "../b.svg", c); err == nil {
 		t.Error("a name with a separator was written")
 	}
+}
+
+// The scale charts: single jobs and batches apart, a series per form and
+// per number of processes, x the workers of all processes together.
+func TestScaleChart(t *testing.T) {
+	e := engine{name: "pgx", family: "postgres", label: "pgx/v5/stdlib"}
+	lines := []scaleLine{
+		{"lease", 1, scalePlanEntry{1, 1, 0}}, {"lease", 1, scalePlanEntry{1, 64, 0}}, {"lease", 1, scalePlanEntry{4, 16, 0}},
+		{"lease", 16, scalePlanEntry{1, 1, 0}}, {"advisory", 1, scalePlanEntry{1, 16, 0}},
+	}
+	medians := []float64{100, 400, 300, 2000, 250}
+	single := scaleChart(e, lines, medians, false)
+	var names []string
+	for _, s := range single.series {
+		names = append(names, fmt.Sprintf("%s %v", s.name, s.points))
+	}
+	want := []string{"lease [{1 100 false} {64 400 false}]", "lease, 4 processes [{64 300 false}]", "advisory [{16 250 false}]"}
+	if !slices.Equal(names, want) {
+		t.Errorf("single-job series %q, want %q", names, want)
+	}
+	batched := scaleChart(e, lines, medians, true)
+	if len(batched.series) != 1 || batched.series[0].name != "lease, 16 per claim" {
+		t.Errorf("batch series %+v", batched.series)
+	}
+	for _, c := range []chart{single, batched} {
+		out, err := c.svg()
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkPlot(t, parseSVG(t, out))
+	}
+}
+
+// The depth chart: jobs/s of one worker (a second over the median), the
+// leased head a decade right of the deepest case, apart from the line.
+func TestDepthChart(t *testing.T) {
+	e := engine{name: "pgx", family: "postgres", label: "pgx/v5/stdlib"}
+	cases := depthCases(1000000)
+	ms := func(d ...time.Duration) [][]time.Duration {
+		var out [][]time.Duration
+		for _, x := range d {
+			out = append(out, []time.Duration{x})
+		}
+		return out
+	}
+	samples := map[string][][]time.Duration{
+		"inbox+idx": ms(500*time.Microsecond, 500*time.Microsecond, time.Millisecond, time.Millisecond),
+		"shallow":   ms(400*time.Microsecond, 400*time.Microsecond, 400*time.Microsecond, 10*time.Millisecond),
+		"minimal":   ms(250*time.Microsecond, 400*time.Microsecond, 400*time.Microsecond, 20*time.Millisecond),
+	}
+	c := depthChart(e, cases, samples)
+	if len(c.series) != 3 || c.series[0].name != "inbox, indexed lease" {
+		t.Fatalf("series %+v", c.series)
+	}
+	got := c.series[2].points
+	want := []point{{x: 1e4, y: 4000}, {x: 1e5, y: 2500}, {x: 1e6, y: 2500}, {x: 1e7, y: 50, apart: true}}
+	if !slices.Equal(got, want) {
+		t.Errorf("minimal queue's points %v, want %v", got, want)
+	}
+	if c.separator <= 1e6 || c.separator >= 1e7 {
+		t.Errorf("separator at %v, want between the deepest case and the leased head", c.separator)
+	}
+	out, err := c.svg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPlot(t, parseSVG(t, out))
 }
