@@ -1,13 +1,17 @@
 package main
 
 // Claim cost with depth: one worker claiming and acknowledging one job at a
-// time from a table with 10,000 pending jobs, with 1,000,000, and with a
-// head of 100,000 jobs leased into the future (the lowest ids) before
-// 10,000 pending ones. Two claims are compared on each, on the primary key
-// alone and with the recommended indexes: inbox's lease claim, which reads
-// the free jobs and the expired ones in two ordered, limited branches, and
-// the old single-condition claim ("lease NULL or over", hand-written here)
-// it replaced, which steps over a leased head row by row.
+// time from a table with 10,000 pending jobs, with 100,000, with 1,000,000
+// (-depth-rows), and with a head of 100,000 jobs leased into the future
+// (the lowest ids) before 10,000 pending ones. Two claims are compared on
+// each, on the primary key alone and with the recommended indexes (a table
+// set of each): inbox's lease claim, which reads the free jobs and the
+// expired ones in two ordered, limited branches, and the old
+// single-condition claim ("lease NULL or over", hand-written here) it
+// replaced, which steps over a leased head row by row; with them, on the
+// primary key alone, inbox's shallow claim (Table.Shallow) and the minimal
+// queue of issue 25. With -svg the indexed and shallow lease and the minimal
+// queue are drawn (depthChart).
 //
 // Then priorities (issue 11), in every form: the claim of one job of high
 // priority among a mass of low ones, each form with its recommended
@@ -206,8 +210,9 @@ func runDepth(ctx context.Context, out, log io.Writer, es []engine, deep, rounds
 	return runPriorityDepth(ctx, out, log, es, deep, rounds, dir)
 }
 
-// depthLoad creates and fills a table per case; drop removes them.
-func depthLoad(ctx context.Context, log io.Writer, e engine, db *sql.DB, cases []depthCase) (tables []string, drop func(), err error) {
+// depthLoad creates and fills a table per case, with the recommended lease
+// indexes when indexed; drop removes them.
+func depthLoad(ctx context.Context, log io.Writer, e engine, db *sql.DB, cases []depthCase, indexed bool) (tables []string, drop func(), err error) {
 	drop = func() {
 		for _, t := range tables {
 			e.drop(context.WithoutCancel(ctx), db, t)
@@ -215,6 +220,9 @@ func depthLoad(ctx context.Context, log io.Writer, e engine, db *sql.DB, cases [
 	}
 	for i, c := range cases {
 		t := fmt.Sprintf("bench_depth_%s_%d", e.name, i)
+		if indexed {
+			t += "_idx"
+		}
 		start := time.Now()
 		if err := e.createTable(ctx, db, t); err != nil {
 			return tables, drop, err
@@ -226,6 +234,14 @@ func depthLoad(ctx context.Context, log io.Writer, e engine, db *sql.DB, cases [
 		if err := e.fill(ctx, db, t, c.pending, payload); err != nil {
 			return tables, drop, err
 		}
+		for _, s := range depthIndexes(e, t) {
+			if !indexed {
+				break
+			}
+			if _, err := db.ExecContext(ctx, s); err != nil {
+				return tables, drop, fmt.Errorf("%s: %w", s, err)
+			}
+		}
 		analyze(ctx, e, db, t)
 		fmt.Fprintf(log, "depth %s: loaded %s in %v\n", e.name, c.name, time.Since(start).Round(time.Millisecond))
 	}
@@ -235,7 +251,7 @@ func depthLoad(ctx context.Context, log io.Writer, e engine, db *sql.DB, cases [
 // depthSide is the side named v on table: the old single-condition claim
 // ("old", "old+idx"), inbox's lease claim ("inbox", "inbox+idx"), inbox's
 // shallow lease claim (Table.Shallow) and the minimal queue of issue 25.
-// The tables carry the recommended indexes only for the "+idx" sides.
+// The "+idx" sides run on tables with the recommended indexes.
 func depthSide(e engine, db *sql.DB, table, v string) (side, error) {
 	switch v {
 	case "inbox", "inbox+idx":
@@ -254,10 +270,16 @@ func depthEngine(ctx context.Context, out, log io.Writer, e engine, cases []dept
 		return err
 	}
 	defer db.Close()
-	tables, drop, err := depthLoad(ctx, log, e, db, cases)
-	defer drop()
-	if err != nil {
-		return err
+	// A table set with the indexes and one without, so that every claim
+	// is measured in the same passes, under the same load.
+	var tables [2][]string
+	for k, indexed := range []bool{false, true} {
+		var drop func()
+		tables[k], drop, err = depthLoad(ctx, log, e, db, cases, indexed)
+		defer drop()
+		if err != nil {
+			return err
+		}
 	}
 	idx := strings.Join(indexNames(depthIndexes(e, "t")), " + ")
 	lines := []depthLine{
@@ -269,20 +291,9 @@ func depthEngine(ctx context.Context, out, log io.Writer, e engine, cases []dept
 		{"minimal queue (issue 25)", "primary key", "minimal"},
 	}
 	samples := map[string][][]time.Duration{}
-	for _, group := range [][]string{{"old", "inbox", "shallow", "minimal"}, {"inbox+idx", "old+idx"}} {
-		if group[0] == "inbox+idx" {
-			for _, t := range tables {
-				for _, s := range depthIndexes(e, t) {
-					if _, err := db.ExecContext(ctx, s); err != nil {
-						return fmt.Errorf("%s: %w", s, err)
-					}
-				}
-				analyze(ctx, e, db, t)
-			}
-		}
-		if err := depthPasses(ctx, e, db, tables, cases, group, passes, rounds, samples); err != nil {
-			return err
-		}
+	sides := []string{"old", "inbox", "shallow", "minimal", "inbox+idx", "old+idx"}
+	if err := depthPasses(ctx, e, db, tables, cases, sides, passes, rounds, samples); err != nil {
+		return err
 	}
 	for _, l := range lines {
 		base := median(samples[l.v][0])
@@ -300,16 +311,21 @@ func depthEngine(ctx context.Context, out, log io.Writer, e engine, cases []dept
 	return writeChart(svgDir, "depth-"+e.name+".svg", depthChart(e, cases, samples))
 }
 
-// depthPasses samples each side of group on every case, pass after pass,
-// appending to samples[side][case].
-func depthPasses(ctx context.Context, e engine, db *sql.DB, tables []string, cases []depthCase, group []string, passes, rounds int, samples map[string][][]time.Duration) error {
+// depthPasses samples each side on every case, pass after pass, appending
+// to samples[side][case]; the "+idx" sides run on the indexed tables
+// (tables[1]), the others on the primary key alone (tables[0]).
+func depthPasses(ctx context.Context, e engine, db *sql.DB, tables [2][]string, cases []depthCase, sides []string, passes, rounds int, samples map[string][][]time.Duration) error {
 	for pass := 0; pass < passes; pass++ {
-		for _, v := range group {
+		for _, v := range sides {
 			if samples[v] == nil {
 				samples[v] = make([][]time.Duration, len(cases))
 			}
+			set := 0
+			if strings.HasSuffix(v, "+idx") {
+				set = 1
+			}
 			for i := range cases {
-				s, err := depthSide(e, db, tables[i], v)
+				s, err := depthSide(e, db, tables[set][i], v)
 				if err != nil {
 					return err
 				}
