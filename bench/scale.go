@@ -178,25 +178,10 @@ func runScale(ctx context.Context, out, log io.Writer, es []engine, forms []stri
 			}
 		}
 	}
-	var versions []string
-	var pgs []engine
-	for _, e := range es {
-		if e.family == "sqlite" {
-			fmt.Fprintf(log, "scale: %s skipped, the scale table is for servers\n", e.name)
-			continue
-		}
-		pgs = append(pgs, e)
-		db, err := e.open(dir, 1)
-		if err != nil {
-			return err
-		}
-		versions = append(versions, e.version(db)+" ("+e.label+")")
-		db.Close()
+	pgs, err := scaleServers(out, log, es, dir)
+	if err != nil {
+		return err
 	}
-	if len(pgs) == 0 {
-		return errors.New("-run scale needs a server engine: -engines pq, pgx or mysql")
-	}
-	header(out, versions)
 	handler := "a no-op handler"
 	if scaleHold > 0 {
 		handler = "a handler of " + scaleHold.String()
@@ -213,18 +198,26 @@ func runScale(ctx context.Context, out, log io.Writer, es []engine, forms []stri
 				return err
 			}
 		}
-		// Batches apart: their rates would flatten the single jobs' lines.
-		for _, batched := range []bool{false, true} {
-			c, name := scaleChart(e, lines, medians, batched), "scale-"+e.name+".svg"
-			if batched {
-				name = "scale-" + e.name + "-batch.svg"
-			}
-			if len(c.series) == 0 {
-				continue
-			}
-			if err := writeChart(svgDir, name, c); err != nil {
-				return err
-			}
+		if err := writeScaleCharts(e, lines, medians); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeScaleCharts writes an engine's charts under -svg: single jobs, and
+// batches apart, whose rates would flatten the single jobs' lines.
+func writeScaleCharts(e engine, lines []scaleLine, medians []float64) error {
+	for _, batched := range []bool{false, true} {
+		c, name := scaleChart(e, lines, medians, batched), "scale-"+e.name+".svg"
+		if batched {
+			name = "scale-" + e.name + "-batch.svg"
+		}
+		if len(c.series) == 0 {
+			continue
+		}
+		if err := writeChart(svgDir, name, c); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -293,6 +286,31 @@ func scaleChart(e engine, lines []scaleLine, medians []float64, batched bool) ch
 		}
 	}
 	return c
+}
+
+// scaleServers picks the server engines of es (SQLite has no sessions
+// of its own to scale) and prints the run's header with their versions.
+func scaleServers(out, log io.Writer, es []engine, dir string) ([]engine, error) {
+	var versions []string
+	var servers []engine
+	for _, e := range es {
+		if e.family == "sqlite" {
+			fmt.Fprintf(log, "scale: %s skipped, the scale table is for servers\n", e.name)
+			continue
+		}
+		servers = append(servers, e)
+		db, err := e.open(dir, 1)
+		if err != nil {
+			return nil, err
+		}
+		versions = append(versions, e.version(db)+" ("+e.label+")")
+		db.Close()
+	}
+	if len(servers) == 0 {
+		return nil, errors.New("-run scale needs a server engine: -engines pq, pgx or mysql")
+	}
+	header(out, versions)
+	return servers, nil
 }
 
 // poolSize is the line's pool per process.
