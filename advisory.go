@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/sqlinbox/inbox/dialect"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -106,6 +107,7 @@ func (q *Queue) walkCandidates(ctx context.Context, ident string, ds []*Delivery
 	v := values{limit: 2*got + q.keys.size() + 8, now: now}
 	page := q.st.Advisory.Candidates
 	for {
+		read := q.gone.mark()
 		cands, err := q.readCandidates(ctx, q.db, page, &v)
 		if err != nil {
 			return ds, err
@@ -114,7 +116,7 @@ func (q *Queue) walkCandidates(ctx context.Context, ident string, ds []*Delivery
 			if len(ds) == got {
 				return ds, nil
 			}
-			if busy[c.key] {
+			if busy[c.key] || q.gone.since(c.id, read) {
 				continue
 			}
 			d, held, err := q.lockOne(ctx, ident, c, now)
@@ -456,6 +458,9 @@ func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, af
 		err = d.learn(ctx, ex)
 	default:
 		d.pending = nil
+		if o == outAck || o == outDead {
+			q.gone.add(d.id)
+		}
 	}
 	// The lock is let go whatever happened: a job whose settlement failed is
 	// given back rather than held by a worker that has moved on.
@@ -532,4 +537,57 @@ func (q *Queue) identity(ctx context.Context) (string, error) {
 	}
 	q.ident = ident
 	return ident, nil
+}
+
+// goneSet remembers the ids of the rows a queue deleted lately (an Ack or a
+// dead move outside a transaction), so that the walk from Go passes over a
+// candidate read before the delete reached it, rather than spend a lock
+// call, a re-read finding nothing and an unlock on it. With many workers in
+// one process most stale candidates are rows its own workers just acked.
+//
+// A candidate is passed over only when its page was read before the delete
+// was known (since): an id used again by a later row (SQLite reuses the
+// highest) is tried as usual by any read after. Passing a row over never
+// claims anything wrongly; the lock and the re-read still decide. The ids
+// are kept in a ring of goneRing; one forgotten costs those calls again.
+type goneSet struct {
+	mu   sync.Mutex
+	seq  uint64         // counts the page reads that marked
+	ids  map[any]uint64 // id → seq when its delete was known
+	ring []any
+	next int
+}
+
+// goneRing bounds the ids a goneSet keeps.
+const goneRing = 1024
+
+// mark is taken before a page of candidates is read.
+func (g *goneSet) mark() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.seq++
+	return g.seq
+}
+
+// add records that the row id is deleted.
+func (g *goneSet) add(id any) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ids == nil {
+		g.ids, g.ring = make(map[any]uint64, goneRing), make([]any, goneRing)
+	}
+	if old := g.ring[g.next]; old != nil {
+		delete(g.ids, old)
+	}
+	g.ring[g.next], g.next = id, (g.next+1)%goneRing
+	g.ids[id] = g.seq
+}
+
+// since reports whether the row id was deleted after a page marked read
+// was begun, so that the page's copy of it is stale.
+func (g *goneSet) since(id any, read uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	at, ok := g.ids[id]
+	return ok && at >= read
 }

@@ -201,6 +201,7 @@ type Queue struct {
 	closed      atomic.Bool
 	holds       poolHolds // the connections held by jobs in work
 	keys        keySet    // advisory keys in work in this process
+	gone        goneSet   // advisory: rows this queue deleted lately, which a walk passes over
 
 	identMu sync.Mutex
 	ident   string // advisory: the table's identity, resolved at the first claim

@@ -719,6 +719,41 @@ func TestMySQLAdvisoryPages(t *testing.T) {
 	m.Met(t)
 }
 
+// A candidate whose row this queue deleted after the page was read (its
+// Ack ran meanwhile) is passed over without a lock call: its lock would be
+// free and its re-read empty. A page read after the Ack tries the id again,
+// as a later row may carry it (SQLite reuses the highest).
+func TestMySQLAdvisoryPassesOverAcked(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable})
+	cols := "id,attempt,payload"
+	claimOf := func(id int64) {
+		myLocked(m, fmt.Sprint(id), 1)
+		m.ExpectQuery(myAdvSelect).WithArgs(id, int64(1)).WillReturnRows(rows(cols, row(id, int64(1), nil)))
+		m.ExpectExec(myAdvMark).WithArgs(id, int64(1)).WillReturnResult(affected(1))
+	}
+	myIdent(m, "", "jobs")
+	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(4), int64(4), int64(1))))
+	claimOf(4)
+	d4 := claim(t, q, 1, 4)[0]
+
+	// The page is read with job 4 still in it; job 4 is acked before the
+	// walk reaches it.
+	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(rows("id,id,attempt",
+		row(int64(4), int64(4), int64(1)), row(int64(5), int64(5), int64(1))))
+	m.ExpectExec(myAdvAck).WithArgs(int64(4), int64(2)).WillReturnResult(affected(1))
+	myUnlocked(m, "4")
+	m.After("query "+myAdvCandidates, func() { ok(t, "Ack", d4.Ack(context.Background())) })
+	claimOf(5) // the mock takes no GET_LOCK of key 4 before this one
+	claim(t, q, 1, 5)
+
+	// A page read after the Ack: id 4 is tried again.
+	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(rows("id,id,attempt", row(int64(4), int64(4), int64(1))))
+	claimOf(4)
+	claim(t, q, 1, 4)
+	m.Met(t)
+}
+
 // Both statements of the claim under the lock require the candidate's
 // attempt and the row's readiness. A RetryTx(1h) whose transaction commits
 // between the candidate read and the claim is honoured: the locking UPDATE

@@ -1,13 +1,17 @@
 package main
 
 // Claim cost with depth: one worker claiming and acknowledging one job at a
-// time from a table with 10,000 pending jobs, with 1,000,000, and with a
-// head of 100,000 jobs leased into the future (the lowest ids) before
-// 10,000 pending ones. Two claims are compared on each, on the primary key
-// alone and with the recommended indexes: inbox's lease claim, which reads
-// the free jobs and the expired ones in two ordered, limited branches, and
-// the old single-condition claim ("lease NULL or over", hand-written here)
-// it replaced, which steps over a leased head row by row.
+// time from a table with 10,000 pending jobs, with 100,000, with 1,000,000
+// (-depth-rows), and with a head of 100,000 jobs leased into the future
+// (the lowest ids) before 10,000 pending ones. Two claims are compared on
+// each, on the primary key alone and with the recommended indexes (a table
+// set of each): inbox's lease claim, which reads the free jobs and the
+// expired ones in two ordered, limited branches, and the old
+// single-condition claim ("lease NULL or over", hand-written here) it
+// replaced, which steps over a leased head row by row; with them, on the
+// primary key alone, inbox's shallow claim (Table.Shallow) and the minimal
+// queue of issue 25. With -svg the indexed and shallow lease and the minimal
+// queue are drawn (depthChart).
 //
 // Then priorities (issue 11), in every form: the claim of one job of high
 // priority among a mass of low ones, each form with its recommended
@@ -19,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -165,18 +170,33 @@ type depthCase struct {
 	leased, pending int
 }
 
+// depthCases are the shapes of -run depth: 10k pending, 100k (when the deep
+// case is deeper), deep pending, and a head of 100k leased rows before 10k
+// pending.
+func depthCases(deep int) []depthCase {
+	cases := []depthCase{{"10k pending", 0, 10000}}
+	if deep > 100000 {
+		cases = append(cases, depthCase{"100k pending", 0, 100000})
+	}
+	return append(cases, depthCase{rowsName(deep) + " pending", 0, deep}, depthCase{"100k leased head + 10k pending", 100000, 10000})
+}
+
+// depthLine is one claim measured on every case: v names its side (see
+// depthSide).
+type depthLine struct{ claim, idx, v string }
+
 // runDepth loads one table per case, then measures each claim on every
 // case in several interleaved passes, so that a change of load on the
 // shared machine falls on all cases alike; the figure is the median.
 func runDepth(ctx context.Context, out, log io.Writer, es []engine, deep, rounds int, dir string) error {
-	cases := []depthCase{
-		{"10k pending", 0, 10000},
-		{fmt.Sprintf("%dk pending", deep/1000), 0, deep},
-		{"100k leased head + 10k pending", 100000, 10000},
-	}
+	cases := depthCases(deep)
 	const passes = 6
 	fmt.Fprintf(out, "\nClaim + ack of one job by one worker: median per job over about %d rounds in %d interleaved passes; ratio to the 10k case of the same line.\n\n", rounds, passes)
-	fmt.Fprintf(out, "| engine | claim | indexes | %s | %s | %s |\n|---|---|---|---:|---:|---:|\n", cases[0].name, cases[1].name, cases[2].name)
+	fmt.Fprint(out, "| engine | claim | indexes |")
+	for _, c := range cases {
+		fmt.Fprintf(out, " %s |", c.name)
+	}
+	fmt.Fprintf(out, "\n|---|---|---|%s\n", strings.Repeat("---:|", len(cases)))
 	seen := map[string]bool{}
 	for _, e := range es {
 		if seen[e.family] {
@@ -190,81 +210,173 @@ func runDepth(ctx context.Context, out, log io.Writer, es []engine, deep, rounds
 	return runPriorityDepth(ctx, out, log, es, deep, rounds, dir)
 }
 
+// depthLoad creates and fills a table per case, with the recommended lease
+// indexes when indexed; drop removes them.
+func depthLoad(ctx context.Context, log io.Writer, e engine, db *sql.DB, cases []depthCase, indexed bool) (tables []string, drop func(), err error) {
+	drop = func() {
+		for _, t := range tables {
+			e.drop(context.WithoutCancel(ctx), db, t)
+		}
+	}
+	for i, c := range cases {
+		t := fmt.Sprintf("bench_depth_%s_%d", e.name, i)
+		if indexed {
+			t += "_idx"
+		}
+		start := time.Now()
+		if err := e.createTable(ctx, db, t); err != nil {
+			return tables, drop, err
+		}
+		tables = append(tables, t)
+		if err := e.fillUntil(ctx, db, t, c.leased, payload, time.Now().Add(24*time.Hour)); err != nil {
+			return tables, drop, err
+		}
+		if err := e.fill(ctx, db, t, c.pending, payload); err != nil {
+			return tables, drop, err
+		}
+		for _, s := range depthIndexes(e, t) {
+			if !indexed {
+				break
+			}
+			if _, err := db.ExecContext(ctx, s); err != nil {
+				return tables, drop, fmt.Errorf("%s: %w", s, err)
+			}
+		}
+		analyze(ctx, e, db, t)
+		fmt.Fprintf(log, "depth %s: loaded %s in %v\n", e.name, c.name, time.Since(start).Round(time.Millisecond))
+	}
+	return tables, drop, nil
+}
+
+// depthSide is the side named v on table: the old single-condition claim
+// ("old", "old+idx"), inbox's lease claim ("inbox", "inbox+idx"), inbox's
+// shallow lease claim (Table.Shallow) and the minimal queue of issue 25.
+// The "+idx" sides run on tables with the recommended indexes.
+func depthSide(e engine, db *sql.DB, table, v string) (side, error) {
+	switch v {
+	case "inbox", "inbox+idx":
+		return newInboxSide(e, db, table, "lease", 1)
+	case "shallow":
+		return newInboxSide(e, db, table, "lease-shallow", 1)
+	case "minimal":
+		return newMinimalLease(e, db, table, 1), nil
+	}
+	return newOldSide(e, db, table), nil
+}
+
 func depthEngine(ctx context.Context, out, log io.Writer, e engine, cases []depthCase, passes, rounds int, dir string) error {
 	db, err := e.open(dir, 4)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	tables := make([]string, len(cases))
-	for i, c := range cases {
-		tables[i] = fmt.Sprintf("bench_depth_%s_%d", e.name, i)
-		fmt.Fprintf(log, "depth %s: loading %s\n", e.name, c.name)
-		if err := e.createTable(ctx, db, tables[i]); err != nil {
+	// A table set with the indexes and one without, so that every claim
+	// is measured in the same passes, under the same load.
+	var tables [2][]string
+	for k, indexed := range []bool{false, true} {
+		var drop func()
+		tables[k], drop, err = depthLoad(ctx, log, e, db, cases, indexed)
+		defer drop()
+		if err != nil {
 			return err
 		}
-		defer e.drop(context.WithoutCancel(ctx), db, tables[i])
-		if err := e.fillUntil(ctx, db, tables[i], c.leased, payload, time.Now().Add(24*time.Hour)); err != nil {
-			return err
-		}
-		if err := e.fill(ctx, db, tables[i], c.pending, payload); err != nil {
-			return err
-		}
-		analyze(ctx, e, db, tables[i])
 	}
 	idx := strings.Join(indexNames(depthIndexes(e, "t")), " + ")
-	lines := []struct{ claim, idx, v string }{
+	lines := []depthLine{
 		{"old single-condition", "primary key", "old"},
 		{"old single-condition", idx, "old+idx"},
 		{"inbox's", "primary key", "inbox"},
 		{"inbox's", idx, "inbox+idx"},
+		{"inbox's shallow (Table.Shallow)", "primary key", "shallow"},
+		{"minimal queue (issue 25)", "primary key", "minimal"},
 	}
 	samples := map[string][][]time.Duration{}
-	for _, group := range [][]string{{"old", "inbox"}, {"inbox+idx", "old+idx"}} {
-		if group[0] == "inbox+idx" {
-			for _, t := range tables {
-				for _, s := range depthIndexes(e, t) {
-					if _, err := db.ExecContext(ctx, s); err != nil {
-						return fmt.Errorf("%s: %w", s, err)
-					}
-				}
-				analyze(ctx, e, db, t)
-			}
-		}
-		for pass := 0; pass < passes; pass++ {
-			for _, v := range group {
-				if samples[v] == nil {
-					samples[v] = make([][]time.Duration, len(cases))
-				}
-				for i := range cases {
-					var s side = newOldSide(e, db, tables[i])
-					if strings.HasPrefix(v, "inbox") {
-						if s, err = newInboxSide(e, db, tables[i], "lease", 1); err != nil {
-							return err
-						}
-					}
-					samples[v][i], err = sample(ctx, s, rounds/passes, 3*time.Second/time.Duration(passes), samples[v][i])
-					s.close()
-					if err != nil {
-						return fmt.Errorf("depth %s %s %s: %w", e.name, cases[i].name, v, err)
-					}
-				}
-			}
-		}
+	sides := []string{"old", "inbox", "shallow", "minimal", "inbox+idx", "old+idx"}
+	if err := depthPasses(ctx, e, db, tables, cases, sides, passes, rounds, samples); err != nil {
+		return err
 	}
 	for _, l := range lines {
-		cells := make([]string, len(cases))
 		base := median(samples[l.v][0])
+		fmt.Fprintf(out, "| %s | %s | %s |", e.family, l.claim, l.idx)
 		for i := range cases {
 			m := median(samples[l.v][i])
-			cells[i] = fmt.Sprintf("%.0f µs", float64(m)/1e3)
+			fmt.Fprintf(out, " %.0f µs", float64(m)/1e3)
 			if i > 0 {
-				cells[i] += fmt.Sprintf(" (%.2f×)", float64(m)/float64(base))
+				fmt.Fprintf(out, " (%.2f×)", float64(m)/float64(base))
+			}
+			fmt.Fprint(out, " |")
+		}
+		fmt.Fprintln(out)
+	}
+	return writeChart(svgDir, "depth-"+e.name+".svg", depthChart(e, cases, samples))
+}
+
+// depthPasses samples each side on every case, pass after pass, appending
+// to samples[side][case]; the "+idx" sides run on the indexed tables
+// (tables[1]), the others on the primary key alone (tables[0]).
+func depthPasses(ctx context.Context, e engine, db *sql.DB, tables [2][]string, cases []depthCase, sides []string, passes, rounds int, samples map[string][][]time.Duration) error {
+	for pass := 0; pass < passes; pass++ {
+		for _, v := range sides {
+			if samples[v] == nil {
+				samples[v] = make([][]time.Duration, len(cases))
+			}
+			set := 0
+			if strings.HasSuffix(v, "+idx") {
+				set = 1
+			}
+			for i := range cases {
+				s, err := depthSide(e, db, tables[set][i], v)
+				if err != nil {
+					return err
+				}
+				samples[v][i], err = sample(ctx, s, rounds/passes, 3*time.Second/time.Duration(passes), samples[v][i])
+				s.close()
+				if err != nil {
+					return fmt.Errorf("depth %s %s %s: %w", e.name, cases[i].name, v, err)
+				}
 			}
 		}
-		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s |\n", e.family, l.claim, l.idx, cells[0], cells[1], cells[2])
 	}
 	return nil
+}
+
+// depthChart is jobs/s of one worker (one claim + ack of one job, the
+// inverse of the median) against the jobs waiting, log scale, for inbox's
+// indexed and shallow lease and the minimal queue; the leased-head case
+// stands a decade right of the deepest, past a dashed line.
+func depthChart(e engine, cases []depthCase, samples map[string][][]time.Duration) chart {
+	c := chart{
+		title:  "One worker, claim + ack of one job: " + e.family + " (" + e.label + ")",
+		xLabel: "jobs waiting (log scale)", yLabel: "jobs/s (one worker)", logX: true,
+	}
+	head := float64(cases[len(cases)-2].pending) * 10
+	c.separator = head / math.Sqrt(10)
+	for _, k := range cases {
+		x := float64(k.pending)
+		if k.leased > 0 {
+			c.xTicks = append(c.xTicks, tick{head, rowsName(k.leased) + " leased + " + rowsName(k.pending)})
+			continue
+		}
+		c.xTicks = append(c.xTicks, tick{x, rowsName(k.pending)})
+	}
+	for _, s := range []struct{ name, v string }{
+		{"inbox, indexed lease", "inbox+idx"}, {"inbox, shallow lease", "shallow"}, {"minimal queue", "minimal"},
+	} {
+		sr := series{name: s.name}
+		for i, k := range cases {
+			m := median(samples[s.v][i])
+			if m <= 0 {
+				continue
+			}
+			p := point{x: float64(k.pending), y: float64(time.Second) / float64(m)}
+			if k.leased > 0 {
+				p.x, p.apart = head, true
+			}
+			sr.points = append(sr.points, p)
+		}
+		c.series = append(c.series, sr)
+	}
+	return c
 }
 
 // indexNames shortens CREATE INDEX statements to their columns.

@@ -3,6 +3,7 @@
 //
 //	go run ./bench                      # the throughput table, about 6 minutes
 //	go run ./bench -run depth           # claim cost with depth, with and without indexes
+//	go run ./bench -run depth,scale -engines pgx -scale 1x1,1x4,1x16,1x64 -svg docs/bench   # and their charts
 //	go run ./bench -run prepared        # plain statements against prepared ones, per driver
 //	go run ./bench -run latency         # enqueue→handler-start latency of idle workers, by wake-up
 //	go run ./bench -run idle            # statements per second sent by idle workers
@@ -67,6 +68,7 @@ func main() {
 	flag.BoolVar(&handIndexes, "hand-indexes", false, "table, work: give the hand-written side's lease table inbox's recommended lease indexes too (by default it has its primary key only, as a minimal queue would)")
 	flag.DurationVar(&workHold, "work-hold", 0, "work: the handler of one job in -work-hold-every of the Work side holds this long (uneven handlers; the other sides run none)")
 	flag.IntVar(&workHoldEvery, "work-hold-every", workHoldEvery, "work: see -work-hold")
+	flag.StringVar(&svgDir, "svg", "", "depth, scale: write SVG charts into this directory (depth-<engine>.svg: jobs/s against jobs waiting; scale-<engine>.svg: jobs/s against workers, per form)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if workHoldEvery < 1 {

@@ -1,6 +1,7 @@
 package main
 
-// -run scale: many worker processes against one PostgreSQL server. Each
+// -run scale: many worker processes against one server (PostgreSQL or
+// MySQL/MariaDB). Each
 // line of its table is one claim form run by P processes of W workers each
 // (the -scale plan, "1x1,1x16,1x64,4x16" by default; "4x16:9" gives each
 // process a pool of 9 connections), all set off at once on one table and
@@ -138,8 +139,12 @@ func scaleConns(form string, workers, batch int) int {
 }
 
 // scaleDSN adds the run's application_name to a PostgreSQL DSN, URL or
-// keyword form.
-func scaleDSN(dsn string) string {
+// keyword form. MySQL's DSN stays as it is: the run's connections are
+// counted by database there (scaleSampleNow).
+func scaleDSN(e engine, dsn string) string {
+	if e.family != "postgres" {
+		return dsn
+	}
 	if !strings.Contains(dsn, "://") {
 		return dsn + " application_name=" + scaleApp
 	}
@@ -149,7 +154,8 @@ func scaleDSN(dsn string) string {
 	return dsn + "?application_name=" + scaleApp
 }
 
-// runScale prints the table of -run scale for the PostgreSQL engines of es.
+// runScale prints the table of -run scale for the PostgreSQL and MySQL
+// engines of es, and with -svg a chart per engine.
 func runScale(ctx context.Context, out, log io.Writer, es []engine, forms []string, duration time.Duration, dir string) error {
 	plan, err := parseScalePlan(scalePlan)
 	if err != nil {
@@ -172,25 +178,10 @@ func runScale(ctx context.Context, out, log io.Writer, es []engine, forms []stri
 			}
 		}
 	}
-	var versions []string
-	var pgs []engine
-	for _, e := range es {
-		if e.family != "postgres" {
-			fmt.Fprintf(log, "scale: %s skipped, the scale table is PostgreSQL's\n", e.name)
-			continue
-		}
-		pgs = append(pgs, e)
-		db, err := e.open(dir, 1)
-		if err != nil {
-			return err
-		}
-		versions = append(versions, e.version(db)+" ("+e.label+")")
-		db.Close()
+	pgs, err := scaleServers(out, log, es, dir)
+	if err != nil {
+		return err
 	}
-	if len(pgs) == 0 {
-		return errors.New("-run scale needs a PostgreSQL engine: -engines pq or pgx")
-	}
-	header(out, versions)
 	handler := "a no-op handler"
 	if scaleHold > 0 {
 		handler = "a handler of " + scaleHold.String()
@@ -200,28 +191,126 @@ func runScale(ctx context.Context, out, log io.Writer, es []engine, forms []stri
 	fmt.Fprintln(out, "| driver | form | batch | processes × workers | pool per process | jobs/s (median) | runs | server connections | jobs in work |")
 	fmt.Fprintln(out, "|---|---|---:|---|---:|---:|---|---:|---:|")
 	for _, e := range pgs {
-		for _, l := range lines {
-			var rates []float64
-			var sample scaleSample
-			for r := 0; r < scaleReps; r++ {
-				rate, got, err := scaleRun(ctx, log, e, l, duration)
-				if err != nil {
-					return fmt.Errorf("scale %s %s b%d %dx%d: %w", e.name, l.form, l.batch, l.procs, l.workers, err)
-				}
-				rates = append(rates, rate)
-				sample.conns, sample.inWork = max(sample.conns, got.conns), max(sample.inWork, got.inWork)
+		medians := make([]float64, len(lines))
+		for i, l := range lines {
+			var err error
+			if medians[i], err = scaleLineRuns(ctx, out, log, e, l, duration); err != nil {
+				return err
 			}
-			runs := make([]string, len(rates))
-			for i, r := range rates {
-				runs[i] = strconv.FormatFloat(r, 'f', 0, 64)
-			}
-			sorted := slices.Clone(rates)
-			slices.Sort(sorted)
-			fmt.Fprintf(out, "| %s | %s | %d | %d × %d | %d | %.0f | %s | %d | %d |\n", e.label, l.form, l.batch, l.procs, l.workers,
-				l.poolSize(), sorted[len(sorted)/2], strings.Join(runs, " / "), sample.conns, sample.inWork)
+		}
+		if err := writeScaleCharts(e, lines, medians); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// writeScaleCharts writes an engine's charts under -svg: single jobs, and
+// batches apart, whose rates would flatten the single jobs' lines.
+func writeScaleCharts(e engine, lines []scaleLine, medians []float64) error {
+	for _, batched := range []bool{false, true} {
+		c, name := scaleChart(e, lines, medians, batched), "scale-"+e.name+".svg"
+		if batched {
+			name = "scale-" + e.name + "-batch.svg"
+		}
+		if len(c.series) == 0 {
+			continue
+		}
+		if err := writeChart(svgDir, name, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scaleLineRuns runs one line -scale-reps times, prints its table line and
+// returns the median rate.
+func scaleLineRuns(ctx context.Context, out, log io.Writer, e engine, l scaleLine, duration time.Duration) (float64, error) {
+	var rates []float64
+	sample := scaleSample{inWork: -1}
+	for r := 0; r < scaleReps; r++ {
+		rate, got, err := scaleRun(ctx, log, e, l, duration)
+		if err != nil {
+			return 0, fmt.Errorf("scale %s %s b%d %dx%d: %w", e.name, l.form, l.batch, l.procs, l.workers, err)
+		}
+		rates = append(rates, rate)
+		sample.conns, sample.inWork = max(sample.conns, got.conns), max(sample.inWork, got.inWork)
+	}
+	runs := make([]string, len(rates))
+	for i, r := range rates {
+		runs[i] = strconv.FormatFloat(r, 'f', 0, 64)
+	}
+	sorted := slices.Clone(rates)
+	slices.Sort(sorted)
+	inWork := strconv.Itoa(sample.inWork)
+	if sample.inWork < 0 {
+		inWork = "–" // not counted on this engine
+	}
+	fmt.Fprintf(out, "| %s | %s | %d | %d × %d | %d | %.0f | %s | %d | %s |\n", e.label, l.form, l.batch, l.procs, l.workers,
+		l.poolSize(), sorted[len(sorted)/2], strings.Join(runs, " / "), sample.conns, inWork)
+	return sorted[len(sorted)/2], nil
+}
+
+// scaleChart is jobs/s against workers (log scale) of the run's lines of
+// one job per claim, or of batches (batched): a series per form and batch,
+// and one more for each number of processes past one, whose workers are
+// counted together.
+func scaleChart(e engine, lines []scaleLine, medians []float64, batched bool) chart {
+	c := chart{
+		title:  "Workers on one table, no-op handler: " + e.family + " (" + e.label + ")",
+		xLabel: "workers, all processes (log scale)", yLabel: "jobs/s", logX: true,
+	}
+	index := map[string]int{}
+	ticks := map[int]bool{}
+	for i, l := range lines {
+		if (l.batch > 1) != batched {
+			continue
+		}
+		name := l.form
+		if l.batch > 1 {
+			name += fmt.Sprintf(", %d per claim", l.batch)
+		}
+		if l.procs > 1 {
+			name += fmt.Sprintf(", %d processes", l.procs)
+		}
+		k, ok := index[name]
+		if !ok {
+			k, index[name] = len(c.series), len(c.series)
+			c.series = append(c.series, series{name: name})
+		}
+		w := l.procs * l.workers
+		c.series[k].points = append(c.series[k].points, point{x: float64(w), y: medians[i]})
+		if !ticks[w] {
+			ticks[w] = true
+			c.xTicks = append(c.xTicks, tick{float64(w), strconv.Itoa(w)})
+		}
+	}
+	return c
+}
+
+// scaleServers picks the server engines of es (SQLite has no sessions
+// of its own to scale) and prints the run's header with their versions.
+func scaleServers(out, log io.Writer, es []engine, dir string) ([]engine, error) {
+	var versions []string
+	var servers []engine
+	for _, e := range es {
+		if e.family == "sqlite" {
+			fmt.Fprintf(log, "scale: %s skipped, the scale table is for servers\n", e.name)
+			continue
+		}
+		servers = append(servers, e)
+		db, err := e.open(dir, 1)
+		if err != nil {
+			return nil, err
+		}
+		versions = append(versions, e.version(db)+" ("+e.label+")")
+		db.Close()
+	}
+	if len(servers) == 0 {
+		return nil, errors.New("-run scale needs a server engine: -engines pq, pgx or mysql")
+	}
+	header(out, versions)
+	return servers, nil
 }
 
 // poolSize is the line's pool per process.
@@ -268,9 +357,7 @@ func scaleRun(ctx context.Context, log io.Writer, e engine, l scaleLine, duratio
 	if err := e.fill(ctx, db, table, fill, payload); err != nil {
 		return 0, sample, err
 	}
-	if _, err := db.ExecContext(ctx, "ANALYZE "+table); err != nil {
-		return 0, sample, err
-	}
+	analyze(ctx, e, db, table)
 	self, err := os.Executable()
 	if err != nil {
 		return 0, sample, err
@@ -346,7 +433,7 @@ func scaleRun(ctx context.Context, log io.Writer, e engine, l scaleLine, duratio
 	go func() {
 		defer sampled.Done()
 		time.Sleep(duration / 2)
-		sample, sampleErr = scaleSampleNow(ctx, db, l.form, table)
+		sample, sampleErr = scaleSampleNow(ctx, e, db, l.form, table)
 	}()
 	var jobs int
 	var window time.Duration
@@ -382,7 +469,10 @@ func scaleRun(ctx context.Context, log io.Writer, e engine, l scaleLine, duratio
 // scaleSampleNow counts the run's connections on the server, and its jobs
 // in work as the form holds them: rows under a lease in force, sessions
 // inside a transaction (row lock), advisory locks granted.
-func scaleSampleNow(ctx context.Context, db *sql.DB, form, table string) (scaleSample, error) {
+func scaleSampleNow(ctx context.Context, e engine, db *sql.DB, form, table string) (scaleSample, error) {
+	if e.family == "mysql" {
+		return scaleSampleMySQL(ctx, db, form, table)
+	}
 	var s scaleSample
 	err := db.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", scaleApp).Scan(&s.conns)
 	if err != nil {
@@ -468,7 +558,7 @@ func scaleChildMain(config string) int {
 	if err != nil {
 		return fail(err)
 	}
-	db, err := e.openDSN(scaleDSN(e.dsn("")), c.pool)
+	db, err := e.openDSN(scaleDSN(e, e.dsn("")), c.pool)
 	if err != nil {
 		return fail(err)
 	}
@@ -544,4 +634,18 @@ func (w walkDialect) Statements(n *dialect.Names) (*inbox.Statements, error) {
 		st.Advisory.LockFirst, st.Advisory.LockFirstAfter = dialect.Stmt{}, dialect.Stmt{}
 	}
 	return st, err
+}
+
+// scaleSampleMySQL is scaleSampleNow on MySQL and MariaDB: the connections
+// to the run's database (the parent's two among them), and the rows under a
+// lease in force. The other forms' jobs in work are not counted (-1): the
+// server lists GET_LOCK names only through a plugin, and a row lock's
+// transaction is not told apart from a short statement's.
+func scaleSampleMySQL(ctx context.Context, db *sql.DB, form, table string) (scaleSample, error) {
+	s := scaleSample{inWork: -1}
+	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE()").Scan(&s.conns)
+	if err == nil && form == "lease" {
+		err = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+" WHERE locked_until > UTC_TIMESTAMP(6)").Scan(&s.inWork)
+	}
+	return s, err
 }
