@@ -14,11 +14,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"math/rand"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -434,7 +437,77 @@ func TestUsersBrowseErrorText(t *testing.T) {
 			}
 		}
 		usersDashPages(t, srv.URL, name, 13)
+		usersDashActions(t, srv.URL, name, q1, ids[0], ids[3])
 	})
+}
+
+var (
+	usersTokenRe   = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+	usersJobLinkRe = regexp.MustCompile(`href="(job\?[^"]+)"`)
+)
+
+// usersDashActions opens the jobs view of the queue name's dead jobs,
+// follows each job's link (the queue's name escaped in its query) to the
+// job's page, whose form carries the token, then
+// cancels the waiting job and requeues the dead one through api/cancel
+// and api/requeue naming the queue; q sees both done.
+func usersDashActions(t *testing.T, base, name string, q *inbox.Queue, waiting, dead any) {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Jar: jar}
+	get := func(u string) string {
+		t.Helper()
+		resp, err := c.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %.300s", u, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	page := get(base + "/jobs?" + url.Values{"queue": {name}, "state": {"dead"}}.Encode())
+	links := usersJobLinkRe.FindAllStringSubmatch(page, -1)
+	if len(links) != 3 {
+		t.Fatalf("the dead jobs' view: %d job links:\n%.2000s", len(links), page)
+	}
+	var tok []string
+	for _, l := range links {
+		u := html.UnescapeString(l[1])
+		if v, _ := url.ParseQuery(strings.TrimPrefix(u, "job?")); v.Get("queue") != name {
+			t.Errorf("link %s names queue %q", u, v.Get("queue"))
+		}
+		job := get(base + "/" + u)
+		if !strings.Contains(job, "dead") || strings.Contains(job, "has no job") {
+			t.Errorf("%s: not the dead job's page:\n%.500s", u, job)
+		}
+		tok = usersTokenRe.FindStringSubmatch(job)
+	}
+	if tok == nil {
+		t.Fatal("no form token on the job pages")
+	}
+	for _, act := range []struct {
+		path string
+		id   any
+	}{{"/api/cancel", waiting}, {"/api/requeue", dead}} {
+		resp, err := c.PostForm(base+act.path, url.Values{"queue": {name}, "id": {fmt.Sprint(act.id)}, "kind": {"int"}, "csrf": {tok[1]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"ok": true`) && !strings.Contains(string(b), `"ok":true`) {
+			t.Errorf("POST %s %v: %d %s", act.path, act.id, resp.StatusCode, b)
+		}
+		if _, err := q.Job(context.Background(), act.id); !errors.Is(err, inbox.ErrNotFound) {
+			t.Errorf("after %s, Job(%v): %v; want ErrNotFound", act.path, act.id, err)
+		}
+	}
 }
 
 func short(s string) string {
