@@ -140,4 +140,3 @@ func (v *env) usersBind(n int) string {
 	}
 	return "?"
 }
-
