@@ -122,6 +122,15 @@ func usersCLI(t *testing.T, e usersEngine) {
 			t.Fatal(err)
 		}
 	}
+	extra := inbox.Job{Data: []any{[]byte("later")}}
+	if !e.serverIDs {
+		extra.ID = "c4d5e6f7-0000-4000-8000-000000000003"
+	}
+	id, err := q.Enqueue(ctx, db, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, id.(string))
 	flags := []string{"-engine", e.name, "-table", tb.Name, "-lease-column", "locked_until", "-last-error", "last_error",
 		"-enqueued-at", "enqueued_at", "-dead-table", tb.DeadTable, "-dead-at", "dead_at", "-control-table", tb.ControlTable, "-text-ids"}
 	env := map[string]string{"INBOX_DSN": e.dsn, "USER": "ops\x1b[2J"}
@@ -152,12 +161,25 @@ func usersCLI(t *testing.T, e usersEngine) {
 		}
 		return json, text
 	}
-	usersCLIRun(t, run, ids, e.name == "postgres")
+	plainTable := tb
+	plainTable.Name, plainTable.ControlTable = "users_cli_jobs", "users_cli_jobs_control"
+	plain, err := inbox.New(db, inbox.Config{Dialect: drivers[e.name].dialect, Table: plainTable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainPaused := func() bool {
+		st, err := plain.Paused(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Paused
+	}
+	usersCLIRun(t, run, ids, e.name == "postgres", plainPaused)
 }
 
-// usersCLIRun runs each command on the two jobs: ids[0] ready, ids[1] dead
-// with the hostile error.
-func usersCLIRun(t *testing.T, run func(int, ...string) (string, string), ids []string, postgres bool) {
+// usersCLIRun runs each command on the jobs: ids[0] and ids[2] ready,
+// ids[1] dead with the hostile error.
+func usersCLIRun(t *testing.T, run func(int, ...string) (string, string), ids []string, postgres bool, plainPaused func() bool) {
 	run(exitOK, "check")
 	run(exitOK, "stats")
 	out, _ := run(exitOK, "jobs")
@@ -177,9 +199,23 @@ func usersCLIRun(t *testing.T, run func(int, ...string) (string, string), ids []
 	if !strings.Contains(out, ids[1]) {
 		t.Errorf("jobs -state dead: %s", out)
 	}
-	run(exitOK, "pause")
-	run(exitOK, "stats")
-	run(exitOK, "resume")
+	var page jobsOut
+	out, _ = run(exitOK, "jobs", "-limit", "1")
+	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.Jobs) != 1 || !page.Older {
+		t.Fatalf("jobs -limit 1: %s, %v", out, err)
+	}
+	first := page.Jobs[0].ID.(string)
+	out, _ = run(exitOK, "jobs", "-limit", "1", "-after", first)
+	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.Jobs) != 1 || page.Older || !page.Newer || page.Jobs[0].ID == first {
+		t.Errorf("jobs -after %s: %s, %v; want the other of the two jobs in the queue table", first, out, err)
+	}
+	run(exitOK+100, "pause")
+	var st statsOut
+	out, _ = run(exitOK, "stats")
+	if err := json.Unmarshal([]byte(out), &st); err != nil || !st.Paused || !plainPaused() {
+		t.Errorf("stats after pause: %s, %v; the queue named plainly paused: %v", out, err, plainPaused())
+	}
+	run(exitOK+100, "resume")
 	// PostgreSQL refuses the bytes of this id (exit 1); the others find
 	// no such job (3). Either way the output is JSON, or safe text.
 	badID := exitNotFound
