@@ -113,14 +113,14 @@ func (r *usersRun) handle(ctx context.Context, d *inbox.Delivery) error {
 	return nil
 }
 
-// usersEnqueue enqueues n jobs on q, a quarter delayed an hour, and
+// usersEnqueue enqueues n jobs on q, delayed of every four an hour, and
 // returns how many are ready.
-func usersEnqueue(r *usersRun, q *inbox.Queue, ex inbox.Executor, tag string, n int) int {
+func usersEnqueue(r *usersRun, q *inbox.Queue, ex inbox.Executor, tag string, n, delayed int) int {
 	ready := 0
 	for i := 0; i < n; i++ {
 		kind := []string{"ok", "fail", "ok", "panic", "ok"}[i%5]
 		job := inbox.Job{Data: []any{[]byte(fmt.Sprintf("%s-%d-%s", kind, i, tag))}}
-		if i%4 == 3 {
+		if i%4 < delayed {
 			job.NotBefore = time.Now().Add(time.Hour)
 		} else {
 			ready++
@@ -164,7 +164,8 @@ func TestUsersBrowseUnderWork(t *testing.T) {
 		db1, db2 := openTwo(t, e, 10)
 		table, q1, q2 := usersBrowseSetup(t, e, db1, db2, form)
 		r := &usersRun{handled: map[string]bool{}}
-		ready := 10 + usersEnqueue(r, q1, db1, "a", 40)
+		// Mostly ready at first; mostly delayed from the enqueuers.
+		ready := 10 + usersEnqueue(r, q1, db1, "a", 40, 1)
 		stopWork := usersWorkers(r, q1, q2)
 		stopBrowse := usersBrowser(r, []*inbox.Queue{q1, q2}, form == "lease")
 		var wg sync.WaitGroup
@@ -173,7 +174,7 @@ func TestUsersBrowseUnderWork(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				more.Add(int64(usersEnqueue(r, q, []*sql.DB{db1, db2}[i], fmt.Sprint("b", i), 30)))
+				more.Add(int64(usersEnqueue(r, q, []*sql.DB{db1, db2}[i], fmt.Sprint("b", i), 40, 3)))
 			}()
 		}
 		wg.Wait()
@@ -436,7 +437,7 @@ func TestUsersBrowseErrorText(t *testing.T) {
 				t.Errorf("api/job %v: queue %q, %s, %q; want %q, %v, %q", id, got.Queue, got.Job.State, short(got.Job.LastError), name, state, short(want))
 			}
 		}
-		usersDashPages(t, srv.URL, name, 13)
+		usersDashPages(t, srv.URL, name, "waiting", 13)
 		usersDashActions(t, srv.URL, name, q1, ids[0], ids[3])
 	})
 }
@@ -537,10 +538,10 @@ func usersGetJSON(t *testing.T, u string, v any) {
 	}
 }
 
-// usersDashPages follows api/jobs' next pages of the queue name's waiting
-// jobs (DeadPage: 5 a page):
+// usersDashPages follows api/jobs' next pages of the queue name's jobs in
+// state (the dashboard's DeadPage a page):
 // want jobs in all, each once, each page of that queue.
-func usersDashPages(t *testing.T, base, name string, want int) {
+func usersDashPages(t *testing.T, base, name, state string, want int) {
 	t.Helper()
 	type page struct {
 		Queue      string
@@ -549,7 +550,7 @@ func usersDashPages(t *testing.T, base, name string, want int) {
 		Jobs       []struct{ ID any }
 	}
 	seen := map[string]bool{}
-	next := "?" + url.Values{"queue": {name}, "state": {"waiting"}}.Encode()
+	next := "?" + url.Values{"queue": {name}, "state": {state}}.Encode()
 	var last page
 	for pages := 0; next != ""; pages++ {
 		if pages > want {
@@ -573,13 +574,14 @@ func usersDashPages(t *testing.T, base, name string, want int) {
 		}
 	}
 	if len(seen) != want || last.Total == nil || *last.Total != int64(want) {
-		t.Errorf("api/jobs listed %d waiting jobs, total %v; want %d", len(seen), last.Total, want)
+		t.Errorf("api/jobs listed %d %s jobs, total %v; want %d", len(seen), state, last.Total, want)
 	}
 }
 
 // TestUsersBrowseServerUUID: ids the server assigns (PostgreSQL's uuid
 // type, SQLite's TEXT default) page both ways in their order, on the
-// table named qualified, with rows from before last_error was added; Job
+// table named qualified, with rows from before last_error and enqueued_at
+// were added; Job
 // and the dashboard's api/job (a TextIDs queue registered by the qualified
 // name) find each. MySQL refuses such a key (TestServerAssignedTextID).
 func TestUsersBrowseServerUUID(t *testing.T) {
@@ -603,8 +605,8 @@ func TestUsersBrowseServerUUID(t *testing.T) {
 			}
 		}
 		enqueue(newQueue(t, db1, queueConfig(e, tb, nil)), 3)
-		addColumns(t, e, db1, table, "last_error")
-		tb.LastError = "last_error"
+		addColumns(t, e, db1, table, "last_error", "enqueued_at")
+		tb.LastError, tb.EnqueuedAt = "last_error", "enqueued_at"
 		tb.Name, tb.DeadTable = concQualified(t, e, db1, table), concQualified(t, e, db1, table+"_dead")
 		q := newQueue(t, db2, queueConfig(e, tb, nil))
 		enqueue(q, 4)
@@ -640,7 +642,7 @@ func TestUsersBrowseServerUUID(t *testing.T) {
 			t.Errorf("pages down %v, up %v; want %v", down, up, ids)
 		}
 
-		h, err := dashboard.New(dashboard.Config{Queues: []dashboard.QueueConfig{{Name: tb.Name, Queue: q, TextIDs: true}}})
+		h, err := dashboard.New(dashboard.Config{DeadPage: 2, Queues: []dashboard.QueueConfig{{Name: tb.Name, Queue: q, TextIDs: true}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -656,5 +658,6 @@ func TestUsersBrowseServerUUID(t *testing.T) {
 				t.Errorf("api/job %v: id %v", id, got.Job.ID)
 			}
 		}
+		usersDashPages(t, srv.URL, tb.Name, "ready", len(ids))
 	})
 }
