@@ -438,40 +438,15 @@ func TestUsersBrowseErrorText(t *testing.T) {
 			}
 		}
 		usersDashPages(t, srv.URL, name, "waiting", 13)
-		usersDashActions(t, srv.URL, name, q1, ids[0], ids[3])
+		usersDashActions(t, srv.URL, name, q1, ids[0], ids[1], ids[3])
 	})
 }
 
-var (
-	usersTokenRe   = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
-	usersJobLinkRe = regexp.MustCompile(`href="(job\?[^"]+)"`)
-)
-
-// usersDashActions opens the jobs view of the queue name's dead jobs,
+// usersFollowLinks opens the jobs view of the queue name's dead jobs and
 // follows each job's link (the queue's name escaped in its query) to the
-// job's page, whose form carries the token, then
-// cancels the waiting job and requeues the dead one through api/cancel
-// and api/requeue naming the queue; q sees both done.
-func usersDashActions(t *testing.T, base, name string, q *inbox.Queue, waiting, dead any) {
+// job's page; it returns the form token those pages carry.
+func usersFollowLinks(t *testing.T, get func(string) string, base, name string) string {
 	t.Helper()
-	jar, err := cookiejar.New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &http.Client{Jar: jar}
-	get := func(u string) string {
-		t.Helper()
-		resp, err := c.Get(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET %s: %d %.300s", u, resp.StatusCode, b)
-		}
-		return string(b)
-	}
 	page := get(base + "/jobs?" + url.Values{"queue": {name}, "state": {"dead"}}.Encode())
 	links := usersJobLinkRe.FindAllStringSubmatch(page, -1)
 	if len(links) != 3 {
@@ -492,11 +467,63 @@ func usersDashActions(t *testing.T, base, name string, q *inbox.Queue, waiting, 
 	if tok == nil {
 		t.Fatal("no form token on the job pages")
 	}
+	return tok[1]
+}
+
+// usersFormCancel cancels job id of the queue name by the job page's form,
+// which returns to the jobs view it names and shows the result there once.
+func usersFormCancel(t *testing.T, c *http.Client, base, name, tok string, id any) {
+	t.Helper()
+	back := "jobs?" + url.Values{"queue": {name}, "state": {"waiting"}}.Encode()
+	resp, err := c.PostForm(base+"/cancel", url.Values{"queue": {name}, "id": {fmt.Sprint(id)}, "kind": {"int"},
+		"csrf": {tok}, "return": {back}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := fmt.Sprintf("cancelled job %v of %s", id, name)
+	if resp.StatusCode != http.StatusOK || resp.Request.URL.Path != "/jobs" || resp.Request.URL.Query().Get("queue") != name ||
+		!strings.Contains(html.UnescapeString(string(b)), want) {
+		t.Errorf("POST cancel returning to %s: %d at %s, want %q on the page", back, resp.StatusCode, resp.Request.URL, want)
+	}
+}
+
+var (
+	usersTokenRe   = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+	usersJobLinkRe = regexp.MustCompile(`href="(job\?[^"]+)"`)
+)
+
+// usersDashActions follows the links of the queue name's jobs view, then
+// cancels the waiting job and requeues the dead one through api/cancel
+// and api/requeue naming the queue, q seeing both done; then cancels
+// other by the job page's form.
+func usersDashActions(t *testing.T, base, name string, q *inbox.Queue, waiting, other, dead any) {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Jar: jar}
+	get := func(u string) string {
+		t.Helper()
+		resp, err := c.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %.300s", u, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	tok := usersFollowLinks(t, get, base, name)
 	for _, act := range []struct {
 		path string
 		id   any
 	}{{"/api/cancel", waiting}, {"/api/requeue", dead}} {
-		resp, err := c.PostForm(base+act.path, url.Values{"queue": {name}, "id": {fmt.Sprint(act.id)}, "kind": {"int"}, "csrf": {tok[1]}})
+		resp, err := c.PostForm(base+act.path, url.Values{"queue": {name}, "id": {fmt.Sprint(act.id)}, "kind": {"int"}, "csrf": {tok}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -509,6 +536,7 @@ func usersDashActions(t *testing.T, base, name string, q *inbox.Queue, waiting, 
 			t.Errorf("after %s, Job(%v): %v; want ErrNotFound", act.path, act.id, err)
 		}
 	}
+	usersFormCancel(t, c, base, name, tok, other)
 }
 
 func short(s string) string {
@@ -612,35 +640,7 @@ func TestUsersBrowseServerUUID(t *testing.T) {
 		enqueue(q, 4)
 		slices.SortFunc(ids, func(a, b any) int { return strings.Compare(fmt.Sprint(b), fmt.Sprint(a)) })
 
-		var down []any
-		f := inbox.JobFilter{Limit: 2}
-		for pages := 0; ; pages++ {
-			p, err := q.ListJobs(ctx, f)
-			if err != nil || pages > len(ids) {
-				t.Fatalf("ListJobs(%+v): %v, page %d", f, err, pages)
-			}
-			down = append(down, pageIDs(p)...)
-			if !p.Older {
-				break
-			}
-			f.After = p.Jobs[len(p.Jobs)-1].ID
-		}
-		var up []any
-		f = inbox.JobFilter{Limit: 2, Before: ids[len(ids)-1]}
-		for pages := 0; ; pages++ {
-			p, err := q.ListJobs(ctx, f)
-			if err != nil || pages > len(ids) {
-				t.Fatalf("ListJobs(%+v): %v, page %d", f, err, pages)
-			}
-			up = append(pageIDs(p), up...)
-			if !p.Newer {
-				break
-			}
-			f.Before = p.Jobs[0].ID
-		}
-		if !slices.Equal(down, ids) || !slices.Equal(up, ids[:len(ids)-1]) {
-			t.Errorf("pages down %v, up %v; want %v", down, up, ids)
-		}
+		usersPageBothWays(t, q, ids)
 
 		h, err := dashboard.New(dashboard.Config{DeadPage: 2, Queues: []dashboard.QueueConfig{{Name: tb.Name, Queue: q, TextIDs: true}}})
 		if err != nil {
@@ -660,4 +660,40 @@ func TestUsersBrowseServerUUID(t *testing.T) {
 		}
 		usersDashPages(t, srv.URL, tb.Name, "ready", len(ids))
 	})
+}
+
+// usersPageBothWays pages q's jobs two at a time down from the newest and
+// up from the oldest: want are the ids in descending order.
+func usersPageBothWays(t *testing.T, q *inbox.Queue, ids []any) {
+	t.Helper()
+	ctx := context.Background()
+	var down []any
+	f := inbox.JobFilter{Limit: 2}
+	for pages := 0; ; pages++ {
+		p, err := q.ListJobs(ctx, f)
+		if err != nil || pages > len(ids) {
+			t.Fatalf("ListJobs(%+v): %v, page %d", f, err, pages)
+		}
+		down = append(down, pageIDs(p)...)
+		if !p.Older {
+			break
+		}
+		f.After = p.Jobs[len(p.Jobs)-1].ID
+	}
+	var up []any
+	f = inbox.JobFilter{Limit: 2, Before: ids[len(ids)-1]}
+	for pages := 0; ; pages++ {
+		p, err := q.ListJobs(ctx, f)
+		if err != nil || pages > len(ids) {
+			t.Fatalf("ListJobs(%+v): %v, page %d", f, err, pages)
+		}
+		up = append(pageIDs(p), up...)
+		if !p.Newer {
+			break
+		}
+		f.Before = p.Jobs[0].ID
+	}
+	if !slices.Equal(down, ids) || !slices.Equal(up, ids[:len(ids)-1]) {
+		t.Errorf("pages down %v, up %v; want %v", down, up, ids)
+	}
 }

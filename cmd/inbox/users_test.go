@@ -96,41 +96,7 @@ func usersCLI(t *testing.T, e usersEngine) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for i, p := range []string{"ready", usersHostile} {
-		job := inbox.Job{Data: []any{[]byte(p)}}
-		if !e.serverIDs {
-			job.ID = []string{"0b7c2a3e-0000-4000-8000-000000000001", "9a1b7c33-0000-4000-8000-000000000002"}[i]
-		}
-		id, err := q.Enqueue(ctx, db, job)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id.(string))
-	}
-	ds, err := q.Claim(ctx, 2)
-	if err != nil || len(ds) != 2 {
-		t.Fatalf("claim: %d, %v", len(ds), err)
-	}
-	for _, d := range ds {
-		if d.ID() == ids[1] {
-			d.SetError(errors.New(usersHostile))
-			if err := d.Dead(ctx); err != nil {
-				t.Fatal(err)
-			}
-		} else if err := d.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	extra := inbox.Job{Data: []any{[]byte("later")}}
-	if !e.serverIDs {
-		extra.ID = "c4d5e6f7-0000-4000-8000-000000000003"
-	}
-	id, err := q.Enqueue(ctx, db, extra)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids = append(ids, id.(string))
+	ids := usersCLIJobs(t, e, db, q)
 	flags := []string{"-engine", e.name, "-table", tb.Name, "-lease-column", "locked_until", "-last-error", "last_error",
 		"-enqueued-at", "enqueued_at", "-dead-table", tb.DeadTable, "-dead-at", "dead_at", "-control-table", tb.ControlTable, "-text-ids"}
 	env := map[string]string{"INBOX_DSN": e.dsn, "USER": "ops\x1b[2J"}
@@ -175,6 +141,49 @@ func usersCLI(t *testing.T, e usersEngine) {
 		return st.Paused
 	}
 	usersCLIRun(t, run, ids, e.name == "postgres", plainPaused)
+}
+
+// usersCLIJobs enqueues three jobs on q and returns their ids: the first
+// and third ready, the second dead with the hostile error.
+func usersCLIJobs(t *testing.T, e usersEngine, db *sql.DB, q *inbox.Queue) []string {
+	t.Helper()
+	ctx := context.Background()
+	var ids []string
+	for i, p := range []string{"ready", usersHostile} {
+		job := inbox.Job{Data: []any{[]byte(p)}}
+		if !e.serverIDs {
+			job.ID = []string{"0b7c2a3e-0000-4000-8000-000000000001", "9a1b7c33-0000-4000-8000-000000000002"}[i]
+		}
+		id, err := q.Enqueue(ctx, db, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id.(string))
+	}
+	ds, err := q.Claim(ctx, 2)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("claim: %d, %v", len(ds), err)
+	}
+	for _, d := range ds {
+		if d.ID() == ids[1] {
+			d.SetError(errors.New(usersHostile))
+			if err := d.Dead(ctx); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := d.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	extra := inbox.Job{Data: []any{[]byte("later")}}
+	if !e.serverIDs {
+		extra.ID = "c4d5e6f7-0000-4000-8000-000000000003"
+	}
+	id, err := q.Enqueue(ctx, db, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, id.(string))
+	return ids
 }
 
 // usersCLIRun runs each command on the jobs: ids[0] and ids[2] ready,
