@@ -36,7 +36,9 @@ type Stats struct {
 	// Dead counts the dead table's rows; -1 without Table.DeadTable.
 	Dead int64
 	// OldestReady is the age of the oldest ready job, by Table.EnqueuedAt
-	// and the clock; zero when none is ready.
+	// and the clock; zero when none is ready. Rows whose enqueued-at is
+	// NULL (enqueued before the column was added) have no age and are
+	// left out: zero too when only they are ready.
 	OldestReady time.Duration
 	// Paused is whether the queue is paused ([Queue.Pause]), since
 	// PausedSince; false without Table.ControlTable.
