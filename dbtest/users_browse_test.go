@@ -389,6 +389,10 @@ func TestUsersBrowseErrorText(t *testing.T) {
 		ctx := context.Background()
 		db1, db2 := openTwo(t, e, 8)
 		_, q1, q2 := usersBrowseSetup(t, e, db1, db2, "lease")
+		// The ten ready rows from before enqueued_at have no age.
+		if st, err := q2.Stats(ctx); err != nil || st.Ready != 10 || st.OldestReady != 0 {
+			t.Errorf("Stats = %+v, %v; want 10 ready, no oldest age", st, err)
+		}
 		r := &usersRun{handled: map[string]bool{}}
 		var ids []any
 		for i, kind := range []string{"fail", "fail", "fail", "panic", "panic", "panic"} {
