@@ -16,7 +16,8 @@ import (
 // the engine's clock decides a lease) on a pool of one connection, the
 // table named qualified, passes and gives its connection back; with that
 // one connection held elsewhere it ends with its context instead of
-// waiting for ever; under contexts cut at random moments, on a pool of one
+// waiting for ever; with three of a pool's four held it passes on the
+// fourth; under contexts cut at random moments, on a pool of one
 // and a pool of four, it either passes or fails for the context, never
 // reports a problem the schema does not have, and leaves no connection in
 // use.
@@ -48,11 +49,28 @@ func TestUsersCheckSchemaPools(t *testing.T) {
 		}
 		held.Close()
 
+		// Three of the four connections held by others: the check reads
+		// the clock on the one left and passes.
+		var others []*sql.Conn
+		for i := 0; i < 3; i++ {
+			c, err := four.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			others = append(others, c)
+		}
+		if err := bounded(qs[1], time.Minute); err != nil {
+			t.Errorf("CheckSchema with three of four connections held: %v", err)
+		}
+		for _, c := range others {
+			c.Close()
+		}
+
 		rnd := rand.New(rand.NewSource(time.Now().UnixNano()))
 		passed := 0
 		for i := 0; i < 40; i++ {
 			q := qs[i%2]
-			c, cancel := context.WithTimeout(ctx, time.Duration(rnd.Intn(8000))*time.Microsecond)
+			c, cancel := context.WithTimeout(ctx, time.Duration(rnd.Intn(20000))*time.Microsecond)
 			err := q.CheckSchema(c)
 			dl, _ := c.Deadline()
 			cut := c.Err() != nil || !time.Now().Before(dl)
