@@ -140,7 +140,7 @@ func usersCLI(t *testing.T, e usersEngine) {
 		}
 		return st.Paused
 	}
-	usersCLIRun(t, run, ids, e.name == "postgres", plainPaused)
+	usersCLIRun(t, run, ids, e.name == "postgres", e.serverIDs, plainPaused)
 }
 
 // usersCLIJobs enqueues three jobs on q and returns their ids: the first
@@ -188,7 +188,7 @@ func usersCLIJobs(t *testing.T, e usersEngine, db *sql.DB, q *inbox.Queue) []str
 
 // usersCLIRun runs each command on the jobs: ids[0] and ids[2] ready,
 // ids[1] dead with the hostile error.
-func usersCLIRun(t *testing.T, run func(int, ...string) (string, string), ids []string, postgres bool, plainPaused func() bool) {
+func usersCLIRun(t *testing.T, run func(int, ...string) (string, string), ids []string, postgres, serverIDs bool, plainPaused func() bool) {
 	run(exitOK, "check")
 	run(exitOK, "stats")
 	out, _ := run(exitOK, "jobs")
@@ -233,11 +233,35 @@ func usersCLIRun(t *testing.T, run func(int, ...string) (string, string), ids []
 	}
 	run(badID, "show", "\x1b]0;x\x07\xff\x00-not-an-id")
 	run(exitNotFound, "show", "00000000-0000-4000-8000-00000000dead")
+	usersCLIRequeue(t, run, ids[1], serverIDs)
 	out, _ = run(exitOK+100, "cancel", ids[0])
 	run(exitNotFound, "cancel", ids[0])
 	if !strings.Contains(out, ids[0]) {
 		t.Errorf("cancel %s: %s", ids[0], out)
 	}
+}
+
+// usersCLIRequeue requeues the dead job id: under a new id where the
+// server assigns ids, shown ready; where the caller gives them, a new id
+// cannot be had (MariaDB's error 1364 naming the column) and the job
+// stays dead.
+func usersCLIRequeue(t *testing.T, run func(int, ...string) (string, string), id string, serverIDs bool) {
+	t.Helper()
+	if !serverIDs {
+		run(exitFailed, "requeue", id)
+		if out, _ := run(exitOK, "show", id); !strings.Contains(out, `"state": "dead"`) {
+			t.Errorf("show %s after a failed requeue: %s", id, out)
+		}
+		return
+	}
+	var rq requeueOut
+	out, _ := run(exitOK+100, "requeue", id)
+	if err := json.Unmarshal([]byte(out), &rq); err != nil || rq.ID != id || rq.NewID == nil || rq.NewID == id {
+		t.Errorf("requeue %s: %s, %v", id, out, err)
+	} else if out, _ = run(exitOK, "show", rq.NewID.(string)); !strings.Contains(out, `"state": "ready"`) {
+		t.Errorf("show %v after the requeue: %s", rq.NewID, out)
+	}
+	run(exitNotFound, "requeue", id)
 }
 
 // usersValidJSON fails t unless stdout is one valid JSON object and stderr
