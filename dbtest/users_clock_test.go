@@ -66,25 +66,7 @@ func TestUsersCheckSchemaPools(t *testing.T) {
 			c.Close()
 		}
 
-		rnd := rand.New(rand.NewSource(time.Now().UnixNano()))
-		passed := 0
-		for i := 0; i < 40; i++ {
-			q := qs[i%2]
-			c, cancel := context.WithTimeout(ctx, time.Duration(rnd.Intn(20000))*time.Microsecond)
-			err := q.CheckSchema(c)
-			dl, _ := c.Deadline()
-			cut := c.Err() != nil || !time.Now().Before(dl)
-			cancel()
-			var se *inbox.SchemaError
-			switch {
-			case err == nil:
-				passed++
-			case errors.As(err, &se):
-				t.Errorf("cut CheckSchema reported problems: %v", err)
-			case !cut:
-				t.Errorf("CheckSchema failed with its context alive: %v", err)
-			}
-		}
+		passed := usersCutChecks(t, qs)
 		usersIdle(t, one, four)
 		for i, q := range qs {
 			if err := bounded(q, time.Minute); err != nil {
@@ -93,6 +75,34 @@ func TestUsersCheckSchemaPools(t *testing.T) {
 		}
 		t.Logf("%d of 40 cut checks passed", passed)
 	})
+}
+
+// usersCutChecks runs CheckSchema 40 times on the queues in turn, each
+// under a context cut after up to 20 ms: it passes or fails for its
+// context, and never reports problems. It returns how many passed.
+func usersCutChecks(t *testing.T, qs []*inbox.Queue) int {
+	t.Helper()
+	ctx := context.Background()
+	rnd := rand.New(rand.NewSource(time.Now().UnixNano()))
+	passed := 0
+	for i := 0; i < 40; i++ {
+		q := qs[i%2]
+		c, cancel := context.WithTimeout(ctx, time.Duration(rnd.Intn(20000))*time.Microsecond)
+		err := q.CheckSchema(c)
+		dl, _ := c.Deadline()
+		cut := c.Err() != nil || !time.Now().Before(dl)
+		cancel()
+		var se *inbox.SchemaError
+		switch {
+		case err == nil:
+			passed++
+		case errors.As(err, &se):
+			t.Errorf("cut CheckSchema reported problems: %v", err)
+		case !cut:
+			t.Errorf("CheckSchema failed with its context alive: %v", err)
+		}
+	}
+	return passed
 }
 
 // usersIdle waits until no pool has a connection in use.
