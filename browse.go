@@ -25,10 +25,12 @@ const (
 	StateReady
 	// StateWaiting: not claimable before a later time, its not-before
 	// time or a retry delay (under the lease, a lease that ends more than
-	// a lease from now).
+	// a lease from now, or any lease in force on a job never claimed: at
+	// its first attempt).
 	StateWaiting
 	// StateInWork: held by a claim (under the lease, a lease in force that
-	// ends within a lease).
+	// ends within a lease, past the first attempt; a retry delay shorter
+	// than a lease reads as in work too).
 	StateInWork
 	// StateDead: in the dead table ([Queue.Job] only; [Queue.ListDead]
 	// lists them).

@@ -22,8 +22,8 @@ var browseLease = inbox.Table{Name: "jobs", LockedUntil: "locked_until", DeadTab
 
 const (
 	pgBrowseCols = `SELECT "id", "attempt", (CASE WHEN "locked_until" IS NULL OR "locked_until" <= CAST(statement_timestamp() AS timestamptz) THEN 1 ` +
-		`WHEN "locked_until" > (statement_timestamp() + $1 * interval '1 microsecond') THEN 2 ELSE 3 END), "locked_until", "payload", "last_error", "priority" FROM "jobs"`
-	myBrowseCols = "SELECT `id`, `attempt`, (CASE WHEN `locked_until` IS NULL OR `locked_until` <= ? THEN 1 WHEN `locked_until` > ? THEN 2 ELSE 3 END), " +
+		`WHEN "locked_until" > (statement_timestamp() + $1 * interval '1 microsecond') OR "attempt" = 1 THEN 2 ELSE 3 END), "locked_until", "payload", "last_error", "priority" FROM "jobs"`
+	myBrowseCols = "SELECT `id`, `attempt`, (CASE WHEN `locked_until` IS NULL OR `locked_until` <= ? THEN 1 WHEN `locked_until` > ? OR `attempt` = 1 THEN 2 ELSE 3 END), " +
 		"`locked_until`, `payload`, `last_error`, `priority` FROM `jobs`"
 	pgRowLockCols = `SELECT "id", "attempt", (CASE WHEN "not_before" IS NULL OR "not_before" <= CAST(statement_timestamp() AS timestamptz) THEN 1 ELSE 2 END), "not_before", "payload" FROM "jobs"`
 )
@@ -43,24 +43,24 @@ func TestBrowseStatements(t *testing.T) {
 		{"postgres lease", inbox.Postgres, browseLease, pins{
 			allFirst:      pgBrowseCols + ` ORDER BY "id" DESC LIMIT $2`,
 			readyAfter:    pgBrowseCols + ` WHERE "id" < $2 AND ("locked_until" IS NULL OR "locked_until" <= CAST(statement_timestamp() AS timestamptz)) ORDER BY "id" DESC LIMIT $3`,
-			waitingBefore: pgBrowseCols + ` WHERE "id" > $2 AND "locked_until" > (statement_timestamp() + $3 * interval '1 microsecond') ORDER BY "id" LIMIT $4`,
-			inWorkFirst:   pgBrowseCols + ` WHERE "locked_until" > CAST(statement_timestamp() AS timestamptz) AND "locked_until" <= (statement_timestamp() + $2 * interval '1 microsecond') ORDER BY "id" DESC LIMIT $3`,
+			waitingBefore: pgBrowseCols + ` WHERE "id" > $2 AND ("locked_until" > (statement_timestamp() + $3 * interval '1 microsecond') OR "locked_until" > CAST(statement_timestamp() AS timestamptz) AND "attempt" = 1) ORDER BY "id" LIMIT $4`,
+			inWorkFirst:   pgBrowseCols + ` WHERE "locked_until" > CAST(statement_timestamp() AS timestamptz) AND "locked_until" <= (statement_timestamp() + $2 * interval '1 microsecond') AND "attempt" <> 1 ORDER BY "id" DESC LIMIT $3`,
 			job:           pgBrowseCols + ` WHERE "id" = $2`,
 			dead:          `SELECT "id", "attempt", "payload", "last_error", "dead_at" FROM "dead_jobs" WHERE "id" = $1`,
 		}},
 		{"mysql lease", inbox.MySQL, browseLease, pins{
 			allFirst:      myBrowseCols + " ORDER BY `id` DESC LIMIT ?",
 			readyAfter:    myBrowseCols + " WHERE `id` < ? AND (`locked_until` IS NULL OR `locked_until` <= ?) ORDER BY `id` DESC LIMIT ?",
-			waitingBefore: myBrowseCols + " WHERE `id` > ? AND `locked_until` > ? ORDER BY `id` LIMIT ?",
-			inWorkFirst:   myBrowseCols + " WHERE `locked_until` > ? AND `locked_until` <= ? ORDER BY `id` DESC LIMIT ?",
+			waitingBefore: myBrowseCols + " WHERE `id` > ? AND (`locked_until` > ? OR `locked_until` > ? AND `attempt` = 1) ORDER BY `id` LIMIT ?",
+			inWorkFirst:   myBrowseCols + " WHERE `locked_until` > ? AND `locked_until` <= ? AND `attempt` <> 1 ORDER BY `id` DESC LIMIT ?",
 			job:           myBrowseCols + " WHERE `id` = ?",
 			dead:          "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` WHERE `id` = ?",
 		}},
 		{"sqlite lease", inbox.SQLite, browseLease, pins{
 			allFirst:      myBrowseCols + " ORDER BY `id` DESC LIMIT ?",
 			readyAfter:    myBrowseCols + " WHERE `id` < ? AND (`locked_until` IS NULL OR `locked_until` <= ?) ORDER BY `id` DESC LIMIT ?",
-			waitingBefore: myBrowseCols + " WHERE `id` > ? AND `locked_until` > ? ORDER BY `id` LIMIT ?",
-			inWorkFirst:   myBrowseCols + " WHERE `locked_until` > ? AND `locked_until` <= ? ORDER BY `id` DESC LIMIT ?",
+			waitingBefore: myBrowseCols + " WHERE `id` > ? AND (`locked_until` > ? OR `locked_until` > ? AND `attempt` = 1) ORDER BY `id` LIMIT ?",
+			inWorkFirst:   myBrowseCols + " WHERE `locked_until` > ? AND `locked_until` <= ? AND `attempt` <> 1 ORDER BY `id` DESC LIMIT ?",
 			job:           myBrowseCols + " WHERE `id` = ?",
 			dead:          "SELECT `id`, `attempt`, `payload`, `last_error`, `dead_at` FROM `dead_jobs` WHERE `id` = ?",
 		}},

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"github.com/sqlinbox/inbox/dialect"
 	"strconv"
@@ -101,6 +102,29 @@ func wantedColumns(n *dialect.Names, role tableRole) []colWant {
 func uniqueKeyProblem(n *dialect.Names) string {
 	return fmt.Sprintf("table %s: Table.UniqueKey %q has no unique index of its own (a unique index on that column alone, not partial): "+
 		"without it two jobs could hold one key; see docs/unique.md", n.Raw.Name, n.Raw.UniqueKey)
+}
+
+// priorityNullable reports a Table.Priority column that accepts NULL, asked
+// of the engine's catalog by query with args (true when it does; no row
+// when there is no such column, reported as missing). A column added
+// without NOT NULL DEFAULT 0 holds NULL in the rows from before, which a
+// claim cannot read into the delivery's priority: every claim that meets
+// one fails, and where NULLs sort first (PostgreSQL's DESC) every claim.
+func priorityNullable(ctx context.Context, db *sql.DB, n *dialect.Names, query string, args ...any) ([]string, error) {
+	if n.Priority == "" {
+		return nil, nil
+	}
+	var nullable bool
+	err := db.QueryRowContext(ctx, query, args...).Scan(&nullable)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !nullable {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []string{fmt.Sprintf("table %s: Table.Priority %q accepts NULL, which a claim cannot read (the rows from before the column "+
+		"was added hold it): set them to 0 (UPDATE %s SET %s = 0 WHERE %s IS NULL) and declare the column NOT NULL DEFAULT 0",
+		n.Raw.Name, n.Raw.Priority, n.Raw.Name, n.Raw.Priority, n.Raw.Priority)}, nil
 }
 
 // readColumns runs a query returning (name, type) rows, keyed by name.

@@ -18,7 +18,8 @@ import "github.com/sqlinbox/inbox/dialect"
 //
 // The state is written as the row tells it, as Stats counts it: under the
 // lease a lease in force ending within a lease is in work, one ending
-// beyond waits (a retry delay); under the row lock and advisory forms the
+// beyond waits (a retry delay), and so does a row at its first attempt,
+// never claimed (a not-before time within a lease); under the row lock and advisory forms the
 // not-before time tells ready from waiting, and a held job reads ready
 // (Queue.Job asks the row lock's lock; the advisory key's lock names no
 // table: see docs/operations.md).
@@ -28,11 +29,11 @@ func browseStatements(t *dialect.Template, n *dialect.Names, now, until string) 
 	ready, waiting, inWork := "", "", ""
 	switch {
 	case n.Form == Lease:
-		state = "(CASE WHEN {lease} IS NULL OR {lease} <= " + now + " THEN 1 WHEN {lease} > " + until + " THEN 2 ELSE 3 END)"
+		state = "(CASE WHEN {lease} IS NULL OR {lease} <= " + now + " THEN 1 WHEN {lease} > " + until + " OR {attempt} = 1 THEN 2 ELSE 3 END)"
 		when = "{lease}"
 		ready = "({lease} IS NULL OR {lease} <= " + now + ")"
-		waiting = "{lease} > " + until
-		inWork = "{lease} > " + now + " AND {lease} <= " + until
+		waiting = "({lease} > " + until + " OR {lease} > " + now + " AND {attempt} = 1)"
+		inWork = "{lease} > " + now + " AND {lease} <= " + until + " AND {attempt} <> 1"
 	case n.NotBefore != "":
 		state = "(CASE WHEN {notBefore} IS NULL OR {notBefore} <= " + now + " THEN 1 ELSE 2 END)"
 		when = "{notBefore}"

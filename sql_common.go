@@ -215,12 +215,18 @@ func statsDead(n *dialect.Names) string {
 }
 
 // statsCounts are the Stats columns but the age: ready by time, waiting,
-// and in work (inWork, an expression), each an indexed count.
+// and in work (inWork, an expression), each an indexed count. Under the
+// lease a lease ending within a lease is in work only past the first
+// attempt: a claim counts the attempt as it takes the job, so a row still
+// at 1 was never claimed (a short not-before time), as Replace tells. The
+// rows of that range are read for their attempt; they are the jobs in
+// work and the short delays, few.
 func statsCounts(n *dialect.Names, now, until, inWork string) string {
 	if n.Form == Lease {
+		near := "{lease} > " + now + " AND {lease} <= " + until
 		return "(SELECT COUNT(*) FROM {table} WHERE {lease} IS NULL) + (SELECT COUNT(*) FROM {table} WHERE {lease} <= " + now + "), " +
-			"(SELECT COUNT(*) FROM {table} WHERE {lease} > " + until + "), " +
-			"(SELECT COUNT(*) FROM {table} WHERE {lease} > " + now + " AND {lease} <= " + until + "), " + statsDead(n)
+			"(SELECT COUNT(*) FROM {table} WHERE {lease} > " + until + ") + (SELECT COUNT(*) FROM {table} WHERE " + near + " AND {attempt} = 1), " +
+			"(SELECT COUNT(*) FROM {table} WHERE " + near + " AND {attempt} <> 1), " + statsDead(n)
 	}
 	if n.NotBefore == "" {
 		return "(SELECT COUNT(*) FROM {table}), 0, " + inWork + ", " + statsDead(n)

@@ -509,6 +509,10 @@ func myCheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names, mariadbOnl
 		return nil, err
 	}
 	problems = append(problems, p...)
+	if p, err = priorityNullable(ctx, db, n, myPriorityNullable, n.Schema, n.TableName, n.Raw.Priority); err != nil {
+		return nil, err
+	}
+	problems = append(problems, p...)
 	if n.Form == RowLock && n.Priority != "" {
 		p, err := myPriorityIndex(ctx, db, n)
 		if err != nil {
@@ -531,6 +535,11 @@ func myCheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names, mariadbOnl
 	p, err = myClaimsKey(ctx, db, n)
 	return append(problems, p...), err
 }
+
+// myPriorityNullable tells whether the priority column accepts NULL
+// (priorityNullable).
+const myPriorityNullable = "SELECT is_nullable = 'YES' FROM information_schema.columns " +
+	"WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ? AND column_name = ?"
 
 // myFill reads how the server fills the queue table's id and advisory key
 // columns when an insert leaves them out: the default as declared (NULL,

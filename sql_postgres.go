@@ -517,6 +517,11 @@ func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) (
 		return nil, err
 	}
 	problems = append(problems, found...)
+	found, err = priorityNullable(ctx, db, n, pgPriorityNullable, n.Schema, n.TableName, n.Raw.Priority)
+	if err != nil {
+		return nil, err
+	}
+	problems = append(problems, found...)
 	if keyUnwritten(n) {
 		var filled bool
 		err := db.QueryRowContext(ctx, pgKeyFilled, n.Schema, n.TableName, n.Raw.AdvisoryKey).Scan(&filled)
@@ -552,6 +557,11 @@ func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) (
 	}
 	return problems, err
 }
+
+// pgPriorityNullable tells whether the priority column accepts NULL
+// (priorityNullable).
+const pgPriorityNullable = "SELECT is_nullable = 'YES' FROM information_schema.columns " +
+	"WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2 AND column_name = $3"
 
 // pgKeyFilled tells whether the server fills a column an insert leaves out
 // (the advisory key, when Enqueue does not write it): a default, an

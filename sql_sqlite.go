@@ -198,6 +198,11 @@ func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) ([]
 			return nil, err
 		}
 	}
+	found, err := priorityNullable(ctx, db, n, sqlitePriorityNullable, n.TableName, sqliteSchema(n), n.Raw.Priority)
+	if err != nil {
+		return nil, err
+	}
+	problems = append(problems, found...)
 	reuse, err := sqliteReusesIDs(ctx, db, n)
 	if err != nil {
 		return nil, err
@@ -224,6 +229,10 @@ func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) ([]
 	}
 	return problems, nil
 }
+
+// sqlitePriorityNullable tells whether the priority column accepts NULL
+// (priorityNullable).
+const sqlitePriorityNullable = `SELECT "notnull" = 0 FROM pragma_table_xinfo(?, ?) WHERE name = ? COLLATE NOCASE`
 
 // sqliteKeyFilled tells whether SQLite fills a column an insert leaves out
 // (the advisory key, when Enqueue does not write it): a default or a

@@ -16,10 +16,13 @@ type Stats struct {
 	Ready int64
 	// Waiting counts the jobs not claimable before a later time: a
 	// not-before time or a retry delay. Under the lease form, a lease that
-	// ends more than a lease from now (a retry delay) counts here, one
-	// ending sooner as in work.
+	// ends more than a lease from now (a retry delay) counts here, and one
+	// ending sooner on a job never claimed (its first attempt: a
+	// not-before time); one ending sooner past the first attempt counts as
+	// in work.
 	Waiting int64
-	// InWork counts the jobs held. Lease: leases in force. Row lock: the
+	// InWork counts the jobs held. Lease: leases in force ending within a
+	// lease, past the first attempt. Row lock: the
 	// transactions holding a write lock on the table, which includes a
 	// settlement or enqueue in progress (PostgreSQL: pg_locks; MySQL 8:
 	// performance_schema.data_locks; MariaDB: the metadata_lock_info
@@ -36,7 +39,9 @@ type Stats struct {
 	// Dead counts the dead table's rows; -1 without Table.DeadTable.
 	Dead int64
 	// OldestReady is the age of the oldest ready job, by Table.EnqueuedAt
-	// and the clock; zero when none is ready.
+	// and the clock; zero when none is ready. Rows whose enqueued-at is
+	// NULL (enqueued before the column was added) have no age and are
+	// left out: zero too when only they are ready.
 	OldestReady time.Duration
 	// Paused is whether the queue is paused ([Queue.Pause]), since
 	// PausedSince; false without Table.ControlTable.

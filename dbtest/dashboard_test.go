@@ -69,6 +69,9 @@ func dashLoad(t testing.TB, e Engine, db *sql.DB, table string, n, dead int, now
 			t.Fatalf("%s: load: %v", e.Name, err)
 		}
 	}
+	// The jobs in work were claimed, which counts the attempt: at attempt
+	// 1 a lease in force is a job never claimed, waiting.
+	mustExec(t, e, db, "UPDATE "+table+" SET attempt = 2 WHERE locked_until > ? AND locked_until <= ?", opsTime(e, now), opsTime(e, now.Add(time.Minute)))
 	errText := strings.Repeat("e", 200)
 	var err error
 	switch {

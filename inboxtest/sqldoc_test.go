@@ -753,7 +753,9 @@ func wrapLine(l string) []string {
 		}
 		var out []string
 		for i, p := range pieces {
-			if i == 0 || len(p) <= wrapMax || p == l {
+			// A piece that is the line again, but for its indent, breaks
+			// no further: going on would indent it for ever.
+			if i == 0 || len(p) <= wrapMax || strings.TrimSpace(p) == strings.TrimSpace(l) {
 				out = append(out, p)
 				continue
 			}

@@ -43,7 +43,9 @@ const (
 // other. After a commit it wakes the queue's loops in this process
 // ([inbox.Queue.Wake]). Entry.Missed says which of the ticks due are
 // enqueued when more than one is: a process that was down, a clock set
-// forward.
+// forward. A tick whose job has a UniqueKey held by a job in the queue
+// (an earlier tick's, not run yet) is done without a job of its own: the
+// holder stands for it, and nothing is reported.
 //
 // A clock set back enqueues nothing until it reaches the ticks not yet
 // done: a tick is done once an entry's row has moved past it. Errors met

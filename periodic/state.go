@@ -2,9 +2,12 @@ package periodic
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/sqlinbox/inbox"
 )
 
 // read returns the last ticks of the entries named, by name, in one
@@ -108,7 +111,11 @@ func (s *Scheduler) advance(ctx context.Context, plans []plan) error {
 			all = append(all, p.jobs...)
 		}
 	}
-	if _, err := s.q.EnqueueMany(ctx, tx, all); err != nil {
+	// A job whose unique key is held was skipped, the others inserted: the
+	// holder stands for its tick, which is done. Sent again, it would
+	// fail again as long as the key is held, for ever when two ticks'
+	// jobs of one backfill share the key.
+	if _, err := s.q.EnqueueMany(ctx, tx, all); err != nil && !errors.As(err, new(*inbox.DuplicateError)) {
 		return err
 	}
 	if err := tx.Commit(); err != nil {

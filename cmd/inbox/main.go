@@ -10,6 +10,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -22,6 +23,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/lib/pq"
@@ -133,8 +136,14 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
+	var out bytes.Buffer
 	if err == nil {
-		err = dispatch(ctx, g, env, stdout)
+		err = dispatch(ctx, g, env, &out)
+	}
+	if g.json {
+		stdout.Write(out.Bytes())
+	} else {
+		io.WriteString(stdout, visible(out.String()))
 	}
 	if err == nil {
 		return exitOK
@@ -160,15 +169,43 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		if !strings.HasPrefix(msg, "inbox: ") { // the API's errors say it already
 			msg = "inbox: " + msg
 		}
-		fmt.Fprintln(stderr, msg)
+		fmt.Fprintln(stderr, visible(msg))
 		for _, p := range problems {
-			fmt.Fprintf(stderr, "  %s\n", p)
+			fmt.Fprintf(stderr, "  %s\n", visible(p))
 		}
 		if code == exitUsage {
 			fmt.Fprintln(stderr, "run inbox -h for usage")
 		}
 	}
 	return code
+}
+
+// visible returns s with what a terminal would act on written as a Go
+// escape (\x1b, \u009b, \xff): the control characters but newline and
+// tab, the bidirectional controls, and bytes that are not UTF-8. An error
+// text, a payload, a text id or a pauser's name comes from whoever wrote
+// the row, and an escape sequence in it could clear the screen, retitle
+// the window or rewrite the lines above. -json needs none of this: its
+// encoder escapes them.
+func visible(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\n' || r == '\t':
+			b.WriteRune(r)
+		case r < utf8.RuneSelf && unicode.IsControl(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 // jsonAsked reports whether -json is among the global flags of args, for an
