@@ -426,21 +426,7 @@ func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, af
 		n, sent, err = d.sendAdvisory(ctx, ex, o, after, &v)
 	}
 	if tx != nil {
-		switch {
-		case err != nil:
-			// What the statement did is the transaction's, which the
-			// caller ends: the delivery keeps its lock.
-			return err
-		case n == 0:
-			err = d.learn(ctx, ex)
-		case sent:
-			d.setPending(o, tx, time.Time{})
-			return nil
-		}
-		// A verdict, or nothing written (a Retry without delay or error
-		// text): the transaction cannot change it.
-		d.unlock(ctx)
-		return err
+		return d.settledInTx(ctx, tx, o, n, sent, err)
 	}
 	switch {
 	case err != nil && ended:
@@ -464,6 +450,27 @@ func (d *Delivery) settleAdvisory(ctx context.Context, tx *sql.Tx, o outcome, af
 	}
 	// The lock is let go whatever happened: a job whose settlement failed is
 	// given back rather than held by a worker that has moved on.
+	d.unlock(ctx)
+	return err
+}
+
+// settledInTx is settleAdvisory's end in the caller's transaction tx,
+// after statements that settled n rows (sent: any were sent) or failed
+// with err.
+func (d *Delivery) settledInTx(ctx context.Context, tx *sql.Tx, o outcome, n int64, sent bool, err error) error {
+	switch {
+	case err != nil:
+		// What the statement did is the transaction's, which the caller
+		// ends: the delivery keeps its lock.
+		return err
+	case n == 0:
+		err = d.learn(ctx, tx)
+	case sent:
+		d.setPending(o, tx, time.Time{})
+		return nil
+	}
+	// A verdict, or nothing written (a Retry without delay or error text):
+	// the transaction cannot change it.
 	d.unlock(ctx)
 	return err
 }

@@ -512,12 +512,34 @@ func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) (
 		}
 		problems = append(problems, p)
 	}
-	found, err := checkTables(ctx, db, n, pgColumns, pgRules)
+	found, err := pgTableProblems(ctx, db, n)
 	if err != nil {
 		return nil, err
 	}
 	problems = append(problems, found...)
-	found, err = priorityNullable(ctx, db, n, pgPriorityNullable, n.Schema, n.TableName, n.Raw.Priority)
+	if n.ClaimsTable == "" {
+		return problems, nil
+	}
+	// The count's upsert needs the id to be a key of its own.
+	var exists, keyed bool
+	err = db.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT 1 FROM pg_catalog.pg_index i "+
+		"JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "+
+		"WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnatts = 1 AND a.attname = $2)", n.ClaimsTable, n.Raw.ID).Scan(&exists, &keyed)
+	if err == nil && exists && !keyed {
+		problems = append(problems, claimsKeyProblem(n))
+	}
+	return problems, err
+}
+
+// pgTableProblems compares the tables with the description: their
+// columns, a nullable priority, an advisory key no enqueue writes, and the
+// unique key's index.
+func pgTableProblems(ctx context.Context, db *sql.DB, n *dialect.Names) ([]string, error) {
+	problems, err := checkTables(ctx, db, n, pgColumns, pgRules)
+	if err != nil {
+		return nil, err
+	}
+	found, err := priorityNullable(ctx, db, n, pgPriorityNullable, n.Schema, n.TableName, n.Raw.Priority)
 	if err != nil {
 		return nil, err
 	}
@@ -544,18 +566,7 @@ func (postgres) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) (
 			problems = append(problems, uniqueKeyProblem(n))
 		}
 	}
-	if n.ClaimsTable == "" {
-		return problems, nil
-	}
-	// The count's upsert needs the id to be a key of its own.
-	var exists, keyed bool
-	err = db.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT 1 FROM pg_catalog.pg_index i "+
-		"JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "+
-		"WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnatts = 1 AND a.attname = $2)", n.ClaimsTable, n.Raw.ID).Scan(&exists, &keyed)
-	if err == nil && exists && !keyed {
-		problems = append(problems, claimsKeyProblem(n))
-	}
-	return problems, err
+	return problems, nil
 }
 
 // pgPriorityNullable tells whether the priority column accepts NULL

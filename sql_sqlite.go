@@ -198,6 +198,18 @@ func (sqlite) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) ([]
 			return nil, err
 		}
 	}
+	found, err := sqliteKeyProblems(ctx, db, n)
+	if err != nil {
+		return nil, err
+	}
+	return append(problems, found...), nil
+}
+
+// sqliteKeyProblems checks what the columns' types cannot tell: a
+// nullable priority, ids reused, the unique key's index, an advisory key
+// no enqueue writes.
+func sqliteKeyProblems(ctx context.Context, db *sql.DB, n *dialect.Names) ([]string, error) {
+	var problems []string
 	found, err := priorityNullable(ctx, db, n, sqlitePriorityNullable, n.TableName, sqliteSchema(n), n.Raw.Priority)
 	if err != nil {
 		return nil, err
