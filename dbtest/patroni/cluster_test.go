@@ -43,7 +43,7 @@ const (
 	ttl, loopWait, retryTimeout = 6, 1, 2
 	// bootWait bounds a wait for the cluster to come up or heal: a deadline
 	// for a failure on a loaded machine, not a duration the test expects.
-	bootWait = 2 * time.Minute
+	bootWait = 4 * time.Minute
 )
 
 // patroniCluster is etcd and the Patroni members.
@@ -215,6 +215,10 @@ func (c *patroniCluster) config(m *member) map[string]any {
 				"host all all 127.0.0.1/32 trust",
 				"host replication all 127.0.0.1/32 trust",
 			},
+			// How long Patroni waits on pg_ctl start before it calls the
+			// start failed (60 s by default): a replica's first start on a
+			// 2-core machine running other suites took longer in CI.
+			"pg_ctl_timeout": 240,
 			"remove_data_directory_on_rewind_failure":     true,
 			"remove_data_directory_on_diverged_timelines": true,
 		},
