@@ -57,6 +57,7 @@ type jobsData struct {
 	ReadOnly     bool
 	Generated    string
 	Result       *result // an action's, left by the form that came back here
+	PausedSince  string  // when the queue was paused, empty while it runs
 	// The bulk actions (bulk.go): whether the queue has them, this page
 	// for their return, and the kind of the listed ids.
 	Bulk       bool
@@ -159,6 +160,9 @@ func (h *Handler) serveJobs(w http.ResponseWriter, r *http.Request) {
 	d := jobsData{Queue: q.Name, State: tabs[l.tab].name, Token: h.token(w, r), ReadOnly: h.readOnly, Generated: when(h.now()),
 		Err: l.err, Note: l.note, Newest: "?" + l.newest.Encode(), Tabs: tabsOf(q.Name, l.tab, l.counts, l.countsErr)}
 	d.Result = h.flash(w, r)
+	if l.countsErr == nil && l.counts.Paused {
+		d.PausedSince = when(l.counts.PausedSince)
+	}
 	// A job's page and the bulk actions go back here after an action.
 	self, _ := localReturn("jobs?" + r.URL.RawQuery)
 	d.Self, d.Bulk = self, h.bulk(q)

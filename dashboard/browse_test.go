@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sqlinbox/inbox"
 )
@@ -37,7 +38,10 @@ func newFakeBrowser() *fakeBrowser {
 }
 
 func (b *fakeBrowser) ListJobs(_ context.Context, f inbox.JobFilter) (inbox.JobPage, error) {
-	page := inbox.JobPage{Stats: inbox.Stats{Ready: 29, Waiting: 1, InWork: -1, Dead: int64(len(b.dead))}}
+	b.mu.Lock()
+	paused, since := b.stats.Paused, b.stats.PausedSince
+	b.mu.Unlock()
+	page := inbox.JobPage{Stats: inbox.Stats{Ready: 29, Waiting: 1, InWork: -1, Dead: int64(len(b.dead)), Paused: paused, PausedSince: since}}
 	if f.State == inbox.StateInWork {
 		return page, inbox.ErrNoInWorkList
 	}
@@ -161,6 +165,26 @@ func TestJobsView(t *testing.T) {
 	}
 	if status, _ := c.post("/jobs?queue=mail", url.Values{}); status != http.StatusMethodNotAllowed {
 		t.Errorf("POST /jobs: %d", status)
+	}
+}
+
+// TestJobsViewPaused: the jobs view of a paused queue says so on every
+// tab, from the counts read with the page (the live tabs') or Stats (the
+// dead tab's); a queue that runs has no banner.
+func TestJobsViewPaused(t *testing.T) {
+	b := newFakeBrowser()
+	c := newClient(t, newHandler(t, Config{Queues: []QueueConfig{{Name: "mail", Queue: b}}}))
+	banner := `<p class="result paused-banner">Queue mail is paused since `
+	if _, body := c.get("/jobs?queue=mail"); strings.Contains(body, `class="result paused-banner"`) {
+		t.Errorf("a queue that runs has a paused banner:\n%s", body)
+	}
+	b.mu.Lock()
+	b.stats.Paused, b.stats.PausedSince = true, t0.Add(-time.Minute)
+	b.mu.Unlock()
+	for _, state := range []string{"ready", "waiting", "dead"} {
+		if _, body := c.get("/jobs?queue=mail&state=" + state); !strings.Contains(body, banner+when(t0.Add(-time.Minute))) {
+			t.Errorf("%s tab of a paused queue has no banner:\n%s", state, body)
+		}
 	}
 }
 

@@ -94,6 +94,12 @@ func TestPauseResume(t *testing.T) {
 			if e.name == "sqlite" {
 				shot(t, tab, *screenshotPaused)
 			}
+			// The jobs view says so too, then back to the main page.
+			run(t, tab, chromedp.Navigate(f.url+"jobs?queue=jobs"))
+			if got := text(t, tab, "p.paused-banner"); !strings.Contains(got, "Queue jobs is paused since") {
+				t.Errorf("the paused queue's jobs view: banner %q", got)
+			}
+			run(t, tab, chromedp.Navigate(f.url+"?queue=jobs"))
 
 			// A loop on the paused queue claims nothing, the jobs there
 			// and one enqueued now.
