@@ -69,12 +69,12 @@ func runLoopsOn(t *testing.T, f *fakedb.Lease, cfg Config) (stop func()) {
 }
 
 // TestRunClaimTurns: the loops of one Run call claim at most
-// claimRowsAtOnce jobs at once. With batches of 256, four loops claim one
+// claimRowsAtOnce jobs at once. With batches of 1,000, four loops claim one
 // at a time: while one claim is held at the database, the three others
 // wait for their turn and none reaches it. With batches of one, the four
 // claim side by side.
 func TestRunClaimTurns(t *testing.T) {
-	t.Run("batch 256", func(t *testing.T) {
+	t.Run("batch 1000", func(t *testing.T) {
 		release := make(chan struct{})
 		var first atomic.Bool
 		w := &claimWatch{hold: func(int32) {
@@ -84,7 +84,7 @@ func TestRunClaimTurns(t *testing.T) {
 		}}
 		f := fakedb.NewLease()
 		f.Seen = w.seen
-		stop := runLoopsOn(t, f, Config{Workers: 4, Batch: 256, RetryForever: true})
+		stop := runLoopsOn(t, f, Config{Workers: 4, Batch: 1000, RetryForever: true})
 		waitFor(t, "three loops waiting for their turn to claim", func() bool { return parkedForTurn() == 3 })
 		if n := w.active.Load(); n != 1 {
 			t.Errorf("%d claims at the database while the first is held, want 1", n)
@@ -93,7 +93,7 @@ func TestRunClaimTurns(t *testing.T) {
 		waitFor(t, "twenty claims", func() bool { return w.claims.Load() >= 20 })
 		stop()
 		if m := w.most.Load(); m != 1 {
-			t.Errorf("%d claims of 256 were at the database at once, want 1", m)
+			t.Errorf("%d claims of 1,000 were at the database at once, want 1", m)
 		}
 	})
 	t.Run("batch 1", func(t *testing.T) {

@@ -37,7 +37,7 @@ type Config struct {
 	// refuses a pool too small for them (see Run); it counts the loops of
 	// its own call, not those of other calls on the same pool. Under the
 	// lease form the loops of one call take turns to claim, so that no more
-	// than 256 jobs (and at least one claim) are being claimed at once:
+	// than 1,024 jobs (and at least one claim) are being claimed at once:
 	// large claims side by side would mostly skip each other's rows.
 	Workers int
 	// Batch is how many jobs one claim takes, handled side by side (see
@@ -381,12 +381,14 @@ func (w *loop) waitClaimTurn(ctx context.Context) bool {
 // claimRowsAtOnce bounds the lease jobs a Run call's loops claim at once:
 // claims side by side lock their rows as they read them and each skips the
 // rows the others hold, so that many large claims at once mostly step over
-// each other's rows. Measured on PostgreSQL (pgx, 2 cores, 16 workers,
-// Claim + AckAll, bench/README.md): batches of 256 ran at 41k jobs/s
-// claiming freely and at 47-59k one or two claims at a time; batches of 64
-// at 25-32k freely and 31k four at a time; batches of 1 fell from 2.3k to
-// 1.4k one claim at a time.
-const claimRowsAtOnce = 256
+// each other's rows. Measured on PostgreSQL (pgx, 2 cores, bench/README.md,
+// "claims of 256 at once"): on a quiet machine loops of 256 ran 12-15 %
+// faster four claims at a time than one (4 loops: 93-95k against 80-84k
+// jobs/s; 16 loops: 84-86k against 75-76k), and sixteen at a time no
+// faster than four; on a loaded one, sixteen claiming freely had fallen to
+// 28k where one at a time ran at 49k. MariaDB and SQLite ran alike either
+// way. Batches of 1 fell from 2.3k to 1.4k one claim at a time.
+const claimRowsAtOnce = 1024
 
 // claimTurns returns the places of a Run call's lease loops that claim at
 // once (at least one claim of batch, up to claimRowsAtOnce jobs in all),
