@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dbtest/internal/cluster"
 	"github.com/sqlinbox/inbox/internal/fakeclock"
 )
 
@@ -236,26 +237,16 @@ func logWall(t *testing.T) {
 }
 
 // eventually polls f until it returns nil, failing t with f's last
-// error after timeout.
+// error after timeout (cluster.Eventually, which the cluster suites share).
 func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
-	eventuallyEvery(t, timeout, 20*time.Millisecond, what, f)
+	cluster.Eventually(t, timeout, what, f)
 }
 
 // eventuallyEvery is eventually polling every interval.
 func eventuallyEvery(t testing.TB, timeout, interval time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s: %v", timeout, what, err)
-		}
-		time.Sleep(interval)
-	}
+	cluster.Poll(t, timeout, interval, what, f)
 }
 
 // dropNow drops tables, for a cleanup.
