@@ -17,6 +17,7 @@ import (
 type advisoryHold struct {
 	key, ident, inProcess string
 	conn                  *sql.Conn
+	watched               bool // a keeper watches conn's session (advisory_watch.go)
 }
 
 // advisoryForm holds a job by a session lock on its key ([form]).

@@ -14,8 +14,10 @@ import (
 // KeepGroup keeps the deliveries of one [Queue.Claim], each under its own
 // keeper as [Delivery.Keep] does. One claim made the first extension of all
 // its leases due at one instant, so their keepers start on one timer, not
-// one each; and [KeepGroup.Pause] stops them together. Under the row lock and
-// advisory forms nothing needs keeping and Keep only derives the context.
+// one each; and [KeepGroup.Pause] stops them together. Under the row lock
+// nothing needs keeping and Keep only derives the context; under the
+// advisory form each delivery's keeper watches its session, as
+// [Delivery.Keep] says.
 // Its methods are safe for concurrent use.
 type KeepGroup struct {
 	starter *keepStarter // nil: each keeper times its own start
@@ -132,8 +134,17 @@ const (
 // [Delivery.Committed], ends the keeper. The stop
 // function ends the keeper, waits for it, and cancels the context, as a
 // deferred call should once the handler returns. No goroutine runs until
-// the first extension is due (with [Config.After] set, at once); under the
-// other forms nothing needs extending and none ever does.
+// the first extension is due (with [Config.After] set, at once).
+//
+// Under the advisory form the job's lock lives with the session pinned to
+// the delivery: the keeper pings that session every second and cancels the
+// context with cause ErrLeaseLost when a ping fails before the delivery
+// settled (the session ended: a failover, a killed connection), so that
+// the handler stops rather than run on beside the next claim of its job,
+// which any other session may now make. A session that ends between two
+// pings leaves the handler running until the next. Under the row lock
+// nothing needs keeping: the held transaction dies with its session, and
+// the handler's writes with it.
 func (d *Delivery) Keep(ctx context.Context) (context.Context, func()) {
 	return d.keep(ctx, nil)
 }
@@ -144,6 +155,15 @@ func (d *Delivery) Keep(ctx context.Context) (context.Context, func()) {
 func (d *Delivery) keep(ctx context.Context, s *keepStarter) (context.Context, func()) {
 	kctx, cancel := context.WithCancelCause(ctx)
 	d.mu.Lock()
+	if _, advisory := d.q.form.(advisoryForm); advisory && d.adv.conn != nil && !d.settled && !d.adv.watched {
+		d.adv.watched = true
+		stop := d.watchSession(cancel)
+		d.mu.Unlock()
+		return kctx, func() {
+			stop()
+			cancel(context.Canceled)
+		}
+	}
 	if !d.q.form.leased() || d.settled || d.keeper != nil {
 		d.mu.Unlock()
 		return kctx, func() { cancel(context.Canceled) }
