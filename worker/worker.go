@@ -24,7 +24,8 @@ import (
 // out; an error made by [Permanent] moves it there at once, and one made by
 // [Snooze] delays it. A handler may also settle its delivery itself (Ack,
 // Retry, Release, Dead or their Tx forms, committed): the loop then sends
-// nothing ([OutcomeSettled]). ctx ends when the lease is lost (cause
+// nothing ([OutcomeSettled]). ctx ends when the lease is lost, or under the
+// advisory form the session holding the job's lock (cause
 // [inbox.ErrLeaseLost]), when [Config.Timeout] runs out (cause [ErrTimeout])
 // and when the loop's grace period ends at shutdown (cause [ErrShutdown]).
 type Handler func(ctx context.Context, d *inbox.Delivery) error
