@@ -202,12 +202,13 @@ type Queue struct {
 	holds       poolHolds // the connections held by jobs in work
 	keys        keySet    // advisory keys in work in this process
 	gone        goneSet   // advisory: rows this queue deleted lately, which a walk passes over
+	elsewhere   heldSet   // advisory: keys found locked by other sessions lately, which a walk passes over
 
 	identMu sync.Mutex
 	ident   string // advisory: the table's identity, resolved at the first claim
-	// lockPage (advisory, LockFirst) is the page a claim last needed to find
-	// a free key: held keys of other processes stand ahead of it, which the
-	// keys this process holds do not count.
+	// lockPage (advisory) is the page a claim last needed to find a free
+	// key: held keys of other processes stand ahead of it, which the keys
+	// this process holds do not count.
 	lockPage atomic.Int64
 
 	bell      bell // wakes the idle loops of the table in this process (NextWake)

@@ -17,7 +17,10 @@ var inWork = struct {
 	mu    sync.Mutex
 	conns map[*sql.DB]int
 	keys  map[any]map[string]struct{}
-}{conns: map[*sql.DB]int{}, keys: map[any]map[string]struct{}{}}
+	// lingering counts, per scope and key, the session locks of this
+	// process's sessions on keys the set no longer (or not yet) holds.
+	lingering map[any]map[string]int
+}{conns: map[*sql.DB]int{}, keys: map[any]map[string]struct{}{}, lingering: map[any]map[string]int{}}
 
 // poolHolds counts the connections of one pool held by jobs in work.
 type poolHolds struct{ db *sql.DB }
@@ -104,11 +107,82 @@ func (s keySet) take(key string) bool {
 func (s keySet) drop(key string) {
 	inWork.mu.Lock()
 	defer inWork.mu.Unlock()
+	s.dropLocked(key)
+}
+
+func (s keySet) dropLocked(key string) {
 	m := inWork.keys[s.scope]
 	delete(m, key)
 	if len(m) == 0 {
 		delete(inWork.keys, s.scope)
 	}
+}
+
+// dropLingering drops key from the set and marks its session lock as
+// still held by this process until [keySet.unlinger]: a key is dropped
+// before its session lock goes, so that whoever takes the session lock next
+// finds it free in the process too, and a lock call made meanwhile that
+// finds the key held must not take the holder for another process's.
+func (s keySet) dropLingering(key string) {
+	inWork.mu.Lock()
+	defer inWork.mu.Unlock()
+	s.dropLocked(key)
+	s.lingerLocked(key)
+}
+
+// linger marks a session lock on key that this process takes or holds
+// without the set's entry (a read back under the key's lock, a lock that
+// another delivery of the process holds the key of).
+func (s keySet) linger(key string) {
+	inWork.mu.Lock()
+	defer inWork.mu.Unlock()
+	s.lingerLocked(key)
+}
+
+func (s keySet) lingerLocked(key string) {
+	m := inWork.lingering[s.scope]
+	if m == nil {
+		m = map[string]int{}
+		inWork.lingering[s.scope] = m
+	}
+	m[key]++
+}
+
+// unlinger ends a mark of linger or dropLingering: the session lock is let
+// go (or its session closed).
+func (s keySet) unlinger(key string) {
+	inWork.mu.Lock()
+	defer inWork.mu.Unlock()
+	m := inWork.lingering[s.scope]
+	if m[key] > 1 {
+		m[key]--
+		return
+	}
+	delete(m, key)
+	if len(m) == 0 {
+		delete(inWork.lingering, s.scope)
+	}
+}
+
+// heldHere reports whether a session of this process may hold key's lock
+// besides the caller's entry in s: a lingering one, or an entry in another
+// pool's set (two pools on one database, each arbitrated by the server).
+// Keys name their table's identity, so a key of another database by the
+// same name counts too; that only costs a pass-over not made.
+func (s keySet) heldHere(key string) bool {
+	inWork.mu.Lock()
+	defer inWork.mu.Unlock()
+	for _, m := range inWork.lingering {
+		if m[key] > 0 {
+			return true
+		}
+	}
+	for scope, m := range inWork.keys {
+		if _, ok := m[key]; ok && scope != s.scope {
+			return true
+		}
+	}
+	return false
 }
 
 func (s keySet) size() int {

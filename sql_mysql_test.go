@@ -754,6 +754,88 @@ func TestMySQLAdvisoryPassesOverAcked(t *testing.T) {
 	m.Met(t)
 }
 
+// A key found locked by another session (another process's worker) is
+// passed over by this queue's claims for HeldFor without a lock call, then
+// tried again: with workers in several processes, the head of each page is
+// mostly keys the others hold.
+func TestMySQLAdvisoryPassesOverHeldElsewhere(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable})
+	clock := time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC)
+	inbox.SetHeldClock(q, func() time.Time { return clock })
+	cols := "id,attempt,payload"
+	claimOf := func(id int64) {
+		myLocked(m, fmt.Sprint(id), 1)
+		m.ExpectQuery(myAdvSelect).WithArgs(id, int64(1)).WillReturnRows(rows(cols, row(id, int64(1), nil)))
+		m.ExpectExec(myAdvMark).WithArgs(id, int64(1)).WillReturnResult(affected(1))
+	}
+	page := func(ids ...int64) *sqlmock.Rows {
+		r := rows("id,id,attempt")
+		for _, id := range ids {
+			r.AddRow(id, id, int64(1))
+		}
+		return r
+	}
+	myIdent(m, "", "jobs")
+	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(page(1, 2, 3))
+	myLocked(m, "1", 0)
+	myLocked(m, "2", 0)
+	claimOf(3)
+	claim(t, q, 1, 3)
+
+	// Keys 1 and 2 are still held elsewhere as far as this queue knows.
+	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(page(1, 2, 4))
+	claimOf(4)
+	claim(t, q, 1, 4)
+	clock = clock.Add(inbox.HeldFor - time.Nanosecond)
+	m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(page(1, 2))
+	claim(t, q, 1)
+
+	// HeldFor after the failed lock, key 1 is tried again (and taken).
+	clock = clock.Add(time.Nanosecond)
+	m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(page(1))
+	claimOf(1)
+	claim(t, q, 1, 1)
+	m.Met(t)
+}
+
+// A key whose lock this process is letting go of (the set dropped it, the
+// session's unlock still on its way) fails a lock call of another of its
+// workers: that is no holder elsewhere, and the next claim tries it again
+// at once. Passing it over would leave a loop that waits for wake-ups
+// without the job its own settlement just woke it for.
+func TestMySQLAdvisoryTriesAgainKeyLetGoHere(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable})
+	inbox.SetHeldClock(q, func() time.Time { return time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC) })
+	cols := "id,attempt,payload"
+	page := func(ids ...int64) *sqlmock.Rows {
+		r := rows("id,id,attempt")
+		for _, id := range ids {
+			r.AddRow(id, id, int64(1))
+		}
+		return r
+	}
+	myIdent(m, "", "jobs")
+	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(page(2))
+	myLocked(m, "2", 1)
+	m.ExpectQuery(myAdvSelect).WithArgs(int64(2), int64(1)).WillReturnRows(rows(cols, row(int64(2), int64(1), nil)))
+	m.ExpectExec(myAdvMark).WithArgs(int64(2), int64(1)).WillReturnResult(affected(1))
+	claim(t, q, 1, 2)
+
+	unlinger := inbox.Linger(q, "1")
+	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(page(1))
+	myLocked(m, "1", 0)
+	claim(t, q, 1)
+	unlinger()
+	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(page(1))
+	myLocked(m, "1", 1)
+	m.ExpectQuery(myAdvSelect).WithArgs(int64(1), int64(1)).WillReturnRows(rows(cols, row(int64(1), int64(1), nil)))
+	m.ExpectExec(myAdvMark).WithArgs(int64(1), int64(1)).WillReturnResult(affected(1))
+	claim(t, q, 1, 1)
+	m.Met(t)
+}
+
 // Both statements of the claim under the lock require the candidate's
 // attempt and the row's readiness. A RetryTx(1h) whose transaction commits
 // between the candidate read and the claim is honoured: the locking UPDATE

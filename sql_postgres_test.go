@@ -626,6 +626,8 @@ func TestPostgresAdvisoryInjectedClock(t *testing.T) {
 func TestPostgresAdvisoryPages(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: walkPostgres, Table: inbox.Table{Name: "jobs", AdvisoryKey: "tenant"}})
+	clock := time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC)
+	inbox.SetHeldClock(q, func() time.Time { return clock })
 	tenantA := func(from, to int64) *sqlmock.Rows {
 		r := rows("id,tenant,attempt")
 		for id := from; id <= to; id++ {
@@ -648,9 +650,24 @@ func TestPostgresAdvisoryPages(t *testing.T) {
 		t.Errorf("%d lock calls for 31 jobs of one busy key and one free, want 2", n)
 	}
 
-	// Tenant b is in work here: passed over without a lock call. The page
-	// comes back short, so nothing follows it.
-	m.ExpectQuery(pgTenantCandidates).WithArgs(11).WillReturnRows(tenantA(1, 1).AddRow(int64(32), []byte("b"), int64(3)))
+	// Tenant b is in work here, and tenant a was found held by another
+	// session just now: both passed over without a lock call. The claim
+	// starts at the page of 40 the last one needed; it comes back short,
+	// so nothing follows it, and the next claim starts at half of it.
+	m.ExpectQuery(pgTenantCandidates).WithArgs(40).WillReturnRows(tenantA(1, 1).AddRow(int64(32), []byte("b"), int64(3)))
+	claim(t, q, 1)
+	// Tenant a's row 1 is gone (its holder acked it): the key's next row
+	// is tried at once, and found held again.
+	m.ExpectQuery(pgTenantCandidates).WithArgs(20).WillReturnRows(tenantA(2, 3))
+	pgLocked(m, "a", false)
+	claim(t, q, 1)
+	// Row 2 stays (its holder released it, say): passed over until
+	// HeldFor has passed, then tried again.
+	clock = clock.Add(inbox.HeldFor - time.Nanosecond)
+	m.ExpectQuery(pgTenantCandidates).WithArgs(11).WillReturnRows(tenantA(2, 3))
+	claim(t, q, 1)
+	clock = clock.Add(time.Nanosecond)
+	m.ExpectQuery(pgTenantCandidates).WithArgs(11).WillReturnRows(tenantA(2, 3))
 	pgLocked(m, "a", false)
 	claim(t, q, 1)
 	m.ExpectExec(pgAdvAck).WithArgs(int64(32), int64(3)).WillReturnResult(affected(1))

@@ -244,10 +244,11 @@ func TestSQLiteAdvisoryOneFileTwoPools(t *testing.T) {
 	m2.ExpectQuery(mainClaim).WithArgs(int64(3), int64(1)).WillReturnRows(rows(cols, row(int64(3), int64(1), nil)))
 	d2 := claim(t, q2, 1, 3)[0]
 
-	// Settled, job 1's key is free for either pool.
+	// Settled, job 1's key is free for either pool. The second pool's
+	// claim needed a second page of 22: its next claim starts there.
 	m1.ExpectExec(plainAck).WithArgs(int64(1), int64(2)).WillReturnResult(affected(1))
 	ok(t, "Ack", d1.Ack(context.Background()))
-	m2.ExpectQuery(mainCandidates).WithArgs(11).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(2))))
+	m2.ExpectQuery(mainCandidates).WithArgs(22).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(2))))
 	m2.ExpectQuery(mainClaim).WithArgs(int64(1), int64(2)).WillReturnRows(rows(cols, row(int64(1), int64(2), nil)))
 	d3 := claim(t, q2, 1, 1)[0]
 	for _, d := range []*inbox.Delivery{d2, d3} {

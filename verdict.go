@@ -317,6 +317,10 @@ func (d *Delivery) readAdvisory(ctx context.Context) (rowState, error) {
 	if err != nil {
 		return rowState{}, err
 	}
+	// The key's lock is this process's meanwhile, the set's entry perhaps
+	// not (the delivery let it go).
+	q.keys.linger(d.adv.inProcess)
+	defer q.keys.unlinger(d.adv.inProcess)
 	if err := w.WaitLock(ctx, conn, d.adv.ident, d.adv.key); err != nil {
 		discard(conn)
 		return rowState{}, err
