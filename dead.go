@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -29,7 +30,30 @@ var (
 	// match the new job). [Queue.RequeueDead] brings a dead job back under
 	// a new id. Nothing was inserted.
 	ErrDeadID = errors.New("inbox: the id is a dead job's: ids are never reused (RequeueDead gives a dead job a new id)")
+	// ErrRequeueNeedsID is returned by [Queue.RequeueDead] and
+	// [Queue.RequeueDeadAll] on a table that assigns no ids (its id
+	// column has no default: Enqueue needs a Job.ID there): the requeued
+	// job has none. [Queue.RequeueDeadAs] requeues it under an id the
+	// caller gives. Nothing was changed.
+	ErrRequeueNeedsID = errors.New("inbox: the table assigns no ids: requeue the dead job with RequeueDeadAs and a new id")
 )
+
+// idMissing reports whether err is the database refusing a row without an
+// id: NOT NULL on the id column with no default (PostgreSQL's 23502,
+// MySQL's 1364 and 1048, SQLite's NOT NULL constraint), or a NULL id a
+// SQLite key let in ([ErrIDNotReturned]). The error must name the id
+// column, so that another column's NULL is not taken for it.
+func (q *Queue) idMissing(err error) bool {
+	if errors.Is(err, ErrIDNotReturned) {
+		return true
+	}
+	msg := err.Error()
+	var st interface{ SQLState() string }
+	notNull := errors.As(err, &st) && st.SQLState() == "23502" ||
+		strings.Contains(msg, "Error 1364") || strings.Contains(msg, "Error 1048") ||
+		strings.Contains(msg, "NOT NULL constraint failed") || strings.Contains(msg, "SQLSTATE 23502")
+	return notNull && strings.Contains(strings.ToLower(msg), strings.ToLower(q.names.Raw.ID))
+}
 
 // DeadJob is one row of the dead table as [Queue.ListDead] read it.
 type DeadJob struct {
@@ -166,8 +190,54 @@ func (q *Queue) RequeueDead(ctx context.Context, id any) (any, error) {
 	return newID, nil
 }
 
-// requeueIn moves the dead job id back through the transaction tx.
+// RequeueDeadAs puts the dead job id back into the queue under newID, as
+// [Queue.RequeueDead] does under an id the table assigns: for a table
+// whose ids the caller gives (Enqueue needs a Job.ID there). newID must be
+// one no job has had: a dead job's is [ErrDeadID], one in the queue table
+// the database's duplicate-key error. Nothing is changed on an error.
+func (q *Queue) RequeueDeadAs(ctx context.Context, id, newID any) error {
+	if err := q.deadOp(1); err != nil {
+		return opErr("requeue dead", err)
+	}
+	if err := checkID(id); err != nil {
+		return opErr("requeue dead", err)
+	}
+	if err := checkID(newID); err != nil {
+		return opErr("requeue dead", fmt.Errorf("new id: %w", err))
+	}
+	tx, err := q.db.BeginTx(ctx, nil)
+	if err != nil {
+		return opErr("requeue dead", err)
+	}
+	_, err = q.requeueAs(ctx, q.own(tx), id, newID)
+	if err == nil {
+		err = tx.Commit()
+	} else {
+		_ = tx.Rollback()
+	}
+	if err != nil {
+		return opErr("requeue dead", err)
+	}
+	q.bell.ring()
+	return nil
+}
+
+// requeueIn moves the dead job id back through the transaction tx, under
+// an id the table assigns.
 func (q *Queue) requeueIn(ctx context.Context, tx Executor, id any) (any, error) {
+	return q.requeueAs(ctx, tx, id, nil)
+}
+
+// requeueAs moves the dead job id back through the transaction tx, under
+// newID, or an id the table assigns when newID is nil.
+func (q *Queue) requeueAs(ctx context.Context, tx Executor, id, newID any) (any, error) {
+	if newID != nil {
+		// Probed before the take removes the dead row, so that newID equal
+		// to id is refused as any dead job's is.
+		if err := q.checkNotDead(ctx, tx, []Job{{ID: newID}}); err != nil {
+			return nil, fmt.Errorf("new id: %w", err)
+		}
+	}
 	data := make([]any, len(q.names.Data))
 	var took any
 	var lastErr sql.NullString
@@ -193,8 +263,15 @@ func (q *Queue) requeueIn(ctx context.Context, tx Executor, id any) (any, error)
 			return nil, err
 		}
 	}
-	newID, err := q.insert(ctx, tx, q.st.Jobs.Enqueue, Job{Data: data})
+	job, enqueue := Job{Data: data}, q.st.Jobs.Enqueue
+	if newID != nil {
+		job.ID, enqueue = newID, q.st.Jobs.EnqueueID
+	}
+	newID, err := q.insert(ctx, tx, enqueue, job)
 	if err != nil {
+		if job.ID == nil && q.idMissing(err) {
+			return nil, fmt.Errorf("%w (%w)", ErrRequeueNeedsID, err)
+		}
 		return nil, err
 	}
 	if q.st.Dead.RequeueError.SQL != "" && lastErr.Valid {

@@ -187,6 +187,48 @@ func TestRequeueDeadPostgres(t *testing.T) {
 	m.Met(t)
 }
 
+// RequeueDeadAs on PostgreSQL and MySQL: the new id probed in the dead
+// table first (before the take removes the dead row, so that the job's own
+// id is refused), the dead row taken, the job inserted under the new id,
+// its last error written back; one transaction. A dead new id rolls back
+// with nothing else sent.
+func TestRequeueDeadAsSQL(t *testing.T) {
+	for _, d := range []inbox.Dialect{inbox.Postgres, inbox.MySQL} {
+		t.Run(d.Name(), func(t *testing.T) {
+			m := newMock(t)
+			q, err := inbox.New(m.DB, inbox.Config{Dialect: d, Table: deadDesc("lease")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := q.Statements()
+			m.ExpectBegin()
+			m.ExpectQuery(st.Dead.Has.SQL).WithArgs("new-7").WillReturnRows(sqlmock.NewRows([]string{"one"}))
+			m.ExpectQuery(st.Dead.Take.SQL).WithArgs("old-7").
+				WillReturnRows(sqlmock.NewRows([]string{"id", "payload", "last_error"}).AddRow("old-7", []byte("p"), "boom"))
+			if st.Dead.TakeDelete.SQL != "" {
+				m.ExpectExec(st.Dead.TakeDelete.SQL).WithArgs("old-7").WillReturnResult(sqlmock.NewResult(0, 1))
+			}
+			if st.Jobs.EnqueueID.Rows {
+				m.ExpectQuery(st.Jobs.EnqueueID.SQL).WithArgs("new-7", []byte("p")).WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow("new-7"))
+			} else {
+				m.ExpectExec(st.Jobs.EnqueueID.SQL).WithArgs("new-7", []byte("p")).WillReturnResult(sqlmock.NewResult(0, 1))
+			}
+			m.ExpectExec(st.Dead.RequeueError.SQL).WithArgs("boom", "new-7").WillReturnResult(sqlmock.NewResult(0, 1))
+			m.ExpectCommit()
+			if err := q.RequeueDeadAs(context.Background(), "old-7", "new-7"); err != nil {
+				t.Fatalf("RequeueDeadAs = %v", err)
+			}
+			m.ExpectBegin()
+			m.ExpectQuery(st.Dead.Has.SQL).WithArgs("old-8").WillReturnRows(sqlmock.NewRows([]string{"one"}).AddRow(1))
+			m.ExpectRollback()
+			if err := q.RequeueDeadAs(context.Background(), "old-8", "old-8"); !errors.Is(err, inbox.ErrDeadID) {
+				t.Fatalf("RequeueDeadAs under its own id = %v, want ErrDeadID", err)
+			}
+			m.Met(t)
+		})
+	}
+}
+
 // Bad input is refused before anything is sent.
 func TestDeadJobsRefuse(t *testing.T) {
 	m := newMock(t)

@@ -23,26 +23,16 @@ func parseRequeue(g global, fs *flag.FlagSet, args []string) (action, error) {
 	batch := fs.Int("batch", defaultBatch, "with -all: jobs per transaction, 1 to 1000")
 	most := fs.Int64("max", 0, "with -all: requeue no more than this many (the count you confirmed)")
 	yes := fs.Bool("yes", false, "with -all: really requeue")
+	as := fs.String("as", "", "the new id, for a table whose ids the caller gives")
 	if err := fs.Parse(args); err != nil {
 		return nil, usageErr("requeue: %v", err)
 	}
 	if !*all {
-		if fs.NArg() != 1 {
-			return nil, usageErr("requeue takes one id, or -all")
-		}
-		id, err := g.parseID(fs.Arg(0))
-		if err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context, q *inbox.Queue) (result, error) {
-			newID, err := q.RequeueDead(ctx, id)
-			if err != nil {
-				return nil, err
-			}
-			return &requeueOut{ID: id, NewID: newID}, nil
-		}, nil
+		return parseRequeueOne(g, fs.Args(), *as)
 	}
 	switch {
+	case *as != "":
+		return nil, usageErr("requeue -as gives one job its new id: not with -all")
 	case fs.NArg() != 0:
 		return nil, usageErr("requeue -all takes no id, got %q", fs.Args())
 	case *older < 0:
@@ -73,6 +63,40 @@ func parseRequeue(g global, fs *flag.FlagSet, args []string) (action, error) {
 	}, nil
 }
 
+// parseRequeueOne parses requeue ID [-as NEWID]: the dead job under an id
+// the table assigns, or under NEWID.
+func parseRequeueOne(g global, args []string, as string) (action, error) {
+	if len(args) != 1 {
+		return nil, usageErr("requeue takes one id, or -all")
+	}
+	id, err := g.parseID(args[0])
+	if err != nil {
+		return nil, err
+	}
+	if as == "" {
+		return byID(id, func(ctx context.Context, q *inbox.Queue) (result, error) {
+			newID, err := q.RequeueDead(ctx, id)
+			if errors.Is(err, inbox.ErrRequeueNeedsID) {
+				err = fmt.Errorf("%w; with this command: requeue -as NEWID %s", err, args[0])
+			}
+			if err != nil {
+				return nil, err
+			}
+			return &requeueOut{ID: id, NewID: newID}, nil
+		}), nil
+	}
+	newID, err := g.parseID(as)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, q *inbox.Queue) (result, error) {
+		if err := q.RequeueDeadAs(ctx, id, newID); err != nil {
+			return nil, err
+		}
+		return &requeueOut{ID: id, NewID: newID}, nil
+	}, nil
+}
+
 // parseBulk parses delete-dead and run-now; ok is false for another
 // command.
 func parseBulk(name string, oneID func() (any, error)) (act action, ok bool, err error) {
@@ -82,23 +106,23 @@ func parseBulk(name string, oneID func() (any, error)) (act action, ok bool, err
 		if err != nil {
 			return nil, true, err
 		}
-		return func(ctx context.Context, q *inbox.Queue) (result, error) {
+		return byID(id, func(ctx context.Context, q *inbox.Queue) (result, error) {
 			if err := q.DeleteDead(ctx, id); err != nil {
 				return nil, err
 			}
 			return &deleteOut{Deleted: id}, nil
-		}, true, nil
+		}), true, nil
 	case "run-now":
 		id, err := oneID()
 		if err != nil {
 			return nil, true, err
 		}
-		return func(ctx context.Context, q *inbox.Queue) (result, error) {
+		return byID(id, func(ctx context.Context, q *inbox.Queue) (result, error) {
 			if err := q.RunNow(ctx, id); err != nil {
 				return nil, err
 			}
 			return &runNowOut{Ready: id}, nil
-		}, true, nil
+		}), true, nil
 	}
 	return nil, false, nil
 }

@@ -183,14 +183,14 @@ func parseShow(p *cmdParser) (action, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, q *inbox.Queue) (result, error) {
+	return byID(id, func(ctx context.Context, q *inbox.Queue) (result, error) {
 		j, err := q.Job(ctx, id)
 		if err != nil {
 			return nil, err
 		}
 		out := newJob(j)
 		return &out, nil
-	}, nil
+	}), nil
 }
 
 // parsePurge parses purge: dead jobs deleted (-older than an age), only with -yes.
@@ -225,12 +225,27 @@ func parseCancel(p *cmdParser) (action, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, q *inbox.Queue) (result, error) {
+	return byID(id, func(ctx context.Context, q *inbox.Queue) (result, error) {
 		if err := q.Cancel(ctx, id); err != nil {
 			return nil, err
 		}
 		return &cancelOut{Cancelled: id}, nil
-	}, nil
+	}), nil
+}
+
+// byID wraps the action of a command on the job id: an id the database
+// cannot read as one of its ids (PostgreSQL's 22P02, "not a uuid", and
+// 22021, a NUL byte or invalid UTF-8) names no job, exit 3 as any id not
+// found, rather than the database's error.
+func byID(id any, act action) action {
+	return func(ctx context.Context, q *inbox.Queue) (result, error) {
+		out, err := act(ctx, q)
+		var st interface{ SQLState() string }
+		if err != nil && errors.As(err, &st) && (st.SQLState() == "22P02" || st.SQLState() == "22021") {
+			err = &cliError{code: exitNotFound, err: fmt.Errorf("no job has the id %q: the database cannot read it as an id (%w)", fmt.Sprint(id), err)}
+		}
+		return out, err
+	}
 }
 
 // parsePause parses pause: the queue paused in every process.

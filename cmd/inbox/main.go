@@ -52,6 +52,7 @@ Commands:
                                 waiting, inwork, dead or all (default all)
   show ID                       one job, from the queue or the dead table
   requeue ID                    put a dead job back; prints its new id
+  requeue -as NEWID ID          the same under NEWID (a table whose ids you give)
   requeue -all [-older 168h] [-batch 200] [-max N] -yes
                                 put every dead job back (older than the age),
                                 -batch jobs per transaction, at most -max;
@@ -74,7 +75,8 @@ Exit codes:
   4  refused: the job is in work (cancel under the row lock, run-now), is
      not waiting (run-now), requeue -all without -yes, the description lacks
      what the command needs (control table, dead table, dead-at,
-     enqueued-at), in-work jobs cannot be listed, purge without -yes
+     enqueued-at), in-work jobs cannot be listed, purge without -yes,
+     requeue without -as on a table that assigns no ids, -as a dead id
 
 With -json every command prints one JSON object on stdout, and an error
 prints {"error": "...", "code": N} there too.
@@ -233,7 +235,9 @@ func codeOf(err error) int {
 		errors.Is(err, inbox.ErrNoDeadTable),
 		errors.Is(err, inbox.ErrNoDeadAt),
 		errors.Is(err, inbox.ErrNoEnqueuedAt),
-		errors.Is(err, inbox.ErrNoInWorkList):
+		errors.Is(err, inbox.ErrNoInWorkList),
+		errors.Is(err, inbox.ErrRequeueNeedsID),
+		errors.Is(err, inbox.ErrDeadID):
 		return exitRefused
 	}
 	return exitFailed

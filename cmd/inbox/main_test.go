@@ -191,6 +191,8 @@ func TestCodeOf(t *testing.T) {
 		inbox.ErrNoDeadAt:       exitRefused,
 		inbox.ErrNoEnqueuedAt:   exitRefused,
 		inbox.ErrNoInWorkList:   exitRefused,
+		inbox.ErrRequeueNeedsID: exitRefused,
+		inbox.ErrDeadID:         exitRefused,
 		errors.New("broken"):    exitFailed,
 	} {
 		if got := codeOf(err); got != want {

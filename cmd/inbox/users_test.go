@@ -140,7 +140,7 @@ func usersCLI(t *testing.T, e usersEngine) {
 		}
 		return st.Paused
 	}
-	usersCLIRun(t, run, ids, e.name == "postgres", e.serverIDs, plainPaused)
+	usersCLIRun(t, run, ids, e.serverIDs, plainPaused)
 }
 
 // usersCLIJobs enqueues three jobs on q and returns their ids: the first
@@ -188,7 +188,7 @@ func usersCLIJobs(t *testing.T, e usersEngine, db *sql.DB, q *inbox.Queue) []str
 
 // usersCLIRun runs each command on the jobs: ids[0] and ids[2] ready,
 // ids[1] dead with the hostile error.
-func usersCLIRun(t *testing.T, run func(int, ...string) (string, string), ids []string, postgres, serverIDs bool, plainPaused func() bool) {
+func usersCLIRun(t *testing.T, run func(int, ...string) (string, string), ids []string, serverIDs bool, plainPaused func() bool) {
 	run(exitOK, "check")
 	run(exitOK, "stats")
 	out, _ := run(exitOK, "jobs")
@@ -225,13 +225,11 @@ func usersCLIRun(t *testing.T, run func(int, ...string) (string, string), ids []
 		t.Errorf("stats after pause: %s, %v; the queue named plainly paused: %v", out, err, plainPaused())
 	}
 	run(exitOK+100, "resume")
-	// PostgreSQL refuses the bytes of this id (exit 1); the others find
-	// no such job (3). Either way the output is JSON, or safe text.
-	badID := exitNotFound
-	if postgres {
-		badID = exitFailed
-	}
-	run(badID, "show", "\x1b]0;x\x07\xff\x00-not-an-id")
+	// PostgreSQL cannot read these bytes as a uuid (22021, 22P02); the
+	// others find no such job: no job either way (3), the output JSON, or
+	// safe text.
+	run(exitNotFound, "show", "\x1b]0;x\x07\xff\x00-not-an-id")
+	run(exitNotFound, "cancel", "not-a-uuid")
 	run(exitNotFound, "show", "00000000-0000-4000-8000-00000000dead")
 	usersCLIRequeue(t, run, ids[1], serverIDs)
 	out, _ = run(exitOK+100, "cancel", ids[0])
@@ -242,20 +240,24 @@ func usersCLIRun(t *testing.T, run func(int, ...string) (string, string), ids []
 }
 
 // usersCLIRequeue requeues the dead job id: under a new id where the
-// server assigns ids, shown ready; where the caller gives them, a new id
-// cannot be had (MariaDB's error 1364 naming the column) and the job
-// stays dead.
+// server assigns ids, shown ready; where the caller gives them, requeue
+// alone is refused (exit 4, naming -as) and the job stays dead, -as its own
+// id is refused as any dead id is, and -as a fresh id requeues it.
 func usersCLIRequeue(t *testing.T, run func(int, ...string) (string, string), id string, serverIDs bool) {
 	t.Helper()
+	args := []string{"requeue", id}
 	if !serverIDs {
-		run(exitFailed, "requeue", id)
-		if out, _ := run(exitOK, "show", id); !strings.Contains(out, `"state": "dead"`) {
-			t.Errorf("show %s after a failed requeue: %s", id, out)
+		if out, errOut := run(exitRefused, "requeue", id); !strings.Contains(out+errOut, "requeue -as NEWID") {
+			t.Errorf("requeue %s on a table that assigns no ids: %s %s, want the -as hint", id, out, errOut)
 		}
-		return
+		run(exitRefused, "requeue", "-as", id, id)
+		if out, _ := run(exitOK, "show", id); !strings.Contains(out, `"state": "dead"`) {
+			t.Errorf("show %s after refused requeues: %s", id, out)
+		}
+		args = []string{"requeue", "-as", "8d0e2c52-requeued-" + id[:8], id}
 	}
 	var rq requeueOut
-	out, _ := run(exitOK+100, "requeue", id)
+	out, _ := run(exitOK+100, args...)
 	if err := json.Unmarshal([]byte(out), &rq); err != nil || rq.ID != id || rq.NewID == nil || rq.NewID == id {
 		t.Errorf("requeue %s: %s, %v", id, out, err)
 	} else if out, _ = run(exitOK, "show", rq.NewID.(string)); !strings.Contains(out, `"state": "ready"`) {
