@@ -84,7 +84,14 @@ type jobData struct {
 	Return                 string // where the actions go back to
 	Self                   string // this page, where a run now goes back to
 	Result                 *result
-	CanDelete, CanRunNow   bool // the bulk actions (bulk.go) the job's state allows
+	CanDelete, CanRunNow   bool   // the bulk actions (bulk.go) the job's state allows
+	PausedSince            string // when the queue was paused, empty while it runs
+}
+
+// pauseReader is a [Queue] whose pause can be read alone: *inbox.Queue
+// is one (Paused, one statement, none without a control table).
+type pauseReader interface {
+	Paused(ctx context.Context) (inbox.PauseState, error)
 }
 
 // browser returns r's queue and its Browser, or writes the refusal: as
@@ -305,6 +312,13 @@ func (h *Handler) serveJob(w http.ResponseWriter, r *http.Request) {
 	d := jobData{Queue: q.Name, Token: h.token(w, r), ReadOnly: h.readOnly, Generated: when(h.now()),
 		JobsHref: "jobs?" + url.Values{"queue": {q.Name}}.Encode()}
 	d.Result = h.flash(w, r)
+	// A job waits on a paused queue however ready it is: the page says so,
+	// as the jobs view does. (The pause unread, the page goes without.)
+	if p, ok := q.Queue.(pauseReader); ok {
+		if st, err := p.Paused(r.Context()); err == nil && st.Paused {
+			d.PausedSince = when(st.Since)
+		}
+	}
 	j, status, why := h.readJob(r, q, b)
 	if status != http.StatusOK {
 		d.Err = why

@@ -76,6 +76,13 @@ func (b *fakeBrowser) ListJobs(_ context.Context, f inbox.JobFilter) (inbox.JobP
 	return page, nil
 }
 
+// Paused reads the pause as *inbox.Queue does, without the counts.
+func (b *fakeBrowser) Paused(context.Context) (inbox.PauseState, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return inbox.PauseState{Paused: b.stats.Paused, Since: b.stats.PausedSince}, nil
+}
+
 func (b *fakeBrowser) Job(_ context.Context, id any) (inbox.JobView, error) {
 	for _, j := range b.jobs {
 		if j.ID == id {
@@ -184,6 +191,26 @@ func TestJobsViewPaused(t *testing.T) {
 	for _, state := range []string{"ready", "waiting", "dead"} {
 		if _, body := c.get("/jobs?queue=mail&state=" + state); !strings.Contains(body, banner+when(t0.Add(-time.Minute))) {
 			t.Errorf("%s tab of a paused queue has no banner:\n%s", state, body)
+		}
+	}
+}
+
+// TestJobPagePaused: a job's page says its queue is paused, as the jobs
+// view does, read with the queue's Paused alone; a queue that runs has
+// no banner.
+func TestJobPagePaused(t *testing.T) {
+	b := newFakeBrowser()
+	c := newClient(t, newHandler(t, Config{Queues: []QueueConfig{{Name: "mail", Queue: b}}}))
+	if _, body := c.get("/job?queue=mail&id=10"); strings.Contains(body, `class="result paused-banner"`) {
+		t.Errorf("the job page of a queue that runs has a paused banner:\n%s", body)
+	}
+	b.mu.Lock()
+	b.stats.Paused, b.stats.PausedSince = true, t0.Add(-time.Minute)
+	b.mu.Unlock()
+	banner := `<p class="result paused-banner">Queue mail is paused since ` + when(t0.Add(-time.Minute))
+	for _, path := range []string{"/job?queue=mail&id=10", "/job?queue=mail&id=999"} {
+		if _, body := c.get(path); !strings.Contains(body, banner) {
+			t.Errorf("%s of a paused queue has no banner:\n%s", path, body)
 		}
 	}
 }

@@ -99,6 +99,11 @@ func TestPauseResume(t *testing.T) {
 			if got := text(t, tab, "p.paused-banner"); !strings.Contains(got, "Queue jobs is paused since") {
 				t.Errorf("the paused queue's jobs view: banner %q", got)
 			}
+			// And a job's page, reached from the view.
+			follow(t, tab, click("tr[data-id] td.id a"))
+			if got := text(t, tab, "p.paused-banner"); !strings.Contains(got, "Queue jobs is paused since") {
+				t.Errorf("a job's page of the paused queue: banner %q", got)
+			}
 			run(t, tab, chromedp.Navigate(f.url+"?queue=jobs"))
 
 			// A loop on the paused queue claims nothing, the jobs there
