@@ -38,6 +38,16 @@ func (advisoryForm) settle(ctx context.Context, d *Delivery, tx *sql.Tx, o outco
 
 func (advisoryForm) leased() bool { return false }
 
+// watch: the session holding the key's lock, pinged (advisory_watch.go),
+// once per delivery.
+func (advisoryForm) watch(d *Delivery, lost context.CancelCauseFunc) (func(), bool) {
+	if d.adv.conn == nil || d.settled || d.adv.watched {
+		return nil, false
+	}
+	d.adv.watched = true
+	return d.watchSession(lost), true
+}
+
 // holdsConn: the session of the key's lock, where the engine has session
 // locks; SQLite's keys are held by the process alone.
 func (advisoryForm) holdsConn(q *Queue) bool { return q.locker != nil }

@@ -38,6 +38,11 @@ type form interface {
 	// finished lets go of what the form still holds for d once d is
 	// settled by a verdict learnt later; d.mu is held.
 	finished(ctx context.Context, d *Delivery)
+	// watch starts watching what holds d, where the form holds it by
+	// something that can end under the handler (an advisory session), to
+	// call lost when it does; ok is false when there is nothing to watch.
+	// d.mu is held.
+	watch(d *Delivery, lost context.CancelCauseFunc) (stop func(), ok bool)
 }
 
 func formOf(f Form) form {

@@ -155,9 +155,7 @@ func (d *Delivery) Keep(ctx context.Context) (context.Context, func()) {
 func (d *Delivery) keep(ctx context.Context, s *keepStarter) (context.Context, func()) {
 	kctx, cancel := context.WithCancelCause(ctx)
 	d.mu.Lock()
-	if _, advisory := d.q.form.(advisoryForm); advisory && d.adv.conn != nil && !d.settled && !d.adv.watched {
-		d.adv.watched = true
-		stop := d.watchSession(cancel)
+	if stop, ok := d.q.form.watch(d, cancel); ok {
 		d.mu.Unlock()
 		return kctx, func() {
 			stop()

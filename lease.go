@@ -40,6 +40,9 @@ func (leaseForm) settle(ctx context.Context, d *Delivery, tx *sql.Tx, o outcome,
 
 func (leaseForm) leased() bool { return true }
 
+// watch: nothing; a keeper extends the lease instead (Keep).
+func (leaseForm) watch(*Delivery, context.CancelCauseFunc) (func(), bool) { return nil, false }
+
 func (leaseForm) holdsConn(*Queue) bool { return false }
 
 // held: until its lease could have run out, measured from when its expiry

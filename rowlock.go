@@ -45,6 +45,10 @@ func (rowLockForm) settle(ctx context.Context, d *Delivery, _ *sql.Tx, o outcome
 
 func (rowLockForm) leased() bool { return false }
 
+// watch: nothing; the held transaction dies with its session, and the
+// handler's writes with it.
+func (rowLockForm) watch(*Delivery, context.CancelCauseFunc) (func(), bool) { return nil, false }
+
 // holdsConn: the held transaction's.
 func (rowLockForm) holdsConn(*Queue) bool { return true }
 
