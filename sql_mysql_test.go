@@ -834,6 +834,25 @@ func TestMySQLAdvisoryTriesAgainKeyLetGoHere(t *testing.T) {
 	m.ExpectExec(myAdvMark).WithArgs(int64(1), int64(1)).WillReturnResult(affected(1))
 	claim(t, q, 1, 1)
 	m.Met(t)
+
+	// A key another pool of this process holds (a second *sql.DB on the
+	// database) fails the lock call as well: its own loops are woken when
+	// it is let go, and this queue's next claim tries it too.
+	m2 := newMock(t)
+	q2 := newQueue(t, m2, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable})
+	myIdent(m2, "", "jobs")
+	m2.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(page(3))
+	myLocked(m2, "3", 1)
+	m2.ExpectQuery(myAdvSelect).WithArgs(int64(3), int64(1)).WillReturnRows(rows(cols, row(int64(3), int64(1), nil)))
+	m2.ExpectExec(myAdvMark).WithArgs(int64(3), int64(1)).WillReturnResult(affected(1))
+	claim(t, q2, 1, 3)
+	for i := 0; i < 2; i++ {
+		m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(page(3))
+		myLocked(m, "3", 0)
+		claim(t, q, 1)
+	}
+	m.Met(t)
+	m2.Met(t)
 }
 
 // Both statements of the claim under the lock require the candidate's
