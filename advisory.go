@@ -120,6 +120,8 @@ func (q *Queue) walkCandidates(ctx context.Context, ident string, ds []*Delivery
 	page := q.st.Advisory.Candidates
 	after := false // a page past the first full one
 	defer func() { q.rememberPage(v.limit, base, after) }()
+	rereads := 0
+walk:
 	for {
 		read := q.gone.mark()
 		cands, err := q.readCandidates(ctx, q.db, page, &v)
@@ -141,10 +143,21 @@ func (q *Queue) walkCandidates(ctx context.Context, ident string, ds []*Delivery
 			if err != nil {
 				return ds, err
 			}
-			if d != nil {
+			switch {
+			case d != nil:
 				ds = append(ds, d)
-			} else if held {
+			case held:
 				busy[c.key] = true
+			case rereads < maxRereads:
+				// Its row was gone once its key was locked: another
+				// process claimed and settled it since the page was
+				// read, and most of the page's other free rows likely
+				// went the same way. A fresh first page costs one read
+				// where each stale row costs a lock, a re-read and an
+				// unlock.
+				rereads++
+				v.id, v.priority, page = nil, 0, q.st.Advisory.Candidates
+				continue walk
 			}
 		}
 		if len(ds) == got || len(cands) < v.limit {
@@ -299,6 +312,11 @@ func (q *Queue) readLockFirst(ctx context.Context, ex Executor, s dialect.Stmt, 
 	// discards it, and a lock it took with it.
 	return c, locked, found, rows.Close()
 }
+
+// maxRereads bounds the fresh first pages one walk reads after rows found
+// gone under their lock (MariaDB, 4 processes of 16 workers: 563-585 jobs/s
+// without, 713-769 with up to 3; bench/README.md).
+const maxRereads = 3
 
 // maxCandidatePage bounds one read of advisory candidates.
 const maxCandidatePage = 1 << 16

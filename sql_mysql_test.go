@@ -598,9 +598,15 @@ func TestMySQLAdvisory(t *testing.T) {
 	m.ExpectQuery(myAdvSelect).WithArgs(int64(2), int64(1)).WillReturnRows(rows(cols, row(int64(2), int64(1), nil)))
 	m.ExpectExec(myAdvMark).WithArgs(int64(2), int64(1)).WillReturnResult(affected(0)) // its attempt moved on
 	myUnlocked(m, "2")
+	// A row gone under its lock: the page is stale, and read afresh (key 1
+	// passed over now, found held elsewhere on the same row).
+	m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(rows("id,id,attempt",
+		row(int64(1), int64(1), int64(1)), row(int64(3), int64(3), int64(1)), row(int64(4), int64(4), int64(1))))
 	myLocked(m, "3", 1)
 	m.ExpectQuery(myAdvSelect).WithArgs(int64(3), int64(1)).WillReturnRows(rows(cols)) // settled meanwhile
 	myUnlocked(m, "3")
+	m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(rows("id,id,attempt",
+		row(int64(1), int64(1), int64(1)), row(int64(4), int64(4), int64(1))))
 	myLocked(m, "4", 1)
 	m.ExpectQuery(myAdvSelect).WithArgs(int64(4), int64(1)).WillReturnRows(rows(cols, row(int64(4), int64(1), []byte("p4"))))
 	m.ExpectExec(myAdvMark).WithArgs(int64(4), int64(1)).WillReturnResult(affected(1))
@@ -869,10 +875,14 @@ func TestMySQLAdvisoryAttemptCheck(t *testing.T) {
 	myLocked(m, "1", 1)
 	m.ExpectQuery(myAdvSelect).WithArgs(int64(1), int64(3)).WillReturnRows(rows("id,attempt,payload")) // at attempt 4 by now
 	myUnlocked(m, "1")
+	// Each miss sends the walk back to a fresh first page.
+	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt",
+		row(int64(2), int64(2), int64(1)), row(int64(3), int64(3), int64(1))))
 	myLocked(m, "2", 1)
 	m.ExpectQuery(myAdvSelect).WithArgs(int64(2), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(2), int64(1), nil)))
 	m.ExpectExec(myAdvMark).WithArgs(int64(2), int64(1)).WillReturnResult(affected(0)) // delayed an hour meanwhile
 	myUnlocked(m, "2")
+	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(3), int64(3), int64(1))))
 	myLocked(m, "3", 1)
 	m.ExpectQuery(myAdvSelect).WithArgs(int64(3), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(3), int64(1), nil)))
 	m.ExpectExec(myAdvMark).WithArgs(int64(3), int64(1)).WillReturnResult(affected(1))

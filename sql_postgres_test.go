@@ -553,6 +553,10 @@ func TestPostgresAdvisory(t *testing.T) {
 	pgLocked(m, "2", true)
 	m.ExpectQuery(pgAdvClaim).WithArgs(int64(2), int64(1)).WillReturnRows(rows(cols)) // settled since the candidates were read
 	pgUnlocked(m, "2")
+	// The page is stale: read afresh, key 1 passed over (found held
+	// elsewhere on this very row).
+	m.ExpectQuery(pgAdvCandidates).WithArgs(12).WillReturnRows(rows("id,id,attempt",
+		row(int64(1), int64(1), int64(1)), row(int64(3), int64(3), int64(1))))
 	pgLocked(m, "3", true)
 	m.ExpectQuery(pgAdvClaim).WithArgs(int64(3), int64(1)).WillReturnRows(rows(cols, row(int64(3), int64(1), []byte("p3"))))
 	// A short page is the table's end: no page after it.
@@ -679,7 +683,7 @@ func TestPostgresAdvisoryPages(t *testing.T) {
 // The claim under the lock requires the attempt the candidate read saw: a
 // row settled and claimed again since (by a holder that let its lock go
 // before the read) belongs to another delivery. It is passed over and its
-// lock let go.
+// lock let go, and the walk reads its page afresh.
 func TestPostgresAdvisoryAttemptCheck(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: walkPostgres, Table: advisoryTable})
@@ -689,6 +693,10 @@ func TestPostgresAdvisoryAttemptCheck(t *testing.T) {
 	pgLocked(m, "3", true)
 	m.ExpectQuery(pgAdvClaim).WithArgs(int64(3), int64(5)).WillReturnRows(rows("id,attempt,payload")) // now at attempt 6
 	pgUnlocked(m, "3")
+	// The page is stale: read afresh.
+	m.ExpectQuery(pgAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt",
+		row(int64(3), int64(3), int64(6)), row(int64(4), int64(4), int64(1))))
+	pgLocked(m, "3", false) // the new claim holds it
 	pgLocked(m, "4", true)
 	m.ExpectQuery(pgAdvClaim).WithArgs(int64(4), int64(1)).WillReturnRows(rows("id,attempt,payload", row(int64(4), int64(1), nil)))
 	d := claim(t, q, 1, 4)[0]

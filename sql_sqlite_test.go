@@ -176,6 +176,8 @@ func TestSQLiteAdvisory(t *testing.T) {
 	sqIdent(m, "main", file)
 	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 13).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(2)), row(int64(2), int64(2), int64(1))))
 	m.ExpectQuery(sqAdvClaim).WithArgs(int64(2), int64(1), now).WillReturnRows(rows(cols))
+	// The page is stale: read afresh, job 2 gone from it.
+	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 13).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(2))))
 	claim(t, other, 2)
 
 	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 15).WillReturnRows(rows("id,id,attempt",
@@ -199,6 +201,7 @@ func TestSQLiteAdvisory(t *testing.T) {
 	// Settled keys are free again.
 	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 10).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(3))))
 	m.ExpectQuery(sqAdvClaim).WithArgs(int64(1), int64(3), now).WillReturnRows(rows(cols))
+	m.ExpectQuery(sqAdvCandidates).WithArgs(now, 10).WillReturnRows(rows("id,id,attempt")) // read afresh: empty
 	claim(t, other, 1)
 	m.Met(t)
 }
@@ -241,11 +244,14 @@ func TestSQLiteAdvisoryOneFileTwoPools(t *testing.T) {
 	m2.ExpectQuery(mainCandidates).WithArgs(11).WillReturnRows(page)
 	m2.ExpectQuery(mainAfter).WithArgs(int64(1), 22).WillReturnRows(rows("id,id,attempt", row(int64(2), int64(2), int64(4)), row(int64(3), int64(3), int64(1))))
 	m2.ExpectQuery(mainClaim).WithArgs(int64(2), int64(4)).WillReturnRows(rows(cols))
+	// The page is stale: the walk starts again from a fresh first page,
+	// as long as the one it needed.
+	m2.ExpectQuery(mainCandidates).WithArgs(22).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(2)), row(int64(3), int64(3), int64(1))))
 	m2.ExpectQuery(mainClaim).WithArgs(int64(3), int64(1)).WillReturnRows(rows(cols, row(int64(3), int64(1), nil)))
 	d2 := claim(t, q2, 1, 3)[0]
 
 	// Settled, job 1's key is free for either pool. The second pool's
-	// claim needed a second page of 22: its next claim starts there.
+	// claim needed a page of 22: its next claim starts there.
 	m1.ExpectExec(plainAck).WithArgs(int64(1), int64(2)).WillReturnResult(affected(1))
 	ok(t, "Ack", d1.Ack(context.Background()))
 	m2.ExpectQuery(mainCandidates).WithArgs(22).WillReturnRows(rows("id,id,attempt", row(int64(1), int64(1), int64(2))))
@@ -291,15 +297,27 @@ func TestSQLiteAdvisoryRealClock(t *testing.T) {
 	var now1, now2, now3 capture
 	before := time.Now().UTC().Truncate(time.Microsecond)
 	sqIdent(m, "main", sqFile(t))
-	page := rows("id,id,attempt")
-	for id := int64(1); id <= 10; id++ {
-		page.AddRow(id, id, int64(1))
+	page := func(from int64) *sqlmock.Rows {
+		r := rows("id,id,attempt")
+		for id := from; id < from+10; id++ {
+			r.AddRow(id, id, int64(1))
+		}
+		return r
 	}
-	m.ExpectQuery(sqAdvCandidates).WithArgs(&now1, 10).WillReturnRows(page)
-	for id := int64(1); id <= 10; id++ {
-		m.ExpectQuery(sqAdvClaim).WithArgs(id, int64(1), &now2).WillReturnRows(rows("id,attempt,payload"))
+	// Every row is gone under its lock: the first three misses each send
+	// the walk back to a fresh first page (maxRereads), the page after
+	// those misses goes on to the next page.
+	for from := int64(1); from <= 4; from++ {
+		m.ExpectQuery(sqAdvCandidates).WithArgs(&now1, 10).WillReturnRows(page(from))
+		last := from
+		if from == 4 {
+			last = 13
+		}
+		for id := from; id <= last; id++ {
+			m.ExpectQuery(sqAdvClaim).WithArgs(id, int64(1), &now2).WillReturnRows(rows("id,attempt,payload"))
+		}
 	}
-	m.ExpectQuery(sqAdvCandidatesAfter).WithArgs(int64(10), &now3, 20).WillReturnRows(rows("id,id,attempt"))
+	m.ExpectQuery(sqAdvCandidatesAfter).WithArgs(int64(13), &now3, 20).WillReturnRows(rows("id,id,attempt"))
 	claim(t, q, 1)
 	for _, c := range []*capture{&now1, &now2, &now3} {
 		if n := sqliteTime(t, c); n.Before(before) || n.After(time.Now()) {
