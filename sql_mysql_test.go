@@ -760,6 +760,16 @@ func TestMySQLAdvisoryPassesOverAcked(t *testing.T) {
 	m.Met(t)
 }
 
+// myAdvPage is a page of advisory candidates keyed by their ids, each at
+// attempt 1.
+func myAdvPage(ids ...int64) *sqlmock.Rows {
+	r := rows("id,id,attempt")
+	for _, id := range ids {
+		r.AddRow(id, id, int64(1))
+	}
+	return r
+}
+
 // A key found locked by another session (another process's worker) is
 // passed over by this queue's claims for HeldFor without a lock call, then
 // tried again: with workers in several processes, the head of each page is
@@ -775,31 +785,24 @@ func TestMySQLAdvisoryPassesOverHeldElsewhere(t *testing.T) {
 		m.ExpectQuery(myAdvSelect).WithArgs(id, int64(1)).WillReturnRows(rows(cols, row(id, int64(1), nil)))
 		m.ExpectExec(myAdvMark).WithArgs(id, int64(1)).WillReturnResult(affected(1))
 	}
-	page := func(ids ...int64) *sqlmock.Rows {
-		r := rows("id,id,attempt")
-		for _, id := range ids {
-			r.AddRow(id, id, int64(1))
-		}
-		return r
-	}
 	myIdent(m, "", "jobs")
-	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(page(1, 2, 3))
+	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(myAdvPage(1, 2, 3))
 	myLocked(m, "1", 0)
 	myLocked(m, "2", 0)
 	claimOf(3)
 	claim(t, q, 1, 3)
 
 	// Keys 1 and 2 are still held elsewhere as far as this queue knows.
-	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(page(1, 2, 4))
+	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(myAdvPage(1, 2, 4))
 	claimOf(4)
 	claim(t, q, 1, 4)
 	clock = clock.Add(inbox.HeldFor - time.Nanosecond)
-	m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(page(1, 2))
+	m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(myAdvPage(1, 2))
 	claim(t, q, 1)
 
 	// HeldFor after the failed lock, key 1 is tried again (and taken).
 	clock = clock.Add(time.Nanosecond)
-	m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(page(1))
+	m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(myAdvPage(1))
 	claimOf(1)
 	claim(t, q, 1, 1)
 	m.Met(t)
@@ -815,26 +818,19 @@ func TestMySQLAdvisoryTriesAgainKeyLetGoHere(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable})
 	inbox.SetHeldClock(q, func() time.Time { return time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC) })
 	cols := "id,attempt,payload"
-	page := func(ids ...int64) *sqlmock.Rows {
-		r := rows("id,id,attempt")
-		for _, id := range ids {
-			r.AddRow(id, id, int64(1))
-		}
-		return r
-	}
 	myIdent(m, "", "jobs")
-	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(page(2))
+	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(myAdvPage(2))
 	myLocked(m, "2", 1)
 	m.ExpectQuery(myAdvSelect).WithArgs(int64(2), int64(1)).WillReturnRows(rows(cols, row(int64(2), int64(1), nil)))
 	m.ExpectExec(myAdvMark).WithArgs(int64(2), int64(1)).WillReturnResult(affected(1))
 	claim(t, q, 1, 2)
 
 	unlinger := inbox.Linger(q, "1")
-	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(page(1))
+	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(myAdvPage(1))
 	myLocked(m, "1", 0)
 	claim(t, q, 1)
 	unlinger()
-	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(page(1))
+	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(myAdvPage(1))
 	myLocked(m, "1", 1)
 	m.ExpectQuery(myAdvSelect).WithArgs(int64(1), int64(1)).WillReturnRows(rows(cols, row(int64(1), int64(1), nil)))
 	m.ExpectExec(myAdvMark).WithArgs(int64(1), int64(1)).WillReturnResult(affected(1))
@@ -847,13 +843,13 @@ func TestMySQLAdvisoryTriesAgainKeyLetGoHere(t *testing.T) {
 	m2 := newMock(t)
 	q2 := newQueue(t, m2, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable})
 	myIdent(m2, "", "jobs")
-	m2.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(page(3))
+	m2.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(myAdvPage(3))
 	myLocked(m2, "3", 1)
 	m2.ExpectQuery(myAdvSelect).WithArgs(int64(3), int64(1)).WillReturnRows(rows(cols, row(int64(3), int64(1), nil)))
 	m2.ExpectExec(myAdvMark).WithArgs(int64(3), int64(1)).WillReturnResult(affected(1))
 	claim(t, q2, 1, 3)
 	for i := 0; i < 2; i++ {
-		m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(page(3))
+		m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(myAdvPage(3))
 		myLocked(m, "3", 0)
 		claim(t, q, 1)
 	}
