@@ -86,6 +86,7 @@ type jobData struct {
 	Result                 *result
 	CanDelete, CanRunNow   bool   // the bulk actions (bulk.go) the job's state allows
 	PausedSince            string // when the queue was paused, empty while it runs
+	CanRequeueAs           bool   // the requeue form takes a new id (RequeuerAs)
 }
 
 // pauseReader is a [Queue] whose pause can be read alone: *inbox.Queue
@@ -328,6 +329,8 @@ func (h *Handler) serveJob(w http.ResponseWriter, r *http.Request) {
 		d.DueLabel = dueLabel(j.State)
 		d.Payload = payloadOf(j.Data)
 		d.CanRequeue, d.CanCancel = canRequeue(j.State), canCancel(j.State)
+		_, as := q.Queue.(RequeuerAs)
+		d.CanRequeueAs = d.CanRequeue && as
 		bulk := h.bulk(q)
 		d.CanDelete, d.CanRunNow = bulk && j.State == inbox.StateDead, bulk && j.State == inbox.StateWaiting
 		d.JobsHref = "jobs?" + url.Values{"queue": {q.Name}, "state": {tabs[stateTab(j.State)].name}}.Encode()

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"fmt"
 	"html"
 	"net/http"
 	"net/url"
@@ -278,5 +279,80 @@ func TestPayloadOf(t *testing.T) {
 		if p.Format != w.format || p.Text != w.text {
 			t.Errorf("payloadOf(%q) = %q %q, want %q %q", w.in, p.Format, p.Text, w.format, w.text)
 		}
+	}
+}
+
+// asBrowser is a fakeBrowser on a table whose ids the caller gives:
+// RequeueDead has none to give, RequeueDeadAs requeues under the one given.
+type asBrowser struct{ *fakeBrowser }
+
+func (a asBrowser) RequeueDead(_ context.Context, id any) (any, error) {
+	return nil, fmt.Errorf("inbox: requeue dead: %w", inbox.ErrRequeueNeedsID)
+}
+
+func (a asBrowser) RequeueDeadAs(ctx context.Context, id, newID any) error {
+	a.mu.Lock()
+	for _, j := range a.dead {
+		if j.ID == newID {
+			a.mu.Unlock()
+			return fmt.Errorf("inbox: requeue dead: new id: %w", inbox.ErrDeadID)
+		}
+	}
+	a.mu.Unlock()
+	if _, err := a.fakeBrowser.RequeueDead(ctx, id); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.changes = append(a.changes, fmt.Sprintf("as %v", newID))
+	return nil
+}
+
+// TestJobPageRequeueAs: where the Queue can requeue under a given id, a
+// dead job's page has a field for it. Without one, a table that assigns no
+// ids is refused, saying what to do; a dead job's id or text that is not an
+// id is refused; a fresh id requeues the job under it. A Queue that cannot
+// has no field, and a new id posted to it anyway changes nothing.
+func TestJobPageRequeueAs(t *testing.T) {
+	b := asBrowser{newFakeBrowser()}
+	c := newClient(t, newHandler(t, Config{Queues: []QueueConfig{{Name: "mail", Queue: b}}}))
+	_, body := c.get("/job?queue=mail&id=5")
+	if !strings.Contains(body, `id="new-id"`) {
+		t.Fatalf("a dead job's page of a RequeuerAs has no new id field:\n%s", body)
+	}
+	tok := tokenRe.FindStringSubmatch(body)[1]
+	requeue := func(q *client, newID string) string {
+		t.Helper()
+		_, res := q.post("/requeue", url.Values{"csrf": {tok}, "queue": {"mail"}, "id": {"5"}, "kind": {"int"}, "new_id": {newID}})
+		return res
+	}
+	for _, w := range []struct{ newID, says string }{
+		{"", "refused: queue mail assigns no ids: give dead job 5 a new id on its page"},
+		{"7", "refused: 7 is a dead job&#39;s id"},
+		{"seven", "bad request: new id: "},
+	} {
+		if res := requeue(c, w.newID); !strings.Contains(res, w.says) {
+			t.Errorf("requeue under %q: want %q in\n%s", w.newID, w.says, res)
+		}
+	}
+	if ch := b.changed(); len(ch) != 0 {
+		t.Fatalf("refused requeues changed %q", ch)
+	}
+	if res := requeue(c, "5000"); !strings.Contains(res, "requeued dead job 5 of mail as job 5000") {
+		t.Errorf("requeue under 5000:\n%s", res)
+	}
+	if ch := b.changed(); strings.Join(ch, ",") != "requeue 5,as 5000" {
+		t.Errorf("changes %q, want job 5 requeued as 5000", ch)
+	}
+
+	plain := newFakeBrowser()
+	pc := newClient(t, newHandler(t, Config{Queues: []QueueConfig{{Name: "mail", Queue: plain}}}))
+	_, body = pc.get("/job?queue=mail&id=7")
+	if strings.Contains(body, `id="new-id"`) {
+		t.Errorf("a Queue without RequeueDeadAs has a new id field")
+	}
+	tok = tokenRe.FindStringSubmatch(body)[1]
+	if res := requeue(pc, "5000"); !strings.Contains(res, "cannot requeue under a given id") || len(plain.changed()) != 0 {
+		t.Errorf("a new id posted to a Queue without RequeueDeadAs: %q\n%s", plain.changed(), res)
 	}
 }

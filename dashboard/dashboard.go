@@ -48,6 +48,14 @@ type Queue interface {
 	Cancel(ctx context.Context, id any) error
 }
 
+// RequeuerAs is implemented by a [Queue] that can requeue a dead job under
+// an id the caller gives: *inbox.Queue is one. A dead job's page then has
+// a field for the new id, which a table whose ids the caller gives needs
+// (RequeueDead there returns inbox.ErrRequeueNeedsID).
+type RequeuerAs interface {
+	RequeueDeadAs(ctx context.Context, id, newID any) error
+}
+
 // Pauser is implemented by a [Queue] that can be paused: *inbox.Queue is
 // one, when its description names a control table
 // (inbox.Table.ControlTable). The page then shows a pause or resume

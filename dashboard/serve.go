@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -302,6 +303,28 @@ func (h *Handler) actionQueue(w http.ResponseWriter, r *http.Request) (*QueueCon
 	return q, result{}, true
 }
 
+// errBadNewID is a requeue's new id that the form cannot give.
+var errBadNewID = errors.New("new id")
+
+// requeue requeues the dead job id of q: under the form's new_id where one
+// is given (the queue must be a [RequeuerAs]), else under an id the table
+// assigns. It returns the new id, or the one asked for along with an error.
+func (h *Handler) requeue(ctx context.Context, r *http.Request, q *QueueConfig, id any) (any, error) {
+	text := r.PostFormValue("new_id")
+	if text == "" {
+		return q.Queue.RequeueDead(ctx, id)
+	}
+	as, ok := q.Queue.(RequeuerAs)
+	if !ok {
+		return nil, fmt.Errorf("%w: queue %s cannot requeue under a given id", errBadNewID, q.Name)
+	}
+	newID, err := parseID(text, r.PostFormValue("kind"), q.TextIDs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadNewID, err)
+	}
+	return newID, as.RequeueDeadAs(ctx, id, newID)
+}
+
 func (h *Handler) act(w http.ResponseWriter, r *http.Request, action string) result {
 	q, res, ok := h.actionQueue(w, r)
 	if !ok {
@@ -316,8 +339,14 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, action string) res
 		if err != nil {
 			return result{Text: "bad request: " + err.Error() + "; nothing was changed"}
 		}
-		newID, err := q.Queue.RequeueDead(ctx, id)
+		newID, err := h.requeue(ctx, r, q, id)
 		switch {
+		case errors.Is(err, errBadNewID):
+			return result{Text: "bad request: " + err.Error() + "; nothing was changed"}
+		case errors.Is(err, inbox.ErrRequeueNeedsID):
+			return result{Text: fmt.Sprintf("refused: queue %s assigns no ids: give dead job %v a new id on its page; nothing was changed", q.Name, id)}
+		case errors.Is(err, inbox.ErrDeadID):
+			return result{Text: fmt.Sprintf("refused: %v is a dead job's id (ids are never reused); nothing was changed", newID)}
 		case errors.Is(err, inbox.ErrNotDead):
 			return result{Text: fmt.Sprintf("not found: queue %s has no dead job %v (requeued or purged already, or never dead); nothing was changed", q.Name, id)}
 		case err != nil:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/dashboard"
 )
 
@@ -142,6 +143,40 @@ func TestBrowseJobs(t *testing.T) {
 			}
 			if err := f.held.Ack(context.Background()); err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestRequeueUnderNewID: a dead job's page has a field for a new id (the
+// queue is an *inbox.Queue, a dashboard.RequeuerAs); typed into it, the
+// requeue brings the job back under that id, on every engine. A dead
+// job's id typed there is refused and changes nothing.
+func TestRequeueUnderNewID(t *testing.T) {
+	browserCtx := browser(t)
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) {
+			f := newFixture(t, e, nil)
+			tab := newTab(t, browserCtx)
+			dead := f.dead["dies-long"]
+			page := f.url + fmt.Sprintf("job?queue=jobs&id=%v", dead)
+			run(t, tab, chromedp.Navigate(page))
+			run(t, tab, chromedp.SendKeys(chromedp.CSS("#new-id"), fmt.Sprint(f.dead["dies-plain"])))
+			if res := submit(t, tab, click("#requeue")); !strings.Contains(res, "is a dead job's id") {
+				t.Errorf("requeue under a dead job's id: the page says %q", res)
+			}
+			if _, n := f.rows(t); n != 3 {
+				t.Errorf("%d dead jobs after the refused requeue, want 3", n)
+			}
+			run(t, tab, chromedp.Navigate(page))
+			run(t, tab, chromedp.SendKeys(chromedp.CSS("#new-id"), "900001"))
+			res := submit(t, tab, click("#requeue"))
+			if !strings.Contains(res, fmt.Sprintf("requeued dead job %v of jobs as job 900001", dead)) {
+				t.Fatalf("requeue under 900001: the page says %q", res)
+			}
+			j, err := f.q.Job(context.Background(), int64(900001))
+			if err != nil || j.State != inbox.StateReady {
+				t.Errorf("job 900001 after the requeue: %+v, %v; want it ready", j, err)
 			}
 		})
 	}
