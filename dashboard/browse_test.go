@@ -321,18 +321,23 @@ func TestJobPageRequeueAs(t *testing.T) {
 		t.Fatalf("a dead job's page of a RequeuerAs has no new id field:\n%s", body)
 	}
 	tok := tokenRe.FindStringSubmatch(body)[1]
+	status := 0
 	requeue := func(q *client, newID string) string {
 		t.Helper()
-		_, res := q.post("/requeue", url.Values{"csrf": {tok}, "queue": {"mail"}, "id": {"5"}, "kind": {"int"}, "new_id": {newID}})
+		var res string
+		status, res = q.post("/requeue", url.Values{"csrf": {tok}, "queue": {"mail"}, "id": {"5"}, "kind": {"int"}, "new_id": {newID}})
 		return res
 	}
-	for _, w := range []struct{ newID, says string }{
-		{"", "refused: queue mail assigns no ids: give dead job 5 a new id on its page"},
-		{"7", "refused: 7 is a dead job&#39;s id"},
-		{"seven", "bad request: new id: "},
+	for _, w := range []struct {
+		newID, says string
+		status      int
+	}{
+		{"", "bad request: queue mail assigns no ids: give dead job 5 a new id on its page", http.StatusBadRequest},
+		{"7", "conflict: 7 is a dead job&#39;s id", http.StatusConflict},
+		{"seven", "bad request: new id: ", http.StatusBadRequest},
 	} {
-		if res := requeue(c, w.newID); !strings.Contains(res, w.says) {
-			t.Errorf("requeue under %q: want %q in\n%s", w.newID, w.says, res)
+		if res := requeue(c, w.newID); !strings.Contains(res, w.says) || status != w.status {
+			t.Errorf("requeue under %q: %d, want %d and %q in\n%s", w.newID, status, w.status, w.says, res)
 		}
 	}
 	if ch := b.changed(); len(ch) != 0 {

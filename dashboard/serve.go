@@ -344,9 +344,9 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, action string) res
 		case errors.Is(err, errBadNewID):
 			return result{Text: "bad request: " + err.Error() + "; nothing was changed"}
 		case errors.Is(err, inbox.ErrRequeueNeedsID):
-			return result{Text: fmt.Sprintf("refused: queue %s assigns no ids: give dead job %v a new id on its page; nothing was changed", q.Name, id)}
+			return result{Text: fmt.Sprintf("bad request: queue %s assigns no ids: give dead job %v a new id on its page; nothing was changed", q.Name, id)}
 		case errors.Is(err, inbox.ErrDeadID):
-			return result{Text: fmt.Sprintf("refused: %v is a dead job's id (ids are never reused); nothing was changed", newID)}
+			return result{Text: fmt.Sprintf("conflict: %v is a dead job's id (ids are never reused); nothing was changed", newID)}
 		case errors.Is(err, inbox.ErrNotDead):
 			return result{Text: fmt.Sprintf("not found: queue %s has no dead job %v (requeued or purged already, or never dead); nothing was changed", q.Name, id)}
 		case err != nil:
