@@ -690,7 +690,10 @@ type heldSet struct {
 	rows  map[string]heldRow // key → the row whose lock failed
 	ring  []string
 	next  int
-	clock func() time.Time // nil: time.Now, not Config.Now: it measures contention, and a frozen test clock would pass a key over for ever
+	// clock is nil for time.Now (tests set their own). Not Config.Now: the
+	// set measures contention, and a frozen test clock would pass a key
+	// over for ever.
+	clock func() time.Time
 }
 
 type heldRow struct {
