@@ -686,10 +686,10 @@ func (g *goneSet) since(id any, read uint64) bool {
 // loops, which its settlement woke, may take it at once. The keys are kept
 // in a ring of goneRing; one forgotten is tried again.
 type heldSet struct {
-	mu    sync.Mutex
-	rows  map[string]heldRow // key → the row whose lock failed
-	ring  []string
-	next  int
+	mu   sync.Mutex
+	rows map[string]heldRow // key → the row whose lock failed
+	ring []string
+	next int
 	// clock is nil for time.Now (tests set their own). Not Config.Now: the
 	// set measures contention, and a frozen test clock would pass a key
 	// over for ever.
