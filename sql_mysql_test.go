@@ -732,15 +732,9 @@ func TestMySQLAdvisoryPages(t *testing.T) {
 func TestMySQLAdvisoryPassesOverAcked(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable})
-	cols := "id,attempt,payload"
-	claimOf := func(id int64) {
-		myLocked(m, fmt.Sprint(id), 1)
-		m.ExpectQuery(myAdvSelect).WithArgs(id, int64(1)).WillReturnRows(rows(cols, row(id, int64(1), nil)))
-		m.ExpectExec(myAdvMark).WithArgs(id, int64(1)).WillReturnResult(affected(1))
-	}
 	myIdent(m, "", "jobs")
 	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(rows("id,id,attempt", row(int64(4), int64(4), int64(1))))
-	claimOf(4)
+	myAdvClaimed(m, 4)
 	d4 := claim(t, q, 1, 4)[0]
 
 	// The page is read with job 4 still in it; job 4 is acked before the
@@ -750,14 +744,22 @@ func TestMySQLAdvisoryPassesOverAcked(t *testing.T) {
 	m.ExpectExec(myAdvAck).WithArgs(int64(4), int64(2)).WillReturnResult(affected(1))
 	myUnlocked(m, "4")
 	m.After("query "+myAdvCandidates, func() { ok(t, "Ack", d4.Ack(context.Background())) })
-	claimOf(5) // the mock takes no GET_LOCK of key 4 before this one
+	myAdvClaimed(m, 5) // the mock takes no GET_LOCK of key 4 before this one
 	claim(t, q, 1, 5)
 
 	// A page read after the Ack: id 4 is tried again.
 	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(rows("id,id,attempt", row(int64(4), int64(4), int64(1))))
-	claimOf(4)
+	myAdvClaimed(m, 4)
 	claim(t, q, 1, 4)
 	m.Met(t)
+}
+
+// myAdvClaimed expects the claim of candidate id at attempt 1: its key
+// locked, the row read under the lock, its attempt counted.
+func myAdvClaimed(m *mock, id int64) {
+	myLocked(m, fmt.Sprint(id), 1)
+	m.ExpectQuery(myAdvSelect).WithArgs(id, int64(1)).WillReturnRows(rows("id,attempt,payload", row(id, int64(1), nil)))
+	m.ExpectExec(myAdvMark).WithArgs(id, int64(1)).WillReturnResult(affected(1))
 }
 
 // myAdvPage is a page of advisory candidates keyed by their ids, each at
@@ -779,22 +781,16 @@ func TestMySQLAdvisoryPassesOverHeldElsewhere(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable})
 	clock := time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC)
 	inbox.SetHeldClock(q, func() time.Time { return clock })
-	cols := "id,attempt,payload"
-	claimOf := func(id int64) {
-		myLocked(m, fmt.Sprint(id), 1)
-		m.ExpectQuery(myAdvSelect).WithArgs(id, int64(1)).WillReturnRows(rows(cols, row(id, int64(1), nil)))
-		m.ExpectExec(myAdvMark).WithArgs(id, int64(1)).WillReturnResult(affected(1))
-	}
 	myIdent(m, "", "jobs")
 	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(myAdvPage(1, 2, 3))
 	myLocked(m, "1", 0)
 	myLocked(m, "2", 0)
-	claimOf(3)
+	myAdvClaimed(m, 3)
 	claim(t, q, 1, 3)
 
 	// Keys 1 and 2 are still held elsewhere as far as this queue knows.
 	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(myAdvPage(1, 2, 4))
-	claimOf(4)
+	myAdvClaimed(m, 4)
 	claim(t, q, 1, 4)
 	clock = clock.Add(inbox.HeldFor - time.Nanosecond)
 	m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(myAdvPage(1, 2))
@@ -803,7 +799,7 @@ func TestMySQLAdvisoryPassesOverHeldElsewhere(t *testing.T) {
 	// HeldFor after the failed lock, key 1 is tried again (and taken).
 	clock = clock.Add(time.Nanosecond)
 	m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(myAdvPage(1))
-	claimOf(1)
+	myAdvClaimed(m, 1)
 	claim(t, q, 1, 1)
 	m.Met(t)
 }
@@ -817,12 +813,9 @@ func TestMySQLAdvisoryTriesAgainKeyLetGoHere(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable})
 	inbox.SetHeldClock(q, func() time.Time { return time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC) })
-	cols := "id,attempt,payload"
 	myIdent(m, "", "jobs")
 	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(myAdvPage(2))
-	myLocked(m, "2", 1)
-	m.ExpectQuery(myAdvSelect).WithArgs(int64(2), int64(1)).WillReturnRows(rows(cols, row(int64(2), int64(1), nil)))
-	m.ExpectExec(myAdvMark).WithArgs(int64(2), int64(1)).WillReturnResult(affected(1))
+	myAdvClaimed(m, 2)
 	claim(t, q, 1, 2)
 
 	unlinger := inbox.Linger(q, "1")
@@ -831,9 +824,7 @@ func TestMySQLAdvisoryTriesAgainKeyLetGoHere(t *testing.T) {
 	claim(t, q, 1)
 	unlinger()
 	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(myAdvPage(1))
-	myLocked(m, "1", 1)
-	m.ExpectQuery(myAdvSelect).WithArgs(int64(1), int64(1)).WillReturnRows(rows(cols, row(int64(1), int64(1), nil)))
-	m.ExpectExec(myAdvMark).WithArgs(int64(1), int64(1)).WillReturnResult(affected(1))
+	myAdvClaimed(m, 1)
 	claim(t, q, 1, 1)
 	m.Met(t)
 
@@ -844,9 +835,7 @@ func TestMySQLAdvisoryTriesAgainKeyLetGoHere(t *testing.T) {
 	q2 := newQueue(t, m2, inbox.Config{Dialect: inbox.MySQL, Table: advisoryTable})
 	myIdent(m2, "", "jobs")
 	m2.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(myAdvPage(3))
-	myLocked(m2, "3", 1)
-	m2.ExpectQuery(myAdvSelect).WithArgs(int64(3), int64(1)).WillReturnRows(rows(cols, row(int64(3), int64(1), nil)))
-	m2.ExpectExec(myAdvMark).WithArgs(int64(3), int64(1)).WillReturnResult(affected(1))
+	myAdvClaimed(m2, 3)
 	claim(t, q2, 1, 3)
 	for i := 0; i < 2; i++ {
 		m.ExpectQuery(myAdvCandidates).WithArgs(12).WillReturnRows(myAdvPage(3))
