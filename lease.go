@@ -102,7 +102,7 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 // claimLeaseSelectMark is the lease claim of engines without UPDATE …
 // RETURNING (MySQL): the rows are locked by Claim.Select, then marked.
 func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.Time) ([]*Delivery, error) {
-	q.warm(ctx, q.st.Claim.Select, q.st.Claim.SelectMore, q.st.Claim.Pick, q.st.Claim.PickAfter, q.st.Claim.PickMore, q.st.Claim.PickMoreAfter, q.st.Claim.PickLock, q.st.Claim.Mark)
+	q.warm(ctx, q.st.Claim.Select, q.st.Claim.SelectMore, q.st.Claim.SelectMoreOne, q.st.Claim.Pick, q.st.Claim.PickAfter, q.st.Claim.PickMore, q.st.Claim.PickMoreAfter, q.st.Claim.PickLock, q.st.Claim.Mark)
 	clocked := q.st.Claim.Select.Clock || q.st.Claim.PickLock.Clock
 	if !clocked {
 		q.warm(ctx, q.st.Now)
@@ -213,7 +213,7 @@ func (q *Queue) claimMarked(ctx context.Context, tx Executor, chunk []*Delivery,
 }
 
 // selectClaimed locks the rows of a lease claim by Claim.Select and, for the
-// places left, Claim.SelectMore. With a priority both read the whole claim
+// places left, Claim.SelectMore (SelectMoreOne for a claim of one). With a priority both read the whole claim
 // and the best are kept, by priority then id: the rows locked beyond it are
 // let go when the claim's transaction commits.
 func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values) ([]*Delivery, error) {
@@ -232,7 +232,11 @@ func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values) ([]*D
 		return ds, err
 	}
 	ds := make([]*Delivery, 0, max)
-	for _, s := range []dialect.Stmt{q.st.Claim.Select, q.st.Claim.SelectMore} {
+	more := q.st.Claim.SelectMore
+	if max == 1 && q.st.Claim.SelectMoreOne.SQL != "" {
+		more = q.st.Claim.SelectMoreOne
+	}
+	for _, s := range []dialect.Stmt{q.st.Claim.Select, more} {
 		if s.SQL == "" || (len(ds) == max && q.names.Priority == "") {
 			continue
 		}

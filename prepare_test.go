@@ -99,13 +99,14 @@ func TestPrepareMySQLLeaseClaim(t *testing.T) {
 		m.ExpectCommit()
 	}
 	m.ExpectPrepare(myLeaseDue)
+	m.ExpectPrepare(myLeaseFreeMany)
 	m.ExpectPrepare(myLeaseFree)
 	m.ExpectPrepare(myLeaseMark)
 	claimOnce()
 	n := m.Sent()
 	d := claim(t, q, 1, 7)[0]
 	run := []string{"begin", "stmt query " + myLeaseDue, "stmt query " + myLeaseFree, "stmt exec " + myLeaseMark, "commit"}
-	wantLog(t, m, n, append([]string{"prepare " + myLeaseDue, "prepare " + myLeaseFree, "prepare " + myLeaseMark}, run...)...)
+	wantLog(t, m, n, append([]string{"prepare " + myLeaseDue, "prepare " + myLeaseFreeMany, "prepare " + myLeaseFree, "prepare " + myLeaseMark}, run...)...)
 
 	m.ExpectPrepare(myLeaseRelease)
 	m.ExpectExec(myLeaseRelease).WithArgs(int64(7), int64(2), exp).WillReturnResult(affected(1))

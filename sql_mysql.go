@@ -220,7 +220,19 @@ func myLeaseClaim(t *dialect.Template, n *dialect.Names, st *Statements) {
 		st.Claim.PickLock.Clock = n.DBClock
 	} else {
 		st.Claim.Select = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} <= " + now + " ORDER BY {lease} DESC, {id} DESC LIMIT $limit FOR UPDATE SKIP LOCKED")
-		st.Claim.SelectMore = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+		// A claim of several locks its free rows through the primary key,
+		// from the lowest free id on (read without a lock by the subquery,
+		// once, through the claim index). A locking read through a
+		// secondary index locks each entry and then its row, and InnoDB
+		// checks who holds an entry by visiting its row: claims of 16 side
+		// by side, each stepping over the others' entries, ran at 0.4-0.6
+		// of the minimal queue on MariaDB, and at 0.6-0.85 through the
+		// primary key. A claim of one steps over few, and the subquery
+		// and the primary key's unpurged rows cost it more than they save
+		// (16 claims of one side by side: 0.8 of the index read).
+		st.Claim.SelectMore = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} FORCE INDEX (PRIMARY) WHERE {id} >= (SELECT MIN({id}) FROM {table} WHERE {lease} IS NULL) AND {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+		st.Claim.SelectMoreOne = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+		st.Claim.SelectMoreOne.Clock = n.DBClock
 		st.Claim.Select.Clock, st.Claim.SelectMore.Clock = n.DBClock, n.DBClock
 	}
 }

@@ -30,15 +30,18 @@ const (
 	myLeaseDue  = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` <= ? ORDER BY `locked_until` DESC, `id` DESC LIMIT ? FOR UPDATE SKIP LOCKED"
 	myLeaseFree = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
 	// Under the engine's clock each read returns the clock too.
-	myLeaseDueClock   = "SELECT `id`, `attempt`, `payload`, UTC_TIMESTAMP(6) FROM `jobs` WHERE `locked_until` <= UTC_TIMESTAMP(6) ORDER BY `locked_until` DESC, `id` DESC LIMIT ? FOR UPDATE SKIP LOCKED"
-	myLeaseFreeClock  = "SELECT `id`, `attempt`, `payload`, UTC_TIMESTAMP(6) FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
-	myLeaseMark       = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE (`id`, `attempt`) IN ((?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?)) AND (`locked_until` <= ? OR `locked_until` IS NULL)"
-	myLeaseMarked     = "SELECT `id` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND `locked_until` = ?"
-	myLeaseExtend     = "UPDATE `jobs` SET `locked_until` = ? WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?" // also Retry
-	myLeaseExists     = "SELECT COUNT(*) FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
-	myLeaseAck        = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?" // also the dead move's delete
-	myLeaseRelease    = "UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
-	myLeaseDeadInsert = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
+	myLeaseDueClock  = "SELECT `id`, `attempt`, `payload`, UTC_TIMESTAMP(6) FROM `jobs` WHERE `locked_until` <= UTC_TIMESTAMP(6) ORDER BY `locked_until` DESC, `id` DESC LIMIT ? FOR UPDATE SKIP LOCKED"
+	myLeaseFreeClock = "SELECT `id`, `attempt`, `payload`, UTC_TIMESTAMP(6) FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	// A claim of several locks its free rows through the primary key.
+	myLeaseFreeMany      = "SELECT `id`, `attempt`, `payload` FROM `jobs` FORCE INDEX (PRIMARY) WHERE `id` >= (SELECT MIN(`id`) FROM `jobs` WHERE `locked_until` IS NULL) AND `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	myLeaseFreeManyClock = "SELECT `id`, `attempt`, `payload`, UTC_TIMESTAMP(6) FROM `jobs` FORCE INDEX (PRIMARY) WHERE `id` >= (SELECT MIN(`id`) FROM `jobs` WHERE `locked_until` IS NULL) AND `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	myLeaseMark          = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE (`id`, `attempt`) IN ((?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?)) AND (`locked_until` <= ? OR `locked_until` IS NULL)"
+	myLeaseMarked        = "SELECT `id` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND `locked_until` = ?"
+	myLeaseExtend        = "UPDATE `jobs` SET `locked_until` = ? WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?" // also Retry
+	myLeaseExists        = "SELECT COUNT(*) FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
+	myLeaseAck           = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?" // also the dead move's delete
+	myLeaseRelease       = "UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
+	myLeaseDeadInsert    = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
 )
 
 // Row-lock form, and its claims counter: a side table, counted from a
@@ -123,7 +126,7 @@ func TestMySQLLease(t *testing.T) {
 	const now, later = "2024-03-01 12:00:00.123456", "2024-03-01 12:00:00.200000"
 	m.ExpectQuery(myLeaseDueClock).WithArgs(4).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)",
 		row(int64(8), int64(3), []byte("p8"), []byte(now))))
-	m.ExpectQuery(myLeaseFreeClock).WithArgs(3).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)",
+	m.ExpectQuery(myLeaseFreeManyClock).WithArgs(3).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)",
 		row(int64(7), int64(1), []byte("p7"), []byte(later)), row(int64(9), int64(1), []byte("p9"), []byte(later)),
 		row(int64(10), int64(2), []byte("p10"), []byte(later))))
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 8, 3, 7, 1, 9, 1, 10, 2)...).WillReturnResult(affected(4))
@@ -167,7 +170,7 @@ func TestMySQLLeaseInjectedClock(t *testing.T) {
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
 	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 2).WillReturnRows(rows("id,attempt,payload"))
-	m.ExpectQuery(myLeaseFree).WithArgs(2).WillReturnRows(rows("id,attempt,payload",
+	m.ExpectQuery(myLeaseFreeMany).WithArgs(2).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), []byte("p7")), row(int64(8), int64(1), []byte("p8"))))
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1, 8, 1)...).WillReturnResult(affected(2))
 	m.ExpectCommit()
@@ -198,7 +201,7 @@ func TestMySQLLeaseClaimMarkChunks(t *testing.T) {
 	}
 	m.ExpectBegin()
 	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 20).WillReturnRows(rows("id,attempt,payload"))
-	m.ExpectQuery(myLeaseFree).WithArgs(20).WillReturnRows(r)
+	m.ExpectQuery(myLeaseFreeMany).WithArgs(20).WillReturnRows(r)
 	first := []int64{}
 	for id := int64(1); id <= 16; id++ {
 		first = append(first, id, 1)
@@ -233,7 +236,7 @@ func TestMySQLLeaseMarkShortfall(t *testing.T) {
 	}
 	m.ExpectBegin()
 	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 3).WillReturnRows(rows("id,attempt,payload"))
-	m.ExpectQuery(myLeaseFree).WithArgs(3).WillReturnRows(rows("id,attempt,payload",
+	m.ExpectQuery(myLeaseFreeMany).WithArgs(3).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), nil), row(int64(8), int64(4), nil), row(int64(9), int64(1), nil)))
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1, 8, 4, 9, 1)...).WillReturnResult(affected(2))
 	m.ExpectQuery(myLeaseMarked).WithArgs(markedArgs(7, 8, 9)...).WillReturnRows(rows("id", row(int64(9)), row(int64(8))))
@@ -262,7 +265,7 @@ func TestLeaseMarkShortfallWithoutClaimMarked(t *testing.T) {
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
 	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 2).WillReturnRows(rows("id,attempt,payload"))
-	m.ExpectQuery(myLeaseFree).WithArgs(2).WillReturnRows(rows("id,attempt,payload",
+	m.ExpectQuery(myLeaseFreeMany).WithArgs(2).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), nil), row(int64(8), int64(1), nil)))
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1, 8, 1)...).WillReturnResult(affected(1))
 	m.ExpectRollback()
@@ -287,7 +290,7 @@ func TestMySQLSameExpiryIsNotLost(t *testing.T) {
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
 	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 3).WillReturnRows(rows("id,attempt,payload"))
-	m.ExpectQuery(myLeaseFree).WithArgs(3).WillReturnRows(rows("id,attempt,payload",
+	m.ExpectQuery(myLeaseFreeMany).WithArgs(3).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), nil), row(int64(8), int64(1), nil), row(int64(9), int64(1), nil)))
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1, 8, 1, 9, 1)...).WillReturnResult(affected(3))
 	m.ExpectCommit()
@@ -331,7 +334,7 @@ func TestMySQLLeaseTx(t *testing.T) {
 	// driver returns it with parseTime.
 	m.ExpectQuery(myLeaseDueClock).WithArgs(4).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)"))
 	now := time.Date(2024, 3, 1, 12, 0, 0, 123456000, time.FixedZone("driver", 3600))
-	m.ExpectQuery(myLeaseFreeClock).WithArgs(4).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)",
+	m.ExpectQuery(myLeaseFreeManyClock).WithArgs(4).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)",
 		row(int64(1), int64(1), nil, now), row(int64(2), int64(1), nil, now), row(int64(3), int64(1), nil, now), row(int64(4), int64(1), nil, now)))
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 1, 1, 2, 1, 3, 1, 4, 1)...).WillReturnResult(affected(4))
 	m.ExpectCommit()

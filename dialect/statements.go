@@ -70,6 +70,10 @@ type ClaimStatements struct {
 	// SelectMore (lease, optional) reads more rows, as Select does, for
 	// the places Select left: ArgLimit is the number left.
 	SelectMore Stmt
+	// SelectMoreOne (lease, optional) is SelectMore for a claim of one
+	// job, with the same arguments and rows, where the engine finds one
+	// row faster by another path than it finds several.
+	SelectMoreOne Stmt
 
 	// Pick, PickAfter and PickLock claim in two steps, for an engine whose
 	// locking read keeps the lock of every row it read before a sort,

@@ -75,6 +75,8 @@ var stmtDocs = map[string]stmtDoc{
 		"`Queue.Claim`, when a lease `Claim.Mark` changed fewer rows than it named: the claim delivers those alone."},
 	"Claim.SelectMore": {"Reads more claimable jobs, as `Claim.Select` does, for the places it left.",
 		"`Queue.Claim` of a lease, when the first read returned fewer jobs than max."},
+	"Claim.SelectMoreOne": {"Reads one more claimable job, as `Claim.SelectMore` does, by the path that finds one job fastest.",
+		"`Queue.Claim(ctx, 1)` of a lease, when the first read returned none."},
 	"Claim.Pick": {"Reads up to a page of claimable jobs' ids (and priorities) in claim order, without locking them: InnoDB keeps the lock of every row a locking read passed, so the claim locks only the rows it takes, by id (`Claim.PickLock`).",
 		"`Queue.Claim`, first page of candidates."},
 	"Claim.PickAfter": {"Reads the next page of candidates, past the last one read, in claim order.",

@@ -425,7 +425,7 @@ func (s *standIn) answerClaim(c *call) bool {
 	switch {
 	case c.is("Claim.Take", "Claim.TakeOne", "Claim.Select", "Claim.PickLock"):
 		s.claimRows(c)
-	case c.is("Claim.SelectMore"):
+	case c.is("Claim.SelectMore", "Claim.SelectMoreOne"):
 		// The claim's jobs all came with the first read.
 		s.claimRows(c)
 		c.rows = nil
