@@ -463,11 +463,22 @@ func TestExplainLeaseClaim(t *testing.T) {
 					[]string{"Index Scan on " + table + " using " + table + "_free", "Index Scan on " + table + " using " + table + "_pkey"},
 					[]string{"Seq Scan"})
 			case e.IsMySQL():
-				// The rows whose lease ran out (now, limit), then free
-				// rows (limit): each one ordered read of the lease index.
+				// A claim of one: the rows whose lease ran out (now,
+				// limit), then free rows (limit): each one ordered read of
+				// the lease index.
 				plan = explainPlan(t, e, db, true, st.Claim.Select.SQL, now.UTC().Format("2006-01-02 15:04:05.000000"), 1)
-				more := explainPlan(t, e, db, true, st.Claim.SelectMore.SQL, 1)
+				more := explainPlan(t, e, db, true, st.Claim.SelectMoreOne.SQL, 1)
 				plan = append(plan, more...)
+				// A claim of several reads its free rows through the
+				// primary key from the lowest free id, which the lease
+				// index gives: past the leased head, not through it.
+				many := explainPlan(t, e, db, true, st.Claim.SelectMore.SQL, 16)
+				explainMust(t, "claim of 16", many, []string{" on " + table + " using PRIMARY"}, []string{"ALL on", "index on"})
+				for _, r := range reads(many, table) {
+					if r.Rows+r.Removed > 32 {
+						t.Errorf("claim of 16: %v reads %.0f rows, the leased head walked:\n%s", r, r.Rows+r.Removed, planText(many))
+					}
+				}
 				explainMust(t, "claim", plan, nil, []string{"ALL on " + table})
 				rs := reads(plan, table)
 				if len(rs) != 2 {
