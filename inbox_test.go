@@ -305,8 +305,7 @@ func TestLeaseLostOtherPaths(t *testing.T) {
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: fakeclock.New(t0).Now})
 		const exp = "2024-03-01 12:01:00.123456"
 		m.ExpectBegin()
-		m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 1).WillReturnRows(rows("id,attempt,payload"))
-		m.ExpectQuery(myLeaseFree).WithArgs(1).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
+		m.ExpectQuery(myLeaseFirst).WithArgs("2024-03-01 12:00:00.123456", 1).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
 		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1)...).WillReturnResult(affected(1))
 		m.ExpectCommit()
 		d := claim(t, q, 1, 7)[0]

@@ -102,7 +102,7 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 // claimLeaseSelectMark is the lease claim of engines without UPDATE …
 // RETURNING (MySQL): the rows are locked by Claim.Select, then marked.
 func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.Time) ([]*Delivery, error) {
-	q.warm(ctx, q.st.Claim.Select, q.st.Claim.SelectMore, q.st.Claim.SelectMoreOne, q.st.Claim.Pick, q.st.Claim.PickAfter, q.st.Claim.PickMore, q.st.Claim.PickMoreAfter, q.st.Claim.PickLock, q.st.Claim.Mark)
+	q.warm(ctx, q.st.Claim.Select, q.st.Claim.SelectMore, q.st.Claim.SelectMoreOne, q.st.Claim.SelectFree, q.st.Claim.SelectFreeOne, q.st.Claim.Pick, q.st.Claim.PickAfter, q.st.Claim.PickMore, q.st.Claim.PickMoreAfter, q.st.Claim.PickLock, q.st.Claim.Mark)
 	clocked := q.st.Claim.Select.Clock || q.st.Claim.PickLock.Clock
 	if !clocked {
 		q.warm(ctx, q.st.Now)
@@ -232,9 +232,21 @@ func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values) ([]*D
 		return ds, err
 	}
 	ds := make([]*Delivery, 0, max)
-	more := q.st.Claim.SelectMore
+	more, free := q.st.Claim.SelectMore, q.st.Claim.SelectFree
 	if max == 1 && q.st.Claim.SelectMoreOne.SQL != "" {
-		more = q.st.Claim.SelectMoreOne
+		more, free = q.st.Claim.SelectMoreOne, q.st.Claim.SelectFreeOne
+	}
+	if free.SQL != "" {
+		// Free rows, unless some lease has run out: then none, and the
+		// claim reads the due rows first as below. Rows here are all
+		// the free ones there were, or max of them.
+		var err error
+		if ds, err = q.readClaimed(ctx, tx, free, v, ds); err != nil {
+			return nil, err
+		}
+		if len(ds) > 0 {
+			return ds, nil
+		}
 	}
 	for _, s := range []dialect.Stmt{q.st.Claim.Select, more} {
 		if s.SQL == "" || (len(ds) == max && q.names.Priority == "") {
@@ -244,25 +256,36 @@ func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values) ([]*D
 		if q.names.Priority != "" {
 			v.limit = max
 		}
-		rows, err := q.query(ctx, tx, s, v)
-		if err != nil {
+		var err error
+		if ds, err = q.readClaimed(ctx, tx, s, v, ds); err != nil {
 			return nil, err
-		}
-		var reading time.Time
-		var clock *time.Time
-		if s.Clock {
-			clock = &reading
-		}
-		if ds, err = q.scanClaimed(rows, false, ds, 0, clock); err != nil {
-			return nil, err
-		}
-		if v.now.IsZero() {
-			v.now = reading // the first that came with rows
 		}
 	}
 	if q.names.Priority != "" {
 		sortClaimOrder(ds)
 		ds = ds[:min(len(ds), max)]
+	}
+	return ds, nil
+}
+
+// readClaimed appends to ds the rows s locks, reading the engine's clock
+// from them where s returns it (into v.now, from the first that came with
+// rows).
+func (q *Queue) readClaimed(ctx context.Context, tx Executor, s dialect.Stmt, v *values, ds []*Delivery) ([]*Delivery, error) {
+	rows, err := q.query(ctx, tx, s, v)
+	if err != nil {
+		return ds, err
+	}
+	var reading time.Time
+	var clock *time.Time
+	if s.Clock {
+		clock = &reading
+	}
+	if ds, err = q.scanClaimed(rows, false, ds, 0, clock); err != nil {
+		return ds, err
+	}
+	if v.now.IsZero() {
+		v.now = reading
 	}
 	return ds, nil
 }

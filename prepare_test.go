@@ -93,20 +93,22 @@ func TestPrepareMySQLLeaseClaim(t *testing.T) {
 	const exp = "2024-03-01 12:01:00.123456"
 	claimOnce := func() {
 		m.ExpectBegin()
-		m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 1).WillReturnRows(rows("id,attempt,payload"))
-		m.ExpectQuery(myLeaseFree).WithArgs(1).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), []byte("p7"))))
+		m.ExpectQuery(myLeaseFirst).WithArgs("2024-03-01 12:00:00.123456", 1).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), []byte("p7"))))
 		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1)...).WillReturnResult(affected(1))
 		m.ExpectCommit()
 	}
 	m.ExpectPrepare(myLeaseDue)
 	m.ExpectPrepare(myLeaseFreeMany)
 	m.ExpectPrepare(myLeaseFree)
+	m.ExpectPrepare(myLeaseFirstMany)
+	m.ExpectPrepare(myLeaseFirst)
 	m.ExpectPrepare(myLeaseMark)
 	claimOnce()
 	n := m.Sent()
 	d := claim(t, q, 1, 7)[0]
-	run := []string{"begin", "stmt query " + myLeaseDue, "stmt query " + myLeaseFree, "stmt exec " + myLeaseMark, "commit"}
-	wantLog(t, m, n, append([]string{"prepare " + myLeaseDue, "prepare " + myLeaseFreeMany, "prepare " + myLeaseFree, "prepare " + myLeaseMark}, run...)...)
+	run := []string{"begin", "stmt query " + myLeaseFirst, "stmt exec " + myLeaseMark, "commit"}
+	wantLog(t, m, n, append([]string{"prepare " + myLeaseDue, "prepare " + myLeaseFreeMany, "prepare " + myLeaseFree,
+		"prepare " + myLeaseFirstMany, "prepare " + myLeaseFirst, "prepare " + myLeaseMark}, run...)...)
 
 	m.ExpectPrepare(myLeaseRelease)
 	m.ExpectExec(myLeaseRelease).WithArgs(int64(7), int64(2), exp).WillReturnResult(affected(1))

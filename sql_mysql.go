@@ -233,6 +233,13 @@ func myLeaseClaim(t *dialect.Template, n *dialect.Names, st *Statements) {
 		st.Claim.SelectMore = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} FORCE INDEX (PRIMARY) WHERE {id} >= (SELECT MIN({id}) FROM {table} WHERE {lease} IS NULL) AND {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
 		st.Claim.SelectMoreOne = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
 		st.Claim.SelectMoreOne.Clock = n.DBClock
+		// First, the free rows alone while no lease has run out (read
+		// without a lock, once, by the subquery): the due rows' locking
+		// read, of a range nearly always empty, is then not sent.
+		noneDue := " AND (SELECT MAX({lease}) FROM {table} WHERE {lease} <= " + now + ") IS NULL"
+		st.Claim.SelectFree = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} FORCE INDEX (PRIMARY) WHERE {id} >= (SELECT MIN({id}) FROM {table} WHERE {lease} IS NULL) AND {lease} IS NULL" + noneDue + " ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+		st.Claim.SelectFreeOne = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL" + noneDue + " ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+		st.Claim.SelectFree.Clock, st.Claim.SelectFreeOne.Clock = n.DBClock, n.DBClock
 		st.Claim.Select.Clock, st.Claim.SelectMore.Clock = n.DBClock, n.DBClock
 	}
 }

@@ -35,13 +35,17 @@ const (
 	// A claim of several locks its free rows through the primary key.
 	myLeaseFreeMany      = "SELECT `id`, `attempt`, `payload` FROM `jobs` FORCE INDEX (PRIMARY) WHERE `id` >= (SELECT MIN(`id`) FROM `jobs` WHERE `locked_until` IS NULL) AND `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
 	myLeaseFreeManyClock = "SELECT `id`, `attempt`, `payload`, UTC_TIMESTAMP(6) FROM `jobs` FORCE INDEX (PRIMARY) WHERE `id` >= (SELECT MIN(`id`) FROM `jobs` WHERE `locked_until` IS NULL) AND `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
-	myLeaseMark          = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE (`id`, `attempt`) IN ((?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?)) AND (`locked_until` <= ? OR `locked_until` IS NULL)"
-	myLeaseMarked        = "SELECT `id` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND `locked_until` = ?"
-	myLeaseExtend        = "UPDATE `jobs` SET `locked_until` = ? WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?" // also Retry
-	myLeaseExists        = "SELECT COUNT(*) FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
-	myLeaseAck           = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?" // also the dead move's delete
-	myLeaseRelease       = "UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
-	myLeaseDeadInsert    = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
+	// The first read: free rows alone, none while any lease has run out.
+	myLeaseFirst          = "SELECT `id`, `attempt`, `payload` FROM `jobs` WHERE `locked_until` IS NULL AND (SELECT MAX(`locked_until`) FROM `jobs` WHERE `locked_until` <= ?) IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	myLeaseFirstMany      = "SELECT `id`, `attempt`, `payload` FROM `jobs` FORCE INDEX (PRIMARY) WHERE `id` >= (SELECT MIN(`id`) FROM `jobs` WHERE `locked_until` IS NULL) AND `locked_until` IS NULL AND (SELECT MAX(`locked_until`) FROM `jobs` WHERE `locked_until` <= ?) IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	myLeaseFirstManyClock = "SELECT `id`, `attempt`, `payload`, UTC_TIMESTAMP(6) FROM `jobs` FORCE INDEX (PRIMARY) WHERE `id` >= (SELECT MIN(`id`) FROM `jobs` WHERE `locked_until` IS NULL) AND `locked_until` IS NULL AND (SELECT MAX(`locked_until`) FROM `jobs` WHERE `locked_until` <= UTC_TIMESTAMP(6)) IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+	myLeaseMark           = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE (`id`, `attempt`) IN ((?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?)) AND (`locked_until` <= ? OR `locked_until` IS NULL)"
+	myLeaseMarked         = "SELECT `id` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND `locked_until` = ?"
+	myLeaseExtend         = "UPDATE `jobs` SET `locked_until` = ? WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?" // also Retry
+	myLeaseExists         = "SELECT COUNT(*) FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
+	myLeaseAck            = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?" // also the dead move's delete
+	myLeaseRelease        = "UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
+	myLeaseDeadInsert     = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
 )
 
 // Row-lock form, and its claims counter: a side table, counted from a
@@ -124,6 +128,8 @@ func TestMySQLLease(t *testing.T) {
 	// Each read returns the engine's clock: the first that came with rows
 	// is the claim's now.
 	const now, later = "2024-03-01 12:00:00.123456", "2024-03-01 12:00:00.200000"
+	// The first read, of free rows alone, finds none: a lease ran out.
+	m.ExpectQuery(myLeaseFirstManyClock).WithArgs(4).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)"))
 	m.ExpectQuery(myLeaseDueClock).WithArgs(4).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)",
 		row(int64(8), int64(3), []byte("p8"), []byte(now))))
 	m.ExpectQuery(myLeaseFreeManyClock).WithArgs(3).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)",
@@ -169,8 +175,7 @@ func TestMySQLLeaseInjectedClock(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
-	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 2).WillReturnRows(rows("id,attempt,payload"))
-	m.ExpectQuery(myLeaseFreeMany).WithArgs(2).WillReturnRows(rows("id,attempt,payload",
+	m.ExpectQuery(myLeaseFirstMany).WithArgs("2024-03-01 12:00:00.123456", 2).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), []byte("p7")), row(int64(8), int64(1), []byte("p8"))))
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1, 8, 1)...).WillReturnResult(affected(2))
 	m.ExpectCommit()
@@ -200,8 +205,7 @@ func TestMySQLLeaseClaimMarkChunks(t *testing.T) {
 		want = append(want, id)
 	}
 	m.ExpectBegin()
-	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 20).WillReturnRows(rows("id,attempt,payload"))
-	m.ExpectQuery(myLeaseFreeMany).WithArgs(20).WillReturnRows(r)
+	m.ExpectQuery(myLeaseFirstMany).WithArgs("2024-03-01 12:00:00.123456", 20).WillReturnRows(r)
 	first := []int64{}
 	for id := int64(1); id <= 16; id++ {
 		first = append(first, id, 1)
@@ -235,8 +239,7 @@ func TestMySQLLeaseMarkShortfall(t *testing.T) {
 		return append(out, exp)
 	}
 	m.ExpectBegin()
-	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 3).WillReturnRows(rows("id,attempt,payload"))
-	m.ExpectQuery(myLeaseFreeMany).WithArgs(3).WillReturnRows(rows("id,attempt,payload",
+	m.ExpectQuery(myLeaseFirstMany).WithArgs("2024-03-01 12:00:00.123456", 3).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), nil), row(int64(8), int64(4), nil), row(int64(9), int64(1), nil)))
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1, 8, 4, 9, 1)...).WillReturnResult(affected(2))
 	m.ExpectQuery(myLeaseMarked).WithArgs(markedArgs(7, 8, 9)...).WillReturnRows(rows("id", row(int64(9)), row(int64(8))))
@@ -247,6 +250,7 @@ func TestMySQLLeaseMarkShortfall(t *testing.T) {
 	}
 
 	m.ExpectBegin()
+	m.ExpectQuery(myLeaseFirst).WithArgs("2024-03-01 12:00:00.123456", 1).WillReturnRows(rows("id,attempt,payload"))
 	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 1).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(2), nil)))
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 2)...).WillReturnResult(affected(0))
@@ -264,8 +268,7 @@ func TestLeaseMarkShortfallWithoutClaimMarked(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: noClaimMarked, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
-	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 2).WillReturnRows(rows("id,attempt,payload"))
-	m.ExpectQuery(myLeaseFreeMany).WithArgs(2).WillReturnRows(rows("id,attempt,payload",
+	m.ExpectQuery(myLeaseFirstMany).WithArgs("2024-03-01 12:00:00.123456", 2).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), nil), row(int64(8), int64(1), nil)))
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1, 8, 1)...).WillReturnResult(affected(1))
 	m.ExpectRollback()
@@ -289,8 +292,7 @@ func TestMySQLSameExpiryIsNotLost(t *testing.T) {
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute, Now: clk.Now})
 	const exp = "2024-03-01 12:01:00.123456"
 	m.ExpectBegin()
-	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 3).WillReturnRows(rows("id,attempt,payload"))
-	m.ExpectQuery(myLeaseFreeMany).WithArgs(3).WillReturnRows(rows("id,attempt,payload",
+	m.ExpectQuery(myLeaseFirstMany).WithArgs("2024-03-01 12:00:00.123456", 3).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(1), nil), row(int64(8), int64(1), nil), row(int64(9), int64(1), nil)))
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1, 8, 1, 9, 1)...).WillReturnResult(affected(3))
 	m.ExpectCommit()
@@ -332,9 +334,8 @@ func TestMySQLLeaseTx(t *testing.T) {
 	m.ExpectBegin()
 	// No row's lease ran out: the free rows bring the clock, parsed as the
 	// driver returns it with parseTime.
-	m.ExpectQuery(myLeaseDueClock).WithArgs(4).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)"))
 	now := time.Date(2024, 3, 1, 12, 0, 0, 123456000, time.FixedZone("driver", 3600))
-	m.ExpectQuery(myLeaseFreeManyClock).WithArgs(4).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)",
+	m.ExpectQuery(myLeaseFirstManyClock).WithArgs(4).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)",
 		row(int64(1), int64(1), nil, now), row(int64(2), int64(1), nil, now), row(int64(3), int64(1), nil, now), row(int64(4), int64(1), nil, now)))
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 1, 1, 2, 1, 3, 1, 4, 1)...).WillReturnResult(affected(4))
 	m.ExpectCommit()

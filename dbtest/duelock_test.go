@@ -3,6 +3,7 @@ package dbtest
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -99,4 +100,53 @@ func TestLeaseDueReadLocksNoLease(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLeaseFreeFirstDueBefore: MySQL and MariaDB, lease form: a claim reads
+// the free rows alone first, and only while no lease has run out; then the
+// due rows still come first, for a claim of one (its index read) and of
+// several (its primary key walk), and a delayed row is never taken.
+func TestLeaseFreeFirstDueBefore(t *testing.T) {
+	eachEngine(t, func(e Engine) bool { return e.IsMySQL() }, func(t *testing.T, e Engine) {
+		ctx := context.Background()
+		db := e.Open(t, 4)
+		table := newTable(t, e, db, "freefirst")
+		for _, s := range explainIndexes(e, table) {
+			mustExec(t, e, db, s)
+		}
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		q := newQueue(t, db, lockConfig(e, table, "lease", false, now))
+		var ids []int64
+		for i := 0; i < 6; i++ {
+			id, err := q.Enqueue(ctx, db, inbox.Job{Data: []any{[]byte("p")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id.(int64))
+		}
+		setLease := func(i int, at time.Time) {
+			mustExec(t, e, db, "UPDATE "+table+" SET locked_until = ? WHERE id = ?", opsTime(e, at), ids[i])
+		}
+		setLease(4, now.Add(-time.Hour))   // due
+		setLease(5, now.Add(24*time.Hour)) // delayed
+		take := func(n int, want ...int64) {
+			t.Helper()
+			ds, err := q.Claim(ctx, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int64
+			for _, d := range ds {
+				got = append(got, d.ID().(int64))
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("Claim(%d) = %v, want %v", n, got, want)
+			}
+		}
+		take(1, ids[4])                 // the due row before the free ones
+		take(3, ids[0], ids[1], ids[2]) // nothing due: free rows alone
+		setLease(1, now.Add(-time.Minute))
+		take(3, ids[1], ids[3]) // due first, then the free one left
+		take(3)                 // only the delayed row is left
+	})
 }

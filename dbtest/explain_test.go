@@ -493,6 +493,22 @@ func TestExplainLeaseClaim(t *testing.T) {
 				// the rows the claim names (by primary key, or for the
 				// read-back the (lease, id) index at one expiry), never a scan.
 				my := func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000000") }
+				// The first reads, of free rows while none is due: the
+				// same paths, the subquery asking for a due row one probe
+				// of the lease index.
+				for _, c := range []struct {
+					what  string
+					s     dialect.Stmt
+					limit int
+				}{{"first read of one", st.Claim.SelectFreeOne, 1}, {"first read of 16", st.Claim.SelectFree, 16}} {
+					p := explainPlan(t, e, db, true, c.s.SQL, my(now), c.limit)
+					explainMust(t, c.what, p, nil, []string{"ALL on", "index on"})
+					for _, r := range reads(p, table) {
+						if r.Rows+r.Removed > 32 {
+							t.Errorf("%s: %v reads %.0f rows, the leased head walked:\n%s", c.what, r, r.Rows+r.Removed, planText(p))
+						}
+					}
+				}
 				markArgs := []any{my(now.Add(time.Minute))}
 				var markedArgs []any
 				for k := 0; k < 16; k++ {

@@ -74,6 +74,12 @@ type ClaimStatements struct {
 	// job, with the same arguments and rows, where the engine finds one
 	// row faster by another path than it finds several.
 	SelectMoreOne Stmt
+	// SelectFree and SelectFreeOne (lease, optional) read free rows, as
+	// SelectMore and SelectMoreOne do, with ArgLimit the claim's max, and
+	// none while any row's lease has run out (the claim order puts those
+	// first). A claim sends the one for its size first; when it returns
+	// rows they are the claim, and Select and SelectMore are not sent.
+	SelectFree, SelectFreeOne Stmt
 
 	// Pick, PickAfter and PickLock claim in two steps, for an engine whose
 	// locking read keeps the lock of every row it read before a sort,

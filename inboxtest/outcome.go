@@ -199,7 +199,7 @@ func (s *sent) opOf() string {
 			}
 		}
 	case s.dialect == "identity" || s.dialect == "lock" ||
-		s.is("Claim.Take", "Claim.TakeOne", "Claim.Select", "Claim.SelectMore", "Claim.SelectMoreOne", "Claim.Mark", "Claim.Pick", "Claim.PickMore", "Claim.PickLock",
+		s.is("Claim.Take", "Claim.TakeOne", "Claim.Select", "Claim.SelectMore", "Claim.SelectMoreOne", "Claim.SelectFree", "Claim.SelectFreeOne", "Claim.Mark", "Claim.Pick", "Claim.PickMore", "Claim.PickLock",
 			"Advisory.Candidates", "Advisory.LockFirst"):
 		return "Claim"
 	case s.k != nil:
@@ -244,7 +244,7 @@ func (r *tap) what(s *sent) (string, any) {
 			op += "(" + errorWords(t) + ")"
 		}
 	case "Claim":
-		if v := s.arg(dialect.ArgLimit); v != nil && s.is("Claim.Take", "Claim.TakeOne", "Claim.Select") {
+		if v := s.arg(dialect.ArgLimit); v != nil && s.is("Claim.Take", "Claim.TakeOne", "Claim.Select", "Claim.SelectFree", "Claim.SelectFreeOne") {
 			op = fmt.Sprintf("Claim(ctx, %v)", v)
 		}
 	}

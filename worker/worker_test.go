@@ -741,6 +741,7 @@ func TestWorkProbes(t *testing.T) {
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: leaseTable, Lease: time.Minute})
 	m.ExpectBegin()
+	m.ExpectQuery(myLeaseFirstClock).WithArgs(1).WillReturnRows(rows(cols))
 	m.ExpectQuery(myLeaseDueClock).WithArgs(1).WillReturnRows(rows(cols))
 	m.ExpectQuery(myLeaseFreeClock).WithArgs(1).WillReturnRows(rows(cols))
 	m.ExpectCommit()
@@ -753,8 +754,7 @@ func TestWorkProbes(t *testing.T) {
 	m.ExpectQuery(sqliteProbe).WithoutArgs().WillReturnError(errors.New("server gone"))
 	m.ExpectQuery(probe).WithoutArgs().WillReturnRows(rows("1", row(int64(1))))
 	m.ExpectBegin()
-	m.ExpectQuery(myLeaseDueClock).WithArgs(1).WillReturnRows(rows(cols))
-	m.ExpectQuery(myLeaseFreeClock).WithArgs(1).WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"), []byte("2024-03-01 12:00:00.123456"))))
+	m.ExpectQuery(myLeaseFirstClock).WithArgs(1).WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"), []byte("2024-03-01 12:00:00.123456"))))
 	m.ExpectExec(myLeaseMark).WithArgs(markArgs("2024-03-01 12:01:00.123456", 7, 1)...).WillReturnResult(affected(1))
 	m.ExpectCommit()
 	m.ExpectExec(myLeaseAck).WithArgs(int64(7), int64(2), "2024-03-01 12:01:00.123456").WillReturnResult(affected(1))
@@ -776,9 +776,9 @@ func TestWorkProbes(t *testing.T) {
 	})
 	workDone(t, done)
 	m.Since(t, 0,
-		"begin", "query "+myLeaseDueClock, "query "+myLeaseFreeClock, "commit",
+		"begin", "query "+myLeaseFirstClock, "query "+myLeaseDueClock, "query "+myLeaseFreeClock, "commit",
 		"query "+probe, "query "+probe, "query "+myProbe, "query "+pgProbe, "query "+sqliteProbe, "query "+probe,
-		"begin", "query "+myLeaseDueClock, "query "+myLeaseFreeClock, "exec "+myLeaseMark, "commit",
+		"begin", "query "+myLeaseFirstClock, "exec "+myLeaseMark, "commit",
 		"exec "+myLeaseAck)
 	m.Met(t)
 	log.check(t, "7@1")
