@@ -213,9 +213,11 @@ func (q *Queue) claimMarked(ctx context.Context, tx Executor, chunk []*Delivery,
 }
 
 // selectClaimed locks the rows of a lease claim by Claim.Select and, for the
-// places left, Claim.SelectMore (SelectMoreOne for a claim of one). With a priority both read the whole claim
-// and the best are kept, by priority then id: the rows locked beyond it are
-// let go when the claim's transaction commits.
+// places left, Claim.SelectMore (SelectMoreOne for a claim of one); where
+// the dialect has Claim.SelectFree, that is sent first, and its rows, when
+// it returns any, are the claim. With a priority both reads read the whole
+// claim and the best are kept, by priority then id: the rows locked beyond
+// it are let go when the claim's transaction commits.
 func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values) ([]*Delivery, error) {
 	max := v.limit
 	if q.st.Claim.PickLock.SQL != "" {
