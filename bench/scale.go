@@ -49,6 +49,8 @@ var (
 	scalePlan string
 	scaleReps int
 	scaleHold time.Duration
+	// scaleClaims is each process's Config.ClaimsAtOnce.
+	scaleClaims int
 )
 
 func init() {
@@ -60,6 +62,7 @@ func init() {
 	flag.StringVar(&scalePlan, "scale", "1x1,1x16,1x64,4x16", "scale: processes x workers per process, one table line each")
 	flag.IntVar(&scaleReps, "scale-reps", 3, "scale: runs of each line; the table gives the median")
 	flag.DurationVar(&scaleHold, "scale-hold", 0, "scale: how long each handler runs (0: a no-op handler)")
+	flag.IntVar(&scaleClaims, "scale-claims", 0, "scale: each process's Config.ClaimsAtOnce (0: no bound)")
 }
 
 // scalePlanEntry is one entry of -scale: procs processes of workers
@@ -74,30 +77,32 @@ type scaleLine struct {
 }
 
 // scaleChild is a worker process's configuration, passed as
-// "engine,table,form,batch,workers,pool,hold,duration".
+// "engine,table,form,batch,workers,pool,hold,duration,claims".
 type scaleChild struct {
 	engine, table, form  string
 	batch, workers, pool int
 	hold, duration       time.Duration
+	claims               int // the queue's Config.ClaimsAtOnce
 }
 
 func (c scaleChild) encode() string {
 	return strings.Join([]string{c.engine, c.table, c.form, strconv.Itoa(c.batch), strconv.Itoa(c.workers),
-		strconv.Itoa(c.pool), c.hold.String(), c.duration.String()}, ",")
+		strconv.Itoa(c.pool), c.hold.String(), c.duration.String(), strconv.Itoa(c.claims)}, ",")
 }
 
 func decodeScaleChild(s string) (scaleChild, error) {
 	f := strings.Split(s, ",")
-	if len(f) != 8 {
-		return scaleChild{}, fmt.Errorf("%s=%q: want engine,table,form,batch,workers,pool,hold,duration", scaleChildEnv, s)
+	if len(f) != 9 {
+		return scaleChild{}, fmt.Errorf("%s=%q: want engine,table,form,batch,workers,pool,hold,duration,claims", scaleChildEnv, s)
 	}
 	c := scaleChild{engine: f[0], table: f[1], form: f[2]}
-	var errs [5]error
+	var errs [6]error
 	c.batch, errs[0] = strconv.Atoi(f[3])
 	c.workers, errs[1] = strconv.Atoi(f[4])
 	c.pool, errs[2] = strconv.Atoi(f[5])
 	c.hold, errs[3] = time.ParseDuration(f[6])
 	c.duration, errs[4] = time.ParseDuration(f[7])
+	c.claims, errs[5] = strconv.Atoi(f[8])
 	return c, errors.Join(errs[:]...)
 }
 
@@ -186,8 +191,12 @@ func runScale(ctx context.Context, out, log io.Writer, es []engine, forms []stri
 	if scaleHold > 0 {
 		handler = "a handler of " + scaleHold.String()
 	}
-	fmt.Fprintf(out, "Each line: P processes of W workers on one table, claim + %s + ack for %v, median of %d runs. "+
-		"Connections and jobs in work sampled on the server halfway through each run (the largest sample of the runs).\n\n", handler, duration, scaleReps)
+	bound := "claiming freely"
+	if scaleClaims > 0 {
+		bound = fmt.Sprintf("each process with Config.ClaimsAtOnce %d", scaleClaims)
+	}
+	fmt.Fprintf(out, "Each line: P processes of W workers on one table (%s), claim + %s + ack for %v, median of %d runs. "+
+		"Connections and jobs in work sampled on the server halfway through each run (the largest sample of the runs).\n\n", bound, handler, duration, scaleReps)
 	fmt.Fprintln(out, "| driver | form | batch | processes × workers | pool per process | jobs/s (median) | runs | server connections | jobs in work |")
 	fmt.Fprintln(out, "|---|---|---:|---|---:|---:|---|---:|---:|")
 	for _, e := range pgs {
@@ -363,7 +372,7 @@ func scaleRun(ctx context.Context, log io.Writer, e engine, l scaleLine, duratio
 		return 0, sample, err
 	}
 	cfg := scaleChild{engine: e.name, table: table, form: l.form, batch: l.batch, workers: l.workers,
-		pool: l.poolSize(), hold: scaleHold, duration: duration}.encode()
+		pool: l.poolSize(), hold: scaleHold, duration: duration, claims: scaleClaims}.encode()
 	type proc struct {
 		cmd   *exec.Cmd
 		stdin io.WriteCloser
@@ -567,7 +576,7 @@ func scaleChildMain(config string) int {
 	if err := warm(ctx, db, c.pool); err != nil {
 		return fail(err)
 	}
-	cfg := inbox.Config{Dialect: e.dialect, Table: benchTable(c.table, c.form)}
+	cfg := inbox.Config{Dialect: e.dialect, Table: benchTable(c.table, c.form), ClaimsAtOnce: c.claims}
 	if c.form == "advisory-walk" {
 		cfg.Dialect, cfg.Table = walkDialect{e.dialect}, benchTable(c.table, "advisory")
 	}

@@ -23,7 +23,7 @@ func TestScalePlan(t *testing.T) {
 			t.Errorf("parseScalePlan(%q) accepted", bad)
 		}
 	}
-	c := scaleChild{engine: "pgx", table: "t", form: "lease", batch: 16, workers: 4, pool: 6, hold: 20 * time.Millisecond, duration: time.Second}
+	c := scaleChild{engine: "pgx", table: "t", form: "lease", batch: 16, workers: 4, pool: 6, hold: 20 * time.Millisecond, duration: time.Second, claims: 8}
 	if got, err := decodeScaleChild(c.encode()); err != nil || got != c {
 		t.Errorf("decodeScaleChild(encode(%+v)) = %+v, %v", c, got, err)
 	}
