@@ -219,29 +219,35 @@ func myLeaseClaim(t *dialect.Template, n *dialect.Names, st *Statements) {
 			") AND (COALESCE({lease}) IS NULL OR COALESCE({lease}) <= " + now + ") ORDER BY {id} LIMIT $limit FOR UPDATE SKIP LOCKED")
 		st.Claim.PickLock.Clock = n.DBClock
 	} else {
-		st.Claim.Select = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} <= " + now + " ORDER BY {lease} DESC, {id} DESC LIMIT $limit FOR UPDATE SKIP LOCKED")
-		// A claim of several locks its free rows through the primary key,
-		// from the lowest free id on (read without a lock by the subquery,
-		// once, through the claim index). A locking read through a
-		// secondary index locks each entry and then its row, and InnoDB
-		// checks who holds an entry by visiting its row: claims of 16 side
-		// by side, each stepping over the others' entries, ran at 0.4-0.6
-		// of the minimal queue on MariaDB, and at 0.6-0.85 through the
-		// primary key. A claim of one steps over few, and the subquery
-		// and the primary key's unpurged rows cost it more than they save
-		// (16 claims of one side by side: 0.8 of the index read).
-		st.Claim.SelectMore = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} FORCE INDEX (PRIMARY) WHERE {id} >= (SELECT MIN({id}) FROM {table} WHERE {lease} IS NULL) AND {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
-		st.Claim.SelectMoreOne = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
-		st.Claim.SelectMoreOne.Clock = n.DBClock
-		// First, the free rows alone while no lease has run out (read
-		// without a lock, once, by the subquery): the due rows' locking
-		// read, of a range nearly always empty, is then not sent.
-		noneDue := " AND (SELECT MAX({lease}) FROM {table} WHERE {lease} <= " + now + ") IS NULL"
-		st.Claim.SelectFree = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} FORCE INDEX (PRIMARY) WHERE {id} >= (SELECT MIN({id}) FROM {table} WHERE {lease} IS NULL) AND {lease} IS NULL" + noneDue + " ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
-		st.Claim.SelectFreeOne = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL" + noneDue + " ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
-		st.Claim.SelectFree.Clock, st.Claim.SelectFreeOne.Clock = n.DBClock, n.DBClock
-		st.Claim.Select.Clock, st.Claim.SelectMore.Clock = n.DBClock, n.DBClock
+		myIndexedClaim(t, st, now, clock, n.DBClock)
 	}
+}
+
+// myIndexedClaim writes the claim reads of a lease table with the claim
+// index and no priority.
+func myIndexedClaim(t *dialect.Template, st *Statements, now, clock string, dbClock bool) {
+	st.Claim.Select = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} <= " + now + " ORDER BY {lease} DESC, {id} DESC LIMIT $limit FOR UPDATE SKIP LOCKED")
+	// A claim of several locks its free rows through the primary key,
+	// from the lowest free id on (read without a lock by the subquery,
+	// once, through the claim index). A locking read through a
+	// secondary index locks each entry and then its row, and InnoDB
+	// checks who holds an entry by visiting its row: claims of 16 side
+	// by side, each stepping over the others' entries, ran at 0.4-0.6
+	// of the minimal queue on MariaDB, and at 0.6-0.85 through the
+	// primary key. A claim of one steps over few, and the subquery
+	// and the primary key's unpurged rows cost it more than they save
+	// (16 claims of one side by side: 0.8 of the index read).
+	st.Claim.SelectMore = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} FORCE INDEX (PRIMARY) WHERE {id} >= (SELECT MIN({id}) FROM {table} WHERE {lease} IS NULL) AND {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+	st.Claim.SelectMoreOne = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+	st.Claim.SelectMoreOne.Clock = dbClock
+	// First, the free rows alone while no lease has run out (read
+	// without a lock, once, by the subquery): the due rows' locking
+	// read, of a range nearly always empty, is then not sent.
+	noneDue := " AND (SELECT MAX({lease}) FROM {table} WHERE {lease} <= " + now + ") IS NULL"
+	st.Claim.SelectFree = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} FORCE INDEX (PRIMARY) WHERE {id} >= (SELECT MIN({id}) FROM {table} WHERE {lease} IS NULL) AND {lease} IS NULL" + noneDue + " ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+	st.Claim.SelectFreeOne = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL" + noneDue + " ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
+	st.Claim.SelectFree.Clock, st.Claim.SelectFreeOne.Clock = dbClock, dbClock
+	st.Claim.Select.Clock, st.Claim.SelectMore.Clock = dbClock, dbClock
 }
 
 // myShallowClaim is myLeaseClaim for a table without an index on the lease.
