@@ -102,7 +102,8 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 // claimLeaseSelectMark is the lease claim of engines without UPDATE …
 // RETURNING (MySQL): the rows are locked by Claim.Select, then marked.
 func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.Time) ([]*Delivery, error) {
-	q.warm(ctx, q.st.Claim.Select, q.st.Claim.SelectMore, q.st.Claim.SelectMoreOne, q.st.Claim.SelectFree, q.st.Claim.SelectFreeOne, q.st.Claim.Pick, q.st.Claim.PickAfter, q.st.Claim.PickMore, q.st.Claim.PickMoreAfter, q.st.Claim.PickLock, q.st.Claim.Mark)
+	more, free := q.freeReads(v.limit)
+	q.warm(ctx, q.st.Claim.Select, more, free, q.st.Claim.Pick, q.st.Claim.PickAfter, q.st.Claim.PickMore, q.st.Claim.PickMoreAfter, q.st.Claim.PickLock, q.st.Claim.Mark)
 	clocked := q.st.Claim.Select.Clock || q.st.Claim.PickLock.Clock
 	if !clocked {
 		q.warm(ctx, q.st.Now)
@@ -234,10 +235,7 @@ func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values) ([]*D
 		return ds, err
 	}
 	ds := make([]*Delivery, 0, max)
-	more, free := q.st.Claim.SelectMore, q.st.Claim.SelectFree
-	if max == 1 && q.st.Claim.SelectMoreOne.SQL != "" {
-		more, free = q.st.Claim.SelectMoreOne, q.st.Claim.SelectFreeOne
-	}
+	more, free := q.freeReads(max)
 	if free.SQL != "" {
 		// Free rows, unless some lease has run out: then none, and the
 		// claim reads the due rows first as below. Rows here are all
@@ -268,6 +266,16 @@ func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values) ([]*D
 		ds = ds[:min(len(ds), max)]
 	}
 	return ds, nil
+}
+
+// freeReads returns the reads of free rows a lease claim of max jobs sends
+// (Claim.SelectMore and Claim.SelectFree, or their One forms for a claim of
+// one where the dialect has them), so that it prepares no other.
+func (q *Queue) freeReads(max int) (more, free dialect.Stmt) {
+	if max == 1 && q.st.Claim.SelectMoreOne.SQL != "" {
+		return q.st.Claim.SelectMoreOne, q.st.Claim.SelectFreeOne
+	}
+	return q.st.Claim.SelectMore, q.st.Claim.SelectFree
 }
 
 // readClaimed appends to ds the rows s locks, reading the engine's clock
