@@ -130,4 +130,17 @@ func expectMariaDBFit(sm sqlmock.Sqlmock) {
 		AddRow("id", nil, "auto_increment", ""))
 	sm.ExpectQuery("SELECT COALESCE(engine, '') FROM information_schema.tables WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?").
 		WithArgs("", "jobs").WillReturnRows(sqlmock.NewRows([]string{"engine"}).AddRow("InnoDB"))
+	expectIDPrimary(sm)
+}
+
+// myIDPrimaryCheck is the schema check's question whether a lease table's
+// primary key is its id alone.
+const myIDPrimaryCheck = "SELECT COUNT(*) FROM information_schema.statistics s WHERE s.table_schema = COALESCE(NULLIF(?, ''), DATABASE()) " +
+	"AND s.table_name = ? AND s.index_name = 'PRIMARY' AND s.seq_in_index = 1 AND s.column_name = ? AND NOT EXISTS (SELECT 1 " +
+	"FROM information_schema.statistics o WHERE o.table_schema = s.table_schema AND o.table_name = s.table_name " +
+	"AND o.index_name = 'PRIMARY' AND o.seq_in_index = 2)"
+
+// expectIDPrimary answers it: yes.
+func expectIDPrimary(sm sqlmock.Sqlmock) {
+	sm.ExpectQuery(myIDPrimaryCheck).WithArgs("", "jobs", "id").WillReturnRows(sqlmock.NewRows([]string{"n"}).AddRow(1))
 }

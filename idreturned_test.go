@@ -128,6 +128,7 @@ func TestCheckSchemaServerAssignedID(t *testing.T) {
 				row("attempt", "int"), row("payload", "blob"), row("locked_until", "datetime(6)")))
 			m.ExpectQuery(myFill).WithArgs("", "jobs", "id", "id").WillReturnRows(myFilledRows(tc.fill))
 			m.ExpectQuery(myEngine).WithArgs("", "jobs").WillReturnRows(rows("engine", row("InnoDB")))
+			expectIDPrimary(m, "")
 			if tc.want == nil {
 				expectClocks(m, 4)
 				if err := q.CheckSchema(context.Background()); err != nil {

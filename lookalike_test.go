@@ -27,6 +27,12 @@ const (
 	myFill    = "SELECT column_name, column_default, extra, COALESCE(generation_expression, '') FROM information_schema.columns " +
 		"WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ? AND column_name IN (?, ?)"
 	myEngine = "SELECT COALESCE(engine, '') FROM information_schema.tables WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?"
+	// Whether a lease table's primary key is its id alone (a claim of
+	// several walks it).
+	myIDPrimary = "SELECT COUNT(*) FROM information_schema.statistics s WHERE s.table_schema = COALESCE(NULLIF(?, ''), DATABASE()) " +
+		"AND s.table_name = ? AND s.index_name = 'PRIMARY' AND s.seq_in_index = 1 AND s.column_name = ? AND NOT EXISTS (SELECT 1 " +
+		"FROM information_schema.statistics o WHERE o.table_schema = s.table_schema AND o.table_name = s.table_name " +
+		"AND o.index_name = 'PRIMARY' AND o.seq_in_index = 2)"
 )
 
 // pgAnswer is what pgProbe returns; myAnswer what myProbe returns.
@@ -185,6 +191,9 @@ func TestCheckSchemaLookalikes(t *testing.T) {
 				m.ExpectQuery(myColumns).WithArgs("", "jobs").WillReturnRows(myCols(tc.form))
 				m.ExpectQuery(myFill).WithArgs("", "jobs", "id", "id").WillReturnRows(myAutoID())
 				m.ExpectQuery(myEngine).WithArgs("", "jobs").WillReturnRows(rows("engine", row("InnoDB")))
+				if tc.form == inbox.Lease {
+					expectIDPrimary(m, "")
+				}
 			}
 			if tc.want == nil && tc.form == inbox.Lease && tc.dialect != inbox.Postgres {
 				expectClocks(m, 4)
@@ -234,4 +243,10 @@ func expectOwnSessions(m *mock, version string) {
 		m.ExpectRollback()
 		m.ExpectQuery(pgSessionAt).WithoutArgs().WillReturnRows(rows("pid,start", row(int64(100), start)))
 	}
+}
+
+// expectIDPrimary answers the schema check's question whether the lease
+// table jobs (in schema) has its id alone as primary key: yes.
+func expectIDPrimary(m *mock, schema string) {
+	m.ExpectQuery(myIDPrimary).WithArgs(schema, "jobs", "id").WillReturnRows(rows("n", row(int64(1))))
 }

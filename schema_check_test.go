@@ -140,6 +140,9 @@ func TestCheckSchemaStorageEngine(t *testing.T) {
 				m.ExpectQuery(myFill).WithArgs("app", "jobs", "id", "id").WillReturnRows(myAutoID())
 				m.ExpectQuery(myEngine).WithArgs("app", "jobs").WillReturnRows(rows("engine", row("MyISAM")))
 				m.ExpectQuery(myEngine).WithArgs("", "jobs_dead").WillReturnRows(rows("engine", row("Aria")))
+				if form == inbox.Lease {
+					expectIDPrimary(m, "app")
+				}
 				ps := checkProblems(t, m, q)
 				if len(ps) != 2 {
 					t.Fatalf("%d problems, want 2: %q", len(ps), ps)
@@ -198,6 +201,7 @@ func TestCheckSchemaLastErrorLength(t *testing.T) {
 				m.ExpectQuery(myFill).WithArgs("", "jobs", "id", "id").WillReturnRows(myAutoID())
 				m.ExpectQuery(myEngine).WithArgs("", "jobs").WillReturnRows(rows("engine", row("InnoDB")))
 				m.ExpectQuery(myEngine).WithArgs("", "jobs_dead").WillReturnRows(rows("engine", row("InnoDB")))
+				expectIDPrimary(m, "")
 				if c.queue == "text" {
 					expectClocks(m, 4)
 					if err := q.CheckSchema(context.Background()); err != nil {

@@ -150,6 +150,7 @@ func TestCheckSchemaMariaDB(t *testing.T) {
 			sm.ExpectQuery(fill).WithArgs("", "jobs", "id", "id").WillReturnRows(sqlmock.NewRows([]string{"column_name", "column_default", "extra", "generation_expression"}).
 				AddRow("id", nil, "auto_increment", ""))
 			sm.ExpectQuery(engine).WithArgs("", "jobs").WillReturnRows(sqlmock.NewRows([]string{"engine"}).AddRow("InnoDB"))
+			expectIDPrimary(sm)
 			if tc.want == nil {
 				expectClockReads(sm, 0, 0, 0, 0)
 			}

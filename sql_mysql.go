@@ -450,6 +450,21 @@ func (mysql) TableIdentity(ctx context.Context, db *sql.DB, n *dialect.Names) (s
 	return ident.String, err
 }
 
+// myIDPrimary reports a lease table whose primary key is not its id column
+// alone: a claim of several jobs walks the primary key in id order.
+func myIDPrimary(ctx context.Context, db *sql.DB, n *dialect.Names) ([]string, error) {
+	var primary int
+	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.statistics s WHERE s.table_schema = COALESCE(NULLIF(?, ''), DATABASE()) "+
+		"AND s.table_name = ? AND s.index_name = 'PRIMARY' AND s.seq_in_index = 1 AND s.column_name = ? AND NOT EXISTS (SELECT 1 "+
+		"FROM information_schema.statistics o WHERE o.table_schema = s.table_schema AND o.table_name = s.table_name "+
+		"AND o.index_name = 'PRIMARY' AND o.seq_in_index = 2)", n.Schema, n.TableName, n.Raw.ID).Scan(&primary)
+	if err != nil || primary > 0 {
+		return nil, err
+	}
+	return []string{fmt.Sprintf("table %s: column %s is not its primary key: a claim of several jobs walks the primary key in %s order",
+		n.Raw.Name, n.Raw.ID, n.Raw.ID)}, nil
+}
+
 // myPriorityIndex reports a row-lock table with a priority but no index
 // leading with (priority DESC, id) (MariaDB 10.8 or later keeps DESC): InnoDB's SKIP LOCKED after a filesort picks
 // the first row in order and then skips it when held, returning none, so
@@ -539,12 +554,16 @@ func myCheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names, mariadbOnl
 	}
 	problems = append(problems, p...)
 	if n.Form == RowLock && n.Priority != "" {
-		p, err := myPriorityIndex(ctx, db, n)
-		if err != nil {
-			return nil, err
-		}
-		problems = append(problems, p...)
+		p, err = myPriorityIndex(ctx, db, n)
+	} else if n.Form == Lease && !n.Shallow && n.Priority == "" {
+		p, err = myIDPrimary(ctx, db, n)
+	} else {
+		p = nil
 	}
+	if err != nil {
+		return nil, err
+	}
+	problems = append(problems, p...)
 	if n.UniqueKey != "" {
 		var unique int
 		if err := db.QueryRowContext(ctx, myUniqueIndexed, n.Schema, n.TableName, n.Raw.UniqueKey).Scan(&unique); err != nil {

@@ -3,7 +3,9 @@ package dbtest
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,5 +150,35 @@ func TestLeaseFreeFirstDueBefore(t *testing.T) {
 		setLease(1, now.Add(-time.Minute))
 		take(3, ids[1], ids[3]) // due first, then the free one left
 		take(3)                 // only the delayed row is left
+	})
+}
+
+// TestCheckSchemaIDPrimary: MySQL and MariaDB, lease form: a table whose
+// primary key is not its id alone is a schema problem that names the
+// column, as a claim of several walks the primary key in id order; the
+// recommended table is none.
+func TestCheckSchemaIDPrimary(t *testing.T) {
+	eachEngine(t, func(e Engine) bool { return e.IsMySQL() }, func(t *testing.T, e Engine) {
+		ctx := context.Background()
+		db := e.Open(t, 2)
+		good := newTable(t, e, db, "idkey_good")
+		bad := tableName(e, "idkey_bad")
+		mustExec(t, e, db, "DROP TABLE IF EXISTS "+bad)
+		mustExec(t, e, db, "CREATE TABLE "+bad+" (id bigint NOT NULL AUTO_INCREMENT, attempt int NOT NULL DEFAULT 0, "+
+			"payload blob, locked_until datetime(6) NULL, PRIMARY KEY (id, attempt), INDEX (locked_until, id)) ENGINE=InnoDB")
+		dropAtEnd(t, e, db, bad)
+		for _, c := range []struct {
+			table string
+			want  bool
+		}{{good, false}, {bad, true}} {
+			cfg := queueConfig(e, Table(c.table, "lease"), nil)
+			cfg.Table.DeadTable = ""
+			err := newQueue(t, db, cfg).CheckSchema(ctx)
+			var se *inbox.SchemaError
+			found := errors.As(err, &se) && strings.Contains(se.Error(), "column id is not its primary key")
+			if found != c.want || (!c.want && err != nil) {
+				t.Errorf("%s: CheckSchema = %v, want a problem naming the primary key: %v", c.table, err, c.want)
+			}
+		}
 	})
 }
