@@ -237,17 +237,21 @@ func myIndexedClaim(t *dialect.Template, st *Statements, now, clock string, dbCl
 	// primary key. A claim of one steps over few, and the subquery
 	// and the primary key's unpurged rows cost it more than they save
 	// (16 claims of one side by side: 0.8 of the index read).
-	st.Claim.SelectMore = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} FORCE INDEX (PRIMARY) WHERE {id} >= (SELECT MIN({id}) FROM {table} WHERE {lease} IS NULL) AND {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
-	st.Claim.SelectMoreOne = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
-	st.Claim.SelectMoreOne.Clock = dbClock
+	rows := "SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table}"
+	walk := " FORCE INDEX (PRIMARY) WHERE {id} >= (SELECT MIN({id}) FROM {table} WHERE {lease} IS NULL) AND {lease} IS NULL"
+	byIndex := " WHERE {lease} IS NULL"
 	// First, the free rows alone while no lease has run out (read
 	// without a lock, once, by the subquery): the due rows' locking
 	// read, of a range nearly always empty, is then not sent.
 	noneDue := " AND (SELECT MAX({lease}) FROM {table} WHERE {lease} <= " + now + ") IS NULL"
-	st.Claim.SelectFree = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} FORCE INDEX (PRIMARY) WHERE {id} >= (SELECT MIN({id}) FROM {table} WHERE {lease} IS NULL) AND {lease} IS NULL" + noneDue + " ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
-	st.Claim.SelectFreeOne = t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} WHERE {lease} IS NULL" + noneDue + " ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED")
-	st.Claim.SelectFree.Clock, st.Claim.SelectFreeOne.Clock = dbClock, dbClock
-	st.Claim.Select.Clock, st.Claim.SelectMore.Clock = dbClock, dbClock
+	locked := " ORDER BY {order} LIMIT $limit FOR UPDATE SKIP LOCKED"
+	st.Claim.SelectMore = t.Query(rows + walk + locked)
+	st.Claim.SelectMoreOne = t.Query(rows + byIndex + locked)
+	st.Claim.SelectFree = t.Query(rows + walk + noneDue + locked)
+	st.Claim.SelectFreeOne = t.Query(rows + byIndex + noneDue + locked)
+	for _, s := range []*dialect.Stmt{&st.Claim.Select, &st.Claim.SelectMore, &st.Claim.SelectMoreOne, &st.Claim.SelectFree, &st.Claim.SelectFreeOne} {
+		s.Clock = dbClock
+	}
 }
 
 // myShallowClaim is myLeaseClaim for a table without an index on the lease.
