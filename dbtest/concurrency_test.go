@@ -345,7 +345,7 @@ func TestConcDrainTwoPools(t *testing.T) {
 				jobs = 150 // SQLite under -race is slow; the defect showed on nearly every job
 			}
 		}
-		concDrainTwoPools(t, e, form, jobs, false)
+		concDrainTwoPools(t, e, form, jobs, false, 0)
 	})
 }
 
@@ -358,12 +358,27 @@ func TestPreparedDrainTwoPools(t *testing.T) {
 		if e.IsSQLite() && raceBuild() {
 			jobs = 100
 		}
-		concDrainTwoPools(t, e, form, jobs, true)
+		concDrainTwoPools(t, e, form, jobs, true, 0)
 	})
 }
 
-// concDrainTwoPools drains jobs with eight workers over two pools.
-func concDrainTwoPools(t *testing.T, e Engine, form string, jobs int, prepare bool) {
+// TestConcDrainClaimsAtOnce is TestConcDrainTwoPools with
+// Config.ClaimsAtOnce 2 on each pool's queue: eight workers, two claiming at
+// once per queue, the others waiting their turn; each job acked once.
+func TestConcDrainClaimsAtOnce(t *testing.T) {
+	eachForm(t, formsWithKey, func(t *testing.T, e Engine, form string) {
+		jobs := 200
+		if e.IsSQLite() && raceBuild() {
+			jobs = 100
+		}
+		concDrainTwoPools(t, e, form, jobs, false, 2)
+	})
+}
+
+// concDrainTwoPools drains jobs with eight workers over two pools, each
+// queue with Config.Prepare as prepare says and claimsAtOnce as its
+// Config.ClaimsAtOnce.
+func concDrainTwoPools(t *testing.T, e Engine, form string, jobs int, prepare bool, claimsAtOnce int) {
 	const (
 		workers = 8 // four per pool
 		keys    = 20
@@ -374,10 +389,14 @@ func concDrainTwoPools(t *testing.T, e Engine, form string, jobs int, prepare bo
 	if prepare {
 		what = "two_prep_" + form
 	}
+	if claimsAtOnce > 0 {
+		what = "two_turns_" + form
+	}
 	table := concTable(t, e, db1, what)
 	qualified := concQualified(t, e, db1, table)
 	cfg1, cfg2 := queueConfig(e, Table(table, form), nil), queueConfig(e, Table(qualified, form), nil)
 	cfg1.Prepare, cfg2.Prepare = prepare, prepare
+	cfg1.ClaimsAtOnce, cfg2.ClaimsAtOnce = claimsAtOnce, claimsAtOnce
 	q1 := newQueue(t, db1, cfg1)
 	q2 := newQueue(t, db2, cfg2)
 	want := concFill(t, e, db1, table, jobs, keys)
