@@ -100,7 +100,7 @@ func (q *Queue) claimAdvisory(ctx context.Context, max int) ([]*Delivery, error)
 	if err != nil {
 		return ds, err
 	}
-	if q.locker != nil && q.st.Advisory.LockFirst.SQL != "" {
+	if q.locker != nil && q.st.Advisory.LockFirst.SQL != "" && q.lockFirstNow() {
 		var walk bool
 		ds, walk, err = q.claimLockingFirst(ctx, ident, ds, got, now)
 		if err != nil || !walk {
@@ -109,6 +109,36 @@ func (q *Queue) claimAdvisory(ctx context.Context, max int) ([]*Delivery, error)
 	}
 	ds, err = q.walkCandidates(ctx, ident, ds, got, now)
 	return ds, err
+}
+
+// lockFirstSpan is how many claims lock in SQL after a walk from Go found a
+// key held by another session, where the dialect asks for LockFirst under
+// contention only (LockFirstContended); the next walk looks again.
+const lockFirstSpan = 64
+
+// lockFirstNow reports whether this claim sends LockFirst: always, unless
+// the dialect sends it under contention only; then while claims are left
+// of the span the last contended walk started.
+func (q *Queue) lockFirstNow() bool {
+	if !q.st.Advisory.LockFirstContended {
+		return true
+	}
+	for {
+		n := q.contended.Load()
+		if n <= 0 {
+			return false
+		}
+		if q.contended.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+// heldElsewhere records that a walk found key held by another session on
+// row id: the walk passes it over for a while, and claims lock in SQL.
+func (q *Queue) heldElsewhere(key, id string) {
+	q.elsewhere.add(key, id)
+	q.contended.Store(lockFirstSpan)
 }
 
 // walkCandidates claims up to got jobs into ds, reading candidates a page
@@ -137,6 +167,7 @@ walk:
 			}
 			if q.elsewhere.held(c.key, keyString(c.id)) {
 				busy[c.key] = true // its later rows wait for the same key
+				q.contended.Store(lockFirstSpan)
 				continue
 			}
 			d, held, err := q.lockOne(ctx, ident, c, now)
@@ -400,7 +431,7 @@ func (q *Queue) lockOne(ctx context.Context, ident string, c candidate, now time
 				conn.Close()
 			}
 			if err == nil && !here && !q.keys.heldHere(inProcess) {
-				q.elsewhere.add(c.key, keyString(c.id))
+				q.heldElsewhere(c.key, keyString(c.id))
 			}
 			q.keys.drop(inProcess)
 			return nil, err == nil, err

@@ -222,6 +222,9 @@ type Queue struct {
 	// key: held keys of other processes stand ahead of it, which the keys
 	// this process holds do not count.
 	lockPage atomic.Int64
+	// contended (advisory, LockFirstContended) counts the claims left that
+	// lock in SQL since a walk found a key held by another session.
+	contended atomic.Int64
 
 	bell      bell // wakes the idle loops of the table in this process (NextWake)
 	pauseBell bell // tells them of a Pause or Resume in this process (PauseChanged)

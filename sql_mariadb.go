@@ -70,8 +70,20 @@ func (d mariadb) BatchStatements(n *dialect.Names, size int) (*dialect.BatchStat
 // 'metadata_lock_info') the view does not exist and in work is -1.
 func (d mariadb) Statements(n *dialect.Names) (*Statements, error) {
 	st, err := d.mysql.Statements(n)
-	if err != nil || n.Form != RowLock {
+	if err != nil || n.Form == Lease {
 		return st, err
+	}
+	if n.Form == Advisory {
+		now := "UTC_TIMESTAMP(6)"
+		if !n.DBClock {
+			now = "$now"
+		}
+		t := dialect.NewTemplate(n, dialect.Question, now, "$until")
+		st.Advisory.LockFirst, st.Advisory.LockFirstAfter = maLockFirst(t, false), maLockFirst(t, true)
+		// The statement costs the server twice a page read (its derived
+		// tables and window): in one process the walk is faster.
+		st.Advisory.LockFirstContended = true
+		return st, nil
 	}
 	st.Jobs.InWork = dialect.Stmt{SQL: "SELECT COUNT(DISTINCT THREAD_ID) FROM information_schema.METADATA_LOCK_INFO " +
 		"WHERE LOCK_TYPE = 'Table metadata lock' AND LOCK_MODE = 'MDL_SHARED_WRITE' AND TABLE_SCHEMA = " + mySchemaLiteral(n) +
@@ -83,4 +95,41 @@ func (d mariadb) Statements(n *dialect.Names) (*Statements, error) {
 // ([dialect.SchemaChecker]).
 func (mariadb) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) ([]string, error) {
 	return myCheckSchema(ctx, db, n, true)
+}
+
+// maLockFirst wraps a page of candidates so that the server tries each
+// key's GET_LOCK in claim order and stops at the first it takes, as
+// PostgreSQL's LockFirst does: across processes a claim then costs one
+// statement where the walk from Go sent a GET_LOCK a key, most of them lost
+// to another process. The page, ordered and limited, is materialized; the
+// window numbering its rows sorts them in claim order (written out: with
+// OVER () MariaDB sorts by the first column, which is not the claim order
+// under priorities), they reach the outer filter one at a time in that
+// order, and LIMIT 1 stops at the first that passes, so no key past it is
+// tried (an ORDER BY outside would sort after filtering, trying every key,
+// each taken a lock the claim would never let go). The
+// filter passes a locked key or the page's last row (r = the page's size),
+// so one read serves both answers LockFirst gives; the last column tells
+// them apart by asking whether this session now holds that row's lock.
+// The name is MySQLLockName's: "inbox_" and the first 16 bytes of SHA-256,
+// in hex, over the identity, a zero byte and the key as text (NULL as the
+// empty text, as keyString).
+func maLockFirst(t *dialect.Template, after bool) dialect.Stmt {
+	cols, order := "i, k, a", "i"
+	page := "SELECT {id} AS i, {key} AS k, {attempt} AS a"
+	if t.Fragment("priority") != "" {
+		cols, order = cols+", p", "p DESC, i"
+		page += ", {priority} AS p"
+	}
+	page += " FROM {table}"
+	if after {
+		page += " WHERE " + pastCandidate(t) + "{and ready}"
+	} else {
+		page += "{where ready}"
+	}
+	page += " ORDER BY {order} LIMIT $limit"
+	name := "CONCAT('inbox_', LEFT(SHA2(CONCAT($identity, CHAR(0), COALESCE(CAST(k AS CHAR), '')), 256), 32))"
+	return t.Query("SELECT " + cols + ", COALESCE(IS_USED_LOCK(n) = CONNECTION_ID(), 0)" +
+		" FROM (SELECT " + cols + ", " + name + " AS n, ROW_NUMBER() OVER (ORDER BY " + order + ") AS r FROM (" + page + ") AS pg) AS c" +
+		" WHERE GET_LOCK(n, 0) = 1 OR r = $limit LIMIT 1")
 }

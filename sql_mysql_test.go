@@ -949,3 +949,81 @@ func myRowLockPicks(m *mock, now string, page int, ids []int64, got *sqlmock.Row
 	}
 	m.ExpectQuery(lock).WithArgs(append(lockArgs, 1)...).WillReturnRows(got)
 }
+
+// maAdvLockFirst is inbox.MariaDB's LockFirst on advisoryTable: the page
+// numbered in claim order, each key's GET_LOCK tried in that order, the
+// first taken or the full page's last row returned.
+const maAdvLockFirst = "SELECT i, k, a, COALESCE(IS_USED_LOCK(n) = CONNECTION_ID(), 0) FROM (SELECT i, k, a, " +
+	"CONCAT('inbox_', LEFT(SHA2(CONCAT(?, CHAR(0), COALESCE(CAST(k AS CHAR), '')), 256), 32)) AS n, ROW_NUMBER() OVER (ORDER BY i) AS r " +
+	"FROM (SELECT `id` AS i, `id` AS k, `attempt` AS a FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) " +
+	"ORDER BY `id` LIMIT ?) AS pg) AS c WHERE GET_LOCK(n, 0) = 1 OR r = ? LIMIT 1"
+
+// MariaDB's advisory claim walks from Go while no other session holds a
+// key it meets: in one process that is cheaper (its own keys are passed
+// over without a call). A lock call lost to another session turns the next
+// claims to LockFirst, one statement each, for a span of claims; then a
+// walk looks again, and stays the way when it meets no one.
+func TestMariaDBAdvisoryLocksInSQLWhenContended(t *testing.T) {
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MariaDB, Table: advisoryTable})
+	inbox.SetHeldClock(q, func() time.Time { return time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC) })
+	if q.Statements().Advisory.LockFirst.SQL != maAdvLockFirst || !q.Statements().Advisory.LockFirstContended {
+		t.Fatalf("LockFirst (contended %v):\n%s\nwant\n%s", q.Statements().Advisory.LockFirstContended, q.Statements().Advisory.LockFirst.SQL, maAdvLockFirst)
+	}
+	myIdent(m, "", "jobs")
+	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(myAdvPage(1))
+	myAdvClaimed(m, 1)
+	var held []*inbox.Delivery
+	held = append(held, claim(t, q, 1, 1)...)
+
+	// Key 2 held by another session: the walk passes it over.
+	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(myAdvPage(2, 3))
+	myLocked(m, "2", 0)
+	myAdvClaimed(m, 3)
+	held = append(held, claim(t, q, 1, 3)...)
+
+	// The claims after lock in SQL, each past nothing: one statement, the
+	// row re-read and its attempt counted on the session holding the lock.
+	const span = 64
+	for i := 0; i < span; i++ {
+		id := int64(10 + i)
+		limit := 2 + len(held) + 8
+		m.ExpectQuery(maAdvLockFirst).WithArgs("test.jobs", limit, limit).WillReturnRows(rows("i,k,a,locked", row(id, id, int64(1), int64(1))))
+		m.ExpectQuery(myAdvSelect).WithArgs(id, int64(1)).WillReturnRows(rows("id,attempt,payload", row(id, int64(1), nil)))
+		m.ExpectExec(myAdvMark).WithArgs(id, int64(1)).WillReturnResult(affected(1))
+		ds := claim(t, q, 1, id)
+		if lock, claimed := m.ConnsOf(maAdvLockFirst), m.ConnsOf(myAdvSelect); lock[len(lock)-1] != claimed[len(claimed)-1] {
+			t.Fatalf("claim %d: locked on connection %d, re-read on %d", i, lock[len(lock)-1], claimed[len(claimed)-1])
+		}
+		held = append(held, ds...)
+	}
+	if n := len(m.ConnsOf(myGetLock)); n != 3 {
+		t.Errorf("%d lock calls from Go, want the 3 of the two walks", n)
+	}
+	if n := len(m.ConnsOf(maAdvLockFirst)); n != span {
+		t.Errorf("%d LockFirst statements, want %d", n, span)
+	}
+
+	// The span spent, the walk looks again: no one else holds a key now.
+	limit := 2 + len(held) + 8
+	m.ExpectQuery(myAdvCandidates).WithArgs(limit).WillReturnRows(myAdvPage(100))
+	maAdvClaimed(m, 100)
+	held = append(held, claim(t, q, 1, 100)...)
+	m.ExpectQuery(myAdvCandidates).WithArgs(limit + 1).WillReturnRows(myAdvPage(101))
+	maAdvClaimed(m, 101)
+	held = append(held, claim(t, q, 1, 101)...)
+	for _, d := range held {
+		m.ExpectExec(myAdvAck).WithArgs(d.ID(), int64(2)).WillReturnResult(affected(1))
+		m.ExpectQuery(myReleaseLock).WithArgs(inbox.MySQLLockName("test.jobs", d.Key())).WillReturnRows(rows("RELEASE_LOCK(?)", row(int64(1))))
+		ok(t, "Ack", d.Ack(context.Background()))
+	}
+	m.Met(t)
+}
+
+// maAdvClaimed expects a walk's lock call on key id, taken, and the claim
+// of its row.
+func maAdvClaimed(m *mock, id int64) {
+	m.ExpectQuery(myGetLock).WithArgs(inbox.MySQLLockName("test.jobs", fmt.Sprint(id))).WillReturnRows(rows("got", row(int64(1))))
+	m.ExpectQuery(myAdvSelect).WithArgs(id, int64(1)).WillReturnRows(rows("id,attempt,payload", row(id, int64(1), nil)))
+	m.ExpectExec(myAdvMark).WithArgs(id, int64(1)).WillReturnResult(affected(1))
+}

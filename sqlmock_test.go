@@ -168,6 +168,7 @@ func TestStatementsPlaceholders(t *testing.T) {
 							for k, s := range f {
 								all = append(all, namedStmt{fmt.Sprintf("%s[%d]", name, k), s})
 							}
+						case bool: // Advisory.LockFirstContended: how the core sends them
 						default:
 							if v.Field(i).Kind() != reflect.Struct {
 								t.Fatalf("Statements.%s is a %T", name, f)

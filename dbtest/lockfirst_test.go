@@ -1,8 +1,8 @@
 package dbtest
 
-// PostgreSQL's advisory claim takes its lock in SQL (Statements.Advisory.LockFirst):
-// the server walks a page of candidates and stops at the first key it
-// locks. These tests hold it to what the walk from Go promised: the lock
+// PostgreSQL's and MariaDB's advisory claims take their lock in SQL
+// (Statements.Advisory.LockFirst): the server walks a page of candidates and
+// stops at the first key it locks. These tests hold it to what the walk from Go promised: the lock
 // is PostgresLockKey's, one lock a job, held keys passed over however many
 // stand ahead, and a row gone before its lock costs nothing.
 
@@ -16,10 +16,39 @@ import (
 	"time"
 
 	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/dialect"
 	"github.com/sqlinbox/inbox/internal/connhook"
 )
 
 func postgresOnly(e Engine) bool { return e.IsPostgres() }
+
+// locksInSQL keeps the engines whose dialect has LockFirst: PostgreSQL's and
+// inbox.MariaDB (inbox.MySQL keeps the walk from Go).
+func locksInSQL(e Engine) bool { return e.IsPostgres() || e.Dialect == inbox.MariaDB }
+
+// lockingFirst is a dialect whose advisory claims always lock in SQL:
+// inbox.MariaDB sends LockFirst only once a walk has found a key held by
+// another process (LockFirstContended, TestLockFirstWhenContended); these
+// tests hold the statement itself to its promises.
+type lockingFirst struct{ inbox.Dialect }
+
+func (d lockingFirst) Unwrap() inbox.Dialect { return d.Dialect }
+
+func (d lockingFirst) Statements(n *dialect.Names) (*inbox.Statements, error) {
+	st, err := d.Dialect.Statements(n)
+	if err == nil {
+		st.Advisory.LockFirstContended = false
+	}
+	return st, err
+}
+
+// lockFirstDialect is e's dialect, locking in SQL at every claim.
+func lockFirstDialect(e Engine) inbox.Dialect {
+	if e.Dialect == inbox.MariaDB {
+		return lockingFirst{e.Dialect}
+	}
+	return e.Dialect
+}
 
 // lockFirstTable creates a plain advisory table whose key column k has the
 // given type, under both spellings a user writes: the name alone and
@@ -28,48 +57,69 @@ func lockFirstTable(t *testing.T, e Engine, db *sql.DB, what, keyType string) st
 	t.Helper()
 	table := tableName(e, what)
 	mustExec(t, e, db, "DROP TABLE IF EXISTS "+table)
-	mustExec(t, e, db, "CREATE TABLE "+table+" (id bigserial PRIMARY KEY, attempt integer NOT NULL DEFAULT 0, k "+keyType+", payload bytea)")
+	if e.IsMySQL() {
+		mustExec(t, e, db, "CREATE TABLE "+table+" (id bigint AUTO_INCREMENT PRIMARY KEY, attempt integer NOT NULL DEFAULT 0, k "+keyType+", payload blob)")
+	} else {
+		mustExec(t, e, db, "CREATE TABLE "+table+" (id bigserial PRIMARY KEY, attempt integer NOT NULL DEFAULT 0, k "+keyType+", payload bytea)")
+	}
 	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS " + table) })
 	return table
 }
 
-// TestLockFirstLocksPostgresLockKey: the key the statement hashes in SQL is
-// the one PostgresLockKey names, for every key type CheckSchema accepts and
-// for keys of every shape (empty, spaces, quotes, non-ASCII, a NULL key):
-// another session sees exactly that lock held while the job is in work, and
-// the queue's Unlock (from Go) lets it go.
-func TestLockFirstLocksPostgresLockKey(t *testing.T) {
-	eachEngine(t, postgresOnly, func(t *testing.T, e Engine) {
+// TestLockFirstLocksKeyName: the key the statement hashes in SQL is the one
+// PostgresLockKey (MySQLLockName on MariaDB) names, for every key type
+// CheckSchema accepts and for keys of every shape (empty, spaces, quotes,
+// non-ASCII, a NULL key), under both spellings of the table: another
+// session sees exactly that lock held while the job is in work, and the
+// queue's Unlock (from Go) lets it go.
+func TestLockFirstLocksKeyName(t *testing.T) {
+	eachEngine(t, locksInSQL, func(t *testing.T, e Engine) {
 		db, db2 := openTwo(t, e, 4)
-		for _, c := range []struct {
+		texts := []any{"A", "", " spaced key ", "quote'd", "é日本", "null\\x"}
+		type keyCase struct {
 			typ  string
 			keys []any
-		}{
+		}
+		cases := []keyCase{
 			{"bigint", []any{int64(7), int64(-1), int64(1) << 40}},
 			{"integer", []any{int64(0), int64(2147483647)}},
 			{"smallint", []any{int64(-32768)}},
-			{"text", []any{"A", "", " spaced key ", "quote'd", "é日本", "null\\x"}},
+			{"text", texts},
 			{"character varying(40)", []any{"tenant-42"}},
 			{"uuid", []any{"0b8c2f1e-5d0a-4c3e-9f6b-1a2b3c4d5e6f"}},
 			{"text", []any{nil}},
-		} {
+		}
+		if e.IsMySQL() {
+			cases = []keyCase{
+				{"bigint", []any{int64(7), int64(-1), int64(1) << 40}},
+				{"bigint unsigned", []any{uint64(1) << 63}},
+				{"int", []any{int64(0), int64(2147483647)}},
+				{"smallint", []any{int64(-32768)}},
+				{"varchar(64)", texts},
+				{"varchar(64) CHARACTER SET latin1", []any{"tenant-42", "café"}},
+				{"char(36)", []any{"0b8c2f1e-5d0a-4c3e-9f6b-1a2b3c4d5e6f"}},
+				{"uuid", []any{"0b8c2f1e-5d0a-4c3e-9f6b-1a2b3c4d5e6f"}},
+				{"varchar(64)", []any{nil}},
+			}
+		}
+		for _, c := range cases {
 			name := strings.NewReplacer(" ", "_", "(", "", ")", "").Replace(c.typ)
 			t.Run(name, func(t *testing.T) {
 				table := lockFirstTable(t, e, db, "lockfirst_"+name, c.typ)
-				for _, spelling := range []string{table, "public." + table} {
-					q := newQueue(t, db2, inbox.Config{Dialect: e.Dialect, Table: inbox.Table{Name: spelling, AdvisoryKey: "k"}})
+				for _, spelling := range []string{table, concQualified(t, e, db, table)} {
+					q := newQueue(t, db2, inbox.Config{Dialect: lockFirstDialect(e), Table: inbox.Table{Name: spelling, AdvisoryKey: "k"}})
 					if q.Statements().Advisory.LockFirst.SQL == "" {
-						t.Fatal("the PostgreSQL dialect has no LockFirst: this test tests nothing")
+						t.Fatalf("the %s dialect has no LockFirst: this test tests nothing", e.Name)
 					}
 					for _, k := range c.keys {
-						mustExec(t, e, db, "INSERT INTO "+table+" (k) VALUES ($1)", k)
+						mustExec(t, e, db, "INSERT INTO "+table+" (k) VALUES (?)", k)
 						d := claimOne(t, q)
 						want := keyText(k)
 						if d.Key() != want {
 							t.Fatalf("%s: claimed key %q, want %q", spelling, d.Key(), want)
 						}
 						if n := locksHeld(t, e, db, table, []string{want}); n != 1 {
-							t.Fatalf("%s key %q: PostgresLockKey's lock held %d times, want 1: the SQL hash differs", spelling, want, n)
+							t.Fatalf("%s key %q: the lock Go names is held %d times, want 1: the SQL hash differs", spelling, want, n)
 						}
 						if err := d.Ack(context.Background()); err != nil {
 							t.Fatal(err)
@@ -97,18 +147,18 @@ func keyText(k any) string {
 // first in claim order and no other, one lock a job for a claim of one and
 // of several; with priorities, the highest first.
 func TestLockFirstStopsAtFirst(t *testing.T) {
-	eachEngine(t, postgresOnly, func(t *testing.T, e Engine) {
+	eachEngine(t, locksInSQL, func(t *testing.T, e Engine) {
 		db := e.Open(t, 12)
 		table := lockFirstTable(t, e, db, "lockfirst_first", "text")
 		mustExec(t, e, db, "ALTER TABLE "+table+" ADD COLUMN priority integer NOT NULL DEFAULT 0")
 		for i := range 60 {
-			mustExec(t, e, db, "INSERT INTO "+table+" (k, priority) VALUES ($1, $2)", fmt.Sprintf("k%02d", i), i%3)
+			mustExec(t, e, db, "INSERT INTO "+table+" (k, priority) VALUES (?, ?)", fmt.Sprintf("k%02d", i), i%3)
 		}
 		keys := make([]string, 60)
 		for i := range keys {
 			keys[i] = fmt.Sprintf("k%02d", i)
 		}
-		q := newQueue(t, db, inbox.Config{Dialect: e.Dialect, Table: inbox.Table{Name: table, AdvisoryKey: "k", Priority: "priority"}})
+		q := newQueue(t, db, inbox.Config{Dialect: lockFirstDialect(e), Table: inbox.Table{Name: table, AdvisoryKey: "k", Priority: "priority"}})
 		ctx := context.Background()
 		var got []string
 		for _, n := range []int{1, 4, 3} {
@@ -144,18 +194,24 @@ func TestLockFirstStopsAtFirst(t *testing.T) {
 // ahead; the claim walks past them all to the first free key, whichever
 // pool it comes from, and locks only that one.
 func TestLockFirstPastHeldPages(t *testing.T) {
-	eachEngine(t, postgresOnly, func(t *testing.T, e Engine) {
+	eachEngine(t, locksInSQL, func(t *testing.T, e Engine) {
 		db, db2 := openTwo(t, e, 4)
 		table := lockFirstTable(t, e, db, "lockfirst_pages", "bigint")
 		const held = 300
-		mustExec(t, e, db, fmt.Sprintf("INSERT INTO %s (k) SELECT g FROM generate_series(1, %d) g", table, held+2))
+		lock, unlockAll := "SELECT pg_advisory_lock($1)", "SELECT pg_advisory_unlock_all()"
+		if e.IsMySQL() {
+			lock, unlockAll = "SELECT GET_LOCK(?, 10)", "SELECT RELEASE_ALL_LOCKS()"
+			mustExec(t, e, db, fmt.Sprintf("INSERT INTO %s (k) SELECT seq FROM seq_1_to_%d", table, held+2))
+		} else {
+			mustExec(t, e, db, fmt.Sprintf("INSERT INTO %s (k) SELECT g FROM generate_series(1, %d) g", table, held+2))
+		}
 		ident := tableIdentity(t, e, db, table)
 		holder, err := db.Conn(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer func() {
-			mustExecConn(t, holder, "SELECT pg_advisory_unlock_all()")
+			mustExecConn(t, holder, unlockAll)
 			holder.Close()
 		}()
 		var keys []string
@@ -163,10 +219,14 @@ func TestLockFirstPastHeldPages(t *testing.T) {
 			keys = append(keys, fmt.Sprint(i))
 		}
 		for _, k := range keys[:held] {
-			mustExecConn(t, holder, "SELECT pg_advisory_lock($1)", inbox.PostgresLockKey(ident, k))
+			if e.IsMySQL() {
+				mustExecConn(t, holder, lock, inbox.MySQLLockName(ident, k))
+			} else {
+				mustExecConn(t, holder, lock, inbox.PostgresLockKey(ident, k))
+			}
 		}
 		for i, pool := range []*sql.DB{db, db2} {
-			q := newQueue(t, pool, inbox.Config{Dialect: e.Dialect, Table: inbox.Table{Name: table, AdvisoryKey: "k"}})
+			q := newQueue(t, pool, inbox.Config{Dialect: lockFirstDialect(e), Table: inbox.Table{Name: table, AdvisoryKey: "k"}})
 			ds, err := q.Claim(context.Background(), 1)
 			if err != nil || len(ds) != 1 {
 				t.Fatalf("Claim(1): %d jobs, %v", len(ds), err)
@@ -199,7 +259,7 @@ func mustExecConn(t testing.TB, conn *sql.Conn, query string, args ...any) {
 // the key in the process and the connection go, and a new job of that key
 // is claimed next.
 func TestLockFirstMiss(t *testing.T) {
-	eachEngine(t, postgresOnly, func(t *testing.T, e Engine) {
+	eachEngine(t, locksInSQL, func(t *testing.T, e Engine) {
 		inner, err := connhook.Connector(e.Driver, e.DSN(t, t.TempDir()))
 		if err != nil {
 			t.Fatal(err)
@@ -208,13 +268,13 @@ func TestLockFirstMiss(t *testing.T) {
 		table := lockFirstTable(t, e, other, "lockfirst_miss", "text")
 		var armed atomic.Bool
 		db := sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{After: func(_ context.Context, call connhook.Call, _ error, _ time.Duration) {
-			if strings.Contains(call.SQL, "pg_try_advisory_lock(") && armed.CompareAndSwap(true, false) {
+			if (strings.Contains(call.SQL, "pg_try_advisory_lock(") || strings.Contains(call.SQL, "GET_LOCK(n, 0)")) && armed.CompareAndSwap(true, false) {
 				mustExec(t, e, other, "DELETE FROM "+table)
 			}
 		}}))
 		db.SetMaxOpenConns(4)
 		t.Cleanup(func() { db.Close() })
-		q := newQueue(t, db, inbox.Config{Dialect: e.Dialect, Table: inbox.Table{Name: table, AdvisoryKey: "k"}})
+		q := newQueue(t, db, inbox.Config{Dialect: lockFirstDialect(e), Table: inbox.Table{Name: table, AdvisoryKey: "k"}})
 		mustExec(t, e, other, "INSERT INTO "+table+" (k) VALUES ('A')")
 		armed.Store(true)
 		ds, err := q.Claim(context.Background(), 1)
@@ -248,10 +308,10 @@ func TestLockFirstMiss(t *testing.T) {
 // statement finds that key free and first; the claim passes over it as
 // the walk from Go does, and delivers the next key's job rather than none.
 func TestLockFirstKeyHeldHere(t *testing.T) {
-	eachEngine(t, postgresOnly, func(t *testing.T, e Engine) {
+	eachEngine(t, locksInSQL, func(t *testing.T, e Engine) {
 		db := e.Open(t, 6)
 		table := lockFirstTable(t, e, db, "lockfirst_here", "text")
-		q := newQueue(t, db, inbox.Config{Dialect: e.Dialect, Table: inbox.Table{Name: table, AdvisoryKey: "k"}})
+		q := newQueue(t, db, inbox.Config{Dialect: lockFirstDialect(e), Table: inbox.Table{Name: table, AdvisoryKey: "k"}})
 		mustExec(t, e, db, "INSERT INTO "+table+" (k) VALUES ('A'), ('A'), ('B')")
 		ctx := context.Background()
 		first, err := q.Claim(ctx, 1)
@@ -262,7 +322,11 @@ func TestLockFirstKeyHeldHere(t *testing.T) {
 		if len(pids) != 1 {
 			t.Fatalf("%d sessions hold key A, want 1", len(pids))
 		}
-		mustExec(t, e, db, "SELECT pg_terminate_backend($1)", pids[0])
+		if e.IsMySQL() {
+			mustExec(t, e, db, "KILL ?", pids[0])
+		} else {
+			mustExec(t, e, db, "SELECT pg_terminate_backend($1)", pids[0])
+		}
 		deadline := time.Now().Add(10 * time.Second)
 		for locksHeld(t, e, db, table, []string{"A"}) != 0 {
 			if time.Now().After(deadline) {
@@ -292,5 +356,88 @@ func TestLockFirstKeyHeldHere(t *testing.T) {
 		if err := d.Ack(ctx); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// TestLockFirstDrainContended: eight workers over two pools (the table
+// named plainly on one, schema-qualified on the other) drain jobs of 20
+// keys while another session holds one of the keys, with the engine's own
+// dialect: on MariaDB the key found held elsewhere turns the claims to
+// LockFirst (LockFirstContended), on PostgreSQL they always are. Each job is
+// delivered and acked once, no key is worked by two handlers at once, the
+// held key's jobs wait for its holder, and no lock is left.
+func TestLockFirstDrainContended(t *testing.T) {
+	eachEngine(t, locksInSQL, func(t *testing.T, e Engine) {
+		const (
+			workers = 8
+			jobs    = 200
+			keys    = 20
+		)
+		inner, err := connhook.Connector(e.Driver, e.DSN(t, t.TempDir()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var inSQL atomic.Int64
+		db1 := sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{After: func(_ context.Context, call connhook.Call, _ error, _ time.Duration) {
+			if strings.Contains(call.SQL, "GET_LOCK(n, 0)") || strings.Contains(call.SQL, "pg_try_advisory_lock(") {
+				inSQL.Add(1)
+			}
+		}}))
+		db1.SetMaxOpenConns(7)
+		t.Cleanup(func() { db1.Close() })
+		db2 := e.Open(t, 7)
+		table := concTable(t, e, db2, "lockfirst_drain")
+		q1 := newQueue(t, db1, inbox.Config{Dialect: e.Dialect, Table: Table(table, "advisory-k")})
+		q2 := newQueue(t, db2, inbox.Config{Dialect: e.Dialect, Table: Table(concQualified(t, e, db2, table), "advisory-k")})
+		want := concFill(t, e, db2, table, jobs, keys)
+
+		holder, err := e.Open(t, 1).Conn(context.Background()) // another session, as another process's
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Close()
+		ident := tableIdentity(t, e, db2, table)
+		hold, unhold := "SELECT pg_advisory_lock($1)", "SELECT pg_advisory_unlock_all()"
+		var heldKey any = inbox.PostgresLockKey(ident, "K0")
+		if e.IsMySQL() {
+			hold, unhold, heldKey = "SELECT GET_LOCK(?, 10)", "SELECT RELEASE_ALL_LOCKS()", inbox.MySQLLockName(ident, "K0")
+		}
+		mustExecConn(t, holder, hold, heldKey)
+		var released atomic.Bool
+		l := newConcLedger()
+		drain := func(until int) bool {
+			return concWorkers(t, []*inbox.Queue{q1, q2}, workers, 2, 2*time.Minute,
+				func() bool { return l.ackedJobs() >= until },
+				func(ctx context.Context, d *inbox.Delivery) {
+					if d.Key() == "K0" && !released.Load() {
+						t.Errorf("job %v of key K0 delivered while another session holds the key", d.ID())
+					}
+					l.start(d, d.Key())
+					l.done(d.Key())
+					l.end(d, d.Ack(context.WithoutCancel(ctx)))
+				})
+		}
+		if !drain(jobs - jobs/keys) {
+			t.Fatalf("workers stalled: %d of %d jobs of the free keys acked", l.ackedJobs(), jobs-jobs/keys)
+		}
+		if inSQL.Load() == 0 {
+			t.Fatal("no claim locked in SQL: a key held elsewhere did not turn the claims to LockFirst")
+		}
+		released.Store(true)
+		mustExecConn(t, holder, unhold)
+		if !drain(jobs) {
+			t.Fatalf("workers stalled: %d of %d jobs acked after the key was let go", l.ackedJobs(), jobs)
+		}
+		l.check(t, want)
+		if n := countRows(t, db2, table); n != 0 {
+			t.Errorf("%d jobs left in the table", n)
+		}
+		idleSoon(t, db1, q1)
+		idleSoon(t, db2, q2)
+		var lockKeys []string
+		for i := range keys {
+			lockKeys = append(lockKeys, "K"+fmt.Sprint(i))
+		}
+		noLocks(t, e, db2, table, lockKeys)
 	})
 }

@@ -202,6 +202,13 @@ type AdvisoryStatements struct {
 	// [Locker.Unlock] lets it go. Empty: a lock call from Go per
 	// candidate.
 	LockFirst, LockFirstAfter Stmt
+	// LockFirstContended sends LockFirst only for a while after a walk
+	// from Go found a key held by another session (another process's); the
+	// walk serves the claims otherwise. For an engine where the statement
+	// costs the server more than a page read and a lock call: in one
+	// process the walk passes the process's own keys over without a call,
+	// and LockFirst pays off only once other processes hold keys ahead.
+	LockFirstContended bool
 }
 
 // JobStatements insert, find, cancel and count jobs.

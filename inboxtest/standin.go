@@ -223,6 +223,7 @@ func (s *standIn) learn(q *inbox.Queue) {
 				for _, stmt := range f {
 					add(stmt, "Claim.Take")
 				}
+			case bool: // Advisory.LockFirstContended: when the core sends them
 			default:
 				walk(v.Field(i), name+".") // a part of Statements
 			}
