@@ -39,6 +39,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sqlinbox/inbox"
@@ -69,7 +70,7 @@ const (
 )
 
 // latencyModeNames are the modes, in the table's order.
-var latencyModeNames = []string{"wake", "wake-shallow", "wake-rowlock", "notify", "poll", "poll-100ms"}
+var latencyModeNames = []string{"wake", "wake-loaded", "wake-shallow", "wake-rowlock", "notify", "poll", "poll-100ms"}
 
 // latencySample is one job's wait.
 type latencySample struct {
@@ -144,6 +145,20 @@ func latencyLine(ctx context.Context, e engine, mode, dir string) (latencyRun, e
 	case "wake":
 		r.mode = "wake-up in the process (Enqueue on the *sql.DB)"
 		r.samples, err = latencyInProcess(ctx, db, cfg, true)
+	case "wake-loaded":
+		// The same, while another queue of the database runs flat out:
+		// the server and the two cores busy with work that is not the
+		// measured job's.
+		stop, lerr := latencyLoad(ctx, e, dir, table+"_load")
+		if lerr != nil {
+			return r, lerr
+		}
+		r.samples, err = latencyInProcess(ctx, db, cfg, true)
+		rate, lerr := stop()
+		if err == nil {
+			err = lerr
+		}
+		r.mode = fmt.Sprintf("wake-up in the process, %d workers draining another table (%.0f jobs/s)", latencyLoadWorkers, rate)
 	case "wake-shallow":
 		// The lease on a shallow table: one read fewer in MariaDB's
 		// claim transaction.
@@ -530,4 +545,75 @@ func ms(d time.Duration) string {
 		return strconv.FormatFloat(v, 'f', 1, 64) + " ms"
 	}
 	return strconv.FormatFloat(v, 'f', 0, 64) + " ms"
+}
+
+// latencyLoadWorkers is how many workers keep the server busy in the
+// wake-loaded mode.
+const latencyLoadWorkers = 8
+
+// latencyLoad starts latencyLoadWorkers loops draining a lease table of
+// its own, which an enqueuer keeps stocked (batches of 100 whenever fewer
+// than 1,000 wait), and returns the function that stops them, drops the
+// table and tells the jobs/s they handled. Its pool is its own, as another
+// service's would be.
+func latencyLoad(ctx context.Context, e engine, dir, table string) (stop func() (float64, error), err error) {
+	db, err := e.open(dir, latencyLoadWorkers+2)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.createTable(ctx, db, table); err != nil {
+		db.Close()
+		return nil, err
+	}
+	q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Table: benchTable(table, "lease"), Lease: time.Minute})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var handled atomic.Int64
+	errs := make(chan error, 2)
+	go func() {
+		errs <- worker.Run(ctx, q, worker.Config{Workers: latencyLoadWorkers, Poll: 10 * time.Millisecond, RetryForever: true}, func(_ context.Context, d *inbox.Delivery) error {
+			handled.Add(1)
+			return handle(d)
+		})
+	}()
+	go func() {
+		jobs := make([]inbox.Job, 100)
+		for i := range jobs {
+			jobs[i] = inbox.Job{Data: []any{payload}}
+		}
+		var enqueued int64
+		for ctx.Err() == nil {
+			if enqueued-handled.Load() >= 1000 {
+				time.Sleep(time.Millisecond) // the backlog is stocked: look again in a moment
+				continue
+			}
+			if _, err := q.EnqueueMany(ctx, db, jobs); err != nil {
+				if ctx.Err() == nil {
+					errs <- err
+					return
+				}
+				break
+			}
+			enqueued += int64(len(jobs))
+		}
+		errs <- nil
+	}()
+	began := time.Now()
+	return func() (float64, error) {
+		rate := float64(handled.Load()) / time.Since(began).Seconds()
+		cancel()
+		err1, err2 := <-errs, <-errs
+		e.drop(context.WithoutCancel(ctx), db, table)
+		db.Close()
+		var out []error
+		for _, err := range []error{err1, err2} {
+			if !errors.Is(err, context.Canceled) {
+				out = append(out, err) // the run's own end is no failure
+			}
+		}
+		return rate, errors.Join(out...)
+	}, nil
 }
