@@ -970,23 +970,25 @@ func TestMariaDBAdvisoryLocksInSQLWhenContended(t *testing.T) {
 	if q.Statements().Advisory.LockFirst.SQL != maAdvLockFirst || !q.Statements().Advisory.LockFirstContended {
 		t.Fatalf("LockFirst (contended %v):\n%s\nwant\n%s", q.Statements().Advisory.LockFirstContended, q.Statements().Advisory.LockFirst.SQL, maAdvLockFirst)
 	}
+	// Keys are the process's (per table identity): ids no other test
+	// claims keep this test's keys its own.
 	myIdent(m, "", "jobs")
-	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(myAdvPage(1))
-	myAdvClaimed(m, 1)
+	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(myAdvPage(801))
+	maAdvClaimed(m, 801)
 	var held []*inbox.Delivery
-	held = append(held, claim(t, q, 1, 1)...)
+	held = append(held, claim(t, q, 1, 801)...)
 
-	// Key 2 held by another session: the walk passes it over.
-	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(myAdvPage(2, 3))
-	myLocked(m, "2", 0)
-	myAdvClaimed(m, 3)
-	held = append(held, claim(t, q, 1, 3)...)
+	// Key 802 held by another session: the walk passes it over.
+	m.ExpectQuery(myAdvCandidates).WithArgs(11).WillReturnRows(myAdvPage(802, 803))
+	m.ExpectQuery(myGetLock).WithArgs(inbox.MySQLLockName("test.jobs", "802")).WillReturnRows(rows("got", row(int64(0))))
+	maAdvClaimed(m, 803)
+	held = append(held, claim(t, q, 1, 803)...)
 
 	// The claims after lock in SQL, each past nothing: one statement, the
 	// row re-read and its attempt counted on the session holding the lock.
 	const span = 64
 	for i := 0; i < span; i++ {
-		id := int64(10 + i)
+		id := int64(810 + i)
 		limit := 2 + len(held) + 8
 		m.ExpectQuery(maAdvLockFirst).WithArgs("test.jobs", limit, limit).WillReturnRows(rows("i,k,a,locked", row(id, id, int64(1), int64(1))))
 		m.ExpectQuery(myAdvSelect).WithArgs(id, int64(1)).WillReturnRows(rows("id,attempt,payload", row(id, int64(1), nil)))
@@ -1006,12 +1008,12 @@ func TestMariaDBAdvisoryLocksInSQLWhenContended(t *testing.T) {
 
 	// The span spent, the walk looks again: no one else holds a key now.
 	limit := 2 + len(held) + 8
-	m.ExpectQuery(myAdvCandidates).WithArgs(limit).WillReturnRows(myAdvPage(100))
-	maAdvClaimed(m, 100)
-	held = append(held, claim(t, q, 1, 100)...)
-	m.ExpectQuery(myAdvCandidates).WithArgs(limit + 1).WillReturnRows(myAdvPage(101))
-	maAdvClaimed(m, 101)
-	held = append(held, claim(t, q, 1, 101)...)
+	m.ExpectQuery(myAdvCandidates).WithArgs(limit).WillReturnRows(myAdvPage(900))
+	maAdvClaimed(m, 900)
+	held = append(held, claim(t, q, 1, 900)...)
+	m.ExpectQuery(myAdvCandidates).WithArgs(limit + 1).WillReturnRows(myAdvPage(901))
+	maAdvClaimed(m, 901)
+	held = append(held, claim(t, q, 1, 901)...)
 	for _, d := range held {
 		m.ExpectExec(myAdvAck).WithArgs(d.ID(), int64(2)).WillReturnResult(affected(1))
 		m.ExpectQuery(myReleaseLock).WithArgs(inbox.MySQLLockName("test.jobs", d.Key())).WillReturnRows(rows("RELEASE_LOCK(?)", row(int64(1))))
