@@ -970,8 +970,9 @@ func TestMariaDBAdvisoryLocksInSQLWhenContended(t *testing.T) {
 	if q.Statements().Advisory.LockFirst.SQL != maAdvLockFirst || !q.Statements().Advisory.LockFirstContended {
 		t.Fatalf("LockFirst (contended %v):\n%s\nwant\n%s", q.Statements().Advisory.LockFirstContended, q.Statements().Advisory.LockFirst.SQL, maAdvLockFirst)
 	}
-	// Keys are the process's (per table identity): ids no other test
-	// claims keep this test's keys its own.
+	// A key some pool of this process holds is no contention, and earlier
+	// tests leave deliveries unsettled on their closed pools until those
+	// are collected: ids no other test claims keep this test's keys its own.
 	myIdent(m, "", "jobs")
 	m.ExpectQuery(myAdvCandidates).WithArgs(10).WillReturnRows(myAdvPage(801))
 	maAdvClaimed(m, 801)

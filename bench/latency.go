@@ -579,28 +579,7 @@ func latencyLoad(ctx context.Context, e engine, dir, table string) (stop func() 
 			return handle(d)
 		})
 	}()
-	go func() {
-		jobs := make([]inbox.Job, 100)
-		for i := range jobs {
-			jobs[i] = inbox.Job{Data: []any{payload}}
-		}
-		var enqueued int64
-		for ctx.Err() == nil {
-			if enqueued-handled.Load() >= 1000 {
-				time.Sleep(time.Millisecond) // the backlog is stocked: look again in a moment
-				continue
-			}
-			if _, err := q.EnqueueMany(ctx, db, jobs); err != nil {
-				if ctx.Err() == nil {
-					errs <- err
-					return
-				}
-				break
-			}
-			enqueued += int64(len(jobs))
-		}
-		errs <- nil
-	}()
+	go func() { errs <- keepStocked(ctx, q, db, &handled) }()
 	began := time.Now()
 	return func() (float64, error) {
 		rate := float64(handled.Load()) / time.Since(began).Seconds()
@@ -616,4 +595,26 @@ func latencyLoad(ctx context.Context, e engine, dir, table string) (stop func() 
 		}
 		return rate, errors.Join(out...)
 	}, nil
+}
+
+// keepStocked enqueues batches of 100 jobs into q whenever fewer than 1,000
+// of those it enqueued are still waiting (handled counts the rest), until
+// ctx ends.
+func keepStocked(ctx context.Context, q *inbox.Queue, db *sql.DB, handled *atomic.Int64) error {
+	jobs := make([]inbox.Job, 100)
+	for i := range jobs {
+		jobs[i] = inbox.Job{Data: []any{payload}}
+	}
+	var enqueued int64
+	for ctx.Err() == nil {
+		if enqueued-handled.Load() >= 1000 {
+			time.Sleep(time.Millisecond) // the backlog is stocked: look again in a moment
+			continue
+		}
+		if _, err := q.EnqueueMany(ctx, db, jobs); err != nil && ctx.Err() == nil {
+			return err
+		}
+		enqueued += int64(len(jobs))
+	}
+	return nil // the run's end, however the statement it cut failed
 }
