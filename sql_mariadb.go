@@ -61,7 +61,8 @@ func (d mariadb) BatchStatements(n *dialect.Names, size int) (*dialect.BatchStat
 	return st, nil
 }
 
-// Statements are [MySQL]'s but for InWork under the row lock: MariaDB has
+// Statements are [MySQL]'s but for the advisory form's LockFirst (maLockFirst,
+// sent while other processes hold keys) and InWork under the row lock: MariaDB has
 // no performance_schema.data_locks (and its performance_schema is off by
 // default), but the metadata_lock_info plugin lists the metadata locks
 // held: a transaction that locked or wrote rows of the table holds a
@@ -74,11 +75,7 @@ func (d mariadb) Statements(n *dialect.Names) (*Statements, error) {
 		return st, err
 	}
 	if n.Form == Advisory {
-		now := "UTC_TIMESTAMP(6)"
-		if !n.DBClock {
-			now = "$now"
-		}
-		t := dialect.NewTemplate(n, dialect.Question, now, "$until")
+		t := myTemplate(n)
 		st.Advisory.LockFirst, st.Advisory.LockFirstAfter = maLockFirst(t, false), maLockFirst(t, true)
 		// The statement costs the server twice a page read (its derived
 		// tables and window): in one process the walk is faster.
@@ -107,10 +104,10 @@ func (mariadb) CheckSchema(ctx context.Context, db *sql.DB, n *dialect.Names) ([
 // under priorities), they reach the outer filter one at a time in that
 // order, and LIMIT 1 stops at the first that passes, so no key past it is
 // tried (an ORDER BY outside would sort after filtering, trying every key,
-// each taken a lock the claim would never let go). The
-// filter passes a locked key or the page's last row (r = the page's size),
-// so one read serves both answers LockFirst gives; the last column tells
-// them apart by asking whether this session now holds that row's lock.
+// each taken a lock the claim would never let go). The filter passes a
+// locked key or the page's last row (r = the page's size), so one read
+// serves both answers LockFirst gives; the last column tells them apart by
+// asking whether this session now holds that row's lock.
 // The name is MySQLLockName's: "inbox_" and the first 16 bytes of SHA-256,
 // in hex, over the identity, a zero byte and the key as text (NULL as the
 // empty text, as keyString).

@@ -76,14 +76,7 @@ func (mysql) Statements(n *dialect.Names) (*Statements, error) {
 	if n.NotifyChannel != "" {
 		return nil, fmt.Errorf("Config.NotifyChannel %q: MySQL has no notifications; idle workers of other processes find jobs by polling", n.NotifyChannel)
 	}
-	// Conditions only compare, so they read the engine's clock in place.
-	// UPDATE cannot return what it wrote: a time that becomes a token is
-	// computed from a reading taken first (Now) and written as $until.
-	now := "UTC_TIMESTAMP(6)"
-	if !n.DBClock {
-		now = "$now"
-	}
-	t := dialect.NewTemplate(n, dialect.Question, now, "$until")
+	t := myTemplate(n)
 	var st *Statements
 	switch n.Form {
 	case Lease:
@@ -124,6 +117,18 @@ func (mysql) Statements(n *dialect.Names) (*Statements, error) {
 	st.Settle.Verdict = verdictRead(t, n)
 	st.Control = myControl(t, n)
 	return st, nil
+}
+
+// myTemplate is the template of MySQL's statements. Conditions only
+// compare, so they read the engine's clock in place. UPDATE cannot return
+// what it wrote: a time that becomes a token is computed from a reading
+// taken first (Now) and written as $until.
+func myTemplate(n *dialect.Names) *dialect.Template {
+	now := "UTC_TIMESTAMP(6)"
+	if !n.DBClock {
+		now = "$now"
+	}
+	return dialect.NewTemplate(n, dialect.Question, now, "$until")
 }
 
 // mySchemaLiteral is the table's database as an SQL expression: the
