@@ -352,26 +352,22 @@ func TestConcDrainTwoPools(t *testing.T) {
 // TestPreparedDrainTwoPools is TestConcDrainTwoPools with Config.Prepare:
 // statements prepared by two pools, one naming the table plainly and the
 // other by its qualified name, each job acked once.
-func TestPreparedDrainTwoPools(t *testing.T) {
-	eachForm(t, formsWithKey, func(t *testing.T, e Engine, form string) {
-		jobs := 200
-		if e.IsSQLite() && raceBuild() {
-			jobs = 100
-		}
-		concDrainTwoPools(t, e, form, jobs, true, 0)
-	})
-}
+func TestPreparedDrainTwoPools(t *testing.T) { concDrainEveryForm(t, true, 0) }
 
 // TestConcDrainClaimsAtOnce is TestConcDrainTwoPools with
 // Config.ClaimsAtOnce 2 on each pool's queue: eight workers, two claiming at
 // once per queue, the others waiting their turn; each job acked once.
-func TestConcDrainClaimsAtOnce(t *testing.T) {
+func TestConcDrainClaimsAtOnce(t *testing.T) { concDrainEveryForm(t, false, 2) }
+
+// concDrainEveryForm runs concDrainTwoPools on every form, the advisory one
+// keyed too, with 200 jobs (100 on SQLite under -race).
+func concDrainEveryForm(t *testing.T, prepare bool, claimsAtOnce int) {
 	eachForm(t, formsWithKey, func(t *testing.T, e Engine, form string) {
 		jobs := 200
 		if e.IsSQLite() && raceBuild() {
 			jobs = 100
 		}
-		concDrainTwoPools(t, e, form, jobs, false, 2)
+		concDrainTwoPools(t, e, form, jobs, prepare, claimsAtOnce)
 	})
 }
 
