@@ -431,16 +431,7 @@ func TestLockFirstDrainContended(t *testing.T) {
 			t.Fatalf("workers stalled: %d of %d jobs acked after the key was let go", l.ackedJobs(), jobs)
 		}
 		l.check(t, want)
-		if n := countRows(t, db2, table); n != 0 {
-			t.Errorf("%d jobs left in the table", n)
-		}
-		idleSoon(t, db1, q1)
-		idleSoon(t, db2, q2)
-		var lockKeys []string
-		for i := range keys {
-			lockKeys = append(lockKeys, "K"+fmt.Sprint(i))
-		}
-		noLocks(t, e, db2, table, lockKeys)
+		lockFirstDrained(t, e, table, keys, [2]*sql.DB{db1, db2}, [2]*inbox.Queue{q1, q2})
 	})
 }
 
@@ -510,16 +501,25 @@ func TestLockFirstCancelledClaims(t *testing.T) {
 		// crash would (the form's promise): attempts above 1 are expected.
 		l.attempts = nil
 		l.check(t, want)
-		if n := countRows(t, db1, table); n != 0 {
-			t.Errorf("%d jobs left in the table", n)
-		}
-		idleSoon(t, db1, qs[0])
-		idleSoon(t, db2, qs[1])
-		var lockKeys []string
-		for i := range keys {
-			lockKeys = append(lockKeys, "K"+fmt.Sprint(i))
-		}
-		noLocks(t, e, db1, table, lockKeys)
+		lockFirstDrained(t, e, table, keys, [2]*sql.DB{db1, db2}, [2]*inbox.Queue{qs[0], qs[1]})
 		t.Logf("%d claims cut by their deadline", cut.Load())
 	})
+}
+
+// lockFirstDrained checks what a drain of table over two pools leaves: no
+// job, no connection checked out, no job in work, and no lock of the keys
+// K0 … K<keys-1> held.
+func lockFirstDrained(t *testing.T, e Engine, table string, keys int, dbs [2]*sql.DB, qs [2]*inbox.Queue) {
+	t.Helper()
+	if n := countRows(t, dbs[0], table); n != 0 {
+		t.Errorf("%d jobs left in the table", n)
+	}
+	for i := range dbs {
+		idleSoon(t, dbs[i], qs[i])
+	}
+	var lockKeys []string
+	for i := range keys {
+		lockKeys = append(lockKeys, "K"+fmt.Sprint(i))
+	}
+	noLocks(t, e, dbs[0], table, lockKeys)
 }
