@@ -76,21 +76,44 @@ func (q *Queue) pick(ctx context.Context, ex Executor, want int, now time.Time, 
 }
 
 // pickSources returns the sources of a pick's candidates, each read from
-// its first page. The first page passes the rows this queue's jobs in work
-// hold (row lock), which are at the head of the queue, in one read.
+// its first page (firstPage).
 func (q *Queue) pickSources(want int) []*pickSource {
 	srcs := []*pickSource{{first: q.st.Claim.Pick, after: q.st.Claim.PickAfter}}
 	if q.st.Claim.PickMore.SQL != "" {
 		srcs = append(srcs, &pickSource{first: q.st.Claim.PickMore, after: q.st.Claim.PickMoreAfter})
 	}
+	for _, s := range srcs {
+		s.limit = q.firstPage(want)
+	}
+	return srcs
+}
+
+// firstPage is the size of a pick's first page of candidates: it passes
+// the rows this queue's jobs in work hold (row lock), which are at the
+// head of the queue, in one read.
+func (q *Queue) firstPage(want int) int {
 	first := 2*want + 8
 	if q.names.Form == RowLock {
 		first += q.InWork()
 	}
-	for _, s := range srcs {
-		s.limit = first
+	return first
+}
+
+// pickOne claims one row under the row lock: by Claim.PickFirst, one
+// statement, where the dialect has it; when that finds the first page's
+// rows all held, or there is none, by a pick, which pages on.
+func (q *Queue) pickOne(ctx context.Context, ex Executor, now time.Time) ([]*Delivery, error) {
+	if s := q.st.Claim.PickFirst; s.SQL != "" {
+		rows, err := q.query(ctx, ex, s, &values{limit: q.firstPage(1), now: now})
+		if err != nil {
+			return nil, err
+		}
+		ds, err := q.scanClaimed(rows, false, nil, 0, nil)
+		if err != nil || len(ds) > 0 {
+			return ds, err
+		}
 	}
-	return srcs
+	return q.pick(ctx, ex, 1, now, nil)
 }
 
 func needRead(srcs []*pickSource) bool {

@@ -74,14 +74,14 @@ func (q *Queue) claimRowLock(ctx context.Context, max int) ([]*Delivery, error) 
 	}
 	ds := make([]*Delivery, 0, got)
 	defer func() { q.holds.unreserve(got - len(ds)) }()
-	now, err := q.claimNow(ctx, q.st.Claim.Take, q.st.Claim.Select, q.st.Claim.Pick, q.st.Claim.PickLock)
+	now, err := q.claimNow(ctx, q.st.Claim.Take, q.st.Claim.Select, q.st.Claim.Pick, q.st.Claim.PickLock, q.st.Claim.PickFirst)
 	if err != nil {
 		return ds, err
 	}
 	// What the held transactions will run: the reserve left a connection
 	// to prepare on.
 	st := q.st
-	q.warm(ctx, st.Claim.Take, st.Claim.Select, st.Claim.Mark, st.Claim.Pick, st.Claim.PickAfter, st.Claim.PickLock, st.Settle.Ack, st.Settle.Retry, st.Settle.Dead, st.Settle.DeadDelete, st.RowLock.ClaimsClear)
+	q.warm(ctx, st.Claim.Take, st.Claim.Select, st.Claim.Mark, st.Claim.Pick, st.Claim.PickAfter, st.Claim.PickLock, st.Claim.PickFirst, st.Settle.Ack, st.Settle.Retry, st.Settle.Dead, st.Settle.DeadDelete, st.RowLock.ClaimsClear)
 	for len(ds) < got {
 		d, err := q.claimOneRowLock(ctx, now)
 		if err != nil {
@@ -203,7 +203,7 @@ func (q *Queue) claimOne(ctx context.Context, ex Executor, v *values) (*Delivery
 	var ds []*Delivery
 	var err error
 	if q.st.Claim.PickLock.SQL != "" && q.names.Form == RowLock {
-		ds, err = q.pick(ctx, ex, 1, v.now, nil)
+		ds, err = q.pickOne(ctx, ex, v.now)
 	} else {
 		s := q.st.Claim.Take
 		if s.SQL == "" {

@@ -62,7 +62,8 @@ func (d mariadb) BatchStatements(n *dialect.Names, size int) (*dialect.BatchStat
 }
 
 // Statements are [MySQL]'s but for the advisory form's LockFirst (maLockFirst,
-// sent while other processes hold keys) and InWork under the row lock: MariaDB has
+// sent while other processes hold keys), the row lock's PickFirst
+// (maPickFirst) and InWork under the row lock: MariaDB has
 // no performance_schema.data_locks (and its performance_schema is off by
 // default), but the metadata_lock_info plugin lists the metadata locks
 // held: a transaction that locked or wrote rows of the table holds a
@@ -81,6 +82,9 @@ func (d mariadb) Statements(n *dialect.Names) (*Statements, error) {
 		// tables and window): in one process the walk is faster.
 		st.Advisory.LockFirstContended = true
 		return st, nil
+	}
+	if st.Claim.Pick.SQL != "" && n.Priority == "" {
+		st.Claim.PickFirst = maPickFirst(myTemplate(n))
 	}
 	st.Jobs.InWork = dialect.Stmt{SQL: "SELECT COUNT(DISTINCT THREAD_ID) FROM information_schema.METADATA_LOCK_INFO " +
 		"WHERE LOCK_TYPE = 'Table metadata lock' AND LOCK_MODE = 'MDL_SHARED_WRITE' AND TABLE_SCHEMA = " + mySchemaLiteral(n) +
@@ -129,4 +133,25 @@ func maLockFirst(t *dialect.Template, after bool) dialect.Stmt {
 	return t.Query("SELECT " + cols + ", COALESCE(IS_USED_LOCK(n) = CONNECTION_ID(), 0)" +
 		" FROM (SELECT " + cols + ", " + name + " AS n, ROW_NUMBER() OVER (ORDER BY " + order + ") AS r FROM (" + page + ") AS pg) AS c" +
 		" WHERE GET_LOCK(n, 0) = 1 OR r = $limit LIMIT 1")
+}
+
+// maPickFirst is the row lock's pick in one statement, where [MySQL]'s
+// sends Pick, then PickLock (two round trips of a claim's six): the page of
+// candidates, read without locks in claim order as Pick reads it, is
+// materialized and sorted, and STRAIGHT_JOIN makes it the outer table, so
+// that each candidate's row is then read by primary key in claim order and
+// LIMIT 1 stops at the first locked: rows others hold are skipped, rows
+// past the first are never read, and a candidate no longer ready fails the
+// filter, which under READ COMMITTED lets its lock go. The page's reads are
+// not locking ones, and no sort follows the locking reads (which would
+// keep every lock taken, as myRowLock explains). FORCE INDEX keeps the
+// table's reads to its primary key: on a table of a few rows MariaDB
+// otherwise scanned it into a join buffer, then sorted the join, locking
+// every ready row (a claim of two then got one). Without a priority only:
+// candidates of several priorities are locked by PickLock a priority at a
+// time.
+func maPickFirst(t *dialect.Template) dialect.Stmt {
+	return t.Query("SELECT {id}, {attempt}{, data}{, extra} FROM (SELECT {id} AS inbox_pick FROM {table}{where ready} ORDER BY {order} LIMIT $limit) AS pg" +
+		" STRAIGHT_JOIN {table} FORCE INDEX (PRIMARY) ON {id} = pg.inbox_pick WHERE (COALESCE({notBefore}) IS NULL OR COALESCE({notBefore}) <= {now})" +
+		" ORDER BY pg.inbox_pick LIMIT 1 FOR UPDATE SKIP LOCKED")
 }

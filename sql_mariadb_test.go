@@ -210,5 +210,9 @@ func TestMariaDBClaimsAreMySQLs(t *testing.T) {
 		if (tb.NotBefore != "" || tb.Priority != "") != (my.Claim.PickLock.SQL != "") {
 			t.Errorf("%+v: PickLock %q", tb, my.Claim.PickLock.SQL)
 		}
+		// MariaDB alone picks the row lock's first page in one statement.
+		if my.Claim.PickFirst.SQL != "" || (mdb.Claim.PickFirst.SQL != "") != (tb.NotBefore != "" && tb.Priority == "") {
+			t.Errorf("%+v: PickFirst %q (mysql), %q (mariadb)", tb, my.Claim.PickFirst.SQL, mdb.Claim.PickFirst.SQL)
+		}
 	}
 }

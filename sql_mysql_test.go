@@ -436,6 +436,36 @@ func TestMySQLRowLockPickPages(t *testing.T) {
 	m.Met(t)
 }
 
+// inbox.MariaDB's row-lock claim sends Claim.PickFirst, one statement
+// where inbox.MySQL sends Pick then PickLock; when its page holds no free
+// row the claim picks as inbox.MySQL's does. The page passes the rows this
+// queue holds: 10 candidates, then 11 with one delivery held.
+func TestMariaDBRowLockPickFirst(t *testing.T) {
+	const pickFirst = "SELECT `id`, `attempt`, `payload` FROM (SELECT `id` AS inbox_pick FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?) AS pg" +
+		" STRAIGHT_JOIN `jobs` FORCE INDEX (PRIMARY) ON `id` = pg.inbox_pick WHERE (COALESCE(`not_before`) IS NULL OR COALESCE(`not_before`) <= UTC_TIMESTAMP(6))" +
+		" ORDER BY pg.inbox_pick LIMIT 1 FOR UPDATE SKIP LOCKED"
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MariaDB, Table: rowLockTable})
+	if got := q.Statements().Claim.PickFirst.SQL; got != pickFirst {
+		t.Fatalf("Claim.PickFirst:\n got %s\nwant %s", got, pickFirst)
+	}
+	m.ExpectBegin()
+	m.ExpectQuery(pickFirst).WithArgs(10).WillReturnRows(rows("id,attempt,payload", row(int64(11), int64(1), []byte("a"))))
+	claim(t, q, 1, 11)
+	m.Met(t)
+	// The page's rows all held: the claim picks, from the first page on.
+	m.ExpectBegin()
+	m.ExpectQuery(pickFirst).WithArgs(11).WillReturnRows(rows("id,attempt,payload"))
+	m.ExpectQuery(myRowLockPick).WithArgs(11).WillReturnRows(rows("id", row(int64(12))))
+	var lockArgs []driver.Value
+	for k := 0; k < 32; k++ {
+		lockArgs = append(lockArgs, int64(12))
+	}
+	m.ExpectQuery(myRowLockPickLock).WithArgs(append(lockArgs, 1)...).WillReturnRows(rows("id,attempt,payload", row(int64(12), int64(1), nil)))
+	claim(t, q, 1, 12)
+	m.Met(t)
+}
+
 // With a priority, a MySQL lease claim picks: the due and the free
 // candidates, read without locks, merged in claim order (priority, then
 // id), locked a priority at a time in id order, so that each lock stops at

@@ -163,9 +163,13 @@ func claimOrderOf(t testing.TB, e Engine, db *sql.DB, table, form string, priori
 // alone, and eight workers over two pools claim every other ready job while
 // it is held. Before (MariaDB, mostly delayed): the held claim kept all 20
 // ready rows locked, and the others found nothing.
+//
+// A table of four rows too: MariaDB plans a join over a few rows as a scan
+// into a join buffer, then a sort, and a pick in one statement planned so
+// (Claim.PickFirst before its FORCE INDEX) locked every ready row.
 func TestClaimLocksRowLock(t *testing.T) {
 	eachEngine(t, notSQLite, func(t *testing.T, e Engine) {
-		for _, shape := range lockShapes {
+		for _, shape := range append(lockShapes[:len(lockShapes):len(lockShapes)], lockShape{"few", 1, 3}) {
 			for _, priority := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/priority=%v", shape.name, priority), func(t *testing.T) {
 					ctx := context.Background()

@@ -97,6 +97,13 @@ type ClaimStatements struct {
 	// Set, they replace Take (row lock) or Select and SelectMore (lease); a
 	// lease claim marks the rows with Mark.
 	Pick, PickAfter, PickMore, PickMoreAfter, PickLock Stmt
+	// PickFirst (row lock, optional) is Pick and PickLock in one
+	// statement: it reads the first page of ArgLimit candidates in claim
+	// order without locks, then locks them by primary key in that order,
+	// skipping rows others hold, and returns the first it locked (one row,
+	// as PickLock returns it), having locked no other. No row: the page
+	// held none free, and the claim picks as it would without PickFirst.
+	PickFirst Stmt
 }
 
 // For returns the statement a lease claim of max jobs (1 to
