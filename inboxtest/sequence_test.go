@@ -323,7 +323,7 @@ func generate(t *testing.T) string {
 	engines := []struct {
 		name string
 		d    inbox.Dialect
-	}{{"PostgreSQL", inbox.Postgres}, {"MySQL and MariaDB", inbox.MySQL}, {"SQLite", inbox.SQLite}}
+	}{{"PostgreSQL", inbox.Postgres}, {"MySQL and MariaDB", inbox.MySQL}, {"inbox.MariaDB, where it differs", inbox.MariaDB}, {"SQLite", inbox.SQLite}}
 	clocks := []struct {
 		name string
 		now  func() time.Time
@@ -345,8 +345,16 @@ func generate(t *testing.T) string {
 					}
 					clockName = "Config.Now or time.Now"
 				}
-				fmt.Fprintf(&b, "\n### %s · %s · %s\n\n", sec.title, e.name, clockName)
-				docSection(t, &b, inbox.Config{Dialect: e.d, Table: sec.table, Now: c.now})
+				var body strings.Builder
+				docSection(t, &body, inbox.Config{Dialect: e.d, Table: sec.table, Now: c.now})
+				if e.d == inbox.MariaDB {
+					var my strings.Builder
+					docSection(t, &my, inbox.Config{Dialect: inbox.MySQL, Table: sec.table, Now: c.now})
+					if my.String() == body.String() {
+						continue // shown under MySQL and MariaDB
+					}
+				}
+				fmt.Fprintf(&b, "\n### %s · %s · %s\n\n%s", sec.title, e.name, clockName, body.String())
 			}
 		}
 	}
@@ -537,7 +545,7 @@ func docArg(m *Mock, c call, i int, prefer string) string {
 		}
 		return "lease in µs"
 	case dialect.ArgLimit:
-		if c.is("Advisory.Candidates", "Advisory.CandidatesAfter", "Claim.Pick", "Claim.PickAfter", "Claim.PickMore", "Claim.PickMoreAfter") {
+		if c.is("Advisory.Candidates", "Advisory.CandidatesAfter", "Claim.Pick", "Claim.PickAfter", "Claim.PickMore", "Claim.PickMoreAfter", "Claim.PickFirst") {
 			return "page"
 		}
 		return "max"
