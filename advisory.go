@@ -8,6 +8,7 @@ import (
 	"github.com/sqlinbox/inbox/dialect"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -120,15 +121,18 @@ const lockFirstSpan = 64
 // the dialect sends it under contention only; then while claims are left
 // of the span the last contended walk started.
 func (q *Queue) lockFirstNow() bool {
-	if !q.st.Advisory.LockFirstContended {
-		return true
-	}
+	return !q.st.Advisory.LockFirstContended || spend(&q.contended)
+}
+
+// spend takes one claim of the span left in left, reporting false when
+// none is left.
+func spend(left *atomic.Int64) bool {
 	for {
-		n := q.contended.Load()
+		n := left.Load()
 		if n <= 0 {
 			return false
 		}
-		if q.contended.CompareAndSwap(n, n-1) {
+		if left.CompareAndSwap(n, n-1) {
 			return true
 		}
 	}

@@ -225,6 +225,10 @@ type Queue struct {
 	// contended (advisory, LockFirstContended) counts the claims left that
 	// lock in SQL since a walk found a key held by another session.
 	contended atomic.Int64
+	// pickPast (row lock, Claim.PickFirst) counts the claims left that
+	// pick without PickFirst since one found its page held and the pick
+	// after it found a job past: other processes' jobs hold the head.
+	pickPast atomic.Int64
 
 	bell      bell // wakes the idle loops of the table in this process (NextWake)
 	pauseBell bell // tells them of a Pause or Resume in this process (PauseChanged)

@@ -99,21 +99,34 @@ func (q *Queue) firstPage(want int) int {
 	return first
 }
 
+// pickPastSpan is how many claims pick without Claim.PickFirst after one
+// whose page was all held found a job past it; the next PickFirst looks
+// again.
+const pickPastSpan = 64
+
 // pickOne claims one row under the row lock: by Claim.PickFirst, one
 // statement, where the dialect has it; when that finds the first page's
-// rows all held, or there is none, by a pick, which pages on.
+// rows all held, or there is none, by a pick, which pages on. The page
+// passes the rows this queue's jobs hold, not those of other processes:
+// when they fill it, PickFirst is a statement more per claim, and is left
+// out for a span of claims.
 func (q *Queue) pickOne(ctx context.Context, ex Executor, now time.Time) ([]*Delivery, error) {
-	if s := q.st.Claim.PickFirst; s.SQL != "" {
-		rows, err := q.query(ctx, ex, s, &values{limit: q.firstPage(1), now: now})
-		if err != nil {
-			return nil, err
-		}
-		ds, err := q.scanClaimed(rows, false, nil, 0, nil)
-		if err != nil || len(ds) > 0 {
-			return ds, err
-		}
+	first := q.st.Claim.PickFirst
+	if first.SQL == "" || spend(&q.pickPast) {
+		return q.pick(ctx, ex, 1, now, nil)
 	}
-	return q.pick(ctx, ex, 1, now, nil)
+	rows, err := q.query(ctx, ex, first, &values{limit: q.firstPage(1), now: now})
+	if err != nil {
+		return nil, err
+	}
+	ds, err := q.scanClaimed(rows, false, nil, 0, nil)
+	if err != nil || len(ds) > 0 {
+		return ds, err
+	}
+	if ds, err = q.pick(ctx, ex, 1, now, nil); len(ds) > 0 {
+		q.pickPast.Store(pickPastSpan)
+	}
+	return ds, err
 }
 
 func needRead(srcs []*pickSource) bool {

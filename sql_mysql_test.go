@@ -439,7 +439,9 @@ func TestMySQLRowLockPickPages(t *testing.T) {
 // inbox.MariaDB's row-lock claim sends Claim.PickFirst, one statement
 // where inbox.MySQL sends Pick then PickLock; when its page holds no free
 // row the claim picks as inbox.MySQL's does. The page passes the rows this
-// queue holds: 10 candidates, then 11 with one delivery held.
+// queue holds: 10 candidates, then 11 with one delivery held. A pick that
+// found a job past a page PickFirst found held (other processes' jobs at
+// the head) leaves PickFirst out for the next 64 claims.
 func TestMariaDBRowLockPickFirst(t *testing.T) {
 	const pickFirst = "SELECT `id`, `attempt`, `payload` FROM (SELECT `id` AS inbox_pick FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?) AS pg" +
 		" STRAIGHT_JOIN `jobs` FORCE INDEX (PRIMARY) ON `id` = pg.inbox_pick WHERE (COALESCE(`not_before`) IS NULL OR COALESCE(`not_before`) <= UTC_TIMESTAMP(6))" +
@@ -462,7 +464,26 @@ func TestMariaDBRowLockPickFirst(t *testing.T) {
 		lockArgs = append(lockArgs, int64(12))
 	}
 	m.ExpectQuery(myRowLockPickLock).WithArgs(append(lockArgs, 1)...).WillReturnRows(rows("id,attempt,payload", row(int64(12), int64(1), nil)))
-	claim(t, q, 1, 12)
+	second := claim(t, q, 1, 12)
+	m.Met(t)
+	m.ExpectRollback()
+	ok(t, "Release", second[0].Release(context.Background()))
+	// 64 claims pick (one delivery held: pages of 11), then PickFirst again.
+	for k := int64(0); k < 64; k++ {
+		m.ExpectBegin()
+		m.ExpectQuery(myRowLockPick).WithArgs(11).WillReturnRows(rows("id", row(100+k)))
+		lockArgs = lockArgs[:0]
+		for i := 0; i < 32; i++ {
+			lockArgs = append(lockArgs, 100+k)
+		}
+		m.ExpectQuery(myRowLockPickLock).WithArgs(append(lockArgs, 1)...).WillReturnRows(rows("id,attempt,payload", row(100+k, int64(1), nil)))
+		ds := claim(t, q, 1, 100+k)
+		m.ExpectRollback()
+		ok(t, "Release", ds[0].Release(context.Background()))
+	}
+	m.ExpectBegin()
+	m.ExpectQuery(pickFirst).WithArgs(11).WillReturnRows(rows("id,attempt,payload", row(int64(200), int64(1), nil)))
+	claim(t, q, 1, 200)
 	m.Met(t)
 }
 

@@ -260,6 +260,98 @@ func TestClaimLocksRowLock(t *testing.T) {
 	})
 }
 
+// TestClaimLocksRowLockPastHeld: another session (a process of its own)
+// holds the first 60 ready jobs, more than a claim's first page passes;
+// eight workers over two pools, one queue on the plain name and one on the
+// schema-qualified one, claim and acknowledge every other job, each once,
+// in claim order per claim, then the held ones once they are let go. On
+// MariaDB the claims find Claim.PickFirst's page held, pick past it, and
+// leave PickFirst out for a span.
+func TestClaimLocksRowLockPastHeld(t *testing.T) {
+	eachEngine(t, notSQLite, func(t *testing.T, e Engine) {
+		ctx := context.Background()
+		db1, db2 := openTwo(t, e, 16)
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		table := lockTable(t, e, db1, "rowlock", "locks_rl_past", lockShape{"past-held", 1, 200}, false, now)
+		order := claimOrderOf(t, e, db1, table, "rowlock", false, now)
+		q1 := newQueue(t, db1, lockConfig(e, table, "rowlock", false, now))
+		cfg2 := lockConfig(e, concQualified(t, e, db2, table), "rowlock", false, now)
+		q2 := newQueue(t, db2, cfg2)
+		holder, err := db2.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Rollback()
+		held := map[int64]bool{}
+		for _, id := range order[:60] {
+			if _, err := holder.ExecContext(ctx, bind(e, "SELECT id FROM "+table+" WHERE id = ? FOR UPDATE"), id); err != nil {
+				t.Fatal(err)
+			}
+			held[id] = true
+		}
+		drain := func(what string) map[int64]int {
+			var mu sync.Mutex
+			acked := map[int64]int{}
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for w := 0; w < 8; w++ {
+				q := q1
+				if w%2 == 1 {
+					q = q2
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						ds, err := q.Claim(ctx, 1)
+						if err != nil || len(ds) == 0 {
+							errs <- err
+							return
+						}
+						id := ds[0].ID().(int64)
+						if err := ds[0].Ack(ctx); err != nil {
+							errs <- fmt.Errorf("%s: ack %d: %w", what, id, err)
+							return
+						}
+						mu.Lock()
+						acked[id]++
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+			return acked
+		}
+		acked := drain("past the held jobs")
+		for id, n := range acked {
+			if held[id] || n != 1 {
+				t.Errorf("job %d acknowledged %d times while held by another session: %v", id, n, held[id])
+			}
+		}
+		if len(acked) != len(order)-60 {
+			t.Errorf("%d jobs acknowledged past the 60 held, want %d", len(acked), len(order)-60)
+		}
+		if err := holder.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		rest := drain("the jobs let go")
+		for id, n := range rest {
+			if !held[id] || n != 1 {
+				t.Errorf("job %d acknowledged %d times after the holder let go (held: %v)", id, n, held[id])
+			}
+		}
+		if len(rest) != 60 || countRows(t, db1, table) != 1 {
+			t.Errorf("after the holder let go: %d acknowledged, want 60; %d rows left, want the delayed one", len(rest), countRows(t, db1, table))
+		}
+	})
+}
+
 // TestClaimOrder: claims follow the claim order, the highest priority first,
 // then the lowest id, on every engine and form, whether a job is free or its
 // lease (not-before time) ran out. Before: MySQL's lease took a due job
