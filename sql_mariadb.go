@@ -83,7 +83,7 @@ func (d mariadb) Statements(n *dialect.Names) (*Statements, error) {
 		st.Advisory.LockFirstContended = true
 		return st, nil
 	}
-	if st.Claim.Pick.SQL != "" && n.Priority == "" {
+	if st.Claim.Pick.SQL != "" {
 		st.Claim.PickFirst = maPickFirst(myTemplate(n))
 	}
 	st.Jobs.InWork = dialect.Stmt{SQL: "SELECT COUNT(DISTINCT THREAD_ID) FROM information_schema.METADATA_LOCK_INFO " +
@@ -147,11 +147,14 @@ func maLockFirst(t *dialect.Template, after bool) dialect.Stmt {
 // keep every lock taken, as myRowLock explains). FORCE INDEX keeps the
 // table's reads to its primary key: on a table of a few rows MariaDB
 // otherwise scanned it into a join buffer, then sorted the join, locking
-// every ready row (a claim of two then got one). Without a priority only:
-// candidates of several priorities are locked by PickLock a priority at a
-// time.
+// every ready row (a claim of two then got one). With a priority the page
+// carries it, and is sorted by it first.
 func maPickFirst(t *dialect.Template) dialect.Stmt {
-	return t.Query("SELECT {id}, {attempt}{, data}{, extra} FROM (SELECT {id} AS inbox_pick FROM {table}{where ready} ORDER BY {order} LIMIT $limit) AS pg" +
+	cols, order := "{id} AS inbox_pick", "pg.inbox_pick"
+	if t.Fragment("priority") != "" {
+		cols, order = cols+", {priority} AS inbox_priority", "pg.inbox_priority DESC, pg.inbox_pick"
+	}
+	return t.Query("SELECT {id}, {attempt}{, data}{, extra} FROM (SELECT " + cols + " FROM {table}{where ready} ORDER BY {order} LIMIT $limit) AS pg" +
 		" STRAIGHT_JOIN {table} FORCE INDEX (PRIMARY) ON {id} = pg.inbox_pick WHERE (COALESCE({notBefore}) IS NULL OR COALESCE({notBefore}) <= {now})" +
-		" ORDER BY pg.inbox_pick LIMIT 1 FOR UPDATE SKIP LOCKED")
+		" ORDER BY " + order + " LIMIT 1 FOR UPDATE SKIP LOCKED")
 }

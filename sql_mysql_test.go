@@ -446,6 +446,15 @@ func TestMariaDBRowLockPickFirst(t *testing.T) {
 	const pickFirst = "SELECT `id`, `attempt`, `payload` FROM (SELECT `id` AS inbox_pick FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?) AS pg" +
 		" STRAIGHT_JOIN `jobs` FORCE INDEX (PRIMARY) ON `id` = pg.inbox_pick WHERE (COALESCE(`not_before`) IS NULL OR COALESCE(`not_before`) <= UTC_TIMESTAMP(6))" +
 		" ORDER BY pg.inbox_pick LIMIT 1 FOR UPDATE SKIP LOCKED"
+	// With a priority the page carries it, and is sorted by it first.
+	const pickFirstPriority = "SELECT `id`, `attempt`, `payload`, `priority` FROM (SELECT `id` AS inbox_pick, `priority` AS inbox_priority FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `priority` DESC, `id` LIMIT ?) AS pg" +
+		" STRAIGHT_JOIN `jobs` FORCE INDEX (PRIMARY) ON `id` = pg.inbox_pick WHERE (COALESCE(`not_before`) IS NULL OR COALESCE(`not_before`) <= UTC_TIMESTAMP(6))" +
+		" ORDER BY pg.inbox_priority DESC, pg.inbox_pick LIMIT 1 FOR UPDATE SKIP LOCKED"
+	prio := rowLockTable
+	prio.Priority = "priority"
+	if got := newQueue(t, newMock(t), inbox.Config{Dialect: inbox.MariaDB, Table: prio}).Statements().Claim.PickFirst.SQL; got != pickFirstPriority {
+		t.Errorf("Claim.PickFirst with a priority:\n got %s\nwant %s", got, pickFirstPriority)
+	}
 	m := newMock(t)
 	q := newQueue(t, m, inbox.Config{Dialect: inbox.MariaDB, Table: rowLockTable})
 	if got := q.Statements().Claim.PickFirst.SQL; got != pickFirst {

@@ -650,7 +650,7 @@ func TestExplainRowLockPick(t *testing.T) {
 						if strings.Contains(extra, "temporary") || strings.Contains(extra, "join buffer") {
 							t.Errorf("pick first sorts after its locking read: %s", extra)
 						}
-					} else if e.Dialect == inbox.MariaDB && !priority {
+					} else if e.Dialect == inbox.MariaDB {
 						t.Error("inbox.MariaDB has no Claim.PickFirst for a row-lock table with a not-before column")
 					}
 					// The lock of a page of 10 candidates (the last repeated),

@@ -91,7 +91,7 @@ var stmtDocs = map[string]stmtDoc{
 		"`Queue.Claim` of a lease, when the candidates before were held by others."},
 	"Claim.PickLock": {"Locks, among the candidates named, the jobs still claimable and not held by another transaction, in id order, and returns them as `Claim.Select` does.",
 		"`Queue.Claim`, after `Claim.Pick`, in the claim's transaction."},
-	"Claim.PickFirst": {"`Claim.Pick` and `Claim.PickLock` in one statement: reads a page of candidates in claim order without locks, then locks their rows by primary key in that order, skipping rows held by another transaction, and returns the first it locked (one row, as `Claim.PickLock` does), no other row locked. MariaDB, row lock with a not-before column and no priority.",
+	"Claim.PickFirst": {"`Claim.Pick` and `Claim.PickLock` in one statement: reads a page of candidates in claim order without locks, then locks their rows by primary key in that order, skipping rows held by another transaction, and returns the first it locked (one row, as `Claim.PickLock` does), no other row locked. MariaDB, row lock with a not-before column (with a priority, the page carries it and is sorted by it first).",
 		"`Queue.Claim` of the row lock on `inbox.MariaDB`, first, in the claim's transaction; when it returns no row, the claim picks (`Claim.Pick`, then `Claim.PickLock`), and when that pick finds a job past the page (rows held by other processes fill it), the next 64 claims pick without it."},
 	"Advisory.Candidates": {"Reads up to a page of claimable jobs (id, key, attempt) in id order, without locking them.",
 		"`Queue.Claim` of the advisory form, before it tries each candidate's lock."},
