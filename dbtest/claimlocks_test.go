@@ -159,6 +159,33 @@ func claimOrderOf(t testing.TB, e Engine, db *sql.DB, table, form string, priori
 	return ids
 }
 
+// onTwoPools runs work in n goroutines, alternately on q1 and q2 (two
+// pools), and returns the errors they returned.
+func onTwoPools(n int, q1, q2 *inbox.Queue, work func(q *inbox.Queue) error) []error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := 0; w < n; w++ {
+		q := q1
+		if w%2 == 1 {
+			q = q2
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := work(q); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return all
+}
+
 // TestClaimLocksRowLock: a held row-lock claim of one job holds that row
 // alone, and eight workers over two pools claim every other ready job while
 // it is held. Before (MariaDB, mostly delayed): the held claim kept all 20
@@ -206,37 +233,24 @@ func TestClaimLocksRowLock(t *testing.T) {
 					if shape.claimable > 100 {
 						each = 2
 					}
-					var wg sync.WaitGroup
-					errs := make(chan error, 8)
-					for w := 0; w < 8; w++ {
-						q := q1
-						if w%2 == 1 {
-							q = q2
-						}
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							for n := 0; each == 0 || n < each; n++ {
-								ds, err := q.Claim(ctx, 1)
-								if err != nil {
-									errs <- err
-									return
-								}
-								if len(ds) == 0 {
-									if each > 0 {
-										errs <- fmt.Errorf("a claim found nothing with %d jobs ready", shape.claimable)
-									}
-									return
-								}
-								mu.Lock()
-								held = append(held, ds[0])
-								mu.Unlock()
+					for _, err := range onTwoPools(8, q1, q2, func(q *inbox.Queue) error {
+						for n := 0; each == 0 || n < each; n++ {
+							ds, err := q.Claim(ctx, 1)
+							if err != nil {
+								return err
 							}
-						}()
-					}
-					wg.Wait()
-					close(errs)
-					for err := range errs {
+							if len(ds) == 0 {
+								if each > 0 {
+									return fmt.Errorf("a claim found nothing with %d jobs ready", shape.claimable)
+								}
+								return nil
+							}
+							mu.Lock()
+							held = append(held, ds[0])
+							mu.Unlock()
+						}
+						return nil
+					}) {
 						t.Error(err)
 					}
 					want := shape.claimable
@@ -292,39 +306,22 @@ func TestClaimLocksRowLockPastHeld(t *testing.T) {
 		drain := func(what string) map[int64]int {
 			var mu sync.Mutex
 			acked := map[int64]int{}
-			var wg sync.WaitGroup
-			errs := make(chan error, 8)
-			for w := 0; w < 8; w++ {
-				q := q1
-				if w%2 == 1 {
-					q = q2
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						ds, err := q.Claim(ctx, 1)
-						if err != nil || len(ds) == 0 {
-							errs <- err
-							return
-						}
-						id := ds[0].ID().(int64)
-						if err := ds[0].Ack(ctx); err != nil {
-							errs <- fmt.Errorf("%s: ack %d: %w", what, id, err)
-							return
-						}
-						mu.Lock()
-						acked[id]++
-						mu.Unlock()
+			for _, err := range onTwoPools(8, q1, q2, func(q *inbox.Queue) error {
+				for {
+					ds, err := q.Claim(ctx, 1)
+					if err != nil || len(ds) == 0 {
+						return err
 					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Error(err)
+					id := ds[0].ID().(int64)
+					if err := ds[0].Ack(ctx); err != nil {
+						return fmt.Errorf("%s: ack %d: %w", what, id, err)
+					}
+					mu.Lock()
+					acked[id]++
+					mu.Unlock()
 				}
+			}) {
+				t.Error(err)
 			}
 			return acked
 		}

@@ -3,6 +3,7 @@ package dbtest
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"math/rand"
 	"strings"
 	"sync"
@@ -42,32 +43,25 @@ func TestStatsInWorkServer(t *testing.T) {
 		// Eight workers, four on each pool, each claim one job and hold it.
 		var mu sync.Mutex
 		var held []*inbox.Delivery
-		var wg sync.WaitGroup
-		for w := 0; w < inWorkHeld; w++ {
-			q := q1
-			if w%2 == 1 {
-				q = q2
+		errs := onTwoPools(inWorkHeld, q1, q2, func(q *inbox.Queue) error {
+			// A claim may find every candidate locked by the others'
+			// at that instant (MySQL's lease): none is no failure.
+			var ds []*inbox.Delivery
+			var err error
+			for deadline := time.Now().Add(time.Minute); len(ds) == 0 && err == nil && time.Now().Before(deadline); {
+				ds, err = q.Claim(ctx, 1)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				// A claim may find every candidate locked by the others'
-				// at that instant (MySQL's lease): none is no failure.
-				var ds []*inbox.Delivery
-				var err error
-				for deadline := time.Now().Add(time.Minute); len(ds) == 0 && err == nil && time.Now().Before(deadline); {
-					ds, err = q.Claim(ctx, 1)
-				}
-				if err != nil || len(ds) != 1 {
-					t.Errorf("claim: %d jobs, %v; want one", len(ds), err)
-					return
-				}
-				mu.Lock()
-				held = append(held, ds...)
-				mu.Unlock()
-			}()
+			mu.Lock()
+			held = append(held, ds...)
+			mu.Unlock()
+			if err != nil || len(ds) != 1 {
+				return fmt.Errorf("claim: %d jobs, %v; want one", len(ds), err)
+			}
+			return nil
+		})
+		for _, err := range errs {
+			t.Error(err)
 		}
-		wg.Wait()
 		if t.Failed() {
 			return
 		}
