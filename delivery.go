@@ -38,6 +38,9 @@ type Delivery struct {
 
 	lastError string // Table.LastError as claimed
 	priority  int64  // Table.Priority as claimed
+	// otherLevel: its claim read found the session at another isolation
+	// level than READ COMMITTED ([dialect.Stmt.Level]).
+	otherLevel bool
 
 	mu      sync.Mutex
 	errText any // what SetError recorded: a string, or nil
@@ -120,10 +123,10 @@ func (d *Delivery) Scan(dest ...any) error {
 }
 
 // scanClaimed reads the rows of a claim (id, delivered attempt, (lease)
-// expiry, data columns, and where clock is given the engine's clock) into
-// deliveries appended to into, or when into is nil to a new slice for up to
-// max.
-func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery, max int, clock *time.Time) ([]*Delivery, error) {
+// expiry, data columns, where clock is given the engine's clock, and with
+// level whether the session runs at READ COMMITTED) into deliveries
+// appended to into, or when into is nil to a new slice for up to max.
+func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery, max int, clock *time.Time, level bool) ([]*Delivery, error) {
 	defer rows.Close()
 	nd := len(q.names.Data)
 	// One scratch for the whole claim, its destinations included: rows
@@ -137,7 +140,7 @@ func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery, m
 		}
 	}
 	dest := sc.dest[:0]
-	if n := nd + 6; n > len(sc.dest) {
+	if n := nd + 7; n > len(sc.dest) {
 		dest = make([]any, 0, n)
 	}
 	for rows.Next() {
@@ -163,9 +166,13 @@ func (q *Queue) scanClaimed(rows *sql.Rows, withExpiry bool, into []*Delivery, m
 		if clock != nil {
 			dest = append(dest, &sc.clock)
 		}
+		if level {
+			dest = append(dest, &sc.level)
+		}
 		if err := q.scanClaimedRow(rows, d, dest, sc, withExpiry, clock); err != nil {
 			return into, q.unreadClaimed(rows, len(dest), withExpiry, err)
 		}
+		d.otherLevel = level && !sc.level
 		into = append(into, d)
 	}
 	return into, rows.Err()
@@ -265,8 +272,9 @@ type claimScan struct {
 	id      any
 	exp     rawValue
 	clock   rawValue
+	level   bool
 	lastErr sql.NullString
-	dest    [8]any
+	dest    [9]any
 	one     [1]*Delivery
 }
 

@@ -229,6 +229,12 @@ type Queue struct {
 	// pick without PickFirst since one found its page held and the pick
 	// after it found a job past: other processes' jobs hold the head.
 	pickPast atomic.Int64
+	// levelled (lease, row lock): every claim read carries the session's
+	// isolation level (dialect.Stmt.Level), so claims begin at the
+	// session's own level until one finds it is not READ COMMITTED; then
+	// levelSet, and every claim sets the level first, as without levelled.
+	levelled bool
+	levelSet atomic.Bool
 
 	bell      bell // wakes the idle loops of the table in this process (NextWake)
 	pauseBell bell // tells them of a Pause or Resume in this process (PauseChanged)
@@ -290,6 +296,7 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 		return nil, opErr("new: "+cfg.Dialect.Name(), err)
 	}
 	q.names, q.form = n, formOf(n.Form)
+	q.levelled = claimReadsLevelled(n.Form, q.st)
 	if l, ok := capability[dialect.Locker](cfg.Dialect); ok && n.Form == Advisory {
 		q.locker = l
 	}

@@ -69,7 +69,13 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 	sent := q.monoNow()
 	v := values{limit: max, micros: q.lease.Microseconds()}
 	if q.st.Claim.Take.SQL == "" {
-		return q.claimLeaseSelectMark(ctx, &v, sent)
+		first := v
+		ds, err := q.claimLeaseSelectMark(ctx, &v, sent)
+		if errors.Is(err, errOtherLevel) {
+			v = first
+			return q.claimLeaseSelectMark(ctx, &v, sent)
+		}
+		return ds, err
 	}
 	claim := q.st.Claim.For(max)
 	if err := q.fillTimes(ctx, q.db, claim, &v, q.lease); err != nil {
@@ -79,7 +85,7 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	ds, err := q.scanClaimed(rows, true, nil, max, nil)
+	ds, err := q.scanClaimed(rows, true, nil, max, nil, claim.Level)
 	if err != nil {
 		// The statement claimed every row it returned: Claim gives back
 		// those read and those it could not read.
@@ -108,7 +114,8 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 	if !clocked {
 		q.warm(ctx, q.st.Now)
 	}
-	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	opts, atSession := q.claimTxOptions()
+	tx, err := q.db.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +131,9 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 	ds, err := q.selectClaimed(ctx, ex, v)
 	if err != nil {
 		return nil, err
+	}
+	if atSession && q.readAtOtherLevel(ds) {
+		return nil, errOtherLevel
 	}
 	if len(ds) == 0 {
 		return ds, tx.Commit()
@@ -291,7 +301,7 @@ func (q *Queue) readClaimed(ctx context.Context, tx Executor, s dialect.Stmt, v 
 	if s.Clock {
 		clock = &reading
 	}
-	if ds, err = q.scanClaimed(rows, false, ds, 0, clock); err != nil {
+	if ds, err = q.scanClaimed(rows, false, ds, 0, clock, s.Level); err != nil {
 		return ds, err
 	}
 	if v.now.IsZero() {

@@ -42,7 +42,7 @@ func (q *Queue) pick(ctx context.Context, ex Executor, want int, now time.Time, 
 		if err != nil {
 			return err
 		}
-		ds, err = q.scanClaimed(rows, false, ds, 0, clock)
+		ds, err = q.scanClaimed(rows, false, ds, 0, clock, q.st.Claim.PickLock.Level)
 		return err
 	}
 	for len(ds) < want {
@@ -119,7 +119,7 @@ func (q *Queue) pickOne(ctx context.Context, ex Executor, now time.Time) ([]*Del
 	if err != nil {
 		return nil, err
 	}
-	ds, err := q.scanClaimed(rows, false, nil, 0, nil)
+	ds, err := q.scanClaimed(rows, false, nil, 0, nil, first.Level)
 	if err != nil || len(ds) > 0 {
 		return ds, err
 	}

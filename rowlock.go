@@ -99,7 +99,8 @@ func (q *Queue) claimRowLock(ctx context.Context, max int) ([]*Delivery, error) 
 // is claimable.
 func (q *Queue) claimOneRowLock(ctx context.Context, now time.Time) (*Delivery, error) {
 	for {
-		tx, end, err := q.beginHeld(ctx)
+		opts, atSession := q.claimTxOptions()
+		tx, end, err := q.beginHeld(ctx, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -109,6 +110,13 @@ func (q *Queue) claimOneRowLock(ctx context.Context, now time.Time) (*Delivery, 
 		if err != nil || d == nil {
 			_ = tx.Rollback()
 			return nil, err
+		}
+		if atSession && d.otherLevel {
+			// Claimed at the session's level, which is another: again,
+			// the level set, as every claim of q now sets it.
+			q.levelSet.Store(true)
+			_ = tx.Rollback()
+			continue
 		}
 		if q.st.RowLock.ClaimsCount.SQL != "" {
 			poison, err := q.countClaim(ctx, tx, d)
@@ -133,10 +141,10 @@ func (q *Queue) claimOneRowLock(ctx context.Context, now time.Time) (*Delivery, 
 // with ctx, so the transaction's context is one that ctx cancels only
 // until BeginTx has returned. end lets that context go once the
 // transaction is over.
-func (q *Queue) beginHeld(ctx context.Context) (tx *sql.Tx, end func(), err error) {
+func (q *Queue) beginHeld(ctx context.Context, opts *sql.TxOptions) (tx *sql.Tx, end func(), err error) {
 	txCtx, end := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, end)
-	tx, err = q.db.BeginTx(txCtx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err = q.db.BeginTx(txCtx, opts)
 	if !stop() {
 		// ctx ended while BeginTx waited or just after: the transaction,
 		// if any, is rolled back.
@@ -213,7 +221,7 @@ func (q *Queue) claimOne(ctx context.Context, ex Executor, v *values) (*Delivery
 		if qerr != nil {
 			return nil, qerr
 		}
-		ds, err = q.scanClaimed(rows, false, nil, 1, nil)
+		ds, err = q.scanClaimed(rows, false, nil, 1, nil, s.Level)
 	}
 	if err != nil || len(ds) == 0 {
 		return nil, err

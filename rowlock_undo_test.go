@@ -57,7 +57,7 @@ var (
 func undoClaim(t *testing.T, m *mock, q *inbox.Queue, claimSQL string, id, attempt int64) *inbox.Delivery {
 	t.Helper()
 	m.ExpectBegin()
-	m.ExpectQuery(claimSQL).WithoutArgs().WillReturnRows(rows("id,attempt,payload,last_error", row(id, attempt, []byte("p"), nil)))
+	m.ExpectQuery(claimSQL).WithoutArgs().WillReturnRows(atLevel(claimSQL, "id,attempt,payload,last_error", row(id, attempt, []byte("p"), nil)))
 	return claim(t, q, 1, id)[0]
 }
 
@@ -238,9 +238,13 @@ func TestMySQLRowLockUndo(t *testing.T) {
 			q := newQueue(t, m, inbox.Config{Dialect: dialect, Table: myUndoTable})
 			ctx := context.Background()
 			const write = "INSERT INTO shipments (job) VALUES (?)"
+			read := myUndoClaim
+			if dialect == inbox.MariaDB {
+				read = mariaRead(read)
+			}
 			claimOne := func(id, attempt int64) *inbox.Delivery {
 				t.Helper()
-				return undoClaim(t, m, q, myUndoClaim, id, attempt)
+				return undoClaim(t, m, q, read, id, attempt)
 			}
 
 			d := claimOne(7, 1)

@@ -74,8 +74,12 @@ func TestMySQLShallow(t *testing.T) {
 		const now = "2024-03-01 12:00:00.123456"
 		// One locking read in id order, then the mark: no second read for
 		// the places left.
+		read := myShallowClaim
+		if d == inbox.MariaDB {
+			read = mariaRead(read)
+		}
 		m.ExpectBegin()
-		m.ExpectQuery(myShallowClaim).WithArgs(4).WillReturnRows(rows("id,attempt,payload,UTC_TIMESTAMP(6)",
+		m.ExpectQuery(read).WithArgs(4).WillReturnRows(atLevel(read, "id,attempt,payload,UTC_TIMESTAMP(6)",
 			row(int64(7), int64(1), []byte("p7"), []byte(now)), row(int64(8), int64(3), []byte("p8"), []byte(now))))
 		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1, 8, 3)...).WillReturnResult(affected(2))
 		m.ExpectCommit()

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"github.com/sqlinbox/inbox/dialect"
 	"strings"
 )
@@ -63,7 +64,7 @@ func (d mariadb) BatchStatements(n *dialect.Names, size int) (*dialect.BatchStat
 
 // Statements are [MySQL]'s but for the advisory form's LockFirst (maLockFirst,
 // sent while other processes hold keys), the row lock's PickFirst
-// (maPickFirst) and InWork under the row lock: MariaDB has
+// (maPickFirst), the claim reads' level column (maLevelled) and InWork under the row lock: MariaDB has
 // no performance_schema.data_locks (and its performance_schema is off by
 // default), but the metadata_lock_info plugin lists the metadata locks
 // held: a transaction that locked or wrote rows of the table holds a
@@ -72,8 +73,11 @@ func (d mariadb) BatchStatements(n *dialect.Names, size int) (*dialect.BatchStat
 // 'metadata_lock_info') the view does not exist and in work is -1.
 func (d mariadb) Statements(n *dialect.Names) (*Statements, error) {
 	st, err := d.mysql.Statements(n)
-	if err != nil || n.Form == Lease {
+	if err != nil {
 		return st, err
+	}
+	if n.Form == Lease {
+		return st, maLevelled(myTemplate(n), n, st)
 	}
 	if n.Form == Advisory {
 		t := myTemplate(n)
@@ -85,6 +89,9 @@ func (d mariadb) Statements(n *dialect.Names) (*Statements, error) {
 	}
 	if st.Claim.Pick.SQL != "" {
 		st.Claim.PickFirst = maPickFirst(myTemplate(n))
+	}
+	if err := maLevelled(myTemplate(n), n, st); err != nil {
+		return nil, err
 	}
 	st.Jobs.InWork = dialect.Stmt{SQL: "SELECT COUNT(DISTINCT THREAD_ID) FROM information_schema.METADATA_LOCK_INFO " +
 		"WHERE LOCK_TYPE = 'Table metadata lock' AND LOCK_MODE = 'MDL_SHARED_WRITE' AND TABLE_SCHEMA = " + mySchemaLiteral(n) +
@@ -157,4 +164,37 @@ func maPickFirst(t *dialect.Template) dialect.Stmt {
 	return t.Query("SELECT {id}, {attempt}{, data}{, extra} FROM (SELECT " + cols + " FROM {table}{where ready} ORDER BY {order} LIMIT $limit) AS pg" +
 		" STRAIGHT_JOIN {table} FORCE INDEX (PRIMARY) ON {id} = pg.inbox_pick WHERE (COALESCE({notBefore}) IS NULL OR COALESCE({notBefore}) <= {now})" +
 		" ORDER BY " + order + " LIMIT 1 FOR UPDATE SKIP LOCKED")
+}
+
+// maLevel is the column a claim read of the lease or the row lock ends with
+// ([dialect.Stmt.Level]): whether the session runs at READ COMMITTED, which
+// a transaction begun without SET TRANSACTION runs at. Where the DSN (the
+// session variable tx_isolation) or the server's default says READ
+// COMMITTED, a claim then sends no SET TRANSACTION: a round trip of the
+// five a claim of one costs, under either form. Inside a transaction begun
+// after SET TRANSACTION the variable still names the session's level, so
+// the core reads the column only in claims it began without one.
+const maLevel = ", @@tx_isolation = 'READ-COMMITTED'"
+
+// maLevelled appends maLevel to every claim read of a lease or row lock
+// table, after the columns a claim scans (and the clock, where it reads
+// one).
+func maLevelled(t *dialect.Template, n *dialect.Names, st *Statements) error {
+	cols := t.Query("SELECT {id}, {attempt}{, data}{, extra}").SQL
+	for _, s := range []*dialect.Stmt{&st.Claim.Take, &st.Claim.Select, &st.Claim.SelectMore, &st.Claim.SelectMoreOne,
+		&st.Claim.SelectFree, &st.Claim.SelectFreeOne, &st.Claim.PickLock, &st.Claim.PickFirst} {
+		if s.SQL == "" {
+			continue
+		}
+		head := cols
+		if s.Clock {
+			head += ", UTC_TIMESTAMP(6)"
+		}
+		if !strings.HasPrefix(s.SQL, head+" FROM ") {
+			return fmt.Errorf("inbox: mariadb: claim read of %s does not begin %q: %s", n.Table, head, s.SQL)
+		}
+		s.SQL = head + maLevel + s.SQL[len(head):]
+		s.Level = true
+	}
+	return nil
 }

@@ -176,14 +176,18 @@ func TestCheckSchemaMariaDB(t *testing.T) {
 }
 
 // MariaDB claims as MySQL does: the row lock with a not-before column and
-// the lease with a priority pick (sql_mysql_test.go pins their SQL).
+// the lease with a priority pick (sql_mysql_test.go pins their SQL). Its
+// claim reads alone end with the session's level (maLevel).
 func TestMariaDBClaimsAreMySQLs(t *testing.T) {
 	db, _ := btMock(t)
 	for _, tb := range []Table{
 		{Name: "jobs", NotBefore: "not_before", Priority: "priority"},
 		{Name: "jobs", NotBefore: "not_before"},
+		{Name: "jobs"},
 		{Name: "jobs", LockedUntil: "locked_until", Priority: "priority"},
 		{Name: "jobs", LockedUntil: "locked_until"},
+		{Name: "jobs", LockedUntil: "locked_until", Shallow: true},
+		{Name: "jobs", LockedUntil: "locked_until", Shallow: true, Priority: "priority"},
 	} {
 		var st [2]*Statements
 		for i, d := range []Dialect{MySQL, MariaDB} {
@@ -197,15 +201,28 @@ func TestMariaDBClaimsAreMySQLs(t *testing.T) {
 		for _, f := range []struct {
 			name   string
 			my, md dialect.Stmt
+			read   bool // a claim read: MariaDB's ends with maLevel
 		}{
-			{"Claim", my.Claim.Take, mdb.Claim.Take}, {"Claim.Select", my.Claim.Select, mdb.Claim.Select},
-			{"Claim.SelectMore", my.Claim.SelectMore, mdb.Claim.SelectMore}, {"Claim.Mark", my.Claim.Mark, mdb.Claim.Mark},
-			{"Pick", my.Claim.Pick, mdb.Claim.Pick}, {"PickAfter", my.Claim.PickAfter, mdb.Claim.PickAfter}, {"PickMore", my.Claim.PickMore, mdb.Claim.PickMore},
-			{"PickMoreAfter", my.Claim.PickMoreAfter, mdb.Claim.PickMoreAfter}, {"PickLock", my.Claim.PickLock, mdb.Claim.PickLock},
+			{"Claim", my.Claim.Take, mdb.Claim.Take, true}, {"Claim.Select", my.Claim.Select, mdb.Claim.Select, true},
+			{"Claim.SelectMore", my.Claim.SelectMore, mdb.Claim.SelectMore, true}, {"Claim.SelectMoreOne", my.Claim.SelectMoreOne, mdb.Claim.SelectMoreOne, true},
+			{"Claim.SelectFree", my.Claim.SelectFree, mdb.Claim.SelectFree, true}, {"Claim.SelectFreeOne", my.Claim.SelectFreeOne, mdb.Claim.SelectFreeOne, true},
+			{"Claim.Mark", my.Claim.Mark, mdb.Claim.Mark, false},
+			{"Pick", my.Claim.Pick, mdb.Claim.Pick, false}, {"PickAfter", my.Claim.PickAfter, mdb.Claim.PickAfter, false}, {"PickMore", my.Claim.PickMore, mdb.Claim.PickMore, false},
+			{"PickMoreAfter", my.Claim.PickMoreAfter, mdb.Claim.PickMoreAfter, false}, {"PickLock", my.Claim.PickLock, mdb.Claim.PickLock, true},
 		} {
-			if f.my.SQL != f.md.SQL || f.my.Clock != f.md.Clock || len(f.my.Args) != len(f.md.Args) {
+			md := f.md.SQL
+			if f.read {
+				md = strings.Replace(md, maLevel, "", 1)
+			}
+			if f.my.SQL != md || f.my.Clock != f.md.Clock || len(f.my.Args) != len(f.md.Args) || f.my.Level {
 				t.Errorf("%+v: %s differs:\n mysql   %s\n mariadb %s", tb, f.name, f.my.SQL, f.md.SQL)
 			}
+			if want := f.read && f.md.SQL != ""; f.md.Level != want || strings.Contains(f.md.SQL, maLevel) != want {
+				t.Errorf("%+v: %s: Level %v, want %v: %s", tb, f.name, f.md.Level, want, f.md.SQL)
+			}
+		}
+		if mdb.Claim.PickFirst.SQL != "" && !mdb.Claim.PickFirst.Level {
+			t.Errorf("%+v: PickFirst has no level: %s", tb, mdb.Claim.PickFirst.SQL)
 		}
 		if (tb.NotBefore != "" || tb.Priority != "") != (my.Claim.PickLock.SQL != "") {
 			t.Errorf("%+v: PickLock %q", tb, my.Claim.PickLock.SQL)

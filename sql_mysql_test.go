@@ -443,11 +443,12 @@ func TestMySQLRowLockPickPages(t *testing.T) {
 // found a job past a page PickFirst found held (other processes' jobs at
 // the head) leaves PickFirst out for the next 64 claims.
 func TestMariaDBRowLockPickFirst(t *testing.T) {
-	const pickFirst = "SELECT `id`, `attempt`, `payload` FROM (SELECT `id` AS inbox_pick FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?) AS pg" +
+	pickLock := mariaRead(myRowLockPickLock)
+	const pickFirst = "SELECT `id`, `attempt`, `payload`" + mariaLevel + " FROM (SELECT `id` AS inbox_pick FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?) AS pg" +
 		" STRAIGHT_JOIN `jobs` FORCE INDEX (PRIMARY) ON `id` = pg.inbox_pick WHERE (COALESCE(`not_before`) IS NULL OR COALESCE(`not_before`) <= UTC_TIMESTAMP(6))" +
 		" ORDER BY pg.inbox_pick LIMIT 1 FOR UPDATE SKIP LOCKED"
 	// With a priority the page carries it, and is sorted by it first.
-	const pickFirstPriority = "SELECT `id`, `attempt`, `payload`, `priority` FROM (SELECT `id` AS inbox_pick, `priority` AS inbox_priority FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `priority` DESC, `id` LIMIT ?) AS pg" +
+	const pickFirstPriority = "SELECT `id`, `attempt`, `payload`, `priority`" + mariaLevel + " FROM (SELECT `id` AS inbox_pick, `priority` AS inbox_priority FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `priority` DESC, `id` LIMIT ?) AS pg" +
 		" STRAIGHT_JOIN `jobs` FORCE INDEX (PRIMARY) ON `id` = pg.inbox_pick WHERE (COALESCE(`not_before`) IS NULL OR COALESCE(`not_before`) <= UTC_TIMESTAMP(6))" +
 		" ORDER BY pg.inbox_priority DESC, pg.inbox_pick LIMIT 1 FOR UPDATE SKIP LOCKED"
 	prio := rowLockTable
@@ -461,18 +462,18 @@ func TestMariaDBRowLockPickFirst(t *testing.T) {
 		t.Fatalf("Claim.PickFirst:\n got %s\nwant %s", got, pickFirst)
 	}
 	m.ExpectBegin()
-	m.ExpectQuery(pickFirst).WithArgs(10).WillReturnRows(rows("id,attempt,payload", row(int64(11), int64(1), []byte("a"))))
+	m.ExpectQuery(pickFirst).WithArgs(10).WillReturnRows(atLevel(pickFirst, "id,attempt,payload", row(int64(11), int64(1), []byte("a"))))
 	claim(t, q, 1, 11)
 	m.Met(t)
 	// The page's rows all held: the claim picks, from the first page on.
 	m.ExpectBegin()
-	m.ExpectQuery(pickFirst).WithArgs(11).WillReturnRows(rows("id,attempt,payload"))
+	m.ExpectQuery(pickFirst).WithArgs(11).WillReturnRows(atLevel(pickFirst, "id,attempt,payload"))
 	m.ExpectQuery(myRowLockPick).WithArgs(11).WillReturnRows(rows("id", row(int64(12))))
 	var lockArgs []driver.Value
 	for k := 0; k < 32; k++ {
 		lockArgs = append(lockArgs, int64(12))
 	}
-	m.ExpectQuery(myRowLockPickLock).WithArgs(append(lockArgs, 1)...).WillReturnRows(rows("id,attempt,payload", row(int64(12), int64(1), nil)))
+	m.ExpectQuery(pickLock).WithArgs(append(lockArgs, 1)...).WillReturnRows(atLevel(pickFirst, "id,attempt,payload", row(int64(12), int64(1), nil)))
 	second := claim(t, q, 1, 12)
 	m.Met(t)
 	m.ExpectRollback()
@@ -485,13 +486,13 @@ func TestMariaDBRowLockPickFirst(t *testing.T) {
 		for i := 0; i < 32; i++ {
 			lockArgs = append(lockArgs, 100+k)
 		}
-		m.ExpectQuery(myRowLockPickLock).WithArgs(append(lockArgs, 1)...).WillReturnRows(rows("id,attempt,payload", row(100+k, int64(1), nil)))
+		m.ExpectQuery(pickLock).WithArgs(append(lockArgs, 1)...).WillReturnRows(atLevel(pickFirst, "id,attempt,payload", row(100+k, int64(1), nil)))
 		ds := claim(t, q, 1, 100+k)
 		m.ExpectRollback()
 		ok(t, "Release", ds[0].Release(context.Background()))
 	}
 	m.ExpectBegin()
-	m.ExpectQuery(pickFirst).WithArgs(11).WillReturnRows(rows("id,attempt,payload", row(int64(200), int64(1), nil)))
+	m.ExpectQuery(pickFirst).WithArgs(11).WillReturnRows(atLevel(pickFirst, "id,attempt,payload", row(int64(200), int64(1), nil)))
 	claim(t, q, 1, 200)
 	m.Met(t)
 }
@@ -1089,4 +1090,108 @@ func maAdvClaimed(m *mock, id int64) {
 	m.ExpectQuery(myGetLock).WithArgs(inbox.MySQLLockName("test.jobs", fmt.Sprint(id))).WillReturnRows(rows("got", row(int64(1))))
 	m.ExpectQuery(myAdvSelect).WithArgs(id, int64(1)).WillReturnRows(rows("id,attempt,payload", row(id, int64(1), nil)))
 	m.ExpectExec(myAdvMark).WithArgs(id, int64(1)).WillReturnResult(affected(1))
+}
+
+// inbox.MariaDB's lease and row-lock claims begin at the session's own
+// isolation level, no SET TRANSACTION, while each claim read finds the
+// session at READ COMMITTED (a DSN's tx_isolation, the server's default).
+// A read that finds another level rolls its claim back, and the claim is
+// made again at READ COMMITTED, as every claim of the queue is from then
+// on; a claim that read no row learned nothing and changes nothing.
+// inbox.MySQL always sets the level.
+func TestMariaDBClaimAtSessionLevel(t *testing.T) {
+	const now, exp = "2024-03-01 12:00:00.123456", "2024-03-01 12:01:00.123456"
+	wantLevels := func(t *testing.T, m *mock, want ...sql.IsolationLevel) {
+		t.Helper()
+		if got := m.Isolations(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("claim transactions began at %v, want %v", got, want)
+		}
+	}
+	const def, rc = sql.LevelDefault, sql.LevelReadCommitted
+
+	t.Run("lease", func(t *testing.T) {
+		m := newMock(t)
+		q := newQueue(t, m, inbox.Config{Dialect: inbox.MariaDB, Table: leaseTable, Lease: time.Minute, Now: fakeclock.New(t0).Now})
+		first, due, free := mariaRead(myLeaseFirst), mariaRead(myLeaseDue), mariaRead(myLeaseFree)
+		cols := "id,attempt,payload,level"
+		// Nothing to claim: no row says the level; the next claim still
+		// begins at the session's.
+		m.ExpectBegin()
+		m.ExpectQuery(first).WithArgs(now, 1).WillReturnRows(rows(cols))
+		m.ExpectQuery(due).WithArgs(now, 1).WillReturnRows(rows(cols))
+		m.ExpectQuery(free).WithArgs(1).WillReturnRows(rows(cols))
+		m.ExpectCommit()
+		claim(t, q, 1)
+		m.ExpectBegin()
+		m.ExpectQuery(first).WithArgs(now, 1).WillReturnRows(rows(cols, row(int64(7), int64(1), nil, int64(1))))
+		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1)...).WillReturnResult(affected(1))
+		m.ExpectCommit()
+		claim(t, q, 1, 7)
+		wantLevels(t, m, def, def)
+		// A session at REPEATABLE READ: rolled back before the mark, and
+		// claimed again at READ COMMITTED, where the column, the
+		// session's level still, is not read.
+		m.ExpectBegin()
+		m.ExpectQuery(first).WithArgs(now, 1).WillReturnRows(rows(cols, row(int64(8), int64(1), nil, int64(0))))
+		m.ExpectRollback()
+		m.ExpectBegin()
+		m.ExpectQuery(first).WithArgs(now, 1).WillReturnRows(rows(cols, row(int64(8), int64(1), nil, int64(0))))
+		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 8, 1)...).WillReturnResult(affected(1))
+		m.ExpectCommit()
+		claim(t, q, 1, 8)
+		m.ExpectBegin()
+		m.ExpectQuery(first).WithArgs(now, 1).WillReturnRows(rows(cols, row(int64(9), int64(1), nil, int64(1))))
+		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 9, 1)...).WillReturnResult(affected(1))
+		m.ExpectCommit()
+		claim(t, q, 1, 9)
+		wantLevels(t, m, def, def, def, rc, rc)
+		m.Met(t)
+	})
+
+	t.Run("row lock", func(t *testing.T) {
+		m := newMock(t)
+		q := newQueue(t, m, inbox.Config{Dialect: inbox.MariaDB, Table: rowLockTable})
+		pickFirst := q.Statements().Claim.PickFirst.SQL
+		if !strings.Contains(pickFirst, mariaLevel) {
+			t.Fatalf("Claim.PickFirst reads no level: %s", pickFirst)
+		}
+		cols := "id,attempt,payload,level"
+		m.ExpectBegin()
+		m.ExpectQuery(pickFirst).WithArgs(10).WillReturnRows(rows(cols, row(int64(11), int64(1), nil, int64(1))))
+		ds := claim(t, q, 1, 11)
+		m.ExpectRollback()
+		ok(t, "Release", ds[0].Release(context.Background()))
+		// At another level the held transaction is rolled back before the
+		// handler has it, and the job claimed again.
+		m.ExpectBegin()
+		m.ExpectQuery(pickFirst).WithArgs(10).WillReturnRows(rows(cols, row(int64(12), int64(1), nil, int64(0))))
+		m.ExpectRollback()
+		m.ExpectBegin()
+		m.ExpectQuery(pickFirst).WithArgs(10).WillReturnRows(rows(cols, row(int64(12), int64(1), nil, int64(0))))
+		ds = claim(t, q, 1, 12)
+		wantLevels(t, m, def, def, rc)
+		m.ExpectRollback()
+		ok(t, "Release", ds[0].Release(context.Background()))
+		m.Met(t)
+	})
+
+	t.Run("mysql", func(t *testing.T) {
+		m := newMock(t)
+		q := newQueue(t, m, inbox.Config{Dialect: inbox.MySQL, Table: rowLockTable})
+		if q.Statements().Claim.PickLock.Level {
+			t.Fatal("inbox.MySQL's PickLock reads the level")
+		}
+		m.ExpectBegin()
+		m.ExpectQuery(myRowLockPick).WithArgs(10).WillReturnRows(rows("id", row(int64(11))))
+		var lockArgs []driver.Value
+		for k := 0; k < 32; k++ {
+			lockArgs = append(lockArgs, int64(11))
+		}
+		m.ExpectQuery(myRowLockPickLock).WithArgs(append(lockArgs, 1)...).WillReturnRows(rows("id,attempt,payload", row(int64(11), int64(1), nil)))
+		ds := claim(t, q, 1, 11)
+		wantLevels(t, m, rc)
+		m.ExpectRollback()
+		ok(t, "Release", ds[0].Release(context.Background()))
+		m.Met(t)
+	})
 }

@@ -129,6 +129,28 @@ func rows(cols string, vals ...[]driver.Value) *sqlmock.Rows {
 // row is one row of values.
 func row(vals ...driver.Value) []driver.Value { return vals }
 
+// mariaLevel is the column inbox.MariaDB's claim reads end with: whether
+// the session runs at READ COMMITTED.
+const mariaLevel = ", @@tx_isolation = 'READ-COMMITTED'"
+
+// mariaRead is inbox.MySQL's claim read q as inbox.MariaDB sends it.
+func mariaRead(q string) string {
+	i := strings.Index(q, " FROM ")
+	return q[:i] + mariaLevel + q[i:]
+}
+
+// atLevel appends the level column to a claim read's rows, each saying
+// READ COMMITTED, where claimSQL reads it.
+func atLevel(claimSQL, cols string, vals ...[]driver.Value) *sqlmock.Rows {
+	if !strings.Contains(claimSQL, mariaLevel) {
+		return rows(cols, vals...)
+	}
+	for i := range vals {
+		vals[i] = append(vals[i], int64(1))
+	}
+	return rows(cols+",level", vals...)
+}
+
 // TestStatementsPlaceholders checks, for every form, dialect and clock,
 // that each statement has as many placeholders as arguments: numbered ones
 // ($1…$n, each once and in order) on Postgres, ? elsewhere.

@@ -96,7 +96,7 @@ func (p *oldSide) round(ctx context.Context) (int, error) {
 		j.until = t
 	case "mysql":
 		err = func() error {
-			tx, err := p.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+			tx, err := p.db.BeginTx(ctx, handTx())
 			if err != nil {
 				return err
 			}

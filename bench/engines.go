@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -119,7 +120,30 @@ func (e engine) ready(db *sql.DB, maxConns int) (*sql.DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("%s: %w", e.name, err)
 	}
+	if e.family == "mysql" {
+		var rc bool
+		if err := db.QueryRow("SELECT @@tx_isolation = 'READ-COMMITTED'").Scan(&rc); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("%s: %w", e.name, err)
+		}
+		sessionReadCommitted.Store(rc)
+	}
 	return db, nil
+}
+
+// sessionReadCommitted is true when the MySQL DSN runs sessions at READ
+// COMMITTED (tx_isolation in the DSN, or the server's default).
+var sessionReadCommitted atomic.Bool
+
+// handTx is the level the hand-written MySQL loops begin their claims at:
+// READ COMMITTED, which they set unless the session runs at it already, as
+// a user who put it in the DSN would write them (and as inbox.MariaDB
+// does).
+func handTx() *sql.TxOptions {
+	if sessionReadCommitted.Load() {
+		return nil
+	}
+	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 }
 
 func (e engine) openDSN(dsn string, maxConns int) (*sql.DB, error) {

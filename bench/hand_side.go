@@ -189,7 +189,7 @@ func (h *leaseHand) claimReturning(ctx context.Context, jobs []leaseJob, args ..
 }
 
 func (h *leaseHand) claimMySQL(ctx context.Context, jobs []leaseJob) ([]leaseJob, error) {
-	tx, err := h.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := h.db.BeginTx(ctx, handTx())
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +283,7 @@ func (h *rowLockHand) round(ctx context.Context) (int, error) {
 		}
 	}()
 	for len(jobs) < got {
-		tx, err := h.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		tx, err := h.db.BeginTx(ctx, handTx())
 		if err != nil {
 			return 0, err
 		}

@@ -163,7 +163,7 @@ func (m *minimalLease) claimReturning(ctx context.Context, tok, cmp any) ([]int6
 }
 
 func (m *minimalLease) claimMySQL(ctx context.Context, tok, cmp any) ([]int64, error) {
-	tx, err := m.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := m.db.BeginTx(ctx, handTx())
 	if err != nil {
 		return nil, err
 	}

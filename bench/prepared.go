@@ -134,7 +134,7 @@ func (s *stmtSide) round(ctx context.Context) (int, error) {
 			return 0, err
 		}
 	} else {
-		tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		tx, err := s.db.BeginTx(ctx, handTx())
 		if err != nil {
 			return 0, err
 		}

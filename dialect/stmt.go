@@ -40,6 +40,14 @@ type Stmt struct {
 	// the claim reads no clock apart, and the ArgNow and ArgUntil of its
 	// Claim.Mark come from the first reading that came with rows.
 	Clock bool
+	// Level is true when each row it returns ends, after the clock, with
+	// whether the transaction runs at READ COMMITTED (1 or 0), as a claim
+	// read of the lease or row lock may. When every claim read a form
+	// sends has it, the core begins the claim's transaction at the
+	// session's own level, sparing the round trip that sets one, and
+	// claims again at READ COMMITTED when a row says 0, as every claim of
+	// the queue then does.
+	Level bool
 }
 
 // Takes reports whether s takes the parameter a.

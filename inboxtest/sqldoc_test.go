@@ -44,11 +44,15 @@ var sqlDocEngines = []struct {
 	name, file string // the heading; the schema file's engine part
 	d          inbox.Dialect
 	like       string // the engine whose statements this one shares, shown once
+	note       string // what the engine's statements do differently, in a word
 }{
-	{"PostgreSQL", "postgres", inbox.Postgres, ""},
-	{"MySQL", "mysql", inbox.MySQL, ""},
-	{"MariaDB", "mysql", inbox.MariaDB, "MySQL"},
-	{"SQLite", "sqlite", inbox.SQLite, ""},
+	{"PostgreSQL", "postgres", inbox.Postgres, "", ""},
+	{"MySQL", "mysql", inbox.MySQL, "", ""},
+	{"MariaDB", "mysql", inbox.MariaDB, "MySQL", "Its lease and row-lock claim reads end with " +
+		"`@@tx_isolation = 'READ-COMMITTED'`: its claims begin at the session's level, without `SET TRANSACTION`, " +
+		"while that column says 1, and at READ COMMITTED from the first row that says 0 on " +
+		"([operations.md](operations.md#drivers))."},
+	{"SQLite", "sqlite", inbox.SQLite, "", ""},
 }
 
 // sqlDocBatch is the batch size shown: a batch of n tokens repeats the
@@ -393,7 +397,11 @@ func generateSQLDoc(t *testing.T) string {
 		var like map[string][]sqlDocNamed
 		if e.like != "" {
 			like = byEngine[e.like]
-			fmt.Fprintf(&b, "\n`inbox.%s` sends the statements of [`inbox.%s`](#%s), except those shown here.\n", e.name, e.like, slugDoc(e.like))
+			fmt.Fprintf(&b, "\n`inbox.%s` sends the statements of [`inbox.%s`](#%s), except those shown here.", e.name, e.like, slugDoc(e.like))
+			if e.note != "" {
+				b.WriteString(" " + e.note)
+			}
+			b.WriteString("\n")
 		}
 		// A statement every form sends alike is shown once, first.
 		var order []string

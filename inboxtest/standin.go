@@ -623,6 +623,10 @@ func (s *standIn) claimCols(c *call, expiry bool) (clock driver.Value) {
 		c.cols = append(c.cols, "now")
 		clock = s.d.TimeArg(s.engineNow())
 	}
+	if c.stmt.Level {
+		// The session runs at READ COMMITTED, as the claim asks.
+		c.cols = append(c.cols, "read_committed")
+	}
 	return clock
 }
 
@@ -641,6 +645,9 @@ func (s *standIn) claimRow(c *call, j job, expiry bool, clock driver.Value) []dr
 	}
 	if c.stmt.Clock {
 		r = append(r, clock)
+	}
+	if c.stmt.Level {
+		r = append(r, int64(1))
 	}
 	return r
 }
