@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -20,10 +21,19 @@ type levelPool struct {
 }
 
 // openAtLevel opens e's database with every session at level (a value of
-// tx_isolation), through a hook that notes each BeginTx's level.
+// tx_isolation, MySQL 8's transaction_isolation), through a hook that
+// notes each BeginTx's level.
 func openAtLevel(t *testing.T, e Engine, level string, maxConns int) *levelPool {
 	t.Helper()
-	inner, err := connhook.Connector(e.Driver, e.DSN(t, t.TempDir())+"&tx_isolation=%27"+level+"%27")
+	variable := "tx_isolation"
+	var version string
+	if err := e.Open(t, 1).QueryRow("SELECT VERSION()").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.ToLower(version), "mariadb") {
+		variable = "transaction_isolation"
+	}
+	inner, err := connhook.Connector(e.Driver, e.DSN(t, t.TempDir())+"&"+variable+"=%27"+level+"%27")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +48,7 @@ func openAtLevel(t *testing.T, e Engine, level string, maxConns int) *levelPool 
 	p.db.SetMaxOpenConns(maxConns)
 	t.Cleanup(func() { p.db.Close() })
 	var got string
-	if err := p.db.QueryRow("SELECT @@tx_isolation").Scan(&got); err != nil || got != level {
+	if err := p.db.QueryRow("SELECT @@" + variable).Scan(&got); err != nil || got != level {
 		t.Fatalf("session isolation %q (%v), want %s", got, err, level)
 	}
 	return p
