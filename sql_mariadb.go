@@ -31,6 +31,11 @@ var (
 //
 // Batched Release and Retry are as [MySQL]'s: MariaDB's UPDATE has no
 // RETURNING.
+//
+// Its lease and row-lock claims begin at the session's isolation level
+// while their reads find it READ COMMITTED, sparing the SET TRANSACTION a
+// claim otherwise sends first: put tx_isolation='READ-COMMITTED' in the
+// DSN (go-sql-driver/mysql: tx_isolation=%27READ-COMMITTED%27).
 var MariaDB Dialect = mariadb{}
 
 type mariadb struct{ mysql }
