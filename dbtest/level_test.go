@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/internal/connhook"
@@ -149,6 +151,60 @@ func TestClaimSessionLevel(t *testing.T) {
 					if got != want {
 						t.Errorf("%s session: the claim began transactions at %s, want %s", c.name, got, want)
 					}
+				}
+
+				// Claims cut at random points (mid-statement, mid-COMMIT)
+				// on both pools: none delivers a job twice or loses one. A
+				// lease claim cut after its mark committed leaves its job
+				// leased for a second, then claimed again.
+				cutCfg := func(name string) inbox.Config {
+					cfg := queueConfig(e, Table(name, form), nil)
+					if form == "lease" {
+						cfg.Lease = time.Second
+					}
+					return cfg
+				}
+				crc, crr := newQueue(t, rc.db, cutCfg(table)), newQueue(t, rr.db, cutCfg(concQualified(t, e, rr.db, table)))
+				const cutJobs = 60
+				for i := 0; i < cutJobs; i++ {
+					if _, err := crc.Enqueue(ctx, rc.db, inbox.Job{Data: []any{[]byte(fmt.Sprint("cut", i))}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var cutMu sync.Mutex
+				cutAcked := map[int64]int{}
+				deadline := time.Now().Add(60 * time.Second)
+				for _, err := range onTwoPools(8, crc, crr, func(q *inbox.Queue) error {
+					for time.Now().Before(deadline) {
+						cctx, cancel := context.WithTimeout(ctx, time.Duration(rand.IntN(3000))*time.Microsecond)
+						ds, err := q.Claim(cctx, 1)
+						cancel()
+						if err != nil && cctx.Err() == nil {
+							return err
+						}
+						for _, d := range ds {
+							if err := d.Ack(ctx); err != nil {
+								return fmt.Errorf("ack %v: %w", d.ID(), err)
+							}
+							cutMu.Lock()
+							cutAcked[d.ID().(int64)]++
+							cutMu.Unlock()
+						}
+						if countRows(t, rc.db, table) == 0 {
+							return nil
+						}
+					}
+					return fmt.Errorf("%d jobs left after 60 s of cut claims", countRows(t, rc.db, table))
+				}) {
+					t.Error(err)
+				}
+				for id, n := range cutAcked {
+					if n != 1 {
+						t.Errorf("job %d acknowledged %d times under cut claims", id, n)
+					}
+				}
+				if len(cutAcked) != cutJobs {
+					t.Errorf("%d jobs acknowledged under cut claims, want %d", len(cutAcked), cutJobs)
 				}
 
 				// The drain: 8 workers, the two pools.
