@@ -132,7 +132,7 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 	if err != nil {
 		return nil, err
 	}
-	if atSession && q.readAtOtherLevel(ds) {
+	if atSession && q.readAtOtherLevel(ds...) {
 		return nil, errOtherLevel
 	}
 	if len(ds) == 0 {

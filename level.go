@@ -49,12 +49,16 @@ func (q *Queue) claimTxOptions() (*sql.TxOptions, bool) {
 	if q.levelled && !q.levelSet.Load() {
 		return nil, true
 	}
-	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}, false
+	return readCommitted, false
 }
+
+// readCommitted is the options of a claim that sets its level; database/sql
+// only reads them.
+var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 
 // readAtOtherLevel reports whether a row of ds was read at another level
 // than READ COMMITTED; if so, every later claim of q sets the level.
-func (q *Queue) readAtOtherLevel(ds []*Delivery) bool {
+func (q *Queue) readAtOtherLevel(ds ...*Delivery) bool {
 	for _, d := range ds {
 		if d.otherLevel {
 			q.levelSet.Store(true)

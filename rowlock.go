@@ -111,10 +111,9 @@ func (q *Queue) claimOneRowLock(ctx context.Context, now time.Time) (*Delivery, 
 			_ = tx.Rollback()
 			return nil, err
 		}
-		if atSession && d.otherLevel {
+		if atSession && q.readAtOtherLevel(d) {
 			// Claimed at the session's level, which is another: again,
 			// the level set, as every claim of q now sets it.
-			q.levelSet.Store(true)
 			_ = tx.Rollback()
 			continue
 		}
