@@ -229,6 +229,13 @@ type Queue struct {
 	// pick without PickFirst since one found its page held and the pick
 	// after it found a job past: other processes' jobs hold the head.
 	pickPast atomic.Int64
+	// walkPast (row lock, Claim.WalkFirst) counts the claims left that
+	// claim without WalkFirst since one gave up on jobs not yet ready.
+	walkPast atomic.Int64
+	// picking (row lock) counts the claims under way: each may hold a row
+	// it locked and has not yet tracked, which a claim's first page passes
+	// too.
+	picking atomic.Int64
 	// levelled (lease, row lock): every claim read carries the session's
 	// isolation level (dialect.Stmt.Level), so claims begin at the
 	// session's own level until one finds it is not READ COMMITTED; then

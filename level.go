@@ -30,7 +30,7 @@ func claimReadsLevelled(f Form, st *Statements) bool {
 	}
 	c := st.Claim
 	some := false
-	for _, s := range []dialect.Stmt{c.Take, c.Select, c.SelectMore, c.SelectMoreOne, c.SelectFree, c.SelectFreeOne, c.PickLock, c.PickFirst} {
+	for _, s := range []dialect.Stmt{c.Take, c.Select, c.SelectMore, c.SelectMoreOne, c.SelectFree, c.SelectFreeOne, c.PickLock, c.PickFirst, c.WalkFirst} {
 		if s.SQL == "" {
 			continue
 		}

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/sqlinbox/inbox/dialect"
 	"time"
@@ -90,11 +91,14 @@ func (q *Queue) pickSources(want int) []*pickSource {
 
 // firstPage is the size of a pick's first page of candidates: it passes
 // the rows this queue's jobs in work hold (row lock), which are at the
-// head of the queue, in one read.
+// head of the queue, in one read, and the row each other claim under way
+// may have locked and not yet tracked: with many workers, a page of the
+// jobs in work alone was now and then all held, each time sending the
+// claims after it down the two-statement pick (pickPastSpan).
 func (q *Queue) firstPage(want int) int {
 	first := 2*want + 8
 	if q.names.Form == RowLock {
-		first += q.InWork()
+		first += q.InWork() + int(max(q.picking.Load()-1, 0))
 	}
 	return first
 }
@@ -104,13 +108,36 @@ func (q *Queue) firstPage(want int) int {
 // again.
 const pickPastSpan = 64
 
-// pickOne claims one row under the row lock: by Claim.PickFirst, one
+// walkPastSpan is how many claims go without Claim.WalkFirst after one
+// that returned no row: it read its bound of rows not yet ready (or the
+// queue was empty), and claims page through the not-before index instead.
+const walkPastSpan = 64
+
+// errWalkEnded: Claim.WalkFirst returned no row, and may have left a row
+// it could not claim locked; the claim's transaction rolls back and the
+// claim begins again without it.
+var errWalkEnded = errors.New("inbox: the walk ended before a claimable row")
+
+// pickOne claims one row under the row lock: by Claim.WalkFirst, where the
+// dialect has it and the last walk found a row; else by Claim.PickFirst, one
 // statement, where the dialect has it; when that finds the first page's
 // rows all held, or there is none, by a pick, which pages on. The page
 // passes the rows this queue's jobs hold, not those of other processes:
 // when they fill it, PickFirst is a statement more per claim, and is left
 // out for a span of claims.
 func (q *Queue) pickOne(ctx context.Context, ex Executor, now time.Time) ([]*Delivery, error) {
+	if walk := q.st.Claim.WalkFirst; walk.SQL != "" && !spend(&q.walkPast) {
+		rows, err := q.query(ctx, ex, walk, &values{limit: 1, now: now})
+		if err != nil {
+			return nil, err
+		}
+		ds, err := q.scanClaimed(rows, false, nil, 0, nil, walk.Level)
+		if err != nil || len(ds) > 0 {
+			return ds, err
+		}
+		q.walkPast.Store(walkPastSpan)
+		return nil, errWalkEnded
+	}
 	first := q.st.Claim.PickFirst
 	if first.SQL == "" || spend(&q.pickPast) {
 		return q.pick(ctx, ex, 1, now, nil)

@@ -74,14 +74,16 @@ func (q *Queue) claimRowLock(ctx context.Context, max int) ([]*Delivery, error) 
 	}
 	ds := make([]*Delivery, 0, got)
 	defer func() { q.holds.unreserve(got - len(ds)) }()
-	now, err := q.claimNow(ctx, q.st.Claim.Take, q.st.Claim.Select, q.st.Claim.Pick, q.st.Claim.PickLock, q.st.Claim.PickFirst)
+	q.picking.Add(1)
+	defer q.picking.Add(-1)
+	now, err := q.claimNow(ctx, q.st.Claim.Take, q.st.Claim.Select, q.st.Claim.Pick, q.st.Claim.PickLock, q.st.Claim.PickFirst, q.st.Claim.WalkFirst)
 	if err != nil {
 		return ds, err
 	}
 	// What the held transactions will run: the reserve left a connection
 	// to prepare on.
 	st := q.st
-	q.warm(ctx, st.Claim.Take, st.Claim.Select, st.Claim.Mark, st.Claim.Pick, st.Claim.PickAfter, st.Claim.PickLock, st.Claim.PickFirst, st.Settle.Ack, st.Settle.Retry, st.Settle.Dead, st.Settle.DeadDelete, st.RowLock.ClaimsClear)
+	q.warm(ctx, st.Claim.Take, st.Claim.Select, st.Claim.Mark, st.Claim.Pick, st.Claim.PickAfter, st.Claim.PickLock, st.Claim.PickFirst, st.Claim.WalkFirst, st.Settle.Ack, st.Settle.Retry, st.Settle.Dead, st.Settle.DeadDelete, st.RowLock.ClaimsClear)
 	for len(ds) < got {
 		d, err := q.claimOneRowLock(ctx, now)
 		if err != nil {
@@ -107,6 +109,10 @@ func (q *Queue) claimOneRowLock(ctx context.Context, now time.Time) (*Delivery, 
 		// A transaction that ends here leaves its context uncancelled:
 		// derived from no cancellable parent, it holds nothing.
 		d, err := q.claimOne(ctx, q.own(tx), &values{limit: 1, now: now})
+		if err == errWalkEnded {
+			_ = tx.Rollback()
+			continue
+		}
 		if err != nil || d == nil {
 			_ = tx.Rollback()
 			return nil, err

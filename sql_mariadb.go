@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"github.com/sqlinbox/inbox/dialect"
+	"strconv"
 	"strings"
 )
 
@@ -93,7 +94,11 @@ func (d mariadb) Statements(n *dialect.Names) (*Statements, error) {
 		return st, nil
 	}
 	if st.Claim.Pick.SQL != "" {
-		st.Claim.PickFirst = maPickFirst(myTemplate(n))
+		t := myTemplate(n)
+		st.Claim.PickFirst = maPickFirst(t)
+		if t.Fragment("priority") == "" {
+			st.Claim.WalkFirst = maWalkFirst(t)
+		}
 	}
 	if err := maLevelled(myTemplate(n), n, st); err != nil {
 		return nil, err
@@ -171,6 +176,27 @@ func maPickFirst(t *dialect.Template) dialect.Stmt {
 		" ORDER BY " + order + " LIMIT 1 FOR UPDATE SKIP LOCKED")
 }
 
+// maWalkExamined bounds the rows a WalkFirst reads and cannot claim
+// before it gives up: past it, the claim pages through the not-before
+// index instead (a head of jobs not yet ready, which the walk would read
+// at every claim).
+const maWalkExamined = 32
+
+// maWalkFirst is the row lock's claim of one as a table without a
+// not-before column has it: a locking read in primary-key order, which
+// InnoDB answers from the head of the table, where PickFirst reads a page
+// through the not-before index, materializes it and joins it back. A row
+// others hold is skipped before the filter sees it, so held rows do not
+// count against the bound; a row the filter refuses is unlocked under READ
+// COMMITTED, except the last one read when the bound ends the statement
+// (ROWS EXAMINED, MariaDB's: the statement returns what it found, here
+// nothing, and a warning). FORCE INDEX keeps the read on the primary key,
+// in order, with no sort to lock every row read.
+func maWalkFirst(t *dialect.Template) dialect.Stmt {
+	return t.Query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} FORCE INDEX (PRIMARY){where ready}" +
+		" ORDER BY {id} LIMIT 1 ROWS EXAMINED " + strconv.Itoa(maWalkExamined) + " FOR UPDATE SKIP LOCKED")
+}
+
 // maLevel is the column a claim read of the lease or the row lock ends with
 // ([dialect.Stmt.Level]): whether the session runs at READ COMMITTED, which
 // a transaction begun without SET TRANSACTION runs at. Where the DSN (the
@@ -187,7 +213,7 @@ const maLevel = ", @@tx_isolation = 'READ-COMMITTED'"
 func maLevelled(t *dialect.Template, n *dialect.Names, st *Statements) error {
 	cols := t.Query("SELECT {id}, {attempt}{, data}{, extra}").SQL
 	for _, s := range []*dialect.Stmt{&st.Claim.Take, &st.Claim.Select, &st.Claim.SelectMore, &st.Claim.SelectMoreOne,
-		&st.Claim.SelectFree, &st.Claim.SelectFreeOne, &st.Claim.PickLock, &st.Claim.PickFirst} {
+		&st.Claim.SelectFree, &st.Claim.SelectFreeOne, &st.Claim.PickLock, &st.Claim.PickFirst, &st.Claim.WalkFirst} {
 		if s.SQL == "" {
 			continue
 		}

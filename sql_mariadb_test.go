@@ -224,6 +224,14 @@ func TestMariaDBClaimsAreMySQLs(t *testing.T) {
 		if mdb.Claim.PickFirst.SQL != "" && !mdb.Claim.PickFirst.Level {
 			t.Errorf("%+v: PickFirst has no level: %s", tb, mdb.Claim.PickFirst.SQL)
 		}
+		if mdb.Claim.WalkFirst.SQL != "" && !mdb.Claim.WalkFirst.Level {
+			t.Errorf("%+v: WalkFirst has no level: %s", tb, mdb.Claim.WalkFirst.SQL)
+		}
+		// MariaDB alone walks a row lock with a not-before column and no
+		// priority (the primary key is then the claim order).
+		if my.Claim.WalkFirst.SQL != "" || (mdb.Claim.WalkFirst.SQL != "") != (tb.NotBefore != "" && tb.Priority == "" && tb.LockedUntil == "") {
+			t.Errorf("%+v: WalkFirst %q (mysql), %q (mariadb)", tb, my.Claim.WalkFirst.SQL, mdb.Claim.WalkFirst.SQL)
+		}
 		if (tb.NotBefore != "" || tb.Priority != "") != (my.Claim.PickLock.SQL != "") {
 			t.Errorf("%+v: PickLock %q", tb, my.Claim.PickLock.SQL)
 		}

@@ -436,12 +436,93 @@ func TestMySQLRowLockPickPages(t *testing.T) {
 	m.Met(t)
 }
 
+// inbox.MariaDB's row-lock claim of one walks the primary key
+// (Claim.WalkFirst), a locking read as a table without a not-before column
+// has, bounded by the rows it reads and cannot claim. A walk that returns
+// no row may leave the last of those locked: the claim rolls back and
+// claims again in a new transaction without the walk (Claim.PickFirst),
+// as do the 64 claims after it; then the walk again. A table with a
+// priority, and inbox.MySQL, have no walk.
+func TestMariaDBRowLockWalkFirst(t *testing.T) {
+	const walkFirst = "SELECT `id`, `attempt`, `payload`" + mariaLevel + " FROM `jobs` FORCE INDEX (PRIMARY)" +
+		" WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT 1 ROWS EXAMINED 32 FOR UPDATE SKIP LOCKED"
+	prio := rowLockTable
+	prio.Priority = "priority"
+	if got := newQueue(t, newMock(t), inbox.Config{Dialect: inbox.MariaDB, Table: prio}).Statements().Claim.WalkFirst.SQL; got != "" {
+		t.Errorf("Claim.WalkFirst with a priority: %s", got)
+	}
+	if got := newQueue(t, newMock(t), inbox.Config{Dialect: inbox.MySQL, Table: rowLockTable}).Statements().Claim.WalkFirst.SQL; got != "" {
+		t.Errorf("inbox.MySQL's Claim.WalkFirst: %s", got)
+	}
+	// With Config.Now the walk takes the time as its one argument.
+	clk := fakeclock.New(t0)
+	timed := newQueue(t, newMock(t), inbox.Config{Dialect: inbox.MariaDB, Table: rowLockTable, Now: clk.Now}).Statements().Claim.WalkFirst
+	if want := strings.ReplaceAll(walkFirst, "UTC_TIMESTAMP(6)", "?"); timed.SQL != want {
+		t.Errorf("Claim.WalkFirst with Config.Now:\n got %s\nwant %s", timed.SQL, want)
+	}
+
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MariaDB, Table: rowLockTable})
+	st := q.Statements().Claim
+	if st.WalkFirst.SQL != walkFirst {
+		t.Fatalf("Claim.WalkFirst:\n got %s\nwant %s", st.WalkFirst.SQL, walkFirst)
+	}
+	pickFirst := st.PickFirst.SQL
+	m.ExpectBegin()
+	m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(atLevel(walkFirst, "id,attempt,payload", row(int64(11), int64(1), []byte("a"))))
+	first := claim(t, q, 1, 11)
+	m.Met(t)
+	// A claim of two: one walk each, in a transaction each.
+	m.ExpectBegin()
+	m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(atLevel(walkFirst, "id,attempt,payload", row(int64(12), int64(1), nil)))
+	m.ExpectBegin()
+	m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(atLevel(walkFirst, "id,attempt,payload", row(int64(13), int64(2), nil)))
+	two := claim(t, q, 2, 12, 13)
+	m.Met(t)
+	for _, d := range append(first, two...) {
+		m.ExpectRollback()
+		ok(t, "Release", d.Release(context.Background()))
+	}
+	// The walk ends with no row: rolled back, and the claim begins again
+	// by PickFirst.
+	m.ExpectBegin()
+	m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(atLevel(walkFirst, "id,attempt,payload"))
+	m.ExpectRollback()
+	m.ExpectBegin()
+	m.ExpectQuery(pickFirst).WithArgs(10).WillReturnRows(atLevel(pickFirst, "id,attempt,payload", row(int64(500), int64(1), nil)))
+	ds := claim(t, q, 1, 500)
+	m.ExpectRollback()
+	ok(t, "Release", ds[0].Release(context.Background()))
+	m.Met(t)
+	// 63 more claims go without the walk; one finds nothing at all.
+	for k := int64(0); k < 63; k++ {
+		m.ExpectBegin()
+		if k == 30 {
+			m.ExpectQuery(pickFirst).WithArgs(10).WillReturnRows(atLevel(pickFirst, "id,attempt,payload"))
+			m.ExpectQuery(myRowLockPick).WithArgs(10).WillReturnRows(rows("id"))
+			m.ExpectRollback()
+			claim(t, q, 1)
+			continue
+		}
+		m.ExpectQuery(pickFirst).WithArgs(10).WillReturnRows(atLevel(pickFirst, "id,attempt,payload", row(600+k, int64(1), nil)))
+		ds := claim(t, q, 1, 600+k)
+		m.ExpectRollback()
+		ok(t, "Release", ds[0].Release(context.Background()))
+	}
+	m.ExpectBegin()
+	m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(atLevel(walkFirst, "id,attempt,payload", row(int64(700), int64(1), nil)))
+	claim(t, q, 1, 700)
+	m.Met(t)
+}
+
 // inbox.MariaDB's row-lock claim sends Claim.PickFirst, one statement
-// where inbox.MySQL sends Pick then PickLock; when its page holds no free
-// row the claim picks as inbox.MySQL's does. The page passes the rows this
-// queue holds: 10 candidates, then 11 with one delivery held. A pick that
-// found a job past a page PickFirst found held (other processes' jobs at
-// the head) leaves PickFirst out for the next 64 claims.
+// where inbox.MySQL sends Pick then PickLock, when the walk is left out
+// (here: for the 64 claims after one that found nothing); when its page
+// holds no free row the claim picks as inbox.MySQL's does. The page passes
+// the rows this queue holds: 10 candidates, then 11 with one delivery
+// held. A pick that found a job past a page PickFirst found held (other
+// processes' jobs at the head) leaves PickFirst out for the next 64
+// claims.
 func TestMariaDBRowLockPickFirst(t *testing.T) {
 	pickLock := mariaRead(myRowLockPickLock)
 	const pickFirst = "SELECT `id`, `attempt`, `payload`" + mariaLevel + " FROM (SELECT `id` AS inbox_pick FROM `jobs` WHERE (`not_before` IS NULL OR `not_before` <= UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT ?) AS pg" +
@@ -461,6 +542,10 @@ func TestMariaDBRowLockPickFirst(t *testing.T) {
 	if got := q.Statements().Claim.PickFirst.SQL; got != pickFirst {
 		t.Fatalf("Claim.PickFirst:\n got %s\nwant %s", got, pickFirst)
 	}
+	walkFirst := q.Statements().Claim.WalkFirst.SQL
+	m.ExpectBegin()
+	m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(atLevel(walkFirst, "id,attempt,payload"))
+	m.ExpectRollback()
 	m.ExpectBegin()
 	m.ExpectQuery(pickFirst).WithArgs(10).WillReturnRows(atLevel(pickFirst, "id,attempt,payload", row(int64(11), int64(1), []byte("a"))))
 	claim(t, q, 1, 11)
@@ -478,16 +563,37 @@ func TestMariaDBRowLockPickFirst(t *testing.T) {
 	m.Met(t)
 	m.ExpectRollback()
 	ok(t, "Release", second[0].Release(context.Background()))
-	// 64 claims pick (one delivery held: pages of 11), then PickFirst again.
-	for k := int64(0); k < 64; k++ {
-		m.ExpectBegin()
-		m.ExpectQuery(myRowLockPick).WithArgs(11).WillReturnRows(rows("id", row(100+k)))
+	// 64 claims pick (one delivery held: pages of 11), then PickFirst
+	// again. The walk's span, from its miss two claims ago, ends first:
+	// the last two of the 64 walk, and count nothing against the pick's.
+	pickClaim := func(id int64) {
+		t.Helper()
+		m.ExpectQuery(myRowLockPick).WithArgs(11).WillReturnRows(rows("id", row(id)))
 		lockArgs = lockArgs[:0]
 		for i := 0; i < 32; i++ {
-			lockArgs = append(lockArgs, 100+k)
+			lockArgs = append(lockArgs, id)
 		}
-		m.ExpectQuery(pickLock).WithArgs(append(lockArgs, 1)...).WillReturnRows(atLevel(pickFirst, "id,attempt,payload", row(100+k, int64(1), nil)))
+		m.ExpectQuery(pickLock).WithArgs(append(lockArgs, 1)...).WillReturnRows(atLevel(pickFirst, "id,attempt,payload", row(id, int64(1), nil)))
+	}
+	for k := int64(0); k < 64; k++ {
+		m.ExpectBegin()
+		if k < 62 {
+			pickClaim(100 + k)
+		} else {
+			m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(atLevel(walkFirst, "id,attempt,payload", row(100+k, int64(1), nil)))
+		}
 		ds := claim(t, q, 1, 100+k)
+		m.ExpectRollback()
+		ok(t, "Release", ds[0].Release(context.Background()))
+	}
+	m.Met(t)
+	m.ExpectBegin()
+	m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(atLevel(walkFirst, "id,attempt,payload"))
+	m.ExpectRollback()
+	for k := int64(0); k < 2; k++ {
+		m.ExpectBegin()
+		pickClaim(300 + k)
+		ds := claim(t, q, 1, 300+k)
 		m.ExpectRollback()
 		ok(t, "Release", ds[0].Release(context.Background()))
 	}
@@ -1151,23 +1257,23 @@ func TestMariaDBClaimAtSessionLevel(t *testing.T) {
 	t.Run("row lock", func(t *testing.T) {
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.MariaDB, Table: rowLockTable})
-		pickFirst := q.Statements().Claim.PickFirst.SQL
-		if !strings.Contains(pickFirst, mariaLevel) {
-			t.Fatalf("Claim.PickFirst reads no level: %s", pickFirst)
+		walkFirst := q.Statements().Claim.WalkFirst.SQL
+		if !strings.Contains(walkFirst, mariaLevel) {
+			t.Fatalf("Claim.WalkFirst reads no level: %s", walkFirst)
 		}
 		cols := "id,attempt,payload,level"
 		m.ExpectBegin()
-		m.ExpectQuery(pickFirst).WithArgs(10).WillReturnRows(rows(cols, row(int64(11), int64(1), nil, int64(1))))
+		m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(rows(cols, row(int64(11), int64(1), nil, int64(1))))
 		ds := claim(t, q, 1, 11)
 		m.ExpectRollback()
 		ok(t, "Release", ds[0].Release(context.Background()))
 		// At another level the held transaction is rolled back before the
 		// handler has it, and the job claimed again.
 		m.ExpectBegin()
-		m.ExpectQuery(pickFirst).WithArgs(10).WillReturnRows(rows(cols, row(int64(12), int64(1), nil, int64(0))))
+		m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(rows(cols, row(int64(12), int64(1), nil, int64(0))))
 		m.ExpectRollback()
 		m.ExpectBegin()
-		m.ExpectQuery(pickFirst).WithArgs(10).WillReturnRows(rows(cols, row(int64(12), int64(1), nil, int64(0))))
+		m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(rows(cols, row(int64(12), int64(1), nil, int64(0))))
 		ds = claim(t, q, 1, 12)
 		wantLevels(t, m, def, def, rc)
 		m.ExpectRollback()

@@ -653,6 +653,19 @@ func TestExplainRowLockPick(t *testing.T) {
 					} else if e.Dialect == inbox.MariaDB {
 						t.Error("inbox.MariaDB has no Claim.PickFirst for a row-lock table with a not-before column")
 					}
+					if st.Claim.WalkFirst.SQL != "" {
+						// MariaDB's claim of one by the primary key, in order:
+						// no sort, which would lock every row read.
+						walk := explainPlan(t, e, db, true, st.Claim.WalkFirst.SQL, opsArgs(t, e, st.Claim.WalkFirst, now, time.Minute, 1)...)
+						t.Logf("walk first:\n%s", planText(walk))
+						explainMust(t, "walk first", walk, []string{"index on " + table + " using PRIMARY"}, []string{"ALL on " + table, "range on " + table})
+						extra := mysqlExtra(t, db, st.Claim.WalkFirst.SQL, opsArgs(t, e, st.Claim.WalkFirst, now, time.Minute, 1)...)
+						if strings.Contains(extra, "filesort") || strings.Contains(extra, "temporary") {
+							t.Errorf("walk first sorts after its locking read: %s", extra)
+						}
+					} else if e.Dialect == inbox.MariaDB && !priority {
+						t.Error("inbox.MariaDB has no Claim.WalkFirst for a row-lock table with a not-before column")
+					}
 					// The lock of a page of 10 candidates (the last repeated),
 					// as a claim of one sends it, and of 32.
 					for _, n := range []int{10, 32} {

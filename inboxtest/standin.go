@@ -424,7 +424,7 @@ func (s *standIn) rowOf(j job, vals ...driver.Value) []driver.Value {
 // answerClaim answers the claim's reads, reporting whether c was one.
 func (s *standIn) answerClaim(c *call) bool {
 	switch {
-	case c.is("Claim.Take", "Claim.TakeOne", "Claim.Select", "Claim.SelectFree", "Claim.SelectFreeOne", "Claim.PickLock", "Claim.PickFirst"):
+	case c.is("Claim.Take", "Claim.TakeOne", "Claim.Select", "Claim.SelectFree", "Claim.SelectFreeOne", "Claim.PickLock", "Claim.PickFirst", "Claim.WalkFirst"):
 		s.claimRows(c)
 	case c.is("Claim.SelectMore", "Claim.SelectMoreOne"):
 		// The claim's jobs all came with the first read.

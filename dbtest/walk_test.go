@@ -1,0 +1,182 @@
+package dbtest
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/inbox"
+	"github.com/sqlinbox/inbox/internal/connhook"
+)
+
+// TestRowLockWalk: inbox.MariaDB's row-lock claim of one walks the primary
+// key (Claim.WalkFirst), bounded by the rows it reads and cannot claim.
+//
+//   - Behind a head of 40 delayed rows (more than the bound) the walk gives
+//     up, leaving the last delayed row it read locked; the claim rolls back
+//     and claims the first ready job by PickFirst, and holds that row
+//     alone. The pool's sessions run at READ COMMITTED, so no other
+//     rollback (the level's) drops the lingering lock for it.
+//   - Rows another session holds do not count against the bound: past 40
+//     held ready rows, a claim is the walk alone.
+//   - Eight workers over two pools (one at READ COMMITTED, one at the
+//     server's default; the table named plainly and schema-qualified)
+//     claim and acknowledge every ready job once; the delayed ones stay.
+func TestRowLockWalk(t *testing.T) {
+	eachEngine(t, func(e Engine) bool { return e.Dialect == inbox.MariaDB }, func(t *testing.T, e Engine) {
+		ctx := context.Background()
+		var mu sync.Mutex
+		var sent []string
+		inner, err := connhook.Connector(e.Driver, e.DSN(t, t.TempDir())+"&tx_isolation=%27READ-COMMITTED%27")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A statement sent as text and refused (driver.ErrSkip) is prepared
+		// and run again: counted once, as it ran.
+		db1 := sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{After: func(_ context.Context, c connhook.Call, err error, _ time.Duration) {
+			if c.Kind.Runs() && !errors.Is(err, driver.ErrSkip) {
+				mu.Lock()
+				sent = append(sent, c.SQL)
+				mu.Unlock()
+			}
+		}}))
+		db1.SetMaxOpenConns(16)
+		t.Cleanup(func() { db1.Close() })
+		db2 := e.Open(t, 16)
+		sentSince := func(n int) []string {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]string(nil), sent[n:]...)
+		}
+		mark := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(sent)
+		}
+
+		const delayed, ready = 40, 100
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		table := lockTable(t, e, db1, "rowlock", "walk", lockShape{"walk", delayed, ready}, false, now)
+		order := claimOrderOf(t, e, db1, table, "rowlock", false, now)
+		q1 := newQueue(t, db1, lockConfig(e, table, "rowlock", false, now))
+		q2 := newQueue(t, db2, lockConfig(e, concQualified(t, e, db2, table), "rowlock", false, now))
+		st := q1.Statements().Claim
+		if st.WalkFirst.SQL == "" {
+			t.Fatal("inbox.MariaDB has no Claim.WalkFirst for a row-lock table with a not-before column")
+		}
+		count := func(stmts []string, s string) int {
+			n := 0
+			for _, x := range stmts {
+				if x == s {
+					n++
+				}
+			}
+			return n
+		}
+		var held []*inbox.Delivery
+		defer func() {
+			for _, d := range held {
+				_ = d.Release(ctx)
+			}
+		}()
+		claimOne := func(q *inbox.Queue, want int64) {
+			t.Helper()
+			ds, err := q.Claim(ctx, 1)
+			if err != nil || len(ds) != 1 {
+				t.Fatalf("Claim(1) = %d jobs, %v", len(ds), err)
+			}
+			held = append(held, ds[0])
+			if ds[0].ID() != want {
+				t.Fatalf("claimed job %v, want %v, the first ready in claim order", ds[0].ID(), want)
+			}
+		}
+
+		// The walk gives up behind the delayed head.
+		n := mark()
+		claimOne(q1, order[0])
+		got := sentSince(n)
+		if count(got, st.WalkFirst.SQL) != 1 || count(got, st.PickFirst.SQL) != 1 {
+			t.Errorf("a claim behind %d delayed rows sent:\n%s\nwant the walk, then PickFirst", delayed, strings.Join(got, "\n"))
+		}
+		if locked := lockedRows(t, e, db2, table); locked != 1 {
+			t.Errorf("a held claim of one keeps %d rows locked, want 1 (the walk's last row let go)", locked)
+		}
+		claimOne(q2, order[1])
+		if locked := lockedRows(t, e, db2, table); locked != 2 {
+			t.Errorf("two held claims keep %d rows locked, want 2", locked)
+		}
+
+		// Held rows do not count against the bound: on a table whose head
+		// is one delayed row, then ready ones, another session holding 40.
+		heldTable := lockTable(t, e, db1, "rowlock", "walk_held", lockShape{"walk-held", 1, 60}, false, now)
+		heldOrder := claimOrderOf(t, e, db1, heldTable, "rowlock", false, now)
+		holder, err := db2.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Rollback()
+		const others = 40
+		for _, id := range heldOrder[:others] {
+			if _, err := holder.ExecContext(ctx, "SELECT id FROM "+heldTable+" WHERE id = ? FOR UPDATE", id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		q3 := newQueue(t, db1, lockConfig(e, heldTable, "rowlock", false, now))
+		n = mark()
+		claimOne(q3, heldOrder[others])
+		got = sentSince(n)
+		walk3 := q3.Statements().Claim
+		if count(got, walk3.WalkFirst.SQL) != 1 || count(got, walk3.PickFirst.SQL) != 0 || count(got, walk3.Pick.SQL) != 0 {
+			t.Errorf("a claim past %d rows held by another session sent:\n%s\nwant the walk alone", others, strings.Join(got, "\n"))
+		}
+		if locked := lockedRows(t, e, db2, heldTable); locked != others+1 {
+			t.Errorf("%d rows locked, want %d", locked, others+1)
+		}
+		if err := holder.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range held {
+			if err := d.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held = nil
+
+		// Eight workers over both pools drain the ready jobs.
+		var acked sync.Map
+		for _, err := range onTwoPools(8, q1, q2, func(q *inbox.Queue) error {
+			for {
+				ds, err := q.Claim(ctx, 1)
+				if err != nil {
+					return err
+				}
+				if len(ds) == 0 {
+					return nil
+				}
+				if err := ds[0].Ack(ctx); err != nil {
+					return fmt.Errorf("ack %v: %w", ds[0].ID(), err)
+				}
+				if _, twice := acked.LoadOrStore(ds[0].ID(), true); twice {
+					return fmt.Errorf("job %v acknowledged twice", ds[0].ID())
+				}
+			}
+		}) {
+			t.Error(err)
+		}
+		n = 0
+		acked.Range(func(any, any) bool { n++; return true })
+		if n != ready {
+			t.Errorf("%d jobs acknowledged, want the %d ready", n, ready)
+		}
+		var left int
+		if err := db2.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&left); err != nil || left != delayed {
+			t.Errorf("%d rows left (%v), want the %d delayed", left, err, delayed)
+		}
+	})
+}
