@@ -37,6 +37,12 @@ var (
 // while their reads find it READ COMMITTED, sparing the SET TRANSACTION a
 // claim otherwise sends first: put tx_isolation='READ-COMMITTED' in the
 // DSN (go-sql-driver/mysql: tx_isolation=%27READ-COMMITTED%27).
+//
+// A row-lock claim of one on a table with a not-before column and no
+// priority first reads the table by its primary key, skipping held rows,
+// as a table without the column is claimed (ROWS EXAMINED bounds the
+// delayed rows it passes), where [MySQL] reads a page through the
+// not-before index and then locks it.
 var MariaDB Dialect = mariadb{}
 
 type mariadb struct{ mysql }
@@ -69,8 +75,8 @@ func (d mariadb) BatchStatements(n *dialect.Names, size int) (*dialect.BatchStat
 }
 
 // Statements are [MySQL]'s but for the advisory form's LockFirst (maLockFirst,
-// sent while other processes hold keys), the row lock's PickFirst
-// (maPickFirst), the claim reads' level column (maLevelled) and InWork under the row lock: MariaDB has
+// sent while other processes hold keys), the row lock's WalkFirst
+// (maWalkFirst) and PickFirst (maPickFirst), the claim reads' level column (maLevelled) and InWork under the row lock: MariaDB has
 // no performance_schema.data_locks (and its performance_schema is off by
 // default), but the metadata_lock_info plugin lists the metadata locks
 // held: a transaction that locked or wrote rows of the table holds a
