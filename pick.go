@@ -119,7 +119,8 @@ const walkPastSpan = 64
 var errWalkEnded = errors.New("inbox: the walk ended before a claimable row")
 
 // pickOne claims one row under the row lock: by Claim.WalkFirst, where the
-// dialect has it and the last walk found a row; else by Claim.PickFirst, one
+// dialect has it and no walk came back empty within the last walkPastSpan
+// claims; else by Claim.PickFirst, one
 // statement, where the dialect has it; when that finds the first page's
 // rows all held, or there is none, by a pick, which pages on. The page
 // passes the rows this queue's jobs hold, not those of other processes:
