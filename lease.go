@@ -109,7 +109,11 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 // RETURNING (MySQL): the rows are locked by Claim.Select, then marked.
 func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.Time) ([]*Delivery, error) {
 	more, free := q.freeReads(v.limit)
-	q.warm(ctx, q.st.Claim.Select, more, free, q.st.Claim.Pick, q.st.Claim.PickAfter, q.st.Claim.PickMore, q.st.Claim.PickMoreAfter, q.st.Claim.PickLock, q.st.Claim.Mark)
+	walk := dialect.Stmt{}
+	if v.limit == 1 {
+		walk = q.st.Claim.WalkFirst
+	}
+	q.warm(ctx, walk, q.st.Claim.Select, more, free, q.st.Claim.Pick, q.st.Claim.PickAfter, q.st.Claim.PickMore, q.st.Claim.PickMoreAfter, q.st.Claim.PickLock, q.st.Claim.Mark)
 	clocked := q.st.Claim.Select.Clock || q.st.Claim.PickLock.Clock
 	if !clocked {
 		q.warm(ctx, q.st.Now)
@@ -245,6 +249,16 @@ func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values) ([]*D
 		return ds, err
 	}
 	ds := make([]*Delivery, 0, max)
+	if walk := q.st.Claim.WalkFirst; max == 1 && walk.SQL != "" && !spend(&q.walkPast) {
+		// The walk returns no row past its bound of rows it could not
+		// claim: the reads below follow, and the next claims leave it
+		// out for a span.
+		var err error
+		if ds, err = q.readClaimed(ctx, tx, walk, v, ds); err != nil || len(ds) > 0 {
+			return ds, err
+		}
+		q.walkPast.Store(walkPastSpan)
+	}
 	more, free := q.freeReads(max)
 	if free.SQL != "" {
 		// Free rows, unless some lease has run out: then none, and the

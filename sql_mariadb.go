@@ -42,7 +42,11 @@ var (
 // priority first reads the table by its primary key, skipping held rows,
 // as a table without the column is claimed (ROWS EXAMINED bounds the
 // delayed rows it passes), where [MySQL] reads a page through the
-// not-before index and then locks it.
+// not-before index and then locks it. A lease claim of one on a table with
+// the claim index and no priority reads the free rows by primary key too
+// (bounded the same way, past rows under a lease in force), where [MySQL]
+// reads the claim index, whose entries every claim moves and every
+// acknowledgement deletes.
 var MariaDB Dialect = mariadb{}
 
 type mariadb struct{ mysql }
@@ -76,7 +80,8 @@ func (d mariadb) BatchStatements(n *dialect.Names, size int) (*dialect.BatchStat
 
 // Statements are [MySQL]'s but for the advisory form's LockFirst (maLockFirst,
 // sent while other processes hold keys), the row lock's WalkFirst
-// (maWalkFirst) and PickFirst (maPickFirst), the claim reads' level column (maLevelled) and InWork under the row lock: MariaDB has
+// (maWalkFirst) and PickFirst (maPickFirst), the lease's WalkFirst
+// (maLeaseWalkFirst), the claim reads' level column (maLevelled) and InWork under the row lock: MariaDB has
 // no performance_schema.data_locks (and its performance_schema is off by
 // default), but the metadata_lock_info plugin lists the metadata locks
 // held: a transaction that locked or wrote rows of the table holds a
@@ -89,6 +94,9 @@ func (d mariadb) Statements(n *dialect.Names) (*Statements, error) {
 		return st, err
 	}
 	if n.Form == Lease {
+		if st.Claim.SelectFreeOne.SQL != "" {
+			st.Claim.WalkFirst = maLeaseWalkFirst(myTemplate(n), n)
+		}
 		return st, maLevelled(myTemplate(n), n, st)
 	}
 	if n.Form == Advisory {
@@ -201,6 +209,36 @@ const maWalkExamined = 32
 func maWalkFirst(t *dialect.Template) dialect.Stmt {
 	return t.Query("SELECT {id}, {attempt}{, data}{, extra} FROM {table} FORCE INDEX (PRIMARY){where ready}" +
 		" ORDER BY {id} LIMIT 1 ROWS EXAMINED " + strconv.Itoa(maWalkExamined) + " FOR UPDATE SKIP LOCKED")
+}
+
+// maLeaseWalkFirst is the indexed lease's claim of one as the shallow
+// table has it: a locking read of free rows in primary-key order, where
+// Claim.SelectFreeOne reads them through the claim index. A locking read
+// through a secondary index locks each entry and then its row, and the
+// entries that claims and acknowledgements side by side have just moved
+// or deleted stay in the index until purged, each checked by a visit to
+// its row; the head of the primary key holds the few rows under lease
+// in force, and rows others hold are skipped before the bound counts
+// them. Past ROWS EXAMINED rows it could not claim (leases in force, a
+// head of delayed jobs) it returns nothing and the claim reads the
+// index, as it does for a span of claims after (a deep queue, where the
+// index keeps the claim's cost flat). As SelectFreeOne, it returns no
+// row while some lease has run out: those come first in claim order. A
+// row the bound stopped on may stay locked until the claim commits, a
+// few statements later. The check for a lease run out is one dive into
+// the claim index; without that index it scans the table, whose rows then
+// count against the bound, and the walk gives up on any table longer than
+// it (the claim then reads as it would without the walk).
+func maLeaseWalkFirst(t *dialect.Template, n *dialect.Names) dialect.Stmt {
+	now, clock := "$now", ""
+	if n.DBClock {
+		now, clock = "UTC_TIMESTAMP(6)", ", UTC_TIMESTAMP(6)"
+	}
+	s := t.Query("SELECT {id}, {attempt}{, data}{, extra}" + clock + " FROM {table} FORCE INDEX (PRIMARY) WHERE {lease} IS NULL" +
+		" AND (SELECT MAX({lease}) FROM {table} WHERE {lease} <= " + now + ") IS NULL" +
+		" ORDER BY {id} LIMIT 1 ROWS EXAMINED " + strconv.Itoa(maWalkExamined) + " FOR UPDATE SKIP LOCKED")
+	s.Clock = n.DBClock
+	return s
 }
 
 // maLevel is the column a claim read of the lease or the row lock ends with

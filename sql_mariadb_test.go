@@ -227,9 +227,11 @@ func TestMariaDBClaimsAreMySQLs(t *testing.T) {
 		if mdb.Claim.WalkFirst.SQL != "" && !mdb.Claim.WalkFirst.Level {
 			t.Errorf("%+v: WalkFirst has no level: %s", tb, mdb.Claim.WalkFirst.SQL)
 		}
-		// MariaDB alone walks a row lock with a not-before column and no
-		// priority (the primary key is then the claim order).
-		if my.Claim.WalkFirst.SQL != "" || (mdb.Claim.WalkFirst.SQL != "") != (tb.NotBefore != "" && tb.Priority == "" && tb.LockedUntil == "") {
+		// MariaDB alone walks a row lock with a not-before column, or the
+		// indexed lease, without a priority (the primary key is then the
+		// claim order).
+		walks := tb.Priority == "" && ((tb.NotBefore != "" && tb.LockedUntil == "") || (tb.LockedUntil != "" && !tb.Shallow))
+		if my.Claim.WalkFirst.SQL != "" || (mdb.Claim.WalkFirst.SQL != "") != walks {
 			t.Errorf("%+v: WalkFirst %q (mysql), %q (mariadb)", tb, my.Claim.WalkFirst.SQL, mdb.Claim.WalkFirst.SQL)
 		}
 		if (tb.NotBefore != "" || tb.Priority != "") != (my.Claim.PickLock.SQL != "") {

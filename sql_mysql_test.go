@@ -515,6 +515,102 @@ func TestMariaDBRowLockWalkFirst(t *testing.T) {
 	m.Met(t)
 }
 
+// inbox.MariaDB's lease claim of one on the indexed table first walks the
+// primary key (Claim.WalkFirst): the free rows in id order, none while a
+// lease has run out (as Claim.SelectFreeOne), bounded by the rows it reads
+// and cannot claim. When it returns no row the claim goes on in its
+// transaction with Claim.SelectFreeOne and the reads after it, and the 64
+// claims of one after it leave the walk out; then the walk again. Claims
+// of several, a shallow table, a priority and inbox.MySQL have no walk.
+func TestMariaDBLeaseWalkFirst(t *testing.T) {
+	const walkFirst = "SELECT `id`, `attempt`, `payload`, UTC_TIMESTAMP(6)" + mariaLevel + " FROM `jobs` FORCE INDEX (PRIMARY)" +
+		" WHERE `locked_until` IS NULL AND (SELECT MAX(`locked_until`) FROM `jobs` WHERE `locked_until` <= UTC_TIMESTAMP(6)) IS NULL" +
+		" ORDER BY `id` LIMIT 1 ROWS EXAMINED 32 FOR UPDATE SKIP LOCKED"
+	for _, c := range []struct {
+		name string
+		d    inbox.Dialect
+		tb   inbox.Table
+	}{
+		{"a priority", inbox.MariaDB, inbox.Table{Name: "jobs", LockedUntil: "locked_until", Priority: "priority"}},
+		{"a shallow table", inbox.MariaDB, inbox.Table{Name: "jobs", LockedUntil: "locked_until", Shallow: true}},
+		{"inbox.MySQL", inbox.MySQL, leaseTable},
+	} {
+		if got := newQueue(t, newMock(t), inbox.Config{Dialect: c.d, Table: c.tb}).Statements().Claim.WalkFirst.SQL; got != "" {
+			t.Errorf("Claim.WalkFirst with %s: %s", c.name, got)
+		}
+	}
+	// With Config.Now the walk takes the time as its one argument and
+	// returns no clock.
+	timed := newQueue(t, newMock(t), inbox.Config{Dialect: inbox.MariaDB, Table: leaseTable, Now: fakeclock.New(t0).Now}).Statements().Claim.WalkFirst
+	if want := strings.ReplaceAll(strings.Replace(walkFirst, ", UTC_TIMESTAMP(6)", "", 1), "UTC_TIMESTAMP(6)", "?"); timed.SQL != want || timed.Clock {
+		t.Errorf("Claim.WalkFirst with Config.Now (Clock %v):\n got %s\nwant %s", timed.Clock, timed.SQL, want)
+	}
+
+	m := newMock(t)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MariaDB, Table: leaseTable, Lease: time.Minute})
+	st := q.Statements().Claim
+	if st.WalkFirst.SQL != walkFirst || !st.WalkFirst.Clock {
+		t.Fatalf("Claim.WalkFirst (Clock %v):\n got %s\nwant %s", st.WalkFirst.Clock, st.WalkFirst.SQL, walkFirst)
+	}
+	const now, exp = "2024-03-01 12:00:00.123456", "2024-03-01 12:01:00.123456"
+	cols := "id,attempt,payload,UTC_TIMESTAMP(6),level"
+	at := func(id int64) []driver.Value { return row(id, int64(1), nil, []byte(now), int64(1)) }
+	m.ExpectBegin()
+	m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(rows(cols, at(7)))
+	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1)...).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	claim(t, q, 1, 7)
+	m.Met(t)
+	// A claim of two reads through SelectFree, as inbox.MySQL's does.
+	m.ExpectBegin()
+	m.ExpectQuery(st.SelectFree.SQL).WithArgs(2).WillReturnRows(rows(cols, at(8), at(9)))
+	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 8, 1, 9, 1)...).WillReturnResult(affected(2))
+	m.ExpectCommit()
+	claim(t, q, 2, 8, 9)
+	m.Met(t)
+	// The walk returns no row (its bound, a lease run out, an empty
+	// queue): the claim reads on in the same transaction.
+	m.ExpectBegin()
+	m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(rows(cols))
+	m.ExpectQuery(st.SelectFreeOne.SQL).WithArgs(1).WillReturnRows(rows(cols))
+	m.ExpectQuery(st.Select.SQL).WithArgs(1).WillReturnRows(rows(cols))
+	m.ExpectQuery(st.SelectMoreOne.SQL).WithArgs(1).WillReturnRows(rows(cols, at(500)))
+	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 500, 1)...).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	claim(t, q, 1, 500)
+	m.Met(t)
+	// The 64 claims of one after it go without the walk; one finds
+	// nothing. A claim of several spends none of the span.
+	for k := int64(0); k < 64; k++ {
+		m.ExpectBegin()
+		if k == 30 {
+			m.ExpectQuery(st.SelectFreeOne.SQL).WithArgs(1).WillReturnRows(rows(cols))
+			m.ExpectQuery(st.Select.SQL).WithArgs(1).WillReturnRows(rows(cols))
+			m.ExpectQuery(st.SelectMoreOne.SQL).WithArgs(1).WillReturnRows(rows(cols))
+			m.ExpectCommit()
+			claim(t, q, 1)
+			continue
+		}
+		if k == 40 {
+			m.ExpectQuery(st.SelectFree.SQL).WithArgs(2).WillReturnRows(rows(cols, at(650), at(651)))
+			m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 650, 1, 651, 1)...).WillReturnResult(affected(2))
+			m.ExpectCommit()
+			claim(t, q, 2, 650, 651)
+			m.ExpectBegin()
+		}
+		m.ExpectQuery(st.SelectFreeOne.SQL).WithArgs(1).WillReturnRows(rows(cols, at(600+k)))
+		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 600+k, 1)...).WillReturnResult(affected(1))
+		m.ExpectCommit()
+		claim(t, q, 1, 600+k)
+	}
+	m.ExpectBegin()
+	m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(rows(cols, at(700)))
+	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 700, 1)...).WillReturnResult(affected(1))
+	m.ExpectCommit()
+	claim(t, q, 1, 700)
+	m.Met(t)
+}
+
 // inbox.MariaDB's row-lock claim sends Claim.PickFirst, one statement
 // where inbox.MySQL sends Pick then PickLock, when the walk is left out
 // (here: for the 64 claims after one that found nothing); when its page
@@ -1219,10 +1315,22 @@ func TestMariaDBClaimAtSessionLevel(t *testing.T) {
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.MariaDB, Table: leaseTable, Lease: time.Minute, Now: fakeclock.New(t0).Now})
 		first, due, free := mariaRead(myLeaseFirst), mariaRead(myLeaseDue), mariaRead(myLeaseFree)
+		walk := q.Statements().Claim.WalkFirst.SQL
+		if !strings.Contains(walk, mariaLevel) {
+			t.Fatalf("Claim.WalkFirst reads no level: %s", walk)
+		}
 		cols := "id,attempt,payload,level"
-		// Nothing to claim: no row says the level; the next claim still
-		// begins at the session's.
+		// The walk finds the job at the session's level.
 		m.ExpectBegin()
+		m.ExpectQuery(walk).WithArgs(now).WillReturnRows(rows(cols, row(int64(6), int64(1), nil, int64(1))))
+		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 6, 1)...).WillReturnResult(affected(1))
+		m.ExpectCommit()
+		claim(t, q, 1, 6)
+		wantLevels(t, m, def)
+		// Nothing to claim: no row says the level; the next claim still
+		// begins at the session's (and, for a span, without the walk).
+		m.ExpectBegin()
+		m.ExpectQuery(walk).WithArgs(now).WillReturnRows(rows(cols))
 		m.ExpectQuery(first).WithArgs(now, 1).WillReturnRows(rows(cols))
 		m.ExpectQuery(due).WithArgs(now, 1).WillReturnRows(rows(cols))
 		m.ExpectQuery(free).WithArgs(1).WillReturnRows(rows(cols))
@@ -1233,7 +1341,7 @@ func TestMariaDBClaimAtSessionLevel(t *testing.T) {
 		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1)...).WillReturnResult(affected(1))
 		m.ExpectCommit()
 		claim(t, q, 1, 7)
-		wantLevels(t, m, def, def)
+		wantLevels(t, m, def, def, def)
 		// A session at REPEATABLE READ: rolled back before the mark, and
 		// claimed again at READ COMMITTED, where the column, the
 		// session's level still, is not read.
@@ -1250,7 +1358,7 @@ func TestMariaDBClaimAtSessionLevel(t *testing.T) {
 		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 9, 1)...).WillReturnResult(affected(1))
 		m.ExpectCommit()
 		claim(t, q, 1, 9)
-		wantLevels(t, m, def, def, def, rc, rc)
+		wantLevels(t, m, def, def, def, def, rc, rc)
 		m.Met(t)
 	})
 

@@ -109,10 +109,16 @@ func TestPreparedPoolOfOne(t *testing.T) {
 					}
 				}
 				after := sessionPrepares(t, e, db)
+				// The enqueue, the claim's reads and mark, the ack; the
+				// walk too where the dialect has one (inbox.MariaDB).
+				most := 6
+				if q.Statements().Claim.WalkFirst.SQL != "" {
+					most++
+				}
 				switch {
 				case before < 0:
 					// The engine shows no count: the rounds above are the test.
-				case prepare && after-before > 6:
+				case prepare && after-before > most:
 					t.Errorf("%d prepares for %d rounds of enqueue, claim and ack with Prepare, want at most one per statement", after-before, rounds)
 				case prepare && after-before < 3:
 					t.Errorf("%d statements prepared with Prepare, want the enqueue's, the claim's and the ack's", after-before)

@@ -180,3 +180,193 @@ func TestRowLockWalk(t *testing.T) {
 		}
 	})
 }
+
+// TestLeaseWalk: inbox.MariaDB's lease claim of one walks the primary key
+// (Claim.WalkFirst) for free rows, bounded by the rows it reads and cannot
+// claim, and returns none while a lease has run out.
+//
+//   - Behind 40 rows under a lease in force (more than the bound) the walk
+//     gives up; the claim goes on in its transaction through the claim
+//     index (Claim.SelectFreeOne) and takes the first free job, and once it
+//     committed no row stays locked. The next claim of one reads the index
+//     alone.
+//   - Rows another session holds do not count against the bound: past 40
+//     held free rows, a claim is the walk alone.
+//   - A lease run out comes first: the walk returns nothing and the claim
+//     takes the due job, though free ones stand before it in id order.
+//   - Eight workers over two pools (one at READ COMMITTED, one at the
+//     server's default; the table named plainly and schema-qualified)
+//     claim and acknowledge every free job once; the leased ones stay.
+func TestLeaseWalk(t *testing.T) {
+	eachEngine(t, func(e Engine) bool { return e.Dialect == inbox.MariaDB }, func(t *testing.T, e Engine) {
+		ctx := context.Background()
+		var mu sync.Mutex
+		var sent []string
+		inner, err := connhook.Connector(e.Driver, e.DSN(t, t.TempDir())+"&tx_isolation=%27READ-COMMITTED%27")
+		if err != nil {
+			t.Fatal(err)
+		}
+		db1 := sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{After: func(_ context.Context, c connhook.Call, err error, _ time.Duration) {
+			if c.Kind.Runs() && !errors.Is(err, driver.ErrSkip) {
+				mu.Lock()
+				sent = append(sent, c.SQL)
+				mu.Unlock()
+			}
+		}}))
+		db1.SetMaxOpenConns(16)
+		t.Cleanup(func() { db1.Close() })
+		db2 := e.Open(t, 16)
+		mark := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(sent)
+		}
+		sentSince := func(n int) []string {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]string(nil), sent[n:]...)
+		}
+		count := func(stmts []string, s string) int {
+			n := 0
+			for _, x := range stmts {
+				if x == s {
+					n++
+				}
+			}
+			return n
+		}
+		// leasedThenFree makes a table whose head is leased rows under a
+		// lease in force, then free rows, with the claim index (without
+		// it the walk's check for a lease run out scans the table, and
+		// those rows count against its bound); it returns the free rows'
+		// ids.
+		leasedThenFree := func(what string, leased, free int) (string, []int64) {
+			table := newTable(t, e, db1, what)
+			mustExec(t, e, db1, "CREATE INDEX "+table+"_claimable ON "+table+" (locked_until, id)")
+			mustExec(t, e, db1, fmt.Sprintf("INSERT INTO %s (payload, locked_until) SELECT x'00', UTC_TIMESTAMP(6) + INTERVAL 1 HOUR FROM seq_1_to_%d", table, leased))
+			mustExec(t, e, db1, fmt.Sprintf("INSERT INTO %s (payload) SELECT x'00' FROM seq_1_to_%d", table, free))
+			rows, err := db1.Query("SELECT id FROM " + table + " WHERE locked_until IS NULL ORDER BY id")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			var ids []int64
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, id)
+			}
+			if err := rows.Err(); err != nil || len(ids) != free {
+				t.Fatalf("%d free rows (%v), want %d", len(ids), err, free)
+			}
+			return table, ids
+		}
+		claimOne := func(q *inbox.Queue, want int64) *inbox.Delivery {
+			t.Helper()
+			ds, err := q.Claim(ctx, 1)
+			if err != nil || len(ds) != 1 {
+				t.Fatalf("Claim(1) = %d jobs, %v", len(ds), err)
+			}
+			if ds[0].ID() != want {
+				t.Fatalf("claimed job %v, want %v, the first in claim order", ds[0].ID(), want)
+			}
+			return ds[0]
+		}
+
+		const leased, free = 40, 100
+		table, order := leasedThenFree("lwalk", leased, free)
+		q1 := newQueue(t, db1, queueConfig(e, Table(table, "lease"), nil))
+		q2 := newQueue(t, db2, queueConfig(e, Table(concQualified(t, e, db2, table), "lease"), nil))
+		st := q1.Statements().Claim
+		if st.WalkFirst.SQL == "" {
+			t.Fatal("inbox.MariaDB has no Claim.WalkFirst for an indexed lease table")
+		}
+		n := mark()
+		d := claimOne(q1, order[0])
+		got := sentSince(n)
+		if count(got, st.WalkFirst.SQL) != 1 || count(got, st.SelectFreeOne.SQL) != 1 {
+			t.Errorf("a claim behind %d leased rows sent:\n%s\nwant the walk, then SelectFreeOne", leased, strings.Join(got, "\n"))
+		}
+		if locked := lockedRows(t, e, db2, table); locked != 0 {
+			t.Errorf("%d rows locked after the claim committed, want none (the walk's last row let go)", locked)
+		}
+		n = mark()
+		claimOne(q1, order[1])
+		if got := sentSince(n); count(got, st.WalkFirst.SQL) != 0 || count(got, st.SelectFreeOne.SQL) != 1 {
+			t.Errorf("the claim after a walk that gave up sent:\n%s\nwant SelectFreeOne and no walk", strings.Join(got, "\n"))
+		}
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		// Held rows do not count against the bound.
+		heldTable, heldOrder := leasedThenFree("lwalk_held", 1, 60)
+		holder, err := db2.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Rollback()
+		const others = 40
+		for _, id := range heldOrder[:others] {
+			if _, err := holder.ExecContext(ctx, "SELECT id FROM "+heldTable+" WHERE id = ? FOR UPDATE", id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		q3 := newQueue(t, db1, queueConfig(e, Table(heldTable, "lease"), nil))
+		st3 := q3.Statements().Claim
+		n = mark()
+		claimOne(q3, heldOrder[others])
+		if got := sentSince(n); count(got, st3.WalkFirst.SQL) != 1 || count(got, st3.SelectFreeOne.SQL) != 0 {
+			t.Errorf("a claim past %d rows held by another session sent:\n%s\nwant the walk alone", others, strings.Join(got, "\n"))
+		}
+		if err := holder.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+
+		// A lease run out comes before the free rows.
+		dueTable, dueOrder := leasedThenFree("lwalk_due", 0, 20)
+		due := dueOrder[len(dueOrder)-1]
+		mustExec(t, e, db1, "UPDATE "+dueTable+" SET locked_until = UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE WHERE id = ?", due)
+		q4 := newQueue(t, db1, queueConfig(e, Table(dueTable, "lease"), nil))
+		n = mark()
+		claimOne(q4, due)
+		if got := sentSince(n); count(got, q4.Statements().Claim.WalkFirst.SQL) != 1 {
+			t.Errorf("a claim with a lease run out sent:\n%s\nwant the walk first", strings.Join(got, "\n"))
+		}
+
+		// Eight workers over both pools drain the free jobs.
+		var acked sync.Map
+		acked.Store(order[0], true)
+		for _, err := range onTwoPools(8, q1, q2, func(q *inbox.Queue) error {
+			for {
+				ds, err := q.Claim(ctx, 1)
+				if err != nil {
+					return err
+				}
+				if len(ds) == 0 {
+					return nil
+				}
+				if err := ds[0].Ack(ctx); err != nil {
+					return fmt.Errorf("ack %v: %w", ds[0].ID(), err)
+				}
+				if _, twice := acked.LoadOrStore(ds[0].ID(), true); twice {
+					return fmt.Errorf("job %v acknowledged twice", ds[0].ID())
+				}
+			}
+		}) {
+			t.Error(err)
+		}
+		n = 0
+		acked.Range(func(any, any) bool { n++; return true })
+		// order[1] is still leased to the claim above, until its lease ends.
+		if n != free-1 {
+			t.Errorf("%d jobs acknowledged, want the %d free", n, free-1)
+		}
+		var left int
+		if err := db2.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&left); err != nil || left != leased+1 {
+			t.Errorf("%d rows left (%v), want the %d leased and the one claim held", left, err, leased+1)
+		}
+	})
+}

@@ -104,13 +104,15 @@ type ClaimStatements struct {
 	// as PickLock returns it), having locked no other. No row: the page
 	// held none free, and the claim picks as it would without PickFirst.
 	PickFirst Stmt
-	// WalkFirst (row lock, optional) claims one row without a page: a
-	// locking read along the primary key in claim order, skipping rows
-	// others hold, that returns the first claimable row. It gives up after
-	// a bound of rows it read and could not claim (not yet ready): then it
-	// returns no row, and may leave the last of them locked, so the claim
-	// rolls back and claims without it (PickFirst, then the pick) for a
-	// span of claims.
+	// WalkFirst (row lock and lease, optional) claims one row without a
+	// page: a locking read along the primary key in claim order, skipping
+	// rows others hold, that returns the first claimable row. It gives up
+	// after a bound of rows it read and could not claim (not yet ready,
+	// under a lease in force): then it returns no row, and may leave the
+	// last of them locked. The row lock's claim then rolls back and claims
+	// without it (PickFirst, then the pick) for a span of claims; a lease
+	// claim of one goes on in its transaction with SelectFreeOne, which it
+	// otherwise stands for, and leaves it out for a span of claims.
 	WalkFirst Stmt
 }
 
