@@ -555,18 +555,33 @@ func TestMariaDBLeaseWalkFirst(t *testing.T) {
 	const now, exp = "2024-03-01 12:00:00.123456", "2024-03-01 12:01:00.123456"
 	cols := "id,attempt,payload,UTC_TIMESTAMP(6),level"
 	at := func(id int64) []driver.Value { return row(id, int64(1), nil, []byte(now), int64(1)) }
+	// claimed expects read (the walk, no arguments, where limit is 0) to
+	// return ids, their mark and the commit, after whatever the caller
+	// expected of the claim's transaction, and claims them.
+	claimed := func(read string, limit int, ids ...int64) {
+		t.Helper()
+		var vals [][]driver.Value
+		var pairs []int64
+		for _, id := range ids {
+			vals = append(vals, at(id))
+			pairs = append(pairs, id, 1)
+		}
+		e := m.ExpectQuery(read)
+		if limit == 0 {
+			e.WithoutArgs()
+		} else {
+			e.WithArgs(limit)
+		}
+		e.WillReturnRows(rows(cols, vals...))
+		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, pairs...)...).WillReturnResult(affected(int64(len(ids))))
+		m.ExpectCommit()
+		claim(t, q, len(ids), ids...)
+	}
 	m.ExpectBegin()
-	m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(rows(cols, at(7)))
-	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1)...).WillReturnResult(affected(1))
-	m.ExpectCommit()
-	claim(t, q, 1, 7)
-	m.Met(t)
+	claimed(walkFirst, 0, 7)
 	// A claim of two reads through SelectFree, as inbox.MySQL's does.
 	m.ExpectBegin()
-	m.ExpectQuery(st.SelectFree.SQL).WithArgs(2).WillReturnRows(rows(cols, at(8), at(9)))
-	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 8, 1, 9, 1)...).WillReturnResult(affected(2))
-	m.ExpectCommit()
-	claim(t, q, 2, 8, 9)
+	claimed(st.SelectFree.SQL, 2, 8, 9)
 	m.Met(t)
 	// The walk returns no row (its bound, a lease run out, an empty
 	// queue): the claim reads on in the same transaction.
@@ -574,16 +589,13 @@ func TestMariaDBLeaseWalkFirst(t *testing.T) {
 	m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(rows(cols))
 	m.ExpectQuery(st.SelectFreeOne.SQL).WithArgs(1).WillReturnRows(rows(cols))
 	m.ExpectQuery(st.Select.SQL).WithArgs(1).WillReturnRows(rows(cols))
-	m.ExpectQuery(st.SelectMoreOne.SQL).WithArgs(1).WillReturnRows(rows(cols, at(500)))
-	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 500, 1)...).WillReturnResult(affected(1))
-	m.ExpectCommit()
-	claim(t, q, 1, 500)
+	claimed(st.SelectMoreOne.SQL, 1, 500)
 	m.Met(t)
 	// The 64 claims of one after it go without the walk; one finds
 	// nothing. A claim of several spends none of the span.
 	for k := int64(0); k < 64; k++ {
-		m.ExpectBegin()
 		if k == 30 {
+			m.ExpectBegin()
 			m.ExpectQuery(st.SelectFreeOne.SQL).WithArgs(1).WillReturnRows(rows(cols))
 			m.ExpectQuery(st.Select.SQL).WithArgs(1).WillReturnRows(rows(cols))
 			m.ExpectQuery(st.SelectMoreOne.SQL).WithArgs(1).WillReturnRows(rows(cols))
@@ -592,22 +604,14 @@ func TestMariaDBLeaseWalkFirst(t *testing.T) {
 			continue
 		}
 		if k == 40 {
-			m.ExpectQuery(st.SelectFree.SQL).WithArgs(2).WillReturnRows(rows(cols, at(650), at(651)))
-			m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 650, 1, 651, 1)...).WillReturnResult(affected(2))
-			m.ExpectCommit()
-			claim(t, q, 2, 650, 651)
 			m.ExpectBegin()
+			claimed(st.SelectFree.SQL, 2, 650, 651)
 		}
-		m.ExpectQuery(st.SelectFreeOne.SQL).WithArgs(1).WillReturnRows(rows(cols, at(600+k)))
-		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 600+k, 1)...).WillReturnResult(affected(1))
-		m.ExpectCommit()
-		claim(t, q, 1, 600+k)
+		m.ExpectBegin()
+		claimed(st.SelectFreeOne.SQL, 1, 600+k)
 	}
 	m.ExpectBegin()
-	m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(rows(cols, at(700)))
-	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 700, 1)...).WillReturnResult(affected(1))
-	m.ExpectCommit()
-	claim(t, q, 1, 700)
+	claimed(walkFirst, 0, 700)
 	m.Met(t)
 }
 

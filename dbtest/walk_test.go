@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,34 +32,9 @@ import (
 func TestRowLockWalk(t *testing.T) {
 	eachEngine(t, func(e Engine) bool { return e.Dialect == inbox.MariaDB }, func(t *testing.T, e Engine) {
 		ctx := context.Background()
-		var mu sync.Mutex
-		var sent []string
-		inner, err := connhook.Connector(e.Driver, e.DSN(t, t.TempDir())+"&tx_isolation=%27READ-COMMITTED%27")
-		if err != nil {
-			t.Fatal(err)
-		}
-		// A statement sent as text and refused (driver.ErrSkip) is prepared
-		// and run again: counted once, as it ran.
-		db1 := sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{After: func(_ context.Context, c connhook.Call, err error, _ time.Duration) {
-			if c.Kind.Runs() && !errors.Is(err, driver.ErrSkip) {
-				mu.Lock()
-				sent = append(sent, c.SQL)
-				mu.Unlock()
-			}
-		}}))
-		db1.SetMaxOpenConns(16)
-		t.Cleanup(func() { db1.Close() })
+		db1, log := loggedPool(t, e)
 		db2 := e.Open(t, 16)
-		sentSince := func(n int) []string {
-			mu.Lock()
-			defer mu.Unlock()
-			return append([]string(nil), sent[n:]...)
-		}
-		mark := func() int {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(sent)
-		}
+		sentSince, mark, count := log.since, log.mark, countSent
 
 		const delayed, ready = 40, 100
 		now := time.Now().UTC().Truncate(time.Microsecond)
@@ -69,15 +45,6 @@ func TestRowLockWalk(t *testing.T) {
 		st := q1.Statements().Claim
 		if st.WalkFirst.SQL == "" {
 			t.Fatal("inbox.MariaDB has no Claim.WalkFirst for a row-lock table with a not-before column")
-		}
-		count := func(stmts []string, s string) int {
-			n := 0
-			for _, x := range stmts {
-				if x == s {
-					n++
-				}
-			}
-			return n
 		}
 		var held []*inbox.Delivery
 		defer func() {
@@ -116,17 +83,8 @@ func TestRowLockWalk(t *testing.T) {
 		// is one delayed row, then ready ones, another session holding 40.
 		heldTable := lockTable(t, e, db1, "rowlock", "walk_held", lockShape{"walk-held", 1, 60}, false, now)
 		heldOrder := claimOrderOf(t, e, db1, heldTable, "rowlock", false, now)
-		holder, err := db2.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer holder.Rollback()
 		const others = 40
-		for _, id := range heldOrder[:others] {
-			if _, err := holder.ExecContext(ctx, "SELECT id FROM "+heldTable+" WHERE id = ? FOR UPDATE", id); err != nil {
-				t.Fatal(err)
-			}
-		}
+		holder := holdRows(t, db2, heldTable, heldOrder[:others])
 		q3 := newQueue(t, db1, lockConfig(e, heldTable, "rowlock", false, now))
 		n = mark()
 		claimOne(q3, heldOrder[others])
@@ -149,29 +107,7 @@ func TestRowLockWalk(t *testing.T) {
 		held = nil
 
 		// Eight workers over both pools drain the ready jobs.
-		var acked sync.Map
-		for _, err := range onTwoPools(8, q1, q2, func(q *inbox.Queue) error {
-			for {
-				ds, err := q.Claim(ctx, 1)
-				if err != nil {
-					return err
-				}
-				if len(ds) == 0 {
-					return nil
-				}
-				if err := ds[0].Ack(ctx); err != nil {
-					return fmt.Errorf("ack %v: %w", ds[0].ID(), err)
-				}
-				if _, twice := acked.LoadOrStore(ds[0].ID(), true); twice {
-					return fmt.Errorf("job %v acknowledged twice", ds[0].ID())
-				}
-			}
-		}) {
-			t.Error(err)
-		}
-		n = 0
-		acked.Range(func(any, any) bool { n++; return true })
-		if n != ready {
+		if n := drainOnce(t, q1, q2, nil); n != ready {
 			t.Errorf("%d jobs acknowledged, want the %d ready", n, ready)
 		}
 		var left int
@@ -200,41 +136,9 @@ func TestRowLockWalk(t *testing.T) {
 func TestLeaseWalk(t *testing.T) {
 	eachEngine(t, func(e Engine) bool { return e.Dialect == inbox.MariaDB }, func(t *testing.T, e Engine) {
 		ctx := context.Background()
-		var mu sync.Mutex
-		var sent []string
-		inner, err := connhook.Connector(e.Driver, e.DSN(t, t.TempDir())+"&tx_isolation=%27READ-COMMITTED%27")
-		if err != nil {
-			t.Fatal(err)
-		}
-		db1 := sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{After: func(_ context.Context, c connhook.Call, err error, _ time.Duration) {
-			if c.Kind.Runs() && !errors.Is(err, driver.ErrSkip) {
-				mu.Lock()
-				sent = append(sent, c.SQL)
-				mu.Unlock()
-			}
-		}}))
-		db1.SetMaxOpenConns(16)
-		t.Cleanup(func() { db1.Close() })
+		db1, log := loggedPool(t, e)
 		db2 := e.Open(t, 16)
-		mark := func() int {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(sent)
-		}
-		sentSince := func(n int) []string {
-			mu.Lock()
-			defer mu.Unlock()
-			return append([]string(nil), sent[n:]...)
-		}
-		count := func(stmts []string, s string) int {
-			n := 0
-			for _, x := range stmts {
-				if x == s {
-					n++
-				}
-			}
-			return n
-		}
+		sentSince, mark, count := log.since, log.mark, countSent
 		// leasedThenFree makes a table whose head is leased rows under a
 		// lease in force, then free rows, with the claim index (without
 		// it the walk's check for a lease run out scans the table, and
@@ -245,21 +149,9 @@ func TestLeaseWalk(t *testing.T) {
 			mustExec(t, e, db1, "CREATE INDEX "+table+"_claimable ON "+table+" (locked_until, id)")
 			mustExec(t, e, db1, fmt.Sprintf("INSERT INTO %s (payload, locked_until) SELECT x'00', UTC_TIMESTAMP(6) + INTERVAL 1 HOUR FROM seq_1_to_%d", table, leased))
 			mustExec(t, e, db1, fmt.Sprintf("INSERT INTO %s (payload) SELECT x'00' FROM seq_1_to_%d", table, free))
-			rows, err := db1.Query("SELECT id FROM " + table + " WHERE locked_until IS NULL ORDER BY id")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rows.Close()
-			var ids []int64
-			for rows.Next() {
-				var id int64
-				if err := rows.Scan(&id); err != nil {
-					t.Fatal(err)
-				}
-				ids = append(ids, id)
-			}
-			if err := rows.Err(); err != nil || len(ids) != free {
-				t.Fatalf("%d free rows (%v), want %d", len(ids), err, free)
+			ids := claimOrderOf(t, e, db1, table, "lease", false, time.Now().UTC())
+			if len(ids) != free {
+				t.Fatalf("%d free rows, want %d", len(ids), free)
 			}
 			return table, ids
 		}
@@ -303,17 +195,8 @@ func TestLeaseWalk(t *testing.T) {
 
 		// Held rows do not count against the bound.
 		heldTable, heldOrder := leasedThenFree("lwalk_held", 1, 60)
-		holder, err := db2.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer holder.Rollback()
 		const others = 40
-		for _, id := range heldOrder[:others] {
-			if _, err := holder.ExecContext(ctx, "SELECT id FROM "+heldTable+" WHERE id = ? FOR UPDATE", id); err != nil {
-				t.Fatal(err)
-			}
-		}
+		holder := holdRows(t, db2, heldTable, heldOrder[:others])
 		q3 := newQueue(t, db1, queueConfig(e, Table(heldTable, "lease"), nil))
 		st3 := q3.Statements().Claim
 		n = mark()
@@ -336,37 +219,121 @@ func TestLeaseWalk(t *testing.T) {
 			t.Errorf("a claim with a lease run out sent:\n%s\nwant the walk first", strings.Join(got, "\n"))
 		}
 
-		// Eight workers over both pools drain the free jobs.
-		var acked sync.Map
-		acked.Store(order[0], true)
-		for _, err := range onTwoPools(8, q1, q2, func(q *inbox.Queue) error {
-			for {
-				ds, err := q.Claim(ctx, 1)
-				if err != nil {
-					return err
-				}
-				if len(ds) == 0 {
-					return nil
-				}
-				if err := ds[0].Ack(ctx); err != nil {
-					return fmt.Errorf("ack %v: %w", ds[0].ID(), err)
-				}
-				if _, twice := acked.LoadOrStore(ds[0].ID(), true); twice {
-					return fmt.Errorf("job %v acknowledged twice", ds[0].ID())
-				}
-			}
-		}) {
-			t.Error(err)
-		}
-		n = 0
-		acked.Range(func(any, any) bool { n++; return true })
-		// order[1] is still leased to the claim above, until its lease ends.
-		if n != free-1 {
-			t.Errorf("%d jobs acknowledged, want the %d free", n, free-1)
+		// Eight workers over both pools drain the free jobs; order[1] is
+		// still leased to the claim above, until its lease ends.
+		if n := drainOnce(t, q1, q2, []int64{order[0]}); n != free-2 {
+			t.Errorf("%d jobs acknowledged, want the %d free", n, free-2)
 		}
 		var left int
 		if err := db2.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&left); err != nil || left != leased+1 {
 			t.Errorf("%d rows left (%v), want the %d leased and the one claim held", left, err, leased+1)
 		}
 	})
+}
+
+// stmtLog is the statements a pool's sessions ran, in the order they ran.
+type stmtLog struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+// mark is where the statements run from now on begin in since.
+func (l *stmtLog) mark() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.sent)
+}
+
+// since returns the statements run from mark n on.
+func (l *stmtLog) since(n int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.sent[n:]...)
+}
+
+// loggedPool opens a pool of 16 on e whose sessions run at READ COMMITTED
+// (so that no rollback of the level's drops a lock a test counts) and
+// logs every statement its sessions run.
+func loggedPool(t *testing.T, e Engine) (*sql.DB, *stmtLog) {
+	t.Helper()
+	inner, err := connhook.Connector(e.Driver, e.DSN(t, t.TempDir())+"&tx_isolation=%27READ-COMMITTED%27")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &stmtLog{}
+	// A statement sent as text and refused (driver.ErrSkip) is prepared
+	// and run again: counted once, as it ran.
+	db := sql.OpenDB(connhook.Wrap(inner, connhook.Hooks{After: func(_ context.Context, c connhook.Call, err error, _ time.Duration) {
+		if c.Kind.Runs() && !errors.Is(err, driver.ErrSkip) {
+			log.mu.Lock()
+			log.sent = append(log.sent, c.SQL)
+			log.mu.Unlock()
+		}
+	}}))
+	db.SetMaxOpenConns(16)
+	t.Cleanup(func() { db.Close() })
+	return db, log
+}
+
+// countSent counts the times s is in stmts.
+func countSent(stmts []string, s string) int {
+	n := 0
+	for _, x := range stmts {
+		if x == s {
+			n++
+		}
+	}
+	return n
+}
+
+// drainOnce has eight workers over q1 and q2 (alternately) claim one job at
+// a time and acknowledge it until their claims find none, failing t when
+// a job is acknowledged twice (the ids of before count as acknowledged);
+// it returns how many they acknowledged.
+func drainOnce(t *testing.T, q1, q2 *inbox.Queue, before []int64) int {
+	t.Helper()
+	ctx := context.Background()
+	var acked sync.Map
+	for _, id := range before {
+		acked.Store(id, true)
+	}
+	var n atomic.Int64
+	for _, err := range onTwoPools(8, q1, q2, func(q *inbox.Queue) error {
+		for {
+			ds, err := q.Claim(ctx, 1)
+			if err != nil {
+				return err
+			}
+			if len(ds) == 0 {
+				return nil
+			}
+			if err := ds[0].Ack(ctx); err != nil {
+				return fmt.Errorf("ack %v: %w", ds[0].ID(), err)
+			}
+			if _, twice := acked.LoadOrStore(ds[0].ID(), true); twice {
+				return fmt.Errorf("job %v acknowledged twice", ds[0].ID())
+			}
+			n.Add(1)
+		}
+	}) {
+		t.Error(err)
+	}
+	return int(n.Load())
+}
+
+// holdRows locks the rows of table with ids in a READ COMMITTED
+// transaction of db, which it returns; the test's end rolls it back.
+func holdRows(t *testing.T, db *sql.DB, table string, ids []int64) *sql.Tx {
+	t.Helper()
+	tx, err := db.BeginTx(context.Background(), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback() })
+	for _, id := range ids {
+		if _, err := tx.Exec("SELECT id FROM "+table+" WHERE id = ? FOR UPDATE", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tx
 }
