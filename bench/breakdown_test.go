@@ -104,10 +104,20 @@ func checkBreakdown(t *testing.T, l breakdownLine, jobs int) {
 	interpolated := strings.Contains(e.dsn(""), "interpolateParams=true")
 	if e.family == "mysql" && lease1 && !interpolated && !prepareFor(e) {
 		// go-sql-driver/mysql prepares, runs and closes each statement with
-		// arguments, as every statement of this claim and ack has.
+		// arguments; one without (inbox.MariaDB's walk under the engine's
+		// clock) goes as text.
+		var text int64
+		for k, v := range inbox.stmts {
+			if (k.kind == "query" || k.kind == "exec") && countParams(k.text) == 0 {
+				text += v.calls
+			}
+		}
 		p, closes := inbox.calls.prepares, inbox.callsOf("close", "")
-		if p != inbox.calls.statements || closes != p {
-			t.Errorf("inbox, MariaDB lease, batch 1: %d prepares and %d closes for %d statements, want as many", p, closes, inbox.calls.statements)
+		if want := inbox.calls.statements - text; p != want || closes != p {
+			t.Errorf("inbox, MariaDB lease, batch 1: %d prepares and %d closes for %d statements, %d of them without arguments, want %d", p, closes, inbox.calls.statements, text, want)
+		}
+		if e.dialect.Name() == "mariadb" && text == 0 {
+			t.Errorf("inbox, MariaDB lease, batch 1: no statement without arguments, want the walk (Claim.WalkFirst)")
 		}
 	}
 	if e.family == "mysql" && lease1 && !interpolated && prepareFor(e) {
