@@ -22,7 +22,8 @@ package main
 // wake and notify modes the jobs come one at a time, each once the last one
 // was handled and the loop had a moment to idle again; in the poll modes
 // they arrive at random, independent of the poll, so that each waits for a
-// random part of the interval.
+// random part of the interval. The wake modes record their pool's driver
+// calls and print where the time from the commit went (latency_parts.go).
 
 import (
 	"bufio"
@@ -75,6 +76,7 @@ var latencyModeNames = []string{"wake", "wake-loaded", "wake-shallow", "wake-row
 // latencySample is one job's wait.
 type latencySample struct {
 	fromCall, fromCommit time.Duration
+	commit, start        time.Time // the Enqueue's return and the handler's first line
 }
 
 // latencyRun is one line of the table.
@@ -82,6 +84,7 @@ type latencyRun struct {
 	e       engine
 	mode    string // as printed
 	samples []latencySample
+	calls   *callLog // the measured pool's driver calls, in the wake modes
 }
 
 func runLatency(ctx context.Context, out, log io.Writer, es []engine, dir string) error {
@@ -99,6 +102,7 @@ func runLatency(ctx context.Context, out, log io.Writer, es []engine, dir string
 	fmt.Fprintf(out, "Enqueue→handler-start latency on an idle lease queue (the row lock where a line says so), one worker, a no-op handler; %d samples per line (%d for the poll modes).\n\n", latencySamples, latencyPollSamples)
 	fmt.Fprintln(out, "| engine | driver | how the worker learns of the job | samples | p50 from Enqueue call | p99 | p50 from commit | p99 |")
 	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|---:|")
+	var traced []latencyRun
 	for _, e := range es {
 		for _, mode := range latencyModeNames {
 			if !modes[mode] || (mode == "notify" && e.family != "postgres") || (mode == "wake-rowlock" && e.family == "sqlite") {
@@ -122,15 +126,26 @@ func runLatency(ctx context.Context, out, log io.Writer, es []engine, dir string
 			fmt.Fprintf(out, "| %s | %s | %s | %d | %s | %s | %s | %s |\n", e.family, e.label, r.mode, len(r.samples),
 				ms(percentile(c, 50)), ms(percentile(c, 99)), ms(percentile(m, 50)), ms(percentile(m, 99)))
 			fmt.Fprintf(log, "%s %s: %d samples, max %v from the call\n", e.name, r.mode, len(r.samples), slices.Max(c))
+			if r.calls != nil && len(r.samples) > 0 {
+				traced = append(traced, r)
+			}
 		}
 	}
+	writeWakeParts(out, traced)
 	return nil
 }
 
 // latencyLine measures one mode on one engine, on a fresh table.
 func latencyLine(ctx context.Context, e engine, mode, dir string) (latencyRun, error) {
 	r := latencyRun{e: e, mode: mode}
-	db, err := e.open(dir, 4)
+	var db *sql.DB
+	var err error
+	if strings.HasPrefix(mode, "wake") {
+		r.calls = &callLog{}
+		db, err = r.calls.open(e, dir, 4)
+	} else {
+		db, err = e.open(dir, 4)
+	}
 	if err != nil {
 		return r, err
 	}
@@ -301,7 +316,7 @@ func latencyOneByOne(ctx context.Context, n int, started <-chan latencyStart, en
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, latencySample{fromCall: s.Sub(call), fromCommit: s.Sub(commit)})
+		out = append(out, latencySample{fromCall: s.Sub(call), fromCommit: s.Sub(commit), commit: commit, start: s})
 	}
 	return out, nil
 }

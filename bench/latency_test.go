@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,8 @@ func TestLatencyWakeModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lines []string
-	for _, l := range strings.Split(out.String(), "\n") {
+	table, _, _ := strings.Cut(out.String(), "Where the wake-ups' time went")
+	for _, l := range strings.Split(table, "\n") {
 		if strings.HasPrefix(l, "| postgres") {
 			lines = append(lines, l)
 		}
@@ -36,6 +38,52 @@ func TestLatencyWakeModes(t *testing.T) {
 	for _, l := range lines {
 		if f := strings.Split(l, "|"); strings.TrimSpace(f[4]) != "5" {
 			t.Errorf("want 5 samples: %s", l)
+		}
+	}
+	checkWakeParts(t, out.String())
+}
+
+// checkWakeParts checks the split of the four lines' wake-ups on
+// PostgreSQL: two rows a line (all five samples, the slowest one), each
+// with the claim's statements in it; the lease's claim is one statement
+// outside a transaction, the row lock's begins one and keeps it open past
+// the handler's start.
+func checkWakeParts(t *testing.T, out string) {
+	t.Helper()
+	_, parts, ok := strings.Cut(out, "Where the wake-ups' time went")
+	if !ok {
+		t.Fatalf("no split of the wake-ups' time:\n%s", out)
+	}
+	var rows [][]string
+	for _, l := range strings.Split(parts, "\n") {
+		if strings.HasPrefix(l, "| postgres") {
+			rows = append(rows, strings.Split(l, "|"))
+		}
+	}
+	if len(rows) != 8 {
+		t.Fatalf("want 8 rows of the split, got %d:\n%s", len(rows), parts)
+	}
+	for i, f := range rows {
+		which, rowlock := strings.TrimSpace(f[3]), strings.Contains(f[2], "row lock")
+		if want := []string{"all 5", "slowest 1"}[i%2]; which != want {
+			t.Errorf("row %d is %q, want %q", i, which, want)
+		}
+		n := make([]float64, 5) // total, outside, BEGIN, statements, COMMIT
+		for j := range n {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f[4+j]), 64)
+			if err != nil {
+				t.Fatalf("row %d: %v", i, err)
+			}
+			n[j] = v
+		}
+		if n[3] <= 0 || n[0] < n[3] || n[1] < -0.01 {
+			t.Errorf("row %d: want the claim's statements inside the total and the rest not below 0: %v", i, f)
+		}
+		if n[4] != 0 {
+			t.Errorf("row %d: a COMMIT before the handler started, where PostgreSQL's claims commit none: %v", i, f)
+		}
+		if beginAt := n[2] > 0; beginAt != rowlock {
+			t.Errorf("row %d: BEGIN %v, want one only in the row lock's claim: %v", i, n[2], f)
 		}
 	}
 }
