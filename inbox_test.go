@@ -306,7 +306,7 @@ func TestLeaseLostOtherPaths(t *testing.T) {
 		const exp = "2024-03-01 12:01:00.123456"
 		m.ExpectBegin()
 		m.ExpectQuery(myLeaseFirst).WithArgs("2024-03-01 12:00:00.123456", 1).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), nil)))
-		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1)...).WillReturnResult(affected(1))
+		m.ExpectExec(myLeaseMarkOne).WithArgs(markOneArgs(exp, 7, 1)...).WillReturnResult(affected(1))
 		m.ExpectCommit()
 		d := claim(t, q, 1, 7)[0]
 		// Nothing copied: nothing deleted, the transaction rolls back.

@@ -109,11 +109,14 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 // RETURNING (MySQL): the rows are locked by Claim.Select, then marked.
 func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.Time) ([]*Delivery, error) {
 	more, free := q.freeReads(v.limit)
-	walk := dialect.Stmt{}
+	walk, mark := dialect.Stmt{}, q.st.Claim.Mark
 	if v.limit == 1 {
 		walk = q.st.Claim.WalkFirst
+		if q.st.Claim.MarkOne.SQL != "" {
+			mark = q.st.Claim.MarkOne
+		}
 	}
-	q.warm(ctx, walk, q.st.Claim.Select, more, free, q.st.Claim.Pick, q.st.Claim.PickAfter, q.st.Claim.PickMore, q.st.Claim.PickMoreAfter, q.st.Claim.PickLock, q.st.Claim.Mark)
+	q.warm(ctx, walk, q.st.Claim.Select, more, free, q.st.Claim.Pick, q.st.Claim.PickAfter, q.st.Claim.PickMore, q.st.Claim.PickMoreAfter, q.st.Claim.PickLock, mark)
 	clocked := q.st.Claim.Select.Clock || q.st.Claim.PickLock.Clock
 	if !clocked {
 		q.warm(ctx, q.st.Now)
@@ -160,11 +163,15 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 }
 
 // markClaimed marks the rows of ds with the claim's expiry by Claim.Mark, as
-// many a statement as it names, and returns the deliveries whose rows it
-// marked.
+// many a statement as it names (a claim of one by Claim.MarkOne where the
+// dialect has it), and returns the deliveries whose rows it marked.
 func (q *Queue) markClaimed(ctx context.Context, ex Executor, ds []*Delivery, v *values, sent time.Time) ([]*Delivery, error) {
-	per := 0 // rows one Claim.Mark marks
-	for _, a := range q.st.Claim.Mark.Args {
+	mark := q.st.Claim.Mark
+	if v.limit == 1 && q.st.Claim.MarkOne.SQL != "" {
+		mark = q.st.Claim.MarkOne // warmed for claims of one only
+	}
+	per := 0 // rows one mark marks
+	for _, a := range mark.Args {
 		if a == dialect.ArgID {
 			per++
 		}
@@ -179,7 +186,7 @@ func (q *Queue) markClaimed(ctx context.Context, ex Executor, ds []*Delivery, v 
 			d.lease.expiry, d.lease.sentAt = v.until, sent
 		}
 		mv := values{tokens: toks, now: v.now, until: v.until}
-		n, err := q.exec(ctx, ex, q.st.Claim.Mark, &mv)
+		n, err := q.exec(ctx, ex, mark, &mv)
 		if err != nil {
 			return nil, err
 		}

@@ -94,19 +94,19 @@ func TestPrepareMySQLLeaseClaim(t *testing.T) {
 	claimOnce := func() {
 		m.ExpectBegin()
 		m.ExpectQuery(myLeaseFirst).WithArgs("2024-03-01 12:00:00.123456", 1).WillReturnRows(rows("id,attempt,payload", row(int64(7), int64(1), []byte("p7"))))
-		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1)...).WillReturnResult(affected(1))
+		m.ExpectExec(myLeaseMarkOne).WithArgs(markOneArgs(exp, 7, 1)...).WillReturnResult(affected(1))
 		m.ExpectCommit()
 	}
 	// The statements a claim of one may send, and no others.
 	m.ExpectPrepare(myLeaseDue)
 	m.ExpectPrepare(myLeaseFree)
 	m.ExpectPrepare(myLeaseFirst)
-	m.ExpectPrepare(myLeaseMark)
+	m.ExpectPrepare(myLeaseMarkOne)
 	claimOnce()
 	n := m.Sent()
 	d := claim(t, q, 1, 7)[0]
-	run := []string{"begin", "stmt query " + myLeaseFirst, "stmt exec " + myLeaseMark, "commit"}
-	wantLog(t, m, n, append([]string{"prepare " + myLeaseDue, "prepare " + myLeaseFree, "prepare " + myLeaseFirst, "prepare " + myLeaseMark}, run...)...)
+	run := []string{"begin", "stmt query " + myLeaseFirst, "stmt exec " + myLeaseMarkOne, "commit"}
+	wantLog(t, m, n, append([]string{"prepare " + myLeaseDue, "prepare " + myLeaseFree, "prepare " + myLeaseFirst, "prepare " + myLeaseMarkOne}, run...)...)
 
 	m.ExpectPrepare(myLeaseRelease)
 	m.ExpectExec(myLeaseRelease).WithArgs(int64(7), int64(2), exp).WillReturnResult(affected(1))

@@ -206,7 +206,7 @@ func TestMariaDBClaimsAreMySQLs(t *testing.T) {
 			{"Claim", my.Claim.Take, mdb.Claim.Take, true}, {"Claim.Select", my.Claim.Select, mdb.Claim.Select, true},
 			{"Claim.SelectMore", my.Claim.SelectMore, mdb.Claim.SelectMore, true}, {"Claim.SelectMoreOne", my.Claim.SelectMoreOne, mdb.Claim.SelectMoreOne, true},
 			{"Claim.SelectFree", my.Claim.SelectFree, mdb.Claim.SelectFree, true}, {"Claim.SelectFreeOne", my.Claim.SelectFreeOne, mdb.Claim.SelectFreeOne, true},
-			{"Claim.Mark", my.Claim.Mark, mdb.Claim.Mark, false},
+			{"Claim.Mark", my.Claim.Mark, mdb.Claim.Mark, false}, {"Claim.MarkOne", my.Claim.MarkOne, mdb.Claim.MarkOne, false},
 			{"Pick", my.Claim.Pick, mdb.Claim.Pick, false}, {"PickAfter", my.Claim.PickAfter, mdb.Claim.PickAfter, false}, {"PickMore", my.Claim.PickMore, mdb.Claim.PickMore, false},
 			{"PickMoreAfter", my.Claim.PickMoreAfter, mdb.Claim.PickMoreAfter, false}, {"PickLock", my.Claim.PickLock, mdb.Claim.PickLock, true},
 		} {

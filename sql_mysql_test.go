@@ -40,12 +40,14 @@ const (
 	myLeaseFirstMany      = "SELECT `id`, `attempt`, `payload` FROM `jobs` FORCE INDEX (PRIMARY) WHERE `id` >= (SELECT MIN(`id`) FROM `jobs` WHERE `locked_until` IS NULL) AND `locked_until` IS NULL AND (SELECT MAX(`locked_until`) FROM `jobs` WHERE `locked_until` <= ?) IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
 	myLeaseFirstManyClock = "SELECT `id`, `attempt`, `payload`, UTC_TIMESTAMP(6) FROM `jobs` FORCE INDEX (PRIMARY) WHERE `id` >= (SELECT MIN(`id`) FROM `jobs` WHERE `locked_until` IS NULL) AND `locked_until` IS NULL AND (SELECT MAX(`locked_until`) FROM `jobs` WHERE `locked_until` <= UTC_TIMESTAMP(6)) IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
 	myLeaseMark           = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE (`id`, `attempt`) IN ((?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?)) AND (`locked_until` <= ? OR `locked_until` IS NULL)"
-	myLeaseMarked         = "SELECT `id` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND `locked_until` = ?"
-	myLeaseExtend         = "UPDATE `jobs` SET `locked_until` = ? WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?" // also Retry
-	myLeaseExists         = "SELECT COUNT(*) FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
-	myLeaseAck            = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?" // also the dead move's delete
-	myLeaseRelease        = "UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
-	myLeaseDeadInsert     = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
+	// A claim of one marks its row by equality (Claim.MarkOne).
+	myLeaseMarkOne    = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE `id` = ? AND `attempt` = ? AND (`locked_until` <= ? OR `locked_until` IS NULL)"
+	myLeaseMarked     = "SELECT `id` FROM `jobs` WHERE `id` IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) AND `locked_until` = ?"
+	myLeaseExtend     = "UPDATE `jobs` SET `locked_until` = ? WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?" // also Retry
+	myLeaseExists     = "SELECT COUNT(*) FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
+	myLeaseAck        = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?" // also the dead move's delete
+	myLeaseRelease    = "UPDATE `jobs` SET `locked_until` = NULL, `attempt` = `attempt` - 1 WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
+	myLeaseDeadInsert = "INSERT INTO `dead_jobs` (`id`, `attempt`, `payload`) SELECT `id`, ?, `payload` FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
 )
 
 // Row-lock form, and its claims counter: a side table, counted from a
@@ -111,6 +113,12 @@ func markArgs(until string, idAttempt ...int64) []driver.Value {
 		out = append(out, idAttempt[2*k], idAttempt[2*k+1])
 	}
 	return append(out, "2024-03-01 12:00:00.123456")
+}
+
+// markOneArgs is the arguments of one myLeaseMarkOne: the expiry, the
+// row's id and attempt as read, the clock reading.
+func markOneArgs(until string, id, attempt int64) []driver.Value {
+	return []driver.Value{until, id, attempt, "2024-03-01 12:00:00.123456"}
 }
 
 // myClock answers the read of the engine's clock.
@@ -253,7 +261,7 @@ func TestMySQLLeaseMarkShortfall(t *testing.T) {
 	m.ExpectQuery(myLeaseFirst).WithArgs("2024-03-01 12:00:00.123456", 1).WillReturnRows(rows("id,attempt,payload"))
 	m.ExpectQuery(myLeaseDue).WithArgs("2024-03-01 12:00:00.123456", 1).WillReturnRows(rows("id,attempt,payload",
 		row(int64(7), int64(2), nil)))
-	m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 2)...).WillReturnResult(affected(0))
+	m.ExpectExec(myLeaseMarkOne).WithArgs(markOneArgs(exp, 7, 2)...).WillReturnResult(affected(0))
 	m.ExpectQuery(myLeaseMarked).WithArgs(markedArgs(7)...).WillReturnRows(rows("id"))
 	m.ExpectCommit()
 	claim(t, q, 1)
@@ -573,7 +581,11 @@ func TestMariaDBLeaseWalkFirst(t *testing.T) {
 			e.WithArgs(limit)
 		}
 		e.WillReturnRows(rows(cols, vals...))
-		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, pairs...)...).WillReturnResult(affected(int64(len(ids))))
+		if len(ids) == 1 {
+			m.ExpectExec(myLeaseMarkOne).WithArgs(markOneArgs(exp, ids[0], 1)...).WillReturnResult(affected(1))
+		} else {
+			m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, pairs...)...).WillReturnResult(affected(int64(len(ids))))
+		}
 		m.ExpectCommit()
 		claim(t, q, len(ids), ids...)
 	}
@@ -1327,7 +1339,7 @@ func TestMariaDBClaimAtSessionLevel(t *testing.T) {
 		// The walk finds the job at the session's level.
 		m.ExpectBegin()
 		m.ExpectQuery(walk).WithArgs(now).WillReturnRows(rows(cols, row(int64(6), int64(1), nil, int64(1))))
-		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 6, 1)...).WillReturnResult(affected(1))
+		m.ExpectExec(myLeaseMarkOne).WithArgs(markOneArgs(exp, 6, 1)...).WillReturnResult(affected(1))
 		m.ExpectCommit()
 		claim(t, q, 1, 6)
 		wantLevels(t, m, def)
@@ -1342,7 +1354,7 @@ func TestMariaDBClaimAtSessionLevel(t *testing.T) {
 		claim(t, q, 1)
 		m.ExpectBegin()
 		m.ExpectQuery(first).WithArgs(now, 1).WillReturnRows(rows(cols, row(int64(7), int64(1), nil, int64(1))))
-		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 7, 1)...).WillReturnResult(affected(1))
+		m.ExpectExec(myLeaseMarkOne).WithArgs(markOneArgs(exp, 7, 1)...).WillReturnResult(affected(1))
 		m.ExpectCommit()
 		claim(t, q, 1, 7)
 		wantLevels(t, m, def, def, def)
@@ -1354,12 +1366,12 @@ func TestMariaDBClaimAtSessionLevel(t *testing.T) {
 		m.ExpectRollback()
 		m.ExpectBegin()
 		m.ExpectQuery(first).WithArgs(now, 1).WillReturnRows(rows(cols, row(int64(8), int64(1), nil, int64(0))))
-		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 8, 1)...).WillReturnResult(affected(1))
+		m.ExpectExec(myLeaseMarkOne).WithArgs(markOneArgs(exp, 8, 1)...).WillReturnResult(affected(1))
 		m.ExpectCommit()
 		claim(t, q, 1, 8)
 		m.ExpectBegin()
 		m.ExpectQuery(first).WithArgs(now, 1).WillReturnRows(rows(cols, row(int64(9), int64(1), nil, int64(1))))
-		m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, 9, 1)...).WillReturnResult(affected(1))
+		m.ExpectExec(myLeaseMarkOne).WithArgs(markOneArgs(exp, 9, 1)...).WillReturnResult(affected(1))
 		m.ExpectCommit()
 		claim(t, q, 1, 9)
 		wantLevels(t, m, def, def, def, def, rc, rc)

@@ -521,7 +521,7 @@ func TestExplainLeaseClaim(t *testing.T) {
 					s    dialect.Stmt
 					args []any
 					uses string
-				}{{st.Claim.Mark, markArgs, "PRIMARY"}, {st.Claim.Marked, markedArgs, ""}} {
+				}{{st.Claim.Mark, markArgs, "PRIMARY"}, {st.Claim.MarkOne, []any{my(now.Add(time.Minute)), int64(100), int64(0), my(now)}, "PRIMARY"}, {st.Claim.Marked, markedArgs, ""}} {
 					p := explainPlan(t, e, prepDB, false, c.s.SQL, c.args...)
 					explainMust(t, "claim: "+c.s.SQL[:6], p, []string{" on " + table + " using " + c.uses}, []string{"ALL on", "index on"})
 				}

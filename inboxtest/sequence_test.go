@@ -91,7 +91,7 @@ func TestSequenceMySQLClock(t *testing.T) {
 	want(t, "claim", record(m, func() { m.ExpectClaim(1, job7) }),
 		"begin",
 		"query "+st.Claim.SelectFreeOne.SQL+" [1]",
-		"exec "+st.Claim.Mark.SQL+" [2024-01-01 12:00:30.000000 "+marks16(7, 1)+" 2024-01-01 12:00:00.000000]",
+		"exec "+st.Claim.MarkOne.SQL+" [2024-01-01 12:00:30.000000 7 1 2024-01-01 12:00:00.000000]",
 		"commit")
 	want(t, "retry", record(m, func() { m.ExpectRetry(7, time.Minute) }),
 		"query SELECT UTC_TIMESTAMP(6)",
@@ -118,7 +118,7 @@ func TestSequenceMySQLClock(t *testing.T) {
 	want(t, "claim, injected clock", record(m, func() { m.ExpectClaim(1, job7) }),
 		"begin",
 		"query "+st.Claim.SelectFreeOne.SQL+" [2024-03-01 12:00:00.123456 1]",
-		"exec "+st.Claim.Mark.SQL+" [2024-03-01 12:00:30.123456 "+marks16(7, 1)+" 2024-03-01 12:00:00.123456]",
+		"exec "+st.Claim.MarkOne.SQL+" [2024-03-01 12:00:30.123456 7 1 2024-03-01 12:00:00.123456]",
 		"commit")
 }
 

@@ -524,7 +524,7 @@ func (s *standIn) answerSettle(c *call) bool {
 
 func (s *standIn) answerExec(c *call) {
 	switch {
-	case c.is("Claim.Mark"):
+	case c.is("Claim.Mark", "Claim.MarkOne"):
 		c.affected = 1
 		if s.form == inbox.Lease {
 			// One statement marks several rows, its last id repeated.

@@ -488,7 +488,7 @@ func (r rewritten) Statements(n *dialect.Names) (*inbox.Statements, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range []*dialect.Stmt{&st.Now, &st.Claim.Take, &st.Claim.TakeOne, &st.Claim.Select, &st.Claim.SelectMore, &st.Claim.Mark, &st.Advisory.Candidates,
+	for _, s := range []*dialect.Stmt{&st.Now, &st.Claim.Take, &st.Claim.TakeOne, &st.Claim.Select, &st.Claim.SelectMore, &st.Claim.Mark, &st.Claim.MarkOne, &st.Advisory.Candidates,
 		&st.Advisory.CandidatesAfter, &st.Settle.Extend, &st.Settle.Exists, &st.Settle.Ack, &st.Settle.Retry, &st.Settle.Release, &st.Settle.Dead,
 		&st.Settle.DeadDelete, &st.RowLock.ClaimsCount, &st.RowLock.ClaimsRead, &st.RowLock.ClaimsGiveBack, &st.RowLock.ClaimsClear} {
 		if s.SQL != "" {
