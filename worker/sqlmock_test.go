@@ -196,20 +196,7 @@ const (
 	myLeaseFreeClock = "SELECT `id`, `attempt`, `payload`, UTC_TIMESTAMP(6) FROM `jobs` WHERE `locked_until` IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
 	// The first read: free rows alone, none while any lease has run out.
 	myLeaseFirstClock = "SELECT `id`, `attempt`, `payload`, UTC_TIMESTAMP(6) FROM `jobs` WHERE `locked_until` IS NULL AND (SELECT MAX(`locked_until`) FROM `jobs` WHERE `locked_until` <= UTC_TIMESTAMP(6)) IS NULL ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
-	myLeaseMark       = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE (`id`, `attempt`) IN ((?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?)) AND (`locked_until` <= ? OR `locked_until` IS NULL)"
-	myLeaseAck        = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
+	// A claim of one marks its row by equality.
+	myLeaseMarkOne = "UPDATE `jobs` SET `attempt` = `attempt` + 1, `locked_until` = ? WHERE `id` = ? AND `attempt` = ? AND (`locked_until` <= ? OR `locked_until` IS NULL)"
+	myLeaseAck     = "DELETE FROM `jobs` WHERE `id` = ? AND `attempt` = ? AND COALESCE(`locked_until`) = ?"
 )
-
-// markArgs is the arguments of one myLeaseMark: the expiry; the 16 (id,
-// attempt) places, the claimed rows' ids and attempts as read, given in
-// pairs, in order, the last one repeated to fill them; then the reading of
-// the clock the rows were found claimable at.
-func markArgs(until string, idAttempt ...int64) []driver.Value {
-	out := []driver.Value{until}
-	last := len(idAttempt)/2 - 1
-	for i := 0; i < 16; i++ {
-		k := min(i, last)
-		out = append(out, idAttempt[2*k], idAttempt[2*k+1])
-	}
-	return append(out, "2024-03-01 12:00:00.123456")
-}

@@ -755,7 +755,7 @@ func TestWorkProbes(t *testing.T) {
 	m.ExpectQuery(probe).WithoutArgs().WillReturnRows(rows("1", row(int64(1))))
 	m.ExpectBegin()
 	m.ExpectQuery(myLeaseFirstClock).WithArgs(1).WillReturnRows(rows(cols, row(int64(7), int64(1), []byte("p7"), []byte("2024-03-01 12:00:00.123456"))))
-	m.ExpectExec(myLeaseMark).WithArgs(markArgs("2024-03-01 12:01:00.123456", 7, 1)...).WillReturnResult(affected(1))
+	m.ExpectExec(myLeaseMarkOne).WithArgs("2024-03-01 12:01:00.123456", int64(7), int64(1), "2024-03-01 12:00:00.123456").WillReturnResult(affected(1))
 	m.ExpectCommit()
 	m.ExpectExec(myLeaseAck).WithArgs(int64(7), int64(2), "2024-03-01 12:01:00.123456").WillReturnResult(affected(1))
 
@@ -778,7 +778,7 @@ func TestWorkProbes(t *testing.T) {
 	m.Since(t, 0,
 		"begin", "query "+myLeaseFirstClock, "query "+myLeaseDueClock, "query "+myLeaseFreeClock, "commit",
 		"query "+probe, "query "+probe, "query "+myProbe, "query "+pgProbe, "query "+sqliteProbe, "query "+probe,
-		"begin", "query "+myLeaseFirstClock, "exec "+myLeaseMark, "commit",
+		"begin", "query "+myLeaseFirstClock, "exec "+myLeaseMarkOne, "commit",
 		"exec "+myLeaseAck)
 	m.Met(t)
 	log.check(t, "7@1")
