@@ -109,14 +109,11 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 // RETURNING (MySQL): the rows are locked by Claim.Select, then marked.
 func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.Time) ([]*Delivery, error) {
 	more, free := q.freeReads(v.limit)
-	walk, mark := dialect.Stmt{}, q.st.Claim.Mark
+	walk := dialect.Stmt{}
 	if v.limit == 1 {
 		walk = q.st.Claim.WalkFirst
-		if q.st.Claim.MarkOne.SQL != "" {
-			mark = q.st.Claim.MarkOne
-		}
 	}
-	q.warm(ctx, walk, q.st.Claim.Select, more, free, q.st.Claim.Pick, q.st.Claim.PickAfter, q.st.Claim.PickMore, q.st.Claim.PickMoreAfter, q.st.Claim.PickLock, mark)
+	q.warm(ctx, walk, q.st.Claim.Select, more, free, q.st.Claim.Pick, q.st.Claim.PickAfter, q.st.Claim.PickMore, q.st.Claim.PickMoreAfter, q.st.Claim.PickLock, q.leaseMark(v.limit))
 	clocked := q.st.Claim.Select.Clock || q.st.Claim.PickLock.Clock
 	if !clocked {
 		q.warm(ctx, q.st.Now)
@@ -162,14 +159,21 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 	return claimed, nil
 }
 
+// leaseMark is the mark a lease claim of up to limit jobs sends (and warms):
+// Claim.MarkOne for a claim of one where the dialect has it, else
+// Claim.Mark.
+func (q *Queue) leaseMark(limit int) dialect.Stmt {
+	if limit == 1 && q.st.Claim.MarkOne.SQL != "" {
+		return q.st.Claim.MarkOne
+	}
+	return q.st.Claim.Mark
+}
+
 // markClaimed marks the rows of ds with the claim's expiry by Claim.Mark, as
 // many a statement as it names (a claim of one by Claim.MarkOne where the
 // dialect has it), and returns the deliveries whose rows it marked.
 func (q *Queue) markClaimed(ctx context.Context, ex Executor, ds []*Delivery, v *values, sent time.Time) ([]*Delivery, error) {
-	mark := q.st.Claim.Mark
-	if v.limit == 1 && q.st.Claim.MarkOne.SQL != "" {
-		mark = q.st.Claim.MarkOne // warmed for claims of one only
-	}
+	mark := q.leaseMark(v.limit)
 	per := 0 // rows one mark marks
 	for _, a := range mark.Args {
 		if a == dialect.ArgID {
