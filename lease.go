@@ -69,19 +69,19 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 	sent := q.monoNow()
 	v := values{limit: max, micros: q.lease.Microseconds()}
 	if q.st.Claim.Take.SQL == "" {
-		first := v
-		ds, err := q.claimLeaseSelectMark(ctx, &v, sent)
-		if errors.Is(err, errOtherLevel) {
-			v = first
-			return q.claimLeaseSelectMark(ctx, &v, sent)
-		}
-		return ds, err
+		return q.claimLeaseSelectMark(ctx, &v, sent)
 	}
-	claim := q.st.Claim.For(max)
-	if err := q.fillTimes(ctx, q.db, claim, &v, q.lease); err != nil {
+	return q.takeClaimed(ctx, q.st.Claim.For(max), &v, sent)
+}
+
+// takeClaimed claims by claim, one statement returning the rows it leased
+// (Claim.Take and its forms, Claim.WalkTake).
+func (q *Queue) takeClaimed(ctx context.Context, claim dialect.Stmt, v *values, sent time.Time) ([]*Delivery, error) {
+	max := v.limit
+	if err := q.fillTimes(ctx, q.db, claim, v, q.lease); err != nil {
 		return nil, err
 	}
-	rows, err := q.query(ctx, q.db, claim, &v)
+	rows, err := q.query(ctx, q.db, claim, v)
 	if err != nil {
 		return nil, err
 	}
@@ -108,9 +108,48 @@ func (q *Queue) claimLease(ctx context.Context, max int) ([]*Delivery, error) {
 // claimLeaseSelectMark is the lease claim of engines without UPDATE …
 // RETURNING (MySQL): the rows are locked by Claim.Select, then marked.
 func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.Time) ([]*Delivery, error) {
+	walked := false
+	if take := q.st.Claim.WalkTake; v.limit == 1 && take.SQL != "" && q.walkPast.Load() <= 0 && !endsSoon(ctx) {
+		q.warm(ctx, take)
+		tv := *v
+		ds, err := q.takeClaimed(ctx, take, &tv, sent)
+		if err != nil || len(ds) > 0 {
+			return ds, err
+		}
+		// Nothing claimed: the claim goes on from here without the walk.
+		walked = true
+	}
+	first := *v
+	ds, err := q.claimLeaseTx(ctx, v, sent, walked)
+	if errors.Is(err, errOtherLevel) {
+		*v = first
+		ds, err = q.claimLeaseTx(ctx, v, sent, walked)
+	}
+	if walked && len(ds) > 0 {
+		// The walk missed a job the reads found: the next claims leave
+		// it out for a span, as they would after Claim.WalkFirst.
+		q.walkPast.Store(walkPastSpan)
+	}
+	return ds, err
+}
+
+// endsSoon reports whether ctx ends within a second. Such a claim is not
+// sent as one statement that commits at the server (Claim.WalkTake), which
+// runs on when its context cuts it and may lease a job nobody runs until
+// the lease ends; from the client, a cut claim rolls back.
+func endsSoon(ctx context.Context) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && time.Until(deadline) < time.Second
+}
+
+// claimLeaseTx claims in a READ COMMITTED transaction of the client's:
+// Claim.Select and the reads after it, then the mark. walked: a
+// Claim.WalkTake of this claim found nothing, so Claim.WalkFirst is not
+// sent.
+func (q *Queue) claimLeaseTx(ctx context.Context, v *values, sent time.Time, walked bool) ([]*Delivery, error) {
 	more, free := q.freeReads(v.limit)
 	walk := dialect.Stmt{}
-	if v.limit == 1 {
+	if v.limit == 1 && !walked {
 		walk = q.st.Claim.WalkFirst
 	}
 	q.warm(ctx, walk, q.st.Claim.Select, more, free, q.st.Claim.Pick, q.st.Claim.PickAfter, q.st.Claim.PickMore, q.st.Claim.PickMoreAfter, q.st.Claim.PickLock, q.leaseMark(v.limit))
@@ -132,7 +171,7 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 		}
 		v.now = now
 	}
-	ds, err := q.selectClaimed(ctx, ex, v)
+	ds, err := q.selectClaimed(ctx, ex, v, walked)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +283,7 @@ func (q *Queue) claimMarked(ctx context.Context, tx Executor, chunk []*Delivery,
 // it returns any, are the claim. With a priority both reads read the whole
 // claim and the best are kept, by priority then id: the rows locked beyond
 // it are let go when the claim's transaction commits.
-func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values) ([]*Delivery, error) {
+func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values, walked bool) ([]*Delivery, error) {
 	max := v.limit
 	if q.st.Claim.PickLock.SQL != "" {
 		var reading time.Time
@@ -260,7 +299,7 @@ func (q *Queue) selectClaimed(ctx context.Context, tx Executor, v *values) ([]*D
 		return ds, err
 	}
 	ds := make([]*Delivery, 0, max)
-	if walk := q.st.Claim.WalkFirst; max == 1 && walk.SQL != "" && !spend(&q.walkPast) {
+	if walk := q.st.Claim.WalkFirst; max == 1 && walk.SQL != "" && !walked && !spend(&q.walkPast) {
 		// The walk returns no row past its bound of rows it could not
 		// claim: the reads below follow, and the next claims leave it
 		// out for a span.

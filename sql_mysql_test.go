@@ -523,17 +523,34 @@ func TestMariaDBRowLockWalkFirst(t *testing.T) {
 	m.Met(t)
 }
 
-// inbox.MariaDB's lease claim of one on the indexed table first walks the
-// primary key (Claim.WalkFirst): the free rows in id order, none while a
-// lease has run out (as Claim.SelectFreeOne), bounded by the rows it reads
-// and cannot claim. When it returns no row the claim goes on in its
-// transaction with Claim.SelectFreeOne and the reads after it, and the 64
-// claims of one after it leave the walk out; then the walk again. Claims
-// of several, a shallow table, a priority and inbox.MySQL have no walk.
+// inbox.MariaDB's lease claim of one on the indexed table is one compound
+// statement (Claim.WalkTake) that walks the primary key as Claim.WalkFirst
+// does, marks the row it found, commits and returns it with the expiry it
+// wrote. When it returns no row (its bound, a lease run out, an empty
+// queue) the claim goes on in a transaction with Claim.SelectFreeOne and
+// the reads after it, without Claim.WalkFirst; when those found a job, the
+// 64 claims of one after it leave the walk out; then the walk again. A
+// claim whose context ends within a second walks from the client
+// (Claim.WalkFirst in its transaction). Claims of several, a shallow
+// table, a priority and inbox.MySQL have no walk.
 func TestMariaDBLeaseWalkFirst(t *testing.T) {
 	const walkFirst = "SELECT `id`, `attempt`, `payload`, UTC_TIMESTAMP(6)" + mariaLevel + " FROM `jobs` FORCE INDEX (PRIMARY)" +
 		" WHERE `locked_until` IS NULL AND (SELECT MAX(`locked_until`) FROM `jobs` WHERE `locked_until` <= UTC_TIMESTAMP(6)) IS NULL" +
 		" ORDER BY `id` LIMIT 1 ROWS EXAMINED 32 FOR UPDATE SKIP LOCKED"
+	const walkTake = "BEGIN NOT ATOMIC DECLARE inbox_id TYPE OF `jobs`.`id`; DECLARE inbox_attempt TYPE OF `jobs`.`attempt`;" +
+		" DECLARE inbox_c0 TYPE OF `jobs`.`payload`;" +
+		" DECLARE inbox_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6); DECLARE inbox_until DATETIME(6) DEFAULT inbox_now + INTERVAL ? MICROSECOND;" +
+		" DECLARE CONTINUE HANDLER FOR NOT FOUND SET inbox_id = NULL;" +
+		" DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;" +
+		" SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION;" +
+		" SELECT j.`id`, j.`attempt`, j.`payload` INTO inbox_id, inbox_attempt, inbox_c0" +
+		" FROM `jobs` j FORCE INDEX (PRIMARY) WHERE j.`locked_until` IS NULL" +
+		" AND (SELECT MAX(k.`locked_until`) FROM `jobs` k WHERE k.`locked_until` <= inbox_now) IS NULL" +
+		" ORDER BY j.`id` LIMIT 1 ROWS EXAMINED 32 FOR UPDATE SKIP LOCKED;" +
+		" IF inbox_id IS NOT NULL THEN UPDATE `jobs` j SET j.`attempt` = j.`attempt` + 1, j.`locked_until` = inbox_until" +
+		" WHERE j.`id` = inbox_id AND j.`attempt` = inbox_attempt AND j.`locked_until` IS NULL;" +
+		" IF ROW_COUNT() <> 1 THEN SET inbox_id = NULL; END IF; END IF;" +
+		" COMMIT; SELECT inbox_id, inbox_attempt, inbox_until, inbox_c0 FROM DUAL WHERE inbox_id IS NOT NULL; END"
 	for _, c := range []struct {
 		name string
 		d    inbox.Dialect
@@ -543,15 +560,31 @@ func TestMariaDBLeaseWalkFirst(t *testing.T) {
 		{"a shallow table", inbox.MariaDB, inbox.Table{Name: "jobs", LockedUntil: "locked_until", Shallow: true}},
 		{"inbox.MySQL", inbox.MySQL, leaseTable},
 	} {
-		if got := newQueue(t, newMock(t), inbox.Config{Dialect: c.d, Table: c.tb}).Statements().Claim.WalkFirst.SQL; got != "" {
-			t.Errorf("Claim.WalkFirst with %s: %s", c.name, got)
+		st := newQueue(t, newMock(t), inbox.Config{Dialect: c.d, Table: c.tb}).Statements().Claim
+		if st.WalkFirst.SQL != "" || st.WalkTake.SQL != "" {
+			t.Errorf("Claim.WalkFirst or WalkTake with %s: %q, %q", c.name, st.WalkFirst.SQL, st.WalkTake.SQL)
 		}
 	}
 	// With Config.Now the walk takes the time as its one argument and
-	// returns no clock.
-	timed := newQueue(t, newMock(t), inbox.Config{Dialect: inbox.MariaDB, Table: leaseTable, Now: fakeclock.New(t0).Now}).Statements().Claim.WalkFirst
-	if want := strings.ReplaceAll(strings.Replace(walkFirst, ", UTC_TIMESTAMP(6)", "", 1), "UTC_TIMESTAMP(6)", "?"); timed.SQL != want || timed.Clock {
-		t.Errorf("Claim.WalkFirst with Config.Now (Clock %v):\n got %s\nwant %s", timed.Clock, timed.SQL, want)
+	// returns no clock; the compound statement takes now and the expiry.
+	timed := newQueue(t, newMock(t), inbox.Config{Dialect: inbox.MariaDB, Table: leaseTable, Now: fakeclock.New(t0).Now}).Statements().Claim
+	if want := strings.ReplaceAll(strings.Replace(walkFirst, ", UTC_TIMESTAMP(6)", "", 1), "UTC_TIMESTAMP(6)", "?"); timed.WalkFirst.SQL != want || timed.WalkFirst.Clock {
+		t.Errorf("Claim.WalkFirst with Config.Now (Clock %v):\n got %s\nwant %s", timed.WalkFirst.Clock, timed.WalkFirst.SQL, want)
+	}
+	if want := strings.Replace(strings.Replace(walkTake, "DEFAULT UTC_TIMESTAMP(6)", "DEFAULT ?", 1), "DEFAULT inbox_now + INTERVAL ? MICROSECOND", "DEFAULT ?", 1); timed.WalkTake.SQL != want ||
+		fmt.Sprint(timed.WalkTake.Args) != fmt.Sprint([]dialect.Arg{dialect.ArgNow, dialect.ArgUntil}) {
+		t.Errorf("Claim.WalkTake with Config.Now (%v):\n got %s\nwant %s", timed.WalkTake.Args, timed.WalkTake.SQL, want)
+	}
+	// Every data column and the last error come back through a variable.
+	errTable := leaseTable
+	errTable.Data, errTable.LastError = []string{"payload", "kind"}, "last_error"
+	withErr := newQueue(t, newMock(t), inbox.Config{Dialect: inbox.MariaDB, Table: errTable}).Statements().Claim.WalkTake.SQL
+	for _, part := range []string{" DECLARE inbox_c1 TYPE OF `jobs`.`kind`; DECLARE inbox_c2 TYPE OF `jobs`.`last_error`;",
+		"SELECT j.`id`, j.`attempt`, j.`payload`, j.`kind`, j.`last_error` INTO inbox_id, inbox_attempt, inbox_c0, inbox_c1, inbox_c2 FROM",
+		"SELECT inbox_id, inbox_attempt, inbox_until, inbox_c0, inbox_c1, inbox_c2 FROM DUAL"} {
+		if !strings.Contains(withErr, part) {
+			t.Errorf("Claim.WalkTake with two data columns and a last error lacks %q:\n%s", part, withErr)
+		}
 	}
 
 	m := newMock(t)
@@ -560,13 +593,27 @@ func TestMariaDBLeaseWalkFirst(t *testing.T) {
 	if st.WalkFirst.SQL != walkFirst || !st.WalkFirst.Clock {
 		t.Fatalf("Claim.WalkFirst (Clock %v):\n got %s\nwant %s", st.WalkFirst.Clock, st.WalkFirst.SQL, walkFirst)
 	}
+	if st.WalkTake.SQL != walkTake || st.WalkTake.Clock || st.WalkTake.Level {
+		t.Fatalf("Claim.WalkTake (Clock %v, Level %v):\n got %s\nwant %s", st.WalkTake.Clock, st.WalkTake.Level, st.WalkTake.SQL, walkTake)
+	}
 	const now, exp = "2024-03-01 12:00:00.123456", "2024-03-01 12:01:00.123456"
+	const micros = int64(60000000)
+	takeCols := "inbox_id,inbox_attempt,inbox_until,inbox_c0"
+	// took expects the compound statement to claim id.
+	took := func(id int64) {
+		t.Helper()
+		m.ExpectQuery(walkTake).WithArgs(micros).WillReturnRows(rows(takeCols, row(id, int64(1), []byte(exp), []byte("p"))))
+		ds := claim(t, q, 1, id)
+		if got := ds[0].Expiry().UTC().Format("2006-01-02 15:04:05.000000"); got != exp || ds[0].Attempt() != 1 {
+			t.Errorf("job %d: expiry %s attempt %d, want %s and 1", id, got, ds[0].Attempt(), exp)
+		}
+	}
 	cols := "id,attempt,payload,UTC_TIMESTAMP(6),level"
 	at := func(id int64) []driver.Value { return row(id, int64(1), nil, []byte(now), int64(1)) }
 	// claimed expects read (the walk, no arguments, where limit is 0) to
 	// return ids, their mark and the commit, after whatever the caller
 	// expected of the claim's transaction, and claims them.
-	claimed := func(read string, limit int, ids ...int64) {
+	claimed := func(ctx context.Context, read string, limit int, ids ...int64) {
 		t.Helper()
 		var vals [][]driver.Value
 		var pairs []int64
@@ -587,24 +634,35 @@ func TestMariaDBLeaseWalkFirst(t *testing.T) {
 			m.ExpectExec(myLeaseMark).WithArgs(markArgs(exp, pairs...)...).WillReturnResult(affected(int64(len(ids))))
 		}
 		m.ExpectCommit()
-		claim(t, q, len(ids), ids...)
+		claimCtx(t, ctx, q, len(ids), ids...)
 	}
-	m.ExpectBegin()
-	claimed(walkFirst, 0, 7)
+	bg := context.Background()
+	took(7)
 	// A claim of two reads through SelectFree, as inbox.MySQL's does.
 	m.ExpectBegin()
-	claimed(st.SelectFree.SQL, 2, 8, 9)
+	claimed(bg, st.SelectFree.SQL, 2, 8, 9)
 	m.Met(t)
-	// The walk returns no row (its bound, a lease run out, an empty
-	// queue): the claim reads on in the same transaction.
+	// The compound statement claims nothing and the queue is empty: the
+	// claim reads in a transaction, without the walk, and the next claim
+	// is the compound statement again.
+	m.ExpectQuery(walkTake).WithArgs(micros).WillReturnRows(rows(takeCols))
 	m.ExpectBegin()
-	m.ExpectQuery(walkFirst).WithoutArgs().WillReturnRows(rows(cols))
 	m.ExpectQuery(st.SelectFreeOne.SQL).WithArgs(1).WillReturnRows(rows(cols))
 	m.ExpectQuery(st.Select.SQL).WithArgs(1).WillReturnRows(rows(cols))
-	claimed(st.SelectMoreOne.SQL, 1, 500)
+	m.ExpectQuery(st.SelectMoreOne.SQL).WithArgs(1).WillReturnRows(rows(cols))
+	m.ExpectCommit()
+	claim(t, q, 1)
+	took(10)
 	m.Met(t)
-	// The 64 claims of one after it go without the walk; one finds
-	// nothing. A claim of several spends none of the span.
+	// It claims nothing where the reads find a job (its bound, a lease
+	// run out): the 64 claims of one after it go without the walk; one
+	// finds nothing. A claim of several spends none of the span.
+	m.ExpectQuery(walkTake).WithArgs(micros).WillReturnRows(rows(takeCols))
+	m.ExpectBegin()
+	m.ExpectQuery(st.SelectFreeOne.SQL).WithArgs(1).WillReturnRows(rows(cols))
+	m.ExpectQuery(st.Select.SQL).WithArgs(1).WillReturnRows(rows(cols))
+	claimed(bg, st.SelectMoreOne.SQL, 1, 500)
+	m.Met(t)
 	for k := int64(0); k < 64; k++ {
 		if k == 30 {
 			m.ExpectBegin()
@@ -617,13 +675,24 @@ func TestMariaDBLeaseWalkFirst(t *testing.T) {
 		}
 		if k == 40 {
 			m.ExpectBegin()
-			claimed(st.SelectFree.SQL, 2, 650, 651)
+			claimed(bg, st.SelectFree.SQL, 2, 650, 651)
 		}
 		m.ExpectBegin()
-		claimed(st.SelectFreeOne.SQL, 1, 600+k)
+		claimed(bg, st.SelectFreeOne.SQL, 1, 600+k)
 	}
+	took(700)
+	m.Met(t)
+	// A claim whose context ends within a second walks from the client.
+	soon, cancel := context.WithTimeout(bg, 999*time.Millisecond)
+	defer cancel()
 	m.ExpectBegin()
-	claimed(walkFirst, 0, 700)
+	claimed(soon, walkFirst, 0, 701)
+	// An error of the compound statement is the claim's: nothing else is
+	// sent.
+	m.ExpectQuery(walkTake).WithArgs(micros).WillReturnError(errors.New("boom"))
+	if ds, err := q.Claim(bg, 1); err == nil || !strings.Contains(err.Error(), "boom") || len(ds) != 0 {
+		t.Errorf("Claim(1) with the statement failing = %d jobs, %v; want its error", len(ds), err)
+	}
 	m.Met(t)
 }
 
@@ -1328,6 +1397,11 @@ func TestMariaDBClaimAtSessionLevel(t *testing.T) {
 	const def, rc = sql.LevelDefault, sql.LevelReadCommitted
 
 	t.Run("lease", func(t *testing.T) {
+		// Claims whose context ends within a second: from the client,
+		// without Claim.WalkTake.
+		soon, cancel := context.WithTimeout(context.Background(), 999*time.Millisecond)
+		defer cancel()
+		claim := func(t *testing.T, q *inbox.Queue, max int, want ...int64) { t.Helper(); claimCtx(t, soon, q, max, want...) }
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.MariaDB, Table: leaseTable, Lease: time.Minute, Now: fakeclock.New(t0).Now})
 		first, due, free := mariaRead(myLeaseFirst), mariaRead(myLeaseDue), mariaRead(myLeaseFree)

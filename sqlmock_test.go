@@ -75,7 +75,13 @@ func newQueue(t testing.TB, m *mock, cfg inbox.Config) *inbox.Queue {
 // claim claims up to max jobs and checks that want ids came back, in order.
 func claim(t testing.TB, q *inbox.Queue, max int, want ...int64) []*inbox.Delivery {
 	t.Helper()
-	ds, err := q.Claim(context.Background(), max)
+	return claimCtx(t, context.Background(), q, max, want...)
+}
+
+// claimCtx is claim with the claim's context.
+func claimCtx(t testing.TB, ctx context.Context, q *inbox.Queue, max int, want ...int64) []*inbox.Delivery {
+	t.Helper()
+	ds, err := q.Claim(ctx, max)
 	if err != nil {
 		t.Fatalf("Claim(%d): %v", max, err)
 	}

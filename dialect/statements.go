@@ -120,6 +120,19 @@ type ClaimStatements struct {
 	// claim of one goes on in its transaction with SelectFreeOne, which it
 	// otherwise stands for, and leaves it out for a span of claims.
 	WalkFirst Stmt
+	// WalkTake (lease, optional) is a claim of one job in one statement
+	// where the engine runs a transaction inside a statement (MariaDB's
+	// compound statement): it begins, walks as WalkFirst does, marks the
+	// row it found as Mark would, commits, and returns the row as Take
+	// does (id, delivered attempt, the expiry written, the data columns),
+	// or no row when it claimed none (the walk's bound, a lease run out,
+	// an empty queue, a mark that changed nothing). Any error rolls back.
+	// The claim then goes on as without it, in a transaction from the
+	// client, leaving WalkFirst out. As the statement commits at the
+	// server, a claim cut by its context may still lease the job it found;
+	// the core sends it only when the claim's context has no deadline
+	// within a second.
+	WalkTake Stmt
 }
 
 // For returns the statement a lease claim of max jobs (1 to

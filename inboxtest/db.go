@@ -638,7 +638,7 @@ func (r *tapRows) Next(dest []driver.Value) error {
 		switch {
 		case r.s.is("Now"):
 			r.c.r.setNow(r.s, dest[0])
-		case r.s.is("Claim.Take", "Claim.TakeOne", "Claim.Select", "Claim.SelectFree", "Claim.SelectFreeOne", "Claim.PickLock", "Claim.PickFirst", "Claim.WalkFirst"):
+		case r.s.is("Claim.Take", "Claim.TakeOne", "Claim.Select", "Claim.SelectFree", "Claim.SelectFreeOne", "Claim.PickLock", "Claim.PickFirst", "Claim.WalkFirst", "Claim.WalkTake"):
 			if id, err := normID(dest[0]); err == nil {
 				r.c.held = id
 			}

@@ -199,7 +199,7 @@ func (s *sent) opOf() string {
 			}
 		}
 	case s.dialect == "identity" || s.dialect == "lock" ||
-		s.is("Claim.Take", "Claim.TakeOne", "Claim.Select", "Claim.SelectMore", "Claim.SelectMoreOne", "Claim.SelectFree", "Claim.SelectFreeOne", "Claim.Mark", "Claim.MarkOne", "Claim.Pick", "Claim.PickMore", "Claim.PickLock", "Claim.PickFirst", "Claim.WalkFirst",
+		s.is("Claim.Take", "Claim.TakeOne", "Claim.Select", "Claim.SelectMore", "Claim.SelectMoreOne", "Claim.SelectFree", "Claim.SelectFreeOne", "Claim.Mark", "Claim.MarkOne", "Claim.Pick", "Claim.PickMore", "Claim.PickLock", "Claim.PickFirst", "Claim.WalkFirst", "Claim.WalkTake",
 			"Advisory.Candidates", "Advisory.LockFirst"):
 		return "Claim"
 	case s.k != nil:

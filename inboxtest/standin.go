@@ -424,7 +424,7 @@ func (s *standIn) rowOf(j job, vals ...driver.Value) []driver.Value {
 // answerClaim answers the claim's reads, reporting whether c was one.
 func (s *standIn) answerClaim(c *call) bool {
 	switch {
-	case c.is("Claim.Take", "Claim.TakeOne", "Claim.Select", "Claim.SelectFree", "Claim.SelectFreeOne", "Claim.PickLock", "Claim.PickFirst", "Claim.WalkFirst"):
+	case c.is("Claim.Take", "Claim.TakeOne", "Claim.Select", "Claim.SelectFree", "Claim.SelectFreeOne", "Claim.PickLock", "Claim.PickFirst", "Claim.WalkFirst", "Claim.WalkTake"):
 		s.claimRows(c)
 	case c.is("Claim.SelectMore", "Claim.SelectMoreOne"):
 		// The claim's jobs all came with the first read.
@@ -569,7 +569,7 @@ func (s *standIn) engineNow() time.Time {
 // claimRows answers a claim statement: every job at once (lease), the next
 // one (row lock), or the one whose id it names (advisory).
 func (s *standIn) claimRows(c *call) {
-	expiry := c.is("Claim.Take", "Claim.TakeOne") && s.form == inbox.Lease
+	expiry := c.is("Claim.Take", "Claim.TakeOne", "Claim.WalkTake") && s.form == inbox.Lease
 	clock := s.claimCols(c, expiry)
 	row := func(j job) []driver.Value { return s.claimRow(c, j, expiry, clock) }
 	// A pick's lock takes the jobs among the ids it names.
