@@ -396,7 +396,10 @@ const MaxClaim = 1000
 // such an error. One case cannot be undone from here: a context that ends
 // after a lease or advisory claim committed but before its rows were read
 // leaves those jobs as a crash would, their attempt spent, back when the
-// lease runs out (lease) or at once (advisory). Under the row lock and advisory forms each job holds a connection
+// lease runs out (lease) or at once (advisory). On [MariaDB] a lease claim
+// of one whose context has no deadline within a second commits at the
+// server in one statement (Claim.WalkTake): cut, it may still lease the
+// job it found, which then waits for its lease to run out. Under the row lock and advisory forms each job holds a connection
 // until it settles, and Claim never takes the pool's last one: it returns
 // fewer jobs instead.
 func (q *Queue) Claim(ctx context.Context, max int) ([]*Delivery, error) {

@@ -1401,7 +1401,10 @@ func TestMariaDBClaimAtSessionLevel(t *testing.T) {
 		// without Claim.WalkTake.
 		soon, cancel := context.WithTimeout(context.Background(), 999*time.Millisecond)
 		defer cancel()
-		claim := func(t *testing.T, q *inbox.Queue, max int, want ...int64) { t.Helper(); claimCtx(t, soon, q, max, want...) }
+		claim := func(t *testing.T, q *inbox.Queue, max int, want ...int64) {
+			t.Helper()
+			claimCtx(t, soon, q, max, want...)
+		}
 		m := newMock(t)
 		q := newQueue(t, m, inbox.Config{Dialect: inbox.MariaDB, Table: leaseTable, Lease: time.Minute, Now: fakeclock.New(t0).Now})
 		first, due, free := mariaRead(myLeaseFirst), mariaRead(myLeaseDue), mariaRead(myLeaseFree)

@@ -3,6 +3,7 @@ package dbtest
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -116,6 +117,11 @@ func TestClaimSessionLevel(t *testing.T) {
 				qrc := newQueue(t, rc.db, queueConfig(e, Table(table, form), nil))
 				qrr := newQueue(t, rr.db, queueConfig(e, Table(concQualified(t, e, rr.db, table), form), nil))
 				sessionLevel := e.Dialect == inbox.MariaDB
+				// inbox.MariaDB's lease claims one job in one statement
+				// that sets its own level (Claim.WalkTake), with no
+				// transaction of the client's, unless the claim's context
+				// ends within a second.
+				walkTakes := sessionLevel && form == "lease"
 
 				// One job each, claimed alone: the row lock's held
 				// transaction runs at READ COMMITTED either way.
@@ -128,7 +134,7 @@ func TestClaimSessionLevel(t *testing.T) {
 						t.Fatal(err)
 					}
 					n := c.p.count()
-					ds, err := c.q.Claim(ctx, 1)
+					ds, err := claimFromClient(ctx, c.q, walkTakes)
 					if err != nil || len(ds) != 1 {
 						t.Fatalf("%s session: Claim = %d, %v", c.name, len(ds), err)
 					}
@@ -251,7 +257,7 @@ func TestClaimSessionLevel(t *testing.T) {
 						c.want = sql.LevelDefault
 					}
 					begins := c.p.since(c.n)
-					if len(begins) == 0 {
+					if len(begins) == 0 && !walkTakes {
 						t.Errorf("%s session: no claim transaction during the drain", c.name)
 					}
 					for _, l := range begins {
@@ -264,4 +270,22 @@ func TestClaimSessionLevel(t *testing.T) {
 			})
 		}
 	})
+}
+
+// claimFromClient claims one job; nearDeadline, with a context that ends
+// within a second, which makes inbox.MariaDB's lease claim in a
+// transaction of the client's (not Claim.WalkTake). A claim that ran out
+// of that time is made again.
+func claimFromClient(ctx context.Context, q *inbox.Queue, nearDeadline bool) ([]*inbox.Delivery, error) {
+	if !nearDeadline {
+		return q.Claim(ctx, 1)
+	}
+	for {
+		soon, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
+		ds, err := q.Claim(soon, 1)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return ds, err
+		}
+	}
 }

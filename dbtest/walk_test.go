@@ -118,14 +118,17 @@ func TestRowLockWalk(t *testing.T) {
 }
 
 // TestLeaseWalk: inbox.MariaDB's lease claim of one walks the primary key
-// (Claim.WalkFirst) for free rows, bounded by the rows it reads and cannot
-// claim, and returns none while a lease has run out.
+// for free rows in one statement (Claim.WalkTake; Claim.WalkFirst in the
+// claim's transaction when its context ends within a second), bounded by
+// the rows it reads and cannot claim, and returns none while a lease has
+// run out.
 //
 //   - Behind 40 rows under a lease in force (more than the bound) the walk
-//     gives up; the claim goes on in its transaction through the claim
-//     index (Claim.SelectFreeOne) and takes the first free job, and once it
+//     gives up; the claim goes on in a transaction through the claim index
+//     (Claim.SelectFreeOne) and takes the first free job, and once it
 //     committed no row stays locked. The next claim of one reads the index
-//     alone.
+//     alone. A claim with a near deadline walks in its transaction the
+//     same way.
 //   - Rows another session holds do not count against the bound: past 40
 //     held free rows, a claim is the walk alone.
 //   - A lease run out comes first: the walk returns nothing and the claim
@@ -174,25 +177,51 @@ func TestLeaseWalk(t *testing.T) {
 		q1 := newQueue(t, db1, queueConfig(e, Table(table, "lease"), nil))
 		q2 := newQueue(t, db2, queueConfig(e, Table(concQualified(t, e, db2, table), "lease"), nil))
 		st := q1.Statements().Claim
-		if st.WalkFirst.SQL == "" {
-			t.Fatal("inbox.MariaDB has no Claim.WalkFirst for an indexed lease table")
+		if st.WalkFirst.SQL == "" || st.WalkTake.SQL == "" {
+			t.Fatal("inbox.MariaDB has no Claim.WalkFirst or Claim.WalkTake for an indexed lease table")
 		}
 		n := mark()
 		d := claimOne(q1, order[0])
 		got := sentSince(n)
-		if count(got, st.WalkFirst.SQL) != 1 || count(got, st.SelectFreeOne.SQL) != 1 {
-			t.Errorf("a claim behind %d leased rows sent:\n%s\nwant the walk, then SelectFreeOne", leased, strings.Join(got, "\n"))
+		if count(got, st.WalkTake.SQL) != 1 || count(got, st.WalkFirst.SQL) != 0 || count(got, st.SelectFreeOne.SQL) != 1 {
+			t.Errorf("a claim behind %d leased rows sent:\n%s\nwant the walk in one statement, then SelectFreeOne", leased, strings.Join(got, "\n"))
 		}
 		if locked := lockedRows(t, e, db2, table); locked != 0 {
 			t.Errorf("%d rows locked after the claim committed, want none (the walk's last row let go)", locked)
 		}
 		n = mark()
 		claimOne(q1, order[1])
-		if got := sentSince(n); count(got, st.WalkFirst.SQL) != 0 || count(got, st.SelectFreeOne.SQL) != 1 {
+		if got := sentSince(n); count(got, st.WalkTake.SQL)+count(got, st.WalkFirst.SQL) != 0 || count(got, st.SelectFreeOne.SQL) != 1 {
 			t.Errorf("the claim after a walk that gave up sent:\n%s\nwant SelectFreeOne and no walk", strings.Join(got, "\n"))
 		}
 		if err := d.Ack(ctx); err != nil {
 			t.Fatal(err)
+		}
+		// From the client: a claim whose context ends within a second,
+		// on a queue whose span of claims without the walk is fresh. A
+		// claim that ran out of its time is tried again.
+		qSoon := newQueue(t, db1, queueConfig(e, Table(table, "lease"), nil))
+		for {
+			soon, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
+			n = mark()
+			ds, err := qSoon.Claim(soon, 1)
+			cancel()
+			if errors.Is(err, context.DeadlineExceeded) {
+				continue
+			}
+			if err != nil || len(ds) != 1 || ds[0].ID() != order[2] {
+				t.Fatalf("Claim(1) with a near deadline = %d jobs, %v; want job %v", len(ds), err, order[2])
+			}
+			if got := sentSince(n); count(got, st.WalkTake.SQL) != 0 || count(got, st.WalkFirst.SQL) != 1 || count(got, st.SelectFreeOne.SQL) != 1 {
+				t.Errorf("a claim with a near deadline behind %d leased rows sent:\n%s\nwant the walk, then SelectFreeOne", leased, strings.Join(got, "\n"))
+			}
+			if err := ds[0].Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if locked := lockedRows(t, e, db2, table); locked != 0 {
+			t.Errorf("%d rows locked after the claim committed, want none (the walk's last row let go)", locked)
 		}
 
 		// Held rows do not count against the bound.
@@ -203,8 +232,8 @@ func TestLeaseWalk(t *testing.T) {
 		st3 := q3.Statements().Claim
 		n = mark()
 		claimOne(q3, heldOrder[others])
-		if got := sentSince(n); count(got, st3.WalkFirst.SQL) != 1 || count(got, st3.SelectFreeOne.SQL) != 0 {
-			t.Errorf("a claim past %d rows held by another session sent:\n%s\nwant the walk alone", others, strings.Join(got, "\n"))
+		if got := sentSince(n); len(got) != 1 || count(got, st3.WalkTake.SQL) != 1 {
+			t.Errorf("a claim past %d rows held by another session sent:\n%s\nwant the walk in one statement alone", others, strings.Join(got, "\n"))
 		}
 		if err := holder.Rollback(); err != nil {
 			t.Fatal(err)
@@ -217,14 +246,14 @@ func TestLeaseWalk(t *testing.T) {
 		q4 := newQueue(t, db1, queueConfig(e, Table(dueTable, "lease"), nil))
 		n = mark()
 		claimOne(q4, due)
-		if got := sentSince(n); count(got, q4.Statements().Claim.WalkFirst.SQL) != 1 {
+		if got := sentSince(n); len(got) == 0 || got[0] != q4.Statements().Claim.WalkTake.SQL {
 			t.Errorf("a claim with a lease run out sent:\n%s\nwant the walk first", strings.Join(got, "\n"))
 		}
 
 		// Eight workers over both pools drain the free jobs; order[1] is
 		// still leased to the claim above, until its lease ends.
-		if n := drainOnce(t, q1, q2, []int64{order[0]}); n != free-2 {
-			t.Errorf("%d jobs acknowledged, want the %d free", n, free-2)
+		if n := drainOnce(t, q1, q2, []int64{order[0], order[2]}); n != free-3 {
+			t.Errorf("%d jobs acknowledged, want the %d free", n, free-3)
 		}
 		var left int
 		if err := db2.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&left); err != nil || left != leased+1 {
