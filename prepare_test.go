@@ -207,3 +207,29 @@ func TestPrepareClosedWithQueue(t *testing.T) {
 	wantLog(t, m, n, "query "+pgLeaseClaim)
 	m.Met(t)
 }
+
+// inbox.MariaDB's lease claim of one, its one compound statement
+// (Claim.WalkTake), is prepared at its first use and run prepared from
+// then on: MariaDB parses a compound statement sent as text at every call.
+func TestPrepareMariaDBLeaseWalkTake(t *testing.T) {
+	m := newMock(t)
+	m.DB.SetMaxOpenConns(1)
+	q := newQueue(t, m, inbox.Config{Dialect: inbox.MariaDB, Table: leaseTable, Lease: time.Minute, Prepare: true})
+	take := q.Statements().Claim.WalkTake.SQL
+	const exp = "2024-03-01 12:01:00.123456"
+	claimOnce := func(id int64) {
+		t.Helper()
+		m.ExpectQuery(take).WithArgs(int64(60000000)).WillReturnRows(rows("inbox_id,inbox_attempt,inbox_until,inbox_c0", row(id, int64(1), []byte(exp), []byte("p"))))
+		n := m.Sent()
+		claim(t, q, 1, id)
+		wantLog(t, m, n, "stmt query "+take)
+	}
+	m.ExpectPrepare(take)
+	n := m.Sent()
+	m.ExpectQuery(take).WithArgs(int64(60000000)).WillReturnRows(rows("inbox_id,inbox_attempt,inbox_until,inbox_c0", row(int64(7), int64(1), []byte(exp), []byte("p"))))
+	claim(t, q, 1, 7)
+	wantLog(t, m, n, "prepare "+take, "stmt query "+take)
+	claimOnce(8)
+	claimOnce(9)
+	m.Met(t)
+}
