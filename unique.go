@@ -80,6 +80,10 @@ func (q *Queue) insertUnique(ctx context.Context, ex Executor, s dialect.Stmt, j
 			continue
 		case !found && errors.Is(err, errKeyTaken):
 			return nil, opErr("enqueue", errors.New("unique key "+strconv.Quote(job.UniqueKey)+" taken and freed again and again"))
+		case !found && q.duplicate(err):
+			// MySQL's violation, the holder gone at every read: the same
+			// answer, the driver's error kept in the chain.
+			return nil, opErr("enqueue", fmt.Errorf("unique key %s taken and freed again and again: %w", strconv.Quote(job.UniqueKey), err))
 		case !found:
 			return nil, err // not the key: the database's error
 		}

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/DATA-DOG/go-sqlmock"
@@ -139,6 +140,18 @@ func TestUniqueMySQLRetries(t *testing.T) {
 	if _, err := q.Enqueue(ctx, tx, job); !errors.Is(err, deadlock) {
 		t.Fatalf("Enqueue in a transaction after a deadlock = %v, want the deadlock returned", err)
 	}
+
+	// The key held at every insert and free at every read, three tries
+	// over: the documented answer, the violation in its chain. Before,
+	// the driver's violation alone.
+	for i := 0; i < 4; i++ {
+		m.ExpectExec(st.Jobs.Enqueue.SQL).WithArgs("p", "k", "u1").WillReturnError(dupErr)
+		m.ExpectQuery(st.Unique.Find.SQL).WithArgs("u1").WillReturnRows(sqlmock.NewRows([]string{"id", "attempt"}))
+	}
+	if _, err := q.Enqueue(ctx, m.DB, job); err == nil || !strings.Contains(err.Error(), `unique key "u1" taken and freed again and again`) || !errors.Is(err, dupErr) {
+		t.Fatalf("Enqueue of a key taken and freed at every try = %v, want it said, with the violation", err)
+	}
+	m.Met(t)
 
 	// A violation of the primary key (an id given twice) is no held key.
 	job.ID = int64(5)
