@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlinbox/inbox"
 	"github.com/sqlinbox/inbox/internal/optin"
 )
 
@@ -92,7 +93,8 @@ func needEngine(t *testing.T, name string) engine {
 }
 
 // -prepare auto prepares inbox's statements where docs/operations.md says
-// to: lib/pq, both SQLite drivers, MySQL without interpolateParams.
+// to: lib/pq, both SQLite drivers, inbox.MariaDB, MySQL without
+// interpolateParams.
 func TestPrepareFor(t *testing.T) {
 	defer func(p string) { prepareInbox = p }(prepareInbox)
 	t.Setenv("INBOX_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/x?parseTime=true")
@@ -121,5 +123,10 @@ func TestPrepareFor(t *testing.T) {
 	t.Setenv("INBOX_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/x?interpolateParams=true&parseTime=true")
 	if prepareFor(listed("mysql")) {
 		t.Error("-prepare auto prepared MySQL's statements under interpolateParams=true")
+	}
+	maria := listed("mysql")
+	maria.dialect, maria.mariadb = inbox.MariaDB, true
+	if !prepareFor(maria) {
+		t.Error("-prepare auto left inbox.MariaDB's statements as text under interpolateParams=true")
 	}
 }

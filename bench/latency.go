@@ -71,7 +71,7 @@ const (
 )
 
 // latencyModeNames are the modes, in the table's order.
-var latencyModeNames = []string{"wake", "wake-loaded", "wake-shallow", "wake-rowlock", "notify", "poll", "poll-100ms"}
+var latencyModeNames = []string{"wake", "wake-loaded", "ping-loaded", "write-loaded", "wake-shallow", "wake-rowlock", "notify", "poll", "poll-100ms"}
 
 // latencySample is one job's wait.
 type latencySample struct {
@@ -155,7 +155,7 @@ func latencyLine(ctx context.Context, e engine, mode, dir string) (latencyRun, e
 		return r, err
 	}
 	defer e.drop(context.WithoutCancel(ctx), db, table)
-	cfg := inbox.Config{Dialect: e.dialect, Table: benchTable(table, "lease")}
+	cfg := inbox.Config{Dialect: e.dialect, Table: benchTable(table, "lease"), Prepare: prepareFor(e)}
 	switch mode {
 	case "wake":
 		r.mode = "wake-up in the process (Enqueue on the *sql.DB)"
@@ -174,6 +174,42 @@ func latencyLine(ctx context.Context, e engine, mode, dir string) (latencyRun, e
 			err = lerr
 		}
 		r.mode = fmt.Sprintf("wake-up in the process, %d workers draining another table (%.0f jobs/s)", latencyLoadWorkers, rate)
+	case "ping-loaded":
+		// Not a job: one round trip under the same load, the floor of
+		// a loaded wake-up, whose claim is at least one.
+		stop, lerr := latencyLoad(ctx, e, dir, table+"_load")
+		if lerr != nil {
+			return r, lerr
+		}
+		r.samples, err = latencyPings(ctx, db, latencySamples, func() error {
+			var one int
+			return db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+		})
+		rate, lerr := stop()
+		if err == nil {
+			err = lerr
+		}
+		r.mode = fmt.Sprintf("no job: one round trip (SELECT 1), %d workers draining another table (%.0f jobs/s)", latencyLoadWorkers, rate)
+	case "write-loaded":
+		// Not a wake-up: an Enqueue alone, one row written and committed,
+		// as a claim writes and commits one, under the same load.
+		q, qerr := inbox.New(db, cfg)
+		if qerr != nil {
+			return r, qerr
+		}
+		stop, lerr := latencyLoad(ctx, e, dir, table+"_load")
+		if lerr != nil {
+			return r, lerr
+		}
+		r.samples, err = latencyPings(ctx, db, latencySamples, func() error {
+			_, err := q.Enqueue(ctx, db, inbox.Job{Data: []any{payload}})
+			return err
+		})
+		rate, lerr := stop()
+		if err == nil {
+			err = lerr
+		}
+		r.mode = fmt.Sprintf("no job claimed: the Enqueue alone (a row written and committed), %d workers draining another table (%.0f jobs/s)", latencyLoadWorkers, rate)
 	case "wake-shallow":
 		// The lease on a shallow table: one read fewer in MariaDB's
 		// claim transaction.
@@ -297,6 +333,22 @@ func latencyHandPoll(ctx context.Context, db *sql.DB, cfg inbox.Config) ([]laten
 type latencyStart struct {
 	id any
 	at time.Time
+}
+
+// latencyPings times n calls of call, paced as latencyOneByOne paces its
+// jobs; each sample's wait is the call's.
+func latencyPings(ctx context.Context, db *sql.DB, n int, call func() error) ([]latencySample, error) {
+	out := make([]latencySample, 0, n)
+	for i := 0; i < n; i++ {
+		time.Sleep(5*time.Millisecond + time.Duration(rand.Int63n(int64(10*time.Millisecond))))
+		began := time.Now()
+		if err := call(); err != nil {
+			return nil, err
+		}
+		done := time.Now()
+		out = append(out, latencySample{fromCall: done.Sub(began), fromCommit: done.Sub(began), commit: began, start: done})
+	}
+	return out, nil
 }
 
 // latencyOneByOne enqueues n jobs one at a time: each after the last one's
@@ -580,7 +632,7 @@ func latencyLoad(ctx context.Context, e engine, dir, table string) (stop func() 
 		db.Close()
 		return nil, err
 	}
-	q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Table: benchTable(table, "lease"), Lease: time.Minute})
+	q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Table: benchTable(table, "lease"), Lease: time.Minute, Prepare: prepareFor(e)})
 	if err != nil {
 		db.Close()
 		return nil, err

@@ -12,12 +12,13 @@ import (
 
 // TestLatencyWakeModes: the in-process wake-up lines, the lease's (on the
 // recommended description, beside another queue running flat out, and on a
-// shallow one) and the row lock's, each measure every sample on a real
+// shallow one) and the row lock's, and the bare round trip under the same
+// load and a committed write under it, each measure every sample on a real
 // server.
 func TestLatencyWakeModes(t *testing.T) {
 	e := needEngine(t, "pgx")
 	defer func(m string, n int) { latencyModes, latencySamples = m, n }(latencyModes, latencySamples)
-	latencyModes, latencySamples = "wake,wake-loaded,wake-shallow,wake-rowlock", 5
+	latencyModes, latencySamples = "wake,wake-loaded,ping-loaded,write-loaded,wake-shallow,wake-rowlock", 5
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -31,9 +32,11 @@ func TestLatencyWakeModes(t *testing.T) {
 			lines = append(lines, l)
 		}
 	}
-	if len(lines) != 4 || strings.Contains(lines[0], "row lock") || !strings.Contains(lines[1], "8 workers draining another table") ||
-		!strings.Contains(lines[2], "shallow lease") || !strings.Contains(lines[3], "row lock") {
-		t.Fatalf("want a lease line, a loaded lease line, a shallow lease line, then a row-lock line:\n%s", out.String())
+	if len(lines) != 6 || strings.Contains(lines[0], "row lock") || !strings.Contains(lines[1], "8 workers draining another table") ||
+		!strings.Contains(lines[2], "one round trip (SELECT 1), 8 workers draining") ||
+		!strings.Contains(lines[3], "the Enqueue alone (a row written and committed), 8 workers draining") ||
+		!strings.Contains(lines[4], "shallow lease") || !strings.Contains(lines[5], "row lock") {
+		t.Fatalf("want a lease line, a loaded lease line, a loaded round-trip line, a loaded write line, a shallow lease line, then a row-lock line:\n%s", out.String())
 	}
 	for _, l := range lines {
 		if f := strings.Split(l, "|"); strings.TrimSpace(f[4]) != "5" {

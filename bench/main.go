@@ -59,7 +59,7 @@ func main() {
 	flag.DurationVar(&sustainVacuum, "sustain-vacuum", sustainVacuum, "sustained: on PostgreSQL, VACUUM the table this often (0: never; this machine runs autovacuum off); MariaDB purges and SQLite reuses pages on their own")
 	flag.BoolVar(&sustainHold, "sustain-hold", false, "sustained: hold a transaction with a snapshot open for the whole run")
 	flag.DurationVar(&riverFetchCooldown, "river-cooldown", riverFetchCooldown, "peers: River's Config.FetchCooldown (River's default, 100ms, allows about 10 jobs/s a worker)")
-	flag.StringVar(&prepareInbox, "prepare", prepareInbox, "table, work, peers: inbox's side runs with Config.Prepare (its statements prepared once per connection): auto (where docs/operations.md recommends it: lib/pq, both SQLite drivers, go-sql-driver/mysql without interpolateParams), on or off; the hand-written side always sends text")
+	flag.StringVar(&prepareInbox, "prepare", prepareInbox, "table, work, peers, latency: inbox's side runs with Config.Prepare (its statements prepared once per connection): auto (where docs/operations.md recommends it: lib/pq, both SQLite drivers, inbox.MariaDB, go-sql-driver/mysql without interpolateParams), on or off; the hand-written side always sends text")
 	flag.IntVar(&peerBatch, "peer-batch", peerBatch, "peers: inbox's claim size (Claim(n) + Batcher.AckAll)")
 	flag.BoolVar(&peerWork, "peer-work", false, "peers: inbox's side runs worker.Run loops (Batch -peer-batch) in place of Claim + Batcher.AckAll")
 	flag.BoolVar(&peerShallow, "peer-shallow", false, "peers: inbox's table without claim indexes, described with Table.Shallow")
@@ -310,7 +310,7 @@ func preparedOrText() string {
 func preparedWhere() string {
 	switch prepareInbox {
 	case "auto":
-		return "Config.Prepare on lib/pq, SQLite and MySQL without interpolateParams, as docs/operations.md recommends"
+		return "Config.Prepare on lib/pq, SQLite, inbox.MariaDB and MySQL without interpolateParams, as docs/operations.md recommends"
 	case "on":
 		return "Config.Prepare"
 	}
@@ -325,7 +325,9 @@ var prepareInbox = "auto"
 // follows docs/operations.md: prepared where the driver would otherwise
 // plan every statement anew (lib/pq, mattn and modernc's SQLite, and
 // go-sql-driver/mysql without interpolateParams, which prepares and closes
-// each); pgx keeps a statement cache of its own.
+// each), and on inbox.MariaDB, whose claim of one is a compound statement
+// the server parses at every call as text; pgx keeps a statement cache of
+// its own.
 func prepareFor(e engine) bool {
 	switch prepareInbox {
 	case "on":
@@ -337,7 +339,7 @@ func prepareFor(e engine) bool {
 	case "sqlite":
 		return true
 	case "mysql":
-		return !strings.Contains(e.dsn(""), "interpolateParams=true")
+		return e.mariadb || !strings.Contains(e.dsn(""), "interpolateParams=true")
 	}
 	return e.driver == "postgres" // lib/pq
 }
