@@ -125,7 +125,7 @@ func TestPrepareFor(t *testing.T) {
 		t.Error("-prepare auto prepared MySQL's statements under interpolateParams=true")
 	}
 	maria := listed("mysql")
-	maria.dialect, maria.mariadb = inbox.MariaDB, true
+	maria.dialect = inbox.MariaDB
 	if !prepareFor(maria) {
 		t.Error("-prepare auto left inbox.MariaDB's statements as text under interpolateParams=true")
 	}

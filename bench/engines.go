@@ -28,7 +28,6 @@ type engine struct {
 	dialect inbox.Dialect
 	env     string // DSN variable; empty for SQLite
 	def     string // DSN when env is unset
-	mariadb bool   // resolved to inbox.MariaDB
 	file    func(dir string) string
 }
 
@@ -77,7 +76,7 @@ func (e engine) resolve() engine {
 	defer db.Close()
 	var v string
 	if db.QueryRow("SELECT VERSION()").Scan(&v) == nil && strings.Contains(strings.ToLower(v), "mariadb") {
-		e.dialect, e.mariadb = inbox.MariaDB, true
+		e.dialect = inbox.MariaDB
 		e.label += ", inbox.MariaDB"
 	}
 	return e

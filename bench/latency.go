@@ -164,31 +164,21 @@ func latencyLine(ctx context.Context, e engine, mode, dir string) (latencyRun, e
 		// The same, while another queue of the database runs flat out:
 		// the server and the two cores busy with work that is not the
 		// measured job's.
-		stop, lerr := latencyLoad(ctx, e, dir, table+"_load")
-		if lerr != nil {
-			return r, lerr
-		}
-		r.samples, err = latencyInProcess(ctx, db, cfg, true)
-		rate, lerr := stop()
-		if err == nil {
-			err = lerr
-		}
+		var rate float64
+		r.samples, rate, err = underLoad(ctx, e, dir, table+"_load", func() ([]latencySample, error) {
+			return latencyInProcess(ctx, db, cfg, true)
+		})
 		r.mode = fmt.Sprintf("wake-up in the process, %d workers draining another table (%.0f jobs/s)", latencyLoadWorkers, rate)
 	case "ping-loaded":
 		// Not a job: one round trip under the same load, the floor of
 		// a loaded wake-up, whose claim is at least one.
-		stop, lerr := latencyLoad(ctx, e, dir, table+"_load")
-		if lerr != nil {
-			return r, lerr
-		}
-		r.samples, err = latencyPings(ctx, db, latencySamples, func() error {
-			var one int
-			return db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+		var rate float64
+		r.samples, rate, err = underLoad(ctx, e, dir, table+"_load", func() ([]latencySample, error) {
+			return latencyPings(latencySamples, func() error {
+				var one int
+				return db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+			})
 		})
-		rate, lerr := stop()
-		if err == nil {
-			err = lerr
-		}
 		r.mode = fmt.Sprintf("no job: one round trip (SELECT 1), %d workers draining another table (%.0f jobs/s)", latencyLoadWorkers, rate)
 	case "write-loaded":
 		// Not a wake-up: an Enqueue alone, one row written and committed,
@@ -197,18 +187,13 @@ func latencyLine(ctx context.Context, e engine, mode, dir string) (latencyRun, e
 		if qerr != nil {
 			return r, qerr
 		}
-		stop, lerr := latencyLoad(ctx, e, dir, table+"_load")
-		if lerr != nil {
-			return r, lerr
-		}
-		r.samples, err = latencyPings(ctx, db, latencySamples, func() error {
-			_, err := q.Enqueue(ctx, db, inbox.Job{Data: []any{payload}})
-			return err
+		var rate float64
+		r.samples, rate, err = underLoad(ctx, e, dir, table+"_load", func() ([]latencySample, error) {
+			return latencyPings(latencySamples, func() error {
+				_, err := q.Enqueue(ctx, db, inbox.Job{Data: []any{payload}})
+				return err
+			})
 		})
-		rate, lerr := stop()
-		if err == nil {
-			err = lerr
-		}
 		r.mode = fmt.Sprintf("no job claimed: the Enqueue alone (a row written and committed), %d workers draining another table (%.0f jobs/s)", latencyLoadWorkers, rate)
 	case "wake-shallow":
 		// The lease on a shallow table: one read fewer in MariaDB's
@@ -335,9 +320,24 @@ type latencyStart struct {
 	at time.Time
 }
 
+// underLoad runs measure while latencyLoad's workers drain table, and
+// returns its samples with the load's jobs/s.
+func underLoad(ctx context.Context, e engine, dir, table string, measure func() ([]latencySample, error)) ([]latencySample, float64, error) {
+	stop, err := latencyLoad(ctx, e, dir, table)
+	if err != nil {
+		return nil, 0, err
+	}
+	samples, err := measure()
+	rate, serr := stop()
+	if err == nil {
+		err = serr
+	}
+	return samples, rate, err
+}
+
 // latencyPings times n calls of call, paced as latencyOneByOne paces its
 // jobs; each sample's wait is the call's.
-func latencyPings(ctx context.Context, db *sql.DB, n int, call func() error) ([]latencySample, error) {
+func latencyPings(n int, call func() error) ([]latencySample, error) {
 	out := make([]latencySample, 0, n)
 	for i := 0; i < n; i++ {
 		time.Sleep(5*time.Millisecond + time.Duration(rand.Int63n(int64(10*time.Millisecond))))

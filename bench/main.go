@@ -35,6 +35,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sqlinbox/inbox"
 )
 
 func main() {
@@ -339,7 +341,7 @@ func prepareFor(e engine) bool {
 	case "sqlite":
 		return true
 	case "mysql":
-		return e.mariadb || !strings.Contains(e.dsn(""), "interpolateParams=true")
+		return e.dialect == inbox.MariaDB || !strings.Contains(e.dsn(""), "interpolateParams=true")
 	}
 	return e.driver == "postgres" // lib/pq
 }
