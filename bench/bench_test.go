@@ -130,3 +130,34 @@ func TestPrepareFor(t *testing.T) {
 		t.Error("-prepare auto left inbox.MariaDB's statements as text under interpolateParams=true")
 	}
 }
+
+// -claims-at-once reaches the Config of inbox's side and the headers that
+// describe that side; 0 leaves both as they were.
+func TestClaimsAtOnceFlag(t *testing.T) {
+	defer func(n int) { claimsAtOnce = n }(claimsAtOnce)
+	e := needEngine(t, "mattn")
+	db, err := e.open(t.TempDir(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	claimsAtOnce = -1
+	if _, err := newInboxSide(e, db, "bench_bound", "lease", 1); err == nil || !strings.Contains(err.Error(), "Config.ClaimsAtOnce -1") {
+		t.Errorf("-claims-at-once -1: newInboxSide = %v, want inbox.New's error naming Config.ClaimsAtOnce", err)
+	}
+	claimsAtOnce = 2
+	if _, err := newInboxSide(e, db, "bench_bound", "lease", 16); err != nil {
+		t.Fatal(err)
+	}
+	for name, header := range map[string]string{"table": handTableKind(), "peers": peerInboxLoop()} {
+		if !strings.Contains(header, "Config.ClaimsAtOnce 2") {
+			t.Errorf("-claims-at-once 2: the %s header %q does not name the bound", name, header)
+		}
+	}
+	claimsAtOnce = 0
+	for name, header := range map[string]string{"table": handTableKind(), "peers": peerInboxLoop()} {
+		if strings.Contains(header, "ClaimsAtOnce") {
+			t.Errorf("no bound: the %s header %q names one", name, header)
+		}
+	}
+}

@@ -110,7 +110,7 @@ func runBreakdown(ctx context.Context, out, log io.Writer, es []engine, forms []
 	fmt.Fprintf(out, "Per job acknowledged: each side works through %d jobs seeded beforehand (not counted), on one pool wrapped by a driver that counts and times every call. "+
 		"Driver µs are wall time inside the driver's calls, summed over the workers: a query from its call to its rows' close (the client's view of server time plus network). "+
 		"CPU is the whole process's getrusage (user + sys; SQLite's engine runs in it). Each side runs in two halves (inbox, hand, hand, inbox); server counters are server-wide, so each is the lower of the two halves' figures per job, other clients of a shared server only adding to them. "+
-		"inbox's side: %s; the other side sends text.\n\n", jobs, preparedOrText())
+		"inbox's side: %s%s; the other side sends text.\n\n", jobs, preparedOrText(), boundNote())
 	if seen["postgres"] {
 		if pgss {
 			fmt.Fprintln(out, "PostgreSQL server time per statement comes from pg_stat_statements.")

@@ -58,7 +58,7 @@ func newInboxSide(e engine, db *sql.DB, table, form string, batch int) (*inboxSi
 	if async {
 		form = "lease"
 	}
-	q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Table: benchTable(table, form), Prepare: prepareFor(e)})
+	q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Table: benchTable(table, form), Prepare: prepareFor(e), ClaimsAtOnce: claimsAtOnce})
 	if form == "lease-shallow" {
 		form = "lease"
 	}

@@ -61,6 +61,7 @@ func main() {
 	flag.DurationVar(&sustainVacuum, "sustain-vacuum", sustainVacuum, "sustained: on PostgreSQL, VACUUM the table this often (0: never; this machine runs autovacuum off); MariaDB purges and SQLite reuses pages on their own")
 	flag.BoolVar(&sustainHold, "sustain-hold", false, "sustained: hold a transaction with a snapshot open for the whole run")
 	flag.DurationVar(&riverFetchCooldown, "river-cooldown", riverFetchCooldown, "peers: River's Config.FetchCooldown (River's default, 100ms, allows about 10 jobs/s a worker)")
+	flag.IntVar(&claimsAtOnce, "claims-at-once", 0, "table, breakdown, work, peers: inbox's side's Config.ClaimsAtOnce, how many of its claims send statements at once (0: no bound; -run scale has -scale-claims)")
 	flag.StringVar(&prepareInbox, "prepare", prepareInbox, "table, work, peers, latency: inbox's side runs with Config.Prepare (its statements prepared once per connection): auto (where docs/operations.md recommends it: lib/pq, both SQLite drivers, inbox.MariaDB, go-sql-driver/mysql without interpolateParams), on or off; the hand-written side always sends text")
 	flag.IntVar(&peerBatch, "peer-batch", peerBatch, "peers: inbox's claim size (Claim(n) + Batcher.AckAll)")
 	flag.BoolVar(&peerWork, "peer-work", false, "peers: inbox's side runs worker.Run loops (Batch -peer-batch) in place of Claim + Batcher.AckAll")
@@ -296,7 +297,31 @@ func handTableKind() string {
 	if p := preparedWhere(); p != "" {
 		kind += "; inbox with " + p + ", the other side's statements as text"
 	}
+	if b := boundWhere(); b != "" {
+		kind += "; inbox with " + b + ", the other side unbounded"
+	}
 	return kind
+}
+
+// claimsAtOnce is inbox's Config.ClaimsAtOnce (-claims-at-once) in the lines
+// that set it beside another queue; 0 sets no bound, as the default does.
+var claimsAtOnce int
+
+// boundWhere says, for a header, how many claims inbox's side sends at
+// once ("" for no bound).
+func boundWhere() string {
+	if claimsAtOnce == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Config.ClaimsAtOnce %d", claimsAtOnce)
+}
+
+// boundNote is boundWhere set off by a comma, or "".
+func boundNote() string {
+	if b := boundWhere(); b != "" {
+		return ", " + b
+	}
+	return ""
 }
 
 // preparedOrText is preparedWhere, or "statements as text" for nowhere.

@@ -723,6 +723,7 @@ func peerInboxLoop() string {
 	if p := preparedWhere(); p != "" {
 		prepared = " (" + p + ")"
 	}
+	prepared += boundNote()
 	if peerWork {
 		return fmt.Sprintf("one worker.Run call, Workers loops with Batch %d (taking turns to claim, their acknowledgements grouped by its Batcher), jobs counted as handled%s", peerBatch, prepared)
 	}
