@@ -53,12 +53,19 @@ type inboxSide struct {
 	batch int
 }
 
+// sideConfig is the Config of inbox's side in a line that measures it
+// beside another queue: prepared as -prepare says, bounded by
+// -claims-at-once.
+func sideConfig(e engine, t inbox.Table) inbox.Config {
+	return inbox.Config{Dialect: e.dialect, Table: t, Prepare: prepareFor(e), ClaimsAtOnce: claimsAtOnce}
+}
+
 func newInboxSide(e engine, db *sql.DB, table, form string, batch int) (*inboxSide, error) {
 	async := form == "lease-async"
 	if async {
 		form = "lease"
 	}
-	q, err := inbox.New(db, inbox.Config{Dialect: e.dialect, Table: benchTable(table, form), Prepare: prepareFor(e), ClaimsAtOnce: claimsAtOnce})
+	q, err := inbox.New(db, sideConfig(e, benchTable(table, form)))
 	if form == "lease-shallow" {
 		form = "lease"
 	}

@@ -102,7 +102,7 @@ func loopCell(ctx context.Context, c cell, dir string, want int, duration time.D
 	if err != nil {
 		return rs, err
 	}
-	q, err := inbox.New(db, inbox.Config{Dialect: c.e.dialect, Table: benchTable(tables[0], c.form), Prepare: prepareFor(c.e), ClaimsAtOnce: claimsAtOnce})
+	q, err := inbox.New(db, sideConfig(c.e, benchTable(tables[0], c.form)))
 	if err != nil {
 		return rs, err
 	}

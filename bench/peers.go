@@ -719,13 +719,13 @@ func peerInboxForm() string {
 
 // peerInboxLoop says how the inbox side claims and settles, for the header.
 func peerInboxLoop() string {
-	prepared := ""
+	settings := ""
 	if p := preparedWhere(); p != "" {
-		prepared = " (" + p + ")"
+		settings = " (" + p + ")"
 	}
-	prepared += boundNote()
+	settings += boundNote()
 	if peerWork {
-		return fmt.Sprintf("one worker.Run call, Workers loops with Batch %d (taking turns to claim, their acknowledgements grouped by its Batcher), jobs counted as handled%s", peerBatch, prepared)
+		return fmt.Sprintf("one worker.Run call, Workers loops with Batch %d (taking turns to claim, their acknowledgements grouped by its Batcher), jobs counted as handled%s", peerBatch, settings)
 	}
-	return fmt.Sprintf("Claim(%d) + Batcher.AckAll%s", peerBatch, prepared)
+	return fmt.Sprintf("Claim(%d) + Batcher.AckAll%s", peerBatch, settings)
 }
