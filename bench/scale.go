@@ -59,15 +59,24 @@ func init() {
 		// configuration from the environment alone.
 		os.Exit(scaleChildMain(v))
 	}
-	flag.StringVar(&scalePlan, "scale", "1x1,1x16,1x64,4x16", "scale: processes x workers per process, one table line each")
+	flag.StringVar(&scalePlan, "scale", "1x1,1x16,1x64,4x16", "scale: processes x workers per process, one table line each; 4x16@2 gives each process Config.ClaimsAtOnce 2")
 	flag.IntVar(&scaleReps, "scale-reps", 3, "scale: runs of each line; the table gives the median")
 	flag.DurationVar(&scaleHold, "scale-hold", 0, "scale: how long each handler runs (0: a no-op handler)")
 	flag.IntVar(&scaleClaims, "scale-claims", 0, "scale: each process's Config.ClaimsAtOnce (0: no bound)")
 }
 
 // scalePlanEntry is one entry of -scale: procs processes of workers
-// workers, each process with a pool of pool connections (0: scaleConns).
-type scalePlanEntry struct{ procs, workers, pool int }
+// workers, each process with a pool of pool connections (0: scaleConns)
+// and inbox's Config.ClaimsAtOnce claims (0: -scale-claims).
+type scalePlanEntry struct{ procs, workers, pool, claims int }
+
+// claimsAtOnce is the line's Config.ClaimsAtOnce for each process.
+func (e scalePlanEntry) claimsAtOnce() int {
+	if e.claims > 0 {
+		return e.claims
+	}
+	return scaleClaims
+}
 
 // scaleLine is one form (and batch) under one plan entry.
 type scaleLine struct {
@@ -106,15 +115,16 @@ func decodeScaleChild(s string) (scaleChild, error) {
 	return c, errors.Join(errs[:]...)
 }
 
-// parseScalePlan reads "PxW[:pool],…".
+// parseScalePlan reads "PxW[:pool][@claims],…".
 func parseScalePlan(s string) ([]scalePlanEntry, error) {
 	var plan []scalePlanEntry
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
-		pw, pool, hasPool := strings.Cut(f, ":")
+		rest, claims, hasClaims := strings.Cut(f, "@")
+		pw, pool, hasPool := strings.Cut(rest, ":")
 		p, w, ok := strings.Cut(pw, "x")
 		var e scalePlanEntry
-		var err1, err2, err3 error
+		var err1, err2, err3, err4 error
 		e.procs, err1 = strconv.Atoi(p)
 		e.workers, err2 = strconv.Atoi(w)
 		if hasPool {
@@ -123,8 +133,14 @@ func parseScalePlan(s string) ([]scalePlanEntry, error) {
 				err3 = errors.New("a pool under 2")
 			}
 		}
-		if !ok || err1 != nil || err2 != nil || err3 != nil || e.procs <= 0 || e.workers <= 0 {
-			return nil, fmt.Errorf("-scale %q: want processes x workers, optionally :pool, such as 4x16 or 4x16:9", f)
+		if hasClaims {
+			e.claims, err4 = strconv.Atoi(claims)
+			if err4 == nil && e.claims < 1 {
+				err4 = errors.New("a bound under 1")
+			}
+		}
+		if !ok || err1 != nil || err2 != nil || err3 != nil || err4 != nil || e.procs <= 0 || e.workers <= 0 {
+			return nil, fmt.Errorf("-scale %q: want processes x workers, optionally :pool and @claims at once, such as 4x16, 4x16:9 or 4x16@2", f)
 		}
 		plan = append(plan, e)
 	}
@@ -173,7 +189,7 @@ func runScale(ctx context.Context, out, log io.Writer, es []engine, forms []stri
 		switch form {
 		case "lease":
 			batches = []int{1, 16}
-		case "rowlock", "advisory", "advisory-walk":
+		case "rowlock", "advisory", "advisory-walk", "advisory-minimal", "advisory-floor":
 		default:
 			continue // lease-async shares one Batcher inside a process; the lease lines stand for it
 		}
@@ -191,10 +207,11 @@ func runScale(ctx context.Context, out, log io.Writer, es []engine, forms []stri
 	if scaleHold > 0 {
 		handler = "a handler of " + scaleHold.String()
 	}
-	bound := "claiming freely"
+	bound := "inbox's processes claiming freely"
 	if scaleClaims > 0 {
-		bound = fmt.Sprintf("each process with Config.ClaimsAtOnce %d", scaleClaims)
+		bound = fmt.Sprintf("each of inbox's processes with Config.ClaimsAtOnce %d", scaleClaims)
 	}
+	bound += ", or as the line says; the advisory-minimal and advisory-floor baselines unbounded"
 	fmt.Fprintf(out, "Each line: P processes of W workers on one table (%s), claim + %s + ack for %v, median of %d runs. "+
 		"Connections and jobs in work sampled on the server halfway through each run (the largest sample of the runs).\n\n", bound, handler, duration, scaleReps)
 	fmt.Fprintln(out, "| driver | form | batch | processes × workers | pool per process | jobs/s (median) | runs | server connections | jobs in work |")
@@ -255,7 +272,7 @@ func scaleLineRuns(ctx context.Context, out, log io.Writer, e engine, l scaleLin
 	if sample.inWork < 0 {
 		inWork = "–" // not counted on this engine
 	}
-	fmt.Fprintf(out, "| %s | %s | %d | %d × %d | %d | %.0f | %s | %d | %s |\n", e.label, l.form, l.batch, l.procs, l.workers,
+	fmt.Fprintf(out, "| %s | %s | %d | %s | %d | %.0f | %s | %d | %s |\n", e.label, l.form, l.batch, l.layout(),
 		l.poolSize(), sorted[len(sorted)/2], strings.Join(runs, " / "), sample.conns, inWork)
 	return sorted[len(sorted)/2], nil
 }
@@ -281,6 +298,9 @@ func scaleChart(e engine, lines []scaleLine, medians []float64, batched bool) ch
 		}
 		if l.procs > 1 {
 			name += fmt.Sprintf(", %d processes", l.procs)
+		}
+		if l.claims > 0 && !scaleBaseline(l.form) {
+			name += fmt.Sprintf(", %d claims at once", l.claims)
 		}
 		k, ok := index[name]
 		if !ok {
@@ -323,6 +343,16 @@ func scaleServers(out, log io.Writer, es []engine, dir string) ([]engine, error)
 }
 
 // poolSize is the line's pool per process.
+// layout names the line's processes and workers, and the claims bound it
+// gives inbox's processes.
+func (l scaleLine) layout() string {
+	s := fmt.Sprintf("%d × %d", l.procs, l.workers)
+	if n := l.claimsAtOnce(); n > 0 && !scaleBaseline(l.form) {
+		s += fmt.Sprintf(", %d claims at once", n)
+	}
+	return s
+}
+
 func (l scaleLine) poolSize() int {
 	if l.pool > 0 {
 		return l.pool
@@ -372,7 +402,7 @@ func scaleRun(ctx context.Context, log io.Writer, e engine, l scaleLine, duratio
 		return 0, sample, err
 	}
 	cfg := scaleChild{engine: e.name, table: table, form: l.form, batch: l.batch, workers: l.workers,
-		pool: l.poolSize(), hold: scaleHold, duration: duration, claims: scaleClaims}.encode()
+		pool: l.poolSize(), hold: scaleHold, duration: duration, claims: l.claimsAtOnce()}.encode()
 	type proc struct {
 		cmd   *exec.Cmd
 		stdin io.WriteCloser
@@ -392,7 +422,7 @@ func scaleRun(ctx context.Context, log io.Writer, e engine, l scaleLine, duratio
 	}()
 	for i := range procs {
 		cmd := exec.CommandContext(ctx, self)
-		cmd.Env = append(os.Environ(), scaleChildEnv+"="+cfg)
+		cmd.Env = append(os.Environ(), scaleChildEnv+"="+cfg, fmt.Sprintf("%s=%d/%d", scaleSlotEnv, i, l.procs))
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -576,6 +606,13 @@ func scaleChildMain(config string) int {
 	if err := warm(ctx, db, c.pool); err != nil {
 		return fail(err)
 	}
+	baseline, err := newScaleBaseline(e, db, c.table, c.form, c.batch)
+	if err != nil {
+		return fail(err)
+	}
+	if baseline != nil {
+		return scaleChildRun(ctx, baseline, c)
+	}
 	cfg := inbox.Config{Dialect: e.dialect, Table: benchTable(c.table, c.form), ClaimsAtOnce: c.claims}
 	if c.form == "advisory-walk" {
 		cfg.Dialect, cfg.Table = walkDialect{e.dialect}, benchTable(c.table, "advisory")
@@ -591,14 +628,23 @@ func scaleChildMain(config string) int {
 		}
 	}
 	defer s.close()
+	return scaleChildRun(ctx, s, c)
+}
+
+// scaleChildRun prints "ready", waits for "go", runs s's workers for the
+// duration, prints "done <jobs> <nanoseconds>", and waits for the end of
+// standard input.
+func scaleChildRun(ctx context.Context, s side, c scaleChild) int {
 	in := bufio.NewScanner(os.Stdin)
 	fmt.Println("ready")
 	if !in.Scan() || in.Text() != "go" {
-		return fail(errors.New("no go on standard input"))
+		fmt.Fprintln(os.Stderr, "bench scale worker: no go on standard input")
+		return 1
 	}
 	r := measure(ctx, s, c.workers, 1<<40, c.duration, 10*time.Second)
 	if r.err != nil {
-		return fail(r.err)
+		fmt.Fprintln(os.Stderr, "bench scale worker:", r.err)
+		return 1
 	}
 	fmt.Printf("done %d %d\n", r.jobs, r.elapsed.Nanoseconds())
 	for in.Scan() {

@@ -216,8 +216,8 @@ func TestWriteChart(t *testing.T) {
 func TestScaleChart(t *testing.T) {
 	e := engine{name: "pgx", family: "postgres", label: "pgx/v5/stdlib"}
 	lines := []scaleLine{
-		{"lease", 1, scalePlanEntry{1, 1, 0}}, {"lease", 1, scalePlanEntry{1, 64, 0}}, {"lease", 1, scalePlanEntry{4, 16, 0}},
-		{"lease", 16, scalePlanEntry{1, 1, 0}}, {"advisory", 1, scalePlanEntry{1, 16, 0}},
+		{"lease", 1, scalePlanEntry{1, 1, 0, 0}}, {"lease", 1, scalePlanEntry{1, 64, 0, 0}}, {"lease", 1, scalePlanEntry{4, 16, 0, 0}},
+		{"lease", 16, scalePlanEntry{1, 1, 0, 0}}, {"advisory", 1, scalePlanEntry{1, 16, 0, 0}},
 	}
 	medians := []float64{100, 400, 300, 2000, 250}
 	single := scaleChart(e, lines, medians, false)
