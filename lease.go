@@ -113,6 +113,9 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 		q.warm(ctx, take)
 		tv := *v
 		ds, err := q.takeClaimed(ctx, take, &tv, sent)
+		if len(ds) > 0 {
+			q.takeMissed.Store(0)
+		}
 		if err != nil || len(ds) > 0 {
 			return ds, err
 		}
@@ -125,9 +128,13 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 		*v = first
 		ds, err = q.claimLeaseTx(ctx, v, sent, walked)
 	}
-	if walked && len(ds) > 0 {
-		// The walk missed a job the reads found: the next claims leave
-		// it out for a span, as they would after Claim.WalkFirst.
+	if walked && len(ds) > 0 && q.takeMissed.Add(1) >= 2 {
+		// The walk missed a job the reads found, twice running: the
+		// next claims leave it out for a span, as they would after
+		// Claim.WalkFirst. Once may be a job enqueued between the two
+		// (a race a queue fed while its claims run meets often); twice
+		// is the head: leases in force or run out, jobs not yet ready.
+		q.takeMissed.Store(0)
 		q.walkPast.Store(walkPastSpan)
 	}
 	return ds, err

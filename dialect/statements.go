@@ -128,10 +128,11 @@ type ClaimStatements struct {
 	// or no row when it claimed none (the walk's bound, a lease run out,
 	// an empty queue, a mark that changed nothing). Any error rolls back.
 	// The claim then goes on as without it, in a transaction from the
-	// client, leaving WalkFirst out. As the statement commits at the
-	// server, a claim cut by its context may still lease the job it found;
-	// the core sends it only when the claim's context has no deadline
-	// within a second.
+	// client, leaving WalkFirst out; when that finds a job twice running,
+	// the claims of one leave WalkTake out for a span. As the statement
+	// commits at the server, a claim cut by its context may still lease
+	// the job it found; the core sends it only when the claim's context
+	// has no deadline within a second.
 	WalkTake Stmt
 }
 
