@@ -342,7 +342,6 @@ func scaleServers(out, log io.Writer, es []engine, dir string) ([]engine, error)
 	return servers, nil
 }
 
-// poolSize is the line's pool per process.
 // layout names the line's processes and workers, and the claims bound it
 // gives inbox's processes.
 func (l scaleLine) layout() string {
@@ -353,6 +352,7 @@ func (l scaleLine) layout() string {
 	return s
 }
 
+// poolSize is the line's pool per process.
 func (l scaleLine) poolSize() int {
 	if l.pool > 0 {
 		return l.pool
