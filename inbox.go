@@ -232,9 +232,10 @@ type Queue struct {
 	// walkPast (row lock, Claim.WalkFirst) counts the claims left that
 	// claim without WalkFirst since one gave up on jobs not yet ready.
 	walkPast atomic.Int64
-	// takeMissed (lease, Claim.WalkTake) counts the claims running whose
-	// WalkTake found nothing where the reads after it found a job: the
-	// second starts walkPast's span.
+	// takeMissed (lease, Claim.WalkTake) counts the claims in a row
+	// (none claimed by WalkTake between) whose WalkTake found nothing
+	// where the reads after it found a job: the second starts walkPast's
+	// span.
 	takeMissed atomic.Int64
 	// picking (row lock) counts the claims under way: each may hold a row
 	// it locked and has not yet tracked, which a claim's first page passes

@@ -113,7 +113,9 @@ func (q *Queue) claimLeaseSelectMark(ctx context.Context, v *values, sent time.T
 		q.warm(ctx, take)
 		tv := *v
 		ds, err := q.takeClaimed(ctx, take, &tv, sent)
-		if len(ds) > 0 {
+		if len(ds) > 0 && q.takeMissed.Load() != 0 {
+			// Read first: a write at every claim would pass this
+			// cache line between the claiming goroutines' cores.
 			q.takeMissed.Store(0)
 		}
 		if err != nil || len(ds) > 0 {
